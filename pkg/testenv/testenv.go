@@ -1,0 +1,235 @@
+// Package testenv gives integration tests a real Kubernetes: one etcd +
+// kube-apiserver per test binary (started from TestMain), ipledger's CRDs and
+// RBAC applied from deploy/kustomize, ServiceAccount tokens, and the real
+// ipledger binaries run as processes.
+//
+//	func TestMain(m *testing.M) { testenv.Main(m) }
+//	func TestX(t *testing.T) { env := testenv.Get(t); ... }
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/ipledger/ipledger/pkg/controlplane"
+)
+
+// SystemNamespace is where ipledger's own objects (Leases, ledger) live.
+const SystemNamespace = "ipledger-system"
+
+// Env is the shared control plane of one test binary.
+type Env struct {
+	CP      *controlplane.ControlPlane
+	Config  *rest.Config
+	Client  kubernetes.Interface
+	Dynamic dynamic.Interface
+	Root    string
+
+	binMu    sync.Mutex
+	binaries map[string]string
+	binDir   string
+}
+
+var (
+	shared   *Env
+	startErr error
+)
+
+// Main starts the control plane, runs the tests, stops it and exits.
+func Main(m *testing.M) {
+	code := func() int {
+		dir, err := os.MkdirTemp("", "ipledger-testenv-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testenv:", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		shared, startErr = start(ctx, dir)
+		if startErr != nil {
+			fmt.Fprintln(os.Stderr, "testenv:", startErr)
+			return 1
+		}
+		defer shared.CP.Stop()
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// Get returns the shared environment; it fails the test if Main did not run.
+func Get(t testing.TB) *Env {
+	t.Helper()
+	if shared == nil {
+		t.Fatalf("testenv: no control plane (call testenv.Main from TestMain): %v", startErr)
+	}
+	return shared
+}
+
+func start(ctx context.Context, dir string) (*Env, error) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: dir})
+	if err != nil {
+		return nil, err
+	}
+	cfg := cp.RESTConfig()
+	env := &Env{CP: cp, Config: cfg, Root: root, binaries: map[string]string{}, binDir: filepath.Join(dir, "bin")}
+	if env.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+		cp.Stop()
+		return nil, err
+	}
+	if env.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		cp.Stop()
+		return nil, err
+	}
+	if err := env.Install(ctx); err != nil {
+		cp.Stop()
+		return nil, err
+	}
+	return env, nil
+}
+
+// Install applies ipledger's CRDs and RBAC from deploy/kustomize and waits
+// for the CRDs to be served.
+func (e *Env) Install(ctx context.Context) error {
+	for _, dir := range []string{"deploy/kustomize/base/crds", "deploy/kustomize/base/rbac"} {
+		if _, err := e.Kubectl(ctx, "apply", "--server-side", "-k", filepath.Join(e.Root, dir)); err != nil {
+			return err
+		}
+	}
+	_, err := e.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s",
+		"crd/ippools.ipledger.io", "crd/externalworkloads.ipledger.io")
+	return err
+}
+
+// Kubectl runs the pinned kubectl against the control plane as admin.
+func (e *Env) Kubectl(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(e.CP.BinDir, "kubectl"), append([]string{"--kubeconfig", e.CP.KubeconfigPath}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out, nil
+}
+
+// Namespace creates a fresh namespace named after the test (plus labels) and
+// returns its name.
+func (e *Env) Namespace(t testing.TB, labels map[string]string) string {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	ns, err := e.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: strings.Trim(name, "-") + "-", Labels: labels},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	return ns.Name
+}
+
+// ServiceAccountToken creates namespace/name (and the namespace) if missing
+// and returns a one-hour token for it from the TokenRequest API.
+func (e *Env) ServiceAccountToken(ctx context.Context, namespace, name string) (string, error) {
+	_, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	_, err = e.Client.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	expiry := int64(3600)
+	tr, err := e.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return tr.Status.Token, nil
+}
+
+// TokenFile writes a ServiceAccount token to a file in the test's temp dir
+// (as a projected token volume would) and returns its path.
+func (e *Env) TokenFile(t testing.TB, namespace, name string) string {
+	t.Helper()
+	token, err := e.ServiceAccountToken(context.Background(), namespace, name)
+	if err != nil {
+		t.Fatalf("token for %s/%s: %v", namespace, name, err)
+	}
+	path := filepath.Join(t.TempDir(), name+".token")
+	if err := os.WriteFile(path, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// KubeconfigFor writes a kubeconfig authenticating with token and returns
+// its path.
+func (e *Env) KubeconfigFor(t testing.TB, token string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, []byte(controlplane.Kubeconfig(e.CP.APIServerURL, token)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Binary builds (once per test binary) cmd/ipledger-<service> of
+// services/<service> and returns its path.
+func (e *Env) Binary(t testing.TB, service string) string {
+	t.Helper()
+	e.binMu.Lock()
+	defer e.binMu.Unlock()
+	if path, ok := e.binaries[service]; ok {
+		return path
+	}
+	path := filepath.Join(e.binDir, "ipledger-"+service)
+	cmd := exec.Command("go", "build", "-o", path, "./cmd/ipledger-"+service)
+	cmd.Dir = filepath.Join(e.Root, "services", service)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build ipledger-%s: %v\n%s", service, err, out)
+	}
+	e.binaries[service] = path
+	return path
+}
+
+// Eventually polls check every 50ms until it returns nil or timeout passes,
+// then fails the test with the last error. It is how tests wait: for a
+// condition, never for a duration.
+func Eventually(t testing.TB, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met after %s: %v", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
