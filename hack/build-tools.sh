@@ -8,7 +8,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools=$root/hack/tools
-key=$(cat "$tools/go.mod" "$tools/go.sum" "$tools/etcd/main.go" "$0" | sha256sum | cut -c1-16)
+# Bump recipe when the build steps below change in a way that changes the binaries.
+recipe=1
+key=$( (echo "$recipe"; cat "$tools/go.mod" "$tools/go.sum" "$tools/etcd/main.go") | sha256sum | cut -c1-16)
 dir=${IPLEDGER_TOOLS_CACHE:-$HOME/.cache/ipledger-tools}/$key
 bin=$dir/bin
 if [ -f "$dir/.complete" ]; then
@@ -16,6 +18,13 @@ if [ -f "$dir/.complete" ]; then
   exit 0
 fi
 mkdir -p "$bin"
+# One build at a time: tests of several packages may ask at once.
+exec 9>"$dir/.lock"
+flock 9
+if [ -f "$dir/.complete" ]; then
+  echo "$bin"
+  exit 0
+fi
 export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
 kver=$(cd "$tools" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$kver" | cut -d. -f2) -X k8s.io/component-base/version.gitTreeState=clean"

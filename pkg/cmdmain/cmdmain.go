@@ -1,0 +1,172 @@
+// Package cmdmain owns what every ipledger binary does the same way before
+// and after its real work: the common flags (kubeconfig, logging, namespace),
+// the process logger, the Kubernetes client configuration, the signal
+// context, and the one place the process exits.
+package cmdmain
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+// DefaultNamespace is where ipledger runs and keeps its Leases and ledger.
+const DefaultNamespace = "ipledger-system"
+
+// Common holds the flags every binary shares.
+type Common struct {
+	// Kubeconfig is a kubeconfig path; empty means in-cluster configuration.
+	Kubeconfig string
+	// LogLevel is one of debug, info, warn, error.
+	LogLevel string
+	// LogFormat is json or text.
+	LogFormat string
+	// Namespace is ipledger's own namespace (Leases, ledger ConfigMaps).
+	Namespace string
+
+	logger *slog.Logger
+}
+
+// Flags registers --kubeconfig, --log-level, --log-format and --namespace.
+// --kubeconfig defaults to $KUBECONFIG so that a local process finds the
+// cluster; in a Pod neither is set and the in-cluster config is used.
+func (c *Common) Flags(fs *flag.FlagSet) {
+	c.LogLevel = orDefault(c.LogLevel, "info")
+	c.LogFormat = orDefault(c.LogFormat, "json")
+	c.Namespace = orDefault(c.Namespace, DefaultNamespace)
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", orDefault(c.Kubeconfig, os.Getenv("KUBECONFIG")),
+		"path to a kubeconfig; empty uses the in-cluster ServiceAccount (default $KUBECONFIG)")
+	fs.Func("log-level", "log level: debug, info, warn or error (default info)", func(s string) error {
+		if _, err := ParseLevel(s); err != nil {
+			return err
+		}
+		c.LogLevel = s
+		return nil
+	})
+	fs.Func("log-format", "log format: json or text (default json)", func(s string) error {
+		if s != "json" && s != "text" {
+			return fmt.Errorf("log format %q: want json or text", s)
+		}
+		c.LogFormat = s
+		return nil
+	})
+	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "ipledger's own namespace (Leases, ledger)")
+}
+
+// ParseLevel parses a --log-level value.
+func ParseLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "", "info":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("log level %q: want debug, info, warn or error", s)
+}
+
+// Logger returns the process logger (built once, on stderr). It also becomes
+// slog's default and klog's backend, so client-go's own messages (leader
+// election, reflectors) come out in the same format.
+func (c *Common) Logger() *slog.Logger {
+	if c.logger == nil {
+		c.logger = NewLogger(os.Stderr, c.LogLevel, c.LogFormat)
+		slog.SetDefault(c.logger)
+		klog.SetSlogLogger(c.logger)
+	}
+	return c.logger
+}
+
+// NewLogger builds a logger writing to w; an invalid level means info and
+// any format other than text means json.
+func NewLogger(w io.Writer, level, format string) *slog.Logger {
+	lvl, err := ParseLevel(level)
+	if err != nil {
+		lvl = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// RESTConfig returns the Kubernetes client configuration with the given
+// client-side rate limits (client-go's default 5 QPS / burst 10 is far too
+// low for a controller that writes thousands of statuses: choose deliberately).
+func (c *Common) RESTConfig(qps float32, burst int) (*rest.Config, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if c.Kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config (set --kubeconfig when running outside a Pod): %w", err)
+		}
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: %w", c.Kubeconfig, err)
+		}
+	}
+	cfg.QPS = qps
+	cfg.Burst = burst
+	return cfg, nil
+}
+
+// Main parses os.Args[1:] into fs, runs run with a context cancelled on
+// SIGINT or SIGTERM, and exits: 0 when run returns nil (or on -h), 2 on a
+// flag error, 1 when run fails. A second signal kills the process at once.
+// It is the only place an ipledger binary exits (besides pkg/leader's stop
+// bound).
+func Main(name string, fs *flag.FlagSet, run func(ctx context.Context) error) {
+	os.Exit(main(name, fs, os.Args[1:], run))
+}
+
+func main(name string, fs *flag.FlagSet, args []string, run func(ctx context.Context) error) int {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		// The FlagSet has already printed the error and usage.
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "%s: unexpected arguments %q\n", name, fs.Args())
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		// Restore default handling: a second signal terminates immediately.
+		stop()
+	}()
+	if err := run(ctx); err != nil && !(errors.Is(err, context.Canceled) && ctx.Err() != nil) {
+		slog.Default().Error("Exiting", "binary", name, "err", err)
+		return 1
+	}
+	return 0
+}
+
+func orDefault(v, def string) string {
+	if v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,80 @@
+package cmdmain
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+func TestFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		want    Common
+		wantErr bool
+	}{
+		{"defaults", nil, Common{LogLevel: "info", LogFormat: "json", Namespace: "ipledger-system"}, false},
+		{"all", []string{"--kubeconfig=/k", "--log-level=debug", "--log-format=text", "--namespace=x"},
+			Common{Kubeconfig: "/k", LogLevel: "debug", LogFormat: "text", Namespace: "x"}, false},
+		{"bad level", []string{"--log-level=loud"}, Common{}, true},
+		{"bad format", []string{"--log-format=xml"}, Common{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("KUBECONFIG", "")
+			var c Common
+			fs := flag.NewFlagSet("x", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			c.Flags(fs)
+			err := fs.Parse(tt.args)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Parse error = %v, wantErr %v", err, tt.wantErr)
+			}
+			if err == nil && (c.Kubeconfig != tt.want.Kubeconfig || c.LogLevel != tt.want.LogLevel ||
+				c.LogFormat != tt.want.LogFormat || c.Namespace != tt.want.Namespace) {
+				t.Errorf("got %+v, want %+v", c, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewLogger(t *testing.T) {
+	var buf bytes.Buffer
+	log := NewLogger(&buf, "warn", "json")
+	log.Info("Hidden")
+	log.Warn("Shown", "pool", "a")
+	if strings.Contains(buf.String(), "Hidden") || !strings.Contains(buf.String(), `"pool":"a"`) {
+		t.Fatalf("log output %q", buf.String())
+	}
+}
+
+func TestMainExitCodes(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		run  error
+		want int
+	}{
+		{"ok", nil, nil, 0},
+		{"run fails", nil, errors.New("boom"), 1},
+		{"bad flag", []string{"--nope"}, nil, 2},
+		{"stray argument", []string{"extra"}, nil, 2},
+		{"help", []string{"-h"}, nil, 0},
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("x", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			got := main("x", fs, tt.args, func(ctx context.Context) error { return tt.run })
+			if got != tt.want {
+				t.Errorf("exit code = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
