@@ -107,6 +107,12 @@ func (cp *ControlPlane) Stop() {
 	}
 }
 
+// EtcdPID is etcd's process ID.
+func (cp *ControlPlane) EtcdPID() int { return cp.etcd.Process.Pid }
+
+// APIServerPID is kube-apiserver's process ID.
+func (cp *ControlPlane) APIServerPID() int { return cp.apiserver.Process.Pid }
+
 // RestartAPIServer stops kube-apiserver and starts it again on the same port
 // and etcd, as an API server upgrade or crash would.
 func (cp *ControlPlane) RestartAPIServer(ctx context.Context) error {
