@@ -1,24 +1,45 @@
 // Package stream is the client of ipledger.watcher.v1.WatcherService that every
-// ipledger consumer reads the cluster through. It keeps a read-only indexed store
-// of the objects the watcher streams, reconnects and resumes across watcher
-// replicas, and delivers add/update/delete events (with the old object) to
-// handlers that can be registered and removed at any time.
+// ipledger consumer reads the cluster through. It keeps a read-only indexed
+// store of the objects the watcher streams, reconnects with backoff across
+// watcher replicas and resumes where it left off, and delivers add, update
+// (with the old object) and delete events to handlers that can be registered
+// and removed at any time; a new handler first receives the whole store as adds.
+//
+// A replica is interchangeable: when a stream starts with a fresh snapshot (a
+// new epoch, or history the watcher no longer holds) everything known is marked
+// stale, and after SYNCED what did not come back is deleted, with OnDelete, so
+// no object deleted while the client was away survives in the store.
 package stream
 
 import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
+	"io"
 	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/ipledger/ipledger/pkg/authz"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
 
 // Config says which watcher to dial and what to stream from it.
 type Config struct {
-	// Target is "dns:///host:port", "static:///a:1,b:2" or "host:port".
+	// Target is "dns:///host:port" (every replica, round robin),
+	// "static:///a:1,b:2" (a fixed list, for tests) or "host:port".
 	Target        string
 	Kinds         []watcherv1.Kind
 	Namespaces    []string
@@ -28,7 +49,16 @@ type Config struct {
 	TokenFile string
 	// Plaintext disables TLS.
 	Plaintext bool
-	CAFile    string
+	// CAFile verifies the watcher's certificate; "" uses the system roots.
+	CAFile string
+
+	// IdleTimeout ends a stream that received nothing (not even a HEARTBEAT)
+	// for this long, so a silently dead replica is left; 0 means 45s. Keep it
+	// well above the watcher's --heartbeat-interval.
+	IdleTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the delay between reconnects; 0 means
+	// 100ms and 5s.
+	MinBackoff, MaxBackoff time.Duration
 }
 
 // Flags registers the connection flags; Kinds, Namespaces and LabelSelector are
@@ -37,10 +67,11 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Target, "watcher-addr", c.Target, "gRPC target of the watcher: dns:///host:port, static:///a:1,b:2 or host:port")
 	fs.StringVar(&c.TokenFile, "watcher-token-file", c.TokenFile, "bearer token file sent to the watcher (re-read when it changes); empty sends none")
 	fs.BoolVar(&c.Plaintext, "watcher-plaintext", c.Plaintext, "dial the watcher without TLS")
-	fs.StringVar(&c.CAFile, "watcher-ca-file", c.CAFile, "CA bundle that verifies the watcher's certificate; empty uses the system pool")
+	fs.StringVar(&c.CAFile, "watcher-ca-file", c.CAFile, "CA bundle that verifies the watcher's certificate; empty uses the system roots")
 }
 
-// Handler receives the events of the store. Objects are shared: never mutate them.
+// Handler receives the events of the store. Objects are shared: never mutate
+// them. Calls are serialised with the stream: keep them short (enqueue a key).
 type Handler interface {
 	OnAdd(obj *watcherv1.Object)
 	OnUpdate(oldObj, newObj *watcherv1.Object)
@@ -75,56 +106,365 @@ func (h HandlerFuncs) OnDelete(obj *watcherv1.Object) {
 	}
 }
 
-// Registration identifies a handler added with AddHandler.
-type Registration struct{ id uint64 }
+// Registration identifies a handler added with AddHandler; the zero value
+// identifies none.
+type Registration struct{ reg *registration }
 
-// Client streams from the watcher into a Store. One per process.
-type Client struct{ store *Store }
-
-// New validates cfg and builds a Client; it does not dial until Run.
-func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Client, error) {
-	return nil, errors.New("stream: not implemented yet")
+type registration struct {
+	h       Handler
+	removed atomic.Bool
 }
 
-// Run connects, takes the snapshot, applies deltas and reconnects with backoff until ctx ends.
-func (c *Client) Run(ctx context.Context) error { return errors.New("stream: not implemented yet") }
+// Client streams from the watcher into a Store. One per process.
+type Client struct {
+	cfg   Config
+	log   *slog.Logger
+	m     *metrics
+	store *Store
+	conn  *grpc.ClientConn
 
-// WaitForSync blocks until the first SYNCED has been applied or ctx ends.
-func (c *Client) WaitForSync(ctx context.Context) error { return errors.New("stream: not implemented yet") }
+	// dispatchMu serialises applying events (store + handlers) with the replay
+	// of AddHandler, so a new handler sees every object exactly once.
+	dispatchMu sync.Mutex
+	handlersMu sync.Mutex
+	handlers   atomic.Pointer[[]*registration]
+
+	synced     chan struct{}
+	syncedOnce sync.Once
+
+	// Stream position; only the Run goroutine touches these.
+	epoch     string
+	resumeRev uint64
+}
+
+// New validates cfg and builds a Client; it does not connect until Run.
+func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Client, error) {
+	if cfg.Target == "" {
+		return nil, errors.New("stream: no watcher target: set --watcher-addr (e.g. dns:///ipledger-watcher.ipledger-system:9090)")
+	}
+	if len(cfg.Kinds) == 0 {
+		return nil, errors.New("stream: no kinds to watch")
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 45 * time.Second
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 100 * time.Millisecond
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 5 * time.Second
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, log: log.With("component", "stream"), m: m, store: newStore(), synced: make(chan struct{})}
+	c.handlers.Store(&[]*registration{})
+
+	opts, err := authz.DialOptions(cfg.TokenFile, cfg.CAFile, cfg.Plaintext)
+	if err != nil {
+		return nil, fmt.Errorf("stream: %w", err)
+	}
+	opts = append(opts, grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`))
+	target := cfg.Target
+	if addrs, ok := strings.CutPrefix(target, "static:///"); ok {
+		r := manual.NewBuilderWithScheme("static")
+		var state resolver.State
+		for _, a := range strings.Split(addrs, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				state.Endpoints = append(state.Endpoints, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
+			}
+		}
+		if len(state.Endpoints) == 0 {
+			return nil, fmt.Errorf("stream: target %q lists no address", target)
+		}
+		r.InitialState(state)
+		opts = append(opts, grpc.WithResolvers(r))
+	}
+	c.conn, err = grpc.NewClient(target, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("stream: dial %s: %w", target, err)
+	}
+	return c, nil
+}
 
 // Store returns the read-only store.
 func (c *Client) Store() *Store { return c.store }
 
-// AddHandler replays every cached object to h as OnAdd, then delivers live events.
-func (c *Client) AddHandler(h Handler) Registration { return Registration{} }
-
-// RemoveHandler stops delivering events to the handler; idempotent.
-func (c *Client) RemoveHandler(r Registration) {}
-
-// Store is the read-only, indexed view of the streamed objects.
-type Store struct{}
-
-// Get returns the object of kind with that namespace and name.
-func (s *Store) Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool) {
-	return nil, false
+// WaitForSync blocks until the first SYNCED has been applied or ctx ends.
+func (c *Client) WaitForSync(ctx context.Context) error {
+	select {
+	case <-c.synced:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
-// List returns every object of kind.
-func (s *Store) List(kind watcherv1.Kind) []*watcherv1.Object { return nil }
-
-// ListNamespace returns the objects of kind in namespace.
-func (s *Store) ListNamespace(kind watcherv1.Kind, namespace string) []*watcherv1.Object { return nil }
-
-// AddIndex adds a custom index on kind; call before Run.
-func (s *Store) AddIndex(kind watcherv1.Kind, name string, fn func(*watcherv1.Object) []string) {}
-
-// ByIndex returns the objects of kind whose index name yields value.
-func (s *Store) ByIndex(kind watcherv1.Kind, name, value string) []*watcherv1.Object { return nil }
-
-// Key returns "namespace/name", or "name" for a cluster-scoped object.
-func Key(obj *watcherv1.Object) string {
-	if ns := obj.GetMeta().GetNamespace(); ns != "" {
-		return ns + "/" + obj.GetMeta().GetName()
+// HasSynced reports whether the first SYNCED has been applied.
+func (c *Client) HasSynced() bool {
+	select {
+	case <-c.synced:
+		return true
+	default:
+		return false
 	}
-	return obj.GetMeta().GetName()
+}
+
+// AddHandler replays every cached object to h as OnAdd, then delivers live
+// events. Do not call it from inside a handler callback (it waits for the
+// callback's event to finish).
+func (c *Client) AddHandler(h Handler) Registration {
+	c.dispatchMu.Lock()
+	defer c.dispatchMu.Unlock()
+	r := &registration{h: h}
+	for _, o := range c.store.all() {
+		h.OnAdd(o)
+	}
+	c.handlersMu.Lock()
+	old := *c.handlers.Load()
+	next := append(append(make([]*registration, 0, len(old)+1), old...), r)
+	c.handlers.Store(&next)
+	c.handlersMu.Unlock()
+	c.m.handlers.Set(float64(len(next)))
+	return Registration{reg: r}
+}
+
+// RemoveHandler stops delivering events to the handler; idempotent, and safe to
+// call from inside a callback. Once it returns no new callback starts.
+func (c *Client) RemoveHandler(r Registration) {
+	if r.reg == nil {
+		return
+	}
+	r.reg.removed.Store(true)
+	c.handlersMu.Lock()
+	defer c.handlersMu.Unlock()
+	old := *c.handlers.Load()
+	next := make([]*registration, 0, len(old))
+	for _, x := range old {
+		if x != r.reg {
+			next = append(next, x)
+		}
+	}
+	c.handlers.Store(&next)
+	c.m.handlers.Set(float64(len(next)))
+}
+
+// Run connects, takes the snapshot, applies deltas and reconnects with backoff
+// (resuming where it left off) until ctx ends; then it closes the connection
+// and returns nil.
+func (c *Client) Run(ctx context.Context) error {
+	defer c.conn.Close()
+	backoff := c.cfg.MinBackoff
+	for {
+		reachedSync, err := c.watchOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if reachedSync {
+			backoff = c.cfg.MinBackoff
+		}
+		code := status.Code(err)
+		c.m.disconnects.WithLabelValues(code.String()).Inc()
+		c.log.Info("Watch stream ended; reconnecting", "code", code.String(), "err", err, "backoff", backoff)
+		delay := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(backoff*2, c.cfg.MaxBackoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+	}
+}
+
+// watchOnce runs one stream until it fails; it reports whether it reached SYNCED.
+func (c *Client) watchOnce(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req := &watcherv1.WatchRequest{Kinds: c.cfg.Kinds, Namespaces: c.cfg.Namespaces, LabelSelector: c.cfg.LabelSelector}
+	if c.epoch != "" {
+		req.Resume = &watcherv1.ResumePoint{Epoch: c.epoch, Revision: c.resumeRev}
+	}
+	stream, err := watcherv1.NewWatcherServiceClient(c.conn).Watch(ctx, req)
+	if err != nil {
+		return false, err
+	}
+	// A watchdog ends a stream that stays silent past IdleTimeout.
+	alive := make(chan struct{}, 1)
+	go func() {
+		t := time.NewTimer(c.cfg.IdleTimeout)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-alive:
+				if !t.Stop() {
+					<-t.C
+				}
+				t.Reset(c.cfg.IdleTimeout)
+			case <-t.C:
+				c.log.Warn("Watch stream idle; leaving the replica", "idleTimeout", c.cfg.IdleTimeout)
+				cancel()
+				return
+			}
+		}
+	}()
+	var st session
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = status.Error(codes.Unavailable, "watcher ended the stream")
+			}
+			return st.synced, err
+		}
+		select {
+		case alive <- struct{}{}:
+		default:
+		}
+		if err := c.handle(&st, resp); err != nil {
+			return st.synced, err
+		}
+	}
+}
+
+// session is the state of one stream.
+type session struct {
+	started  bool
+	snapshot bool                   // a fresh snapshot is in progress
+	stale    map[objectRef]struct{} // known before the snapshot, not yet seen in it
+	synced   bool
+}
+
+// handle applies one event of the stream.
+func (c *Client) handle(st *session, resp *watcherv1.WatchResponse) error {
+	c.m.received.WithLabelValues(resp.GetObject().GetKind().String(), eventLabel(resp.GetType())).Inc()
+	if !st.started {
+		st.started = true
+		if !(resp.GetType() == watcherv1.EventType_EVENT_TYPE_SYNCED && resp.GetResumed()) {
+			st.snapshot = true
+			st.stale = c.store.keys()
+			// Until this snapshot reaches SYNCED the store mixes two histories:
+			// if the stream breaks, the next one must start from a snapshot too.
+			c.epoch, c.resumeRev = "", 0
+		}
+	}
+	switch resp.GetType() {
+	case watcherv1.EventType_EVENT_TYPE_UPSERT:
+		o := resp.GetObject()
+		if o.GetMeta().GetName() == "" {
+			return fmt.Errorf("UPSERT without an object name at revision %d", resp.GetRevision())
+		}
+		if st.snapshot {
+			delete(st.stale, objectRef{o.GetKind(), Key(o)})
+		}
+		c.upsert(o)
+	case watcherv1.EventType_EVENT_TYPE_DELETE:
+		if !st.synced {
+			return errors.New("DELETE before SYNCED")
+		}
+		c.delete(resp.GetObject().GetKind(), Key(resp.GetObject()))
+	case watcherv1.EventType_EVENT_TYPE_SYNCED:
+		if resp.GetResumed() && resp.GetEpoch() != c.epoch {
+			return fmt.Errorf("resumed SYNCED from epoch %q, asked for %q", resp.GetEpoch(), c.epoch)
+		}
+		if st.snapshot {
+			for ref := range st.stale {
+				c.delete(ref.kind, ref.key)
+				c.m.syntheticDeletes.Inc()
+			}
+			st.stale, st.snapshot = nil, false
+		}
+		st.synced = true
+		c.epoch = resp.GetEpoch()
+		c.m.syncs.WithLabelValues(fmt.Sprint(resp.GetResumed())).Inc()
+		c.syncedOnce.Do(func() { close(c.synced); c.m.synced.Set(1) })
+	case watcherv1.EventType_EVENT_TYPE_HEARTBEAT:
+	default:
+		return fmt.Errorf("unknown event type %v", resp.GetType())
+	}
+	if st.synced {
+		c.resumeRev = resp.GetResumeRevision()
+	}
+	return nil
+}
+
+func (c *Client) upsert(o *watcherv1.Object) {
+	c.dispatchMu.Lock()
+	defer c.dispatchMu.Unlock()
+	old := c.store.put(o)
+	c.m.objects.WithLabelValues(o.GetKind().String()).Set(float64(c.store.Len(o.GetKind())))
+	switch {
+	case old == nil:
+		c.dispatch(func(h Handler) { h.OnAdd(o) })
+	case proto.Equal(old, o):
+		// A snapshot after a reconnect repeats what is known: not an update.
+	default:
+		c.dispatch(func(h Handler) { h.OnUpdate(old, o) })
+	}
+}
+
+// delete removes kind/key; handlers receive the state they last saw.
+func (c *Client) delete(kind watcherv1.Kind, key string) {
+	c.dispatchMu.Lock()
+	defer c.dispatchMu.Unlock()
+	old := c.store.remove(kind, key)
+	c.m.objects.WithLabelValues(kind.String()).Set(float64(c.store.Len(kind)))
+	if old == nil {
+		return
+	}
+	c.dispatch(func(h Handler) { h.OnDelete(old) })
+}
+
+func (c *Client) dispatch(call func(Handler)) {
+	for _, r := range *c.handlers.Load() {
+		if !r.removed.Load() {
+			call(r.h)
+		}
+	}
+}
+
+func eventLabel(t watcherv1.EventType) string {
+	return strings.TrimPrefix(t.String(), "EVENT_TYPE_")
+}
+
+type metrics struct {
+	received         *prometheus.CounterVec
+	disconnects      *prometheus.CounterVec
+	syncs            *prometheus.CounterVec
+	syntheticDeletes prometheus.Counter
+	objects          *prometheus.GaugeVec
+	synced           prometheus.Gauge
+	handlers         prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipledger_stream_events_received_total",
+			Help: "Events received from the watcher, by kind and type."}, []string{"kind", "type"}),
+		disconnects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipledger_stream_disconnects_total",
+			Help: "Watch streams that ended, by gRPC code."}, []string{"code"}),
+		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipledger_stream_syncs_total",
+			Help: "SYNCED events applied, by whether the stream resumed instead of taking a snapshot."}, []string{"resumed"}),
+		syntheticDeletes: prometheus.NewCounter(prometheus.CounterOpts{Name: "ipledger_stream_synthetic_deletes_total",
+			Help: "Objects deleted because a fresh snapshot did not contain them."}),
+		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ipledger_stream_objects",
+			Help: "Objects in the client store, by kind."}, []string{"kind"}),
+		synced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipledger_stream_synced",
+			Help: "1 once the first SYNCED has been applied."}),
+		handlers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipledger_stream_handlers",
+			Help: "Handlers registered."}),
+	}
+	if reg != nil {
+		for _, col := range []prometheus.Collector{m.received, m.disconnects, m.syncs, m.syntheticDeletes, m.objects, m.synced, m.handlers} {
+			if err := reg.Register(col); err != nil {
+				return nil, fmt.Errorf("stream metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
 }

@@ -1,0 +1,361 @@
+// Package authz authenticates and authorizes gRPC callers with Kubernetes:
+// a caller sends a bearer token (usually its projected ServiceAccount
+// token), the server checks it with a TokenReview and asks a
+// SubjectAccessReview whether that user may use the RPC's virtual resource
+// of API group ipledger.io. Both answers are cached briefly, keyed by a
+// digest of the token; tokens are never logged or kept in clear.
+package authz
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Group is the API group of ipledger's virtual resources.
+const Group = "ipledger.io"
+
+// Cache lifetimes. Allowed answers live a little longer than refusals so a
+// freshly granted ClusterRole takes effect quickly; both are short so a
+// revoked grant or a deleted ServiceAccount stops working soon.
+const (
+	DefaultAllowTTL = 10 * time.Second
+	DefaultDenyTTL  = 3 * time.Second
+	// maxCacheEntries bounds the memory a flood of distinct bad tokens can use.
+	maxCacheEntries = 4096
+	// reviewTimeout bounds one TokenReview or SubjectAccessReview.
+	reviewTimeout = 10 * time.Second
+)
+
+// Rule is the SubjectAccessReview one RPC needs: verb on resource of group
+// ipledger.io (cluster-wide).
+type Rule struct {
+	Verb, Resource string
+}
+
+// Rules maps full method names ("/ipledger.ipam.v1.IPAMService/ListPools")
+// to their rule. A method missing from the table is denied, except the
+// grpc.health.v1 and reflection services, which are open to everyone.
+type Rules map[string]Rule
+
+// openPrefixes are the services any caller may use without a token.
+var openPrefixes = []string{
+	"/grpc.health.v1.Health/",
+	"/grpc.reflection.v1.ServerReflection/",
+	"/grpc.reflection.v1alpha.ServerReflection/",
+}
+
+// IsOpen reports whether fullMethod needs no credentials.
+func IsOpen(fullMethod string) bool {
+	for _, p := range openPrefixes {
+		if strings.HasPrefix(fullMethod, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Authorizer authenticates and authorizes calls. It is safe for concurrent use.
+type Authorizer struct {
+	client kubernetes.Interface
+	rules  Rules
+	log    *slog.Logger
+
+	allowTTL, denyTTL time.Duration
+	now               func() time.Time
+
+	flight singleflight.Group
+	mu     sync.Mutex
+	users  map[string]userEntry   // token digest -> TokenReview answer
+	access map[string]accessEntry // token digest + rule -> SubjectAccessReview answer
+}
+
+type userEntry struct {
+	user    authenticationv1.UserInfo
+	ok      bool
+	reason  string
+	expires time.Time
+}
+
+type accessEntry struct {
+	allowed bool
+	reason  string
+	expires time.Time
+}
+
+// New returns an Authorizer that reviews tokens and access with client
+// (which needs create on tokenreviews and subjectaccessreviews).
+func New(client kubernetes.Interface, rules Rules, log *slog.Logger) *Authorizer {
+	if log == nil {
+		log = slog.Default()
+	}
+	copied := make(Rules, len(rules))
+	for m, r := range rules {
+		copied[m] = r
+	}
+	return &Authorizer{
+		client:   client,
+		rules:    copied,
+		log:      log,
+		allowTTL: DefaultAllowTTL,
+		denyTTL:  DefaultDenyTTL,
+		now:      time.Now,
+		users:    map[string]userEntry{},
+		access:   map[string]accessEntry{},
+	}
+}
+
+// SetCacheTTLs overrides how long allowed and refused answers are cached
+// (zero disables caching of that kind). Call before serving.
+func (a *Authorizer) SetCacheTTLs(allow, deny time.Duration) {
+	a.allowTTL, a.denyTTL = allow, deny
+}
+
+type userKey struct{}
+
+// UserFrom returns the authenticated caller stored in ctx by Authenticate.
+func UserFrom(ctx context.Context) (authenticationv1.UserInfo, bool) {
+	u, ok := ctx.Value(userKey{}).(authenticationv1.UserInfo)
+	return u, ok
+}
+
+// Authenticate is a go-grpc-middleware auth.AuthFunc: it authenticates and
+// authorizes the call named by grpc.Method(ctx) and returns ctx carrying the
+// caller (see UserFrom), or a gRPC status error: Unauthenticated without or
+// with a bad token, PermissionDenied naming the missing verb and resource,
+// Unavailable when the API server cannot answer.
+func (a *Authorizer) Authenticate(ctx context.Context) (context.Context, error) {
+	method, ok := grpc.Method(ctx)
+	if !ok {
+		return nil, status.Error(codes.Internal, "authz: no gRPC method in context")
+	}
+	return a.Authorize(ctx, method)
+}
+
+// Authorize checks the bearer token in ctx's incoming metadata for
+// fullMethod; see Authenticate.
+func (a *Authorizer) Authorize(ctx context.Context, fullMethod string) (context.Context, error) {
+	if IsOpen(fullMethod) {
+		return ctx, nil
+	}
+	token, err := bearerToken(ctx)
+	if err != nil {
+		return nil, err
+	}
+	digest := tokenDigest(token)
+	user, err := a.review(ctx, digest, token)
+	if err != nil {
+		return nil, err
+	}
+	ctx = context.WithValue(ctx, userKey{}, user)
+	rule, ok := a.rules[fullMethod]
+	if !ok {
+		a.log.Warn("Denied a method missing from the authorization table", "method", fullMethod, "user", user.Username)
+		return nil, status.Errorf(codes.PermissionDenied,
+			"method %s has no authorization rule on this server; it is denied to everyone", fullMethod)
+	}
+	if err := a.checkAccess(ctx, digest, user, rule); err != nil {
+		return nil, err
+	}
+	return ctx, nil
+}
+
+func bearerToken(ctx context.Context) (string, error) {
+	vals := metadata.ValueFromIncomingContext(ctx, "authorization")
+	if len(vals) == 0 {
+		return "", status.Error(codes.Unauthenticated,
+			"missing bearer token: send metadata \"authorization: Bearer <Kubernetes ServiceAccount token>\"")
+	}
+	scheme, token, found := strings.Cut(vals[0], " ")
+	token = strings.TrimSpace(token)
+	if !found || !strings.EqualFold(scheme, "bearer") || token == "" {
+		return "", status.Error(codes.Unauthenticated,
+			"malformed authorization metadata: want \"Bearer <Kubernetes ServiceAccount token>\"")
+	}
+	return token, nil
+}
+
+// tokenDigest names a token in caches and logs without revealing it.
+func tokenDigest(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// review authenticates token with a (cached) TokenReview.
+func (a *Authorizer) review(ctx context.Context, digest, token string) (authenticationv1.UserInfo, error) {
+	if e, ok := a.cachedUser(digest); ok {
+		return userResult(e)
+	}
+	v, err, _ := a.flight.Do("tr/"+digest, func() (any, error) {
+		if e, ok := a.cachedUser(digest); ok {
+			return e, nil
+		}
+		rctx, cancel := reviewContext(ctx)
+		defer cancel()
+		tr, err := a.client.AuthenticationV1().TokenReviews().Create(rctx,
+			&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, err
+		}
+		e := userEntry{user: tr.Status.User, ok: tr.Status.Authenticated, reason: tr.Status.Error}
+		ttl := a.denyTTL
+		if e.ok {
+			ttl = a.allowTTL
+		}
+		a.store(func() { e.expires = a.now().Add(ttl); a.users[digest] = e }, ttl)
+		return e, nil
+	})
+	if err != nil {
+		a.log.Error("TokenReview failed", "tokenDigest", digest[:12], "err", err)
+		return authenticationv1.UserInfo{}, status.Errorf(codes.Unavailable, "cannot review the bearer token with the Kubernetes API server: %v", err)
+	}
+	return userResult(v.(userEntry))
+}
+
+// reviewContext detaches a review from the one caller that triggered it:
+// concurrent callers with the same token share its answer, so one caller
+// giving up must not fail the others.
+func reviewContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
+}
+
+func userResult(e userEntry) (authenticationv1.UserInfo, error) {
+	if !e.ok {
+		reason := e.reason
+		if reason == "" {
+			reason = "token not authenticated"
+		}
+		return authenticationv1.UserInfo{}, status.Errorf(codes.Unauthenticated,
+			"bearer token rejected by the Kubernetes API server (%s): send a current ServiceAccount token", reason)
+	}
+	return e.user, nil
+}
+
+func (a *Authorizer) cachedUser(digest string) (userEntry, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.users[digest]
+	if !ok || !a.now().Before(e.expires) {
+		return userEntry{}, false
+	}
+	return e, true
+}
+
+func (a *Authorizer) cachedAccess(key string) (accessEntry, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.access[key]
+	if !ok || !a.now().Before(e.expires) {
+		return accessEntry{}, false
+	}
+	return e, true
+}
+
+// store runs put under the lock when ttl > 0, first making room if the
+// caches are full.
+func (a *Authorizer) store(put func(), ttl time.Duration) {
+	if ttl <= 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.users)+len(a.access) >= maxCacheEntries {
+		now := a.now()
+		for k, e := range a.users {
+			if !now.Before(e.expires) {
+				delete(a.users, k)
+			}
+		}
+		for k, e := range a.access {
+			if !now.Before(e.expires) {
+				delete(a.access, k)
+			}
+		}
+		if len(a.users)+len(a.access) >= maxCacheEntries {
+			a.users = map[string]userEntry{}
+			a.access = map[string]accessEntry{}
+		}
+	}
+	put()
+}
+
+// checkAccess asks (through the cache) whether user may use rule.
+func (a *Authorizer) checkAccess(ctx context.Context, digest string, user authenticationv1.UserInfo, rule Rule) error {
+	key := digest + "/" + rule.Verb + "/" + rule.Resource
+	e, ok := a.cachedAccess(key)
+	if !ok {
+		v, err, _ := a.flight.Do("sar/"+key, func() (any, error) {
+			if e, ok := a.cachedAccess(key); ok {
+				return e, nil
+			}
+			rctx, cancel := reviewContext(ctx)
+			defer cancel()
+			sar, err := a.client.AuthorizationV1().SubjectAccessReviews().Create(rctx,
+				accessReview(user, rule), metav1.CreateOptions{})
+			if err != nil {
+				return nil, err
+			}
+			e := accessEntry{allowed: sar.Status.Allowed && !sar.Status.Denied, reason: sar.Status.Reason}
+			if sar.Status.EvaluationError != "" && e.reason == "" {
+				e.reason = sar.Status.EvaluationError
+			}
+			ttl := a.denyTTL
+			if e.allowed {
+				ttl = a.allowTTL
+			}
+			a.store(func() { e.expires = a.now().Add(ttl); a.access[key] = e }, ttl)
+			return e, nil
+		})
+		if err != nil {
+			a.log.Error("SubjectAccessReview failed", "user", user.Username, "verb", rule.Verb, "resource", rule.Resource, "err", err)
+			return status.Errorf(codes.Unavailable, "cannot review access with the Kubernetes API server: %v", err)
+		}
+		e = v.(accessEntry)
+	}
+	if !e.allowed {
+		a.log.Info("Denied a call", "user", user.Username, "verb", rule.Verb, "resource", rule.Resource+"."+Group)
+		return status.Errorf(codes.PermissionDenied,
+			"user %q may not %s %s.%s: bind a (Cluster)Role granting apiGroups [%s], resources [%s], verbs [%s]",
+			user.Username, rule.Verb, rule.Resource, Group, Group, rule.Resource, rule.Verb)
+	}
+	return nil
+}
+
+func accessReview(user authenticationv1.UserInfo, rule Rule) *authorizationv1.SubjectAccessReview {
+	var extra map[string]authorizationv1.ExtraValue
+	if len(user.Extra) > 0 {
+		extra = make(map[string]authorizationv1.ExtraValue, len(user.Extra))
+		for k, v := range user.Extra {
+			extra[k] = authorizationv1.ExtraValue(v)
+		}
+	}
+	return &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   user.Username,
+		UID:    user.UID,
+		Groups: user.Groups,
+		Extra:  extra,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Group:    Group,
+			Verb:     rule.Verb,
+			Resource: rule.Resource,
+		},
+	}}
+}
+
+// String describes a rule as RBAC would: "list allocations.ipledger.io".
+func (r Rule) String() string { return fmt.Sprintf("%s %s.%s", r.Verb, r.Resource, Group) }

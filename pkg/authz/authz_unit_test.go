@@ -1,0 +1,214 @@
+package authz
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+func TestIsOpen(t *testing.T) {
+	tests := []struct {
+		method string
+		want   bool
+	}{
+		{"/grpc.health.v1.Health/Check", true},
+		{"/grpc.health.v1.Health/Watch", true},
+		{"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", true},
+		{"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", true},
+		{"/ipledger.ipam.v1.IPAMService/ListPools", false},
+		{"/grpc.health.v1.HealthX/Check", false},
+		{"", false},
+	}
+	for _, tt := range tests {
+		if got := IsOpen(tt.method); got != tt.want {
+			t.Errorf("IsOpen(%q) = %v, want %v", tt.method, got, tt.want)
+		}
+	}
+}
+
+func TestBearerToken(t *testing.T) {
+	tests := []struct {
+		name   string
+		md     metadata.MD
+		want   string
+		wantOK bool
+	}{
+		{"none", nil, "", false},
+		{"bearer", metadata.Pairs("authorization", "Bearer abc"), "abc", true},
+		{"lowercase scheme", metadata.Pairs("authorization", "bearer abc"), "abc", true},
+		{"basic", metadata.Pairs("authorization", "Basic abc"), "", false},
+		{"no scheme", metadata.Pairs("authorization", "abc"), "", false},
+		{"empty token", metadata.Pairs("authorization", "Bearer  "), "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			if tt.md != nil {
+				ctx = metadata.NewIncomingContext(ctx, tt.md)
+			}
+			got, err := bearerToken(ctx)
+			if (err == nil) != tt.wantOK || got != tt.want {
+				t.Fatalf("bearerToken = %q, %v; want %q, ok=%v", got, err, tt.want, tt.wantOK)
+			}
+			if err != nil && status.Code(err) != codes.Unauthenticated {
+				t.Fatalf("code = %v, want Unauthenticated", status.Code(err))
+			}
+		})
+	}
+}
+
+// fakeReviews answers TokenReviews ("good" authenticates as alice) and
+// SubjectAccessReviews (alice may list allocations) and counts them.
+func fakeReviews(trs, sars *atomic.Int32) *fake.Clientset {
+	c := fake.NewClientset()
+	c.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		trs.Add(1)
+		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview)
+		if tr.Spec.Token == "good" {
+			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "alice"}}
+		} else {
+			tr.Status = authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}
+		}
+		return true, tr, nil
+	})
+	c.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sars.Add(1)
+		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
+		ra := sar.Spec.ResourceAttributes
+		sar.Status.Allowed = sar.Spec.User == "alice" && ra.Group == Group && ra.Resource == "allocations" && ra.Verb == "list"
+		return true, sar, nil
+	})
+	return c
+}
+
+func TestCache(t *testing.T) {
+	var trs, sars atomic.Int32
+	rules := Rules{
+		"/x.S/List":    {Verb: "list", Resource: "allocations"},
+		"/x.S/Reserve": {Verb: "create", Resource: "reservations"},
+	}
+	a := New(fakeReviews(&trs, &sars), rules, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	now := time.Unix(1000, 0)
+	a.now = func() time.Time { return now }
+	call := func(token, method string) codes.Code {
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
+		_, err := a.Authorize(ctx, method)
+		return status.Code(err)
+	}
+	steps := []struct {
+		name              string
+		advance           time.Duration
+		token, method     string
+		want              codes.Code
+		wantTRs, wantSARs int32
+	}{
+		{"first call reviews both", 0, "good", "/x.S/List", codes.OK, 1, 1},
+		{"cached", time.Second, "good", "/x.S/List", codes.OK, 1, 1},
+		{"other rule reviews access only", 0, "good", "/x.S/Reserve", codes.PermissionDenied, 1, 2},
+		{"denial cached", time.Second, "good", "/x.S/Reserve", codes.PermissionDenied, 1, 2},
+		{"denial expires", DefaultDenyTTL, "good", "/x.S/Reserve", codes.PermissionDenied, 1, 3},
+		{"allow expires", DefaultAllowTTL, "good", "/x.S/List", codes.OK, 2, 4},
+		{"bad token", 0, "bad", "/x.S/List", codes.Unauthenticated, 3, 4},
+		{"bad token cached", time.Second, "bad", "/x.S/List", codes.Unauthenticated, 3, 4},
+		{"not in table", 0, "good", "/x.S/Other", codes.PermissionDenied, 3, 4},
+		{"open without token", 0, "", "/grpc.health.v1.Health/Check", codes.OK, 3, 4},
+	}
+	for _, s := range steps {
+		now = now.Add(s.advance)
+		if got := call(s.token, s.method); got != s.want {
+			t.Errorf("%s: code %v, want %v", s.name, got, s.want)
+		}
+		if trs.Load() != s.wantTRs || sars.Load() != s.wantSARs {
+			t.Errorf("%s: %d TokenReviews, %d SubjectAccessReviews; want %d, %d", s.name, trs.Load(), sars.Load(), s.wantTRs, s.wantSARs)
+		}
+	}
+}
+
+func TestTokenFromFileRotation(t *testing.T) {
+	dir := t.TempDir()
+	// Lay the file out as the kubelet does: token -> ..data/token, and
+	// rotation swaps the ..data symlink.
+	write := func(gen, token string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(dir, gen), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, gen, "token"), []byte(token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(gen, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("gen1", "first")
+	if err := os.Symlink(filepath.Join("..data", "token"), filepath.Join(dir, "token")); err != nil {
+		t.Fatal(err)
+	}
+	creds := TokenFromFile(filepath.Join(dir, "token"))
+	if !creds.RequireTransportSecurity() {
+		t.Fatal("TokenFromFile must require transport security")
+	}
+	if PlaintextTokenFromFile("x").RequireTransportSecurity() {
+		t.Fatal("PlaintextTokenFromFile must not require transport security")
+	}
+	get := func() string {
+		t.Helper()
+		md, err := creds.GetRequestMetadata(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return md["authorization"]
+	}
+	if got := get(); got != "Bearer first" {
+		t.Fatalf("got %q", got)
+	}
+	write("gen2", "second-token")
+	if got := get(); got != "Bearer second-token" {
+		t.Fatalf("after rotation got %q", got)
+	}
+	if _, err := TokenFromFile(filepath.Join(dir, "missing")).GetRequestMetadata(context.Background()); err == nil {
+		t.Fatal("missing token file: want an error")
+	}
+}
+
+func TestDialOptions(t *testing.T) {
+	tests := []struct {
+		name      string
+		token, ca string
+		plaintext bool
+		wantErr   bool
+		wantOpts  int
+	}{
+		{"plaintext no token", "", "", true, false, 1},
+		{"plaintext token", "/t", "", true, false, 2},
+		{"plaintext with CA", "", "/ca", true, true, 0},
+		{"tls system roots", "/t", "", false, false, 2},
+		{"tls missing CA", "", "/nonexistent/ca.pem", false, true, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts, err := DialOptions(tt.token, tt.ca, tt.plaintext)
+			if (err != nil) != tt.wantErr || len(opts) != tt.wantOpts {
+				t.Fatalf("DialOptions = %d opts, %v; want %d, err=%v", len(opts), err, tt.wantOpts, tt.wantErr)
+			}
+		})
+	}
+}

@@ -1,0 +1,103 @@
+package convert
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+)
+
+func mustText(t *testing.T, s string) *watcherv1.Object {
+	t.Helper()
+	var o watcherv1.Object
+	if err := prototext.Unmarshal([]byte(s), &o); err != nil {
+		t.Fatal(err)
+	}
+	return &o
+}
+
+func TestObject(t *testing.T) {
+	lbClass := "ipledger.io/lb"
+	vip := corev1.LoadBalancerIPModeVIP
+	policy := corev1.IPFamilyPolicyPreferDualStack
+	tests := []struct {
+		name string
+		in   runtime.Object
+		want string
+	}{
+		{
+			name: "service keeps consumer fields and only ipledger/metallb annotations",
+			in: &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "u1", ResourceVersion: "7", Labels: map[string]string{"app": "web"},
+					Annotations: map[string]string{"ipledger.io/loadBalancerIPs": "10.0.0.1", "metallb.universe.tf/address-pool": "p",
+						"kubectl.kubernetes.io/last-applied-configuration": "{...}"}},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIPs: []string{"10.96.0.10"}, LoadBalancerClass: &lbClass,
+					IPFamilyPolicy: &policy, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, Selector: map[string]string{"app": "web"},
+					Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromString("web")}}},
+				Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "10.0.0.1", IPMode: &vip}}}},
+			},
+			want: `kind: KIND_SERVICE
+				meta: {namespace: "ns" name: "web" uid: "u1" resource_version: "7" labels {key: "app" value: "web"}
+				  annotations {key: "ipledger.io/loadBalancerIPs" value: "10.0.0.1"} annotations {key: "metallb.universe.tf/address-pool" value: "p"}}
+				service: {type: "LoadBalancer" cluster_ips: "10.96.0.10" load_balancer_class: "ipledger.io/lb" ip_family_policy: "PreferDualStack"
+				  ip_families: "IPv4" selector {key: "app" value: "web"} has_selector: true
+				  ports {name: "http" protocol: "TCP" port: 80 target_port_name: "web"} ingress {ip: "10.0.0.1" ip_mode: "VIP"}}`,
+		},
+		{
+			name: "service without selector",
+			in:   &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ext"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName}},
+			want: `kind: KIND_SERVICE meta: {namespace: "ns" name: "ext"} service: {type: "ExternalName"}`,
+		},
+		{
+			name: "ippool from unstructured, autoAssign defaulted",
+			in: &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool", "metadata": map[string]any{"name": "p1", "generation": int64(2)},
+				"spec": map[string]any{"addresses": []any{"10.0.0.0/24", "10.1.0.1-10.1.0.9"},
+					"allocation": map[string]any{"priority": int64(5), "namespaces": []any{"a"},
+						"serviceSelectors": []any{map[string]any{"matchLabels": map[string]any{"x": "y"},
+							"matchExpressions": []any{map[string]any{"key": "k", "operator": "In", "values": []any{"v"}}}}}}},
+				"status": map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": "True", "reason": "OK", "message": "",
+					"lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": int64(2)}}},
+			}},
+			want: `kind: KIND_IP_POOL meta: {name: "p1" generation: 2}
+				ip_pool: {addresses: ["10.0.0.0/24", "10.1.0.1-10.1.0.9"] auto_assign: true
+				  allocation: {priority: 5 namespaces: "a" service_selectors {match_labels {key: "x" value: "y"} match_expressions {key: "k" operator: "In" values: "v"}}}
+				  conditions {type: "Ready" status: "True" reason: "OK" observed_generation: 2 last_transition_time: 1767225600000000000}}`,
+		},
+		{
+			name: "externalworkload from unstructured, protocol defaulted",
+			in: &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "ipledger.io/v1alpha1", "kind": "ExternalWorkload", "metadata": map[string]any{"namespace": "ns", "name": "vm1"},
+				"spec": map[string]any{"workloadIPs": []any{map[string]any{"ip": "192.0.2.1"}}, "ports": []any{map[string]any{"name": "http", "port": int64(80)}}},
+			}},
+			want: `kind: KIND_EXTERNAL_WORKLOAD meta: {namespace: "ns" name: "vm1"}
+				external_workload: {workload_ips: "192.0.2.1" ports {name: "http" port: 80 protocol: "TCP"}}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Object(tt.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := mustText(t, tt.want); !proto.Equal(got, want) {
+				t.Errorf("got  %v\nwant %v", prototext.Format(got), prototext.Format(want))
+			}
+		})
+	}
+}
+
+func TestIPPoolWrongTypeIsAnError(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
+		"metadata": map[string]any{"name": "p"}, "spec": map[string]any{"addresses": "10.0.0.0/24"}}}
+	if _, err := IPPool(u); err == nil {
+		t.Fatal("want an error for spec.addresses as a string")
+	}
+}

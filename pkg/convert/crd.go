@@ -1,0 +1,112 @@
+package convert
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+)
+
+// ipPoolSpec and friends mirror the CRD schemas in deploy/kustomize/base/crds;
+// the unstructured content is decoded into them so a field of the wrong type is
+// an error, not a silent zero.
+type ipPoolSpec struct {
+	Addresses     []string `json:"addresses"`
+	AutoAssign    *bool    `json:"autoAssign"`
+	AvoidBuggyIPs bool     `json:"avoidBuggyIPs"`
+	Allocation    *struct {
+		Priority           int32                  `json:"priority"`
+		Namespaces         []string               `json:"namespaces"`
+		NamespaceSelectors []metav1.LabelSelector `json:"namespaceSelectors"`
+		ServiceSelectors   []metav1.LabelSelector `json:"serviceSelectors"`
+	} `json:"allocation"`
+}
+
+type conditionsStatus struct {
+	Conditions []metav1.Condition `json:"conditions"`
+}
+
+type ipPool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              ipPoolSpec       `json:"spec"`
+	Status            conditionsStatus `json:"status"`
+}
+
+type externalWorkload struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		WorkloadIPs []struct {
+			IP string `json:"ip"`
+		} `json:"workloadIPs"`
+		Ports []struct {
+			Name     string `json:"name"`
+			Port     int32  `json:"port"`
+			Protocol string `json:"protocol"`
+		} `json:"ports"`
+	} `json:"spec"`
+	Status conditionsStatus `json:"status"`
+}
+
+// IPPool converts an unstructured ipledger.io/v1alpha1 IPPool.
+func IPPool(u *unstructured.Unstructured) (*watcherv1.Object, error) {
+	var p ipPool
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), &p); err != nil {
+		return nil, fmt.Errorf("convert IPPool %s: %w", u.GetName(), err)
+	}
+	body := &watcherv1.IPPool{
+		Addresses:     p.Spec.Addresses,
+		AutoAssign:    p.Spec.AutoAssign == nil || *p.Spec.AutoAssign, // the CRD defaults it to true
+		AvoidBuggyIps: p.Spec.AvoidBuggyIPs,
+		Conditions:    Conditions(p.Status.Conditions),
+	}
+	if a := p.Spec.Allocation; a != nil {
+		body.Allocation = &watcherv1.IPPoolAllocation{Priority: a.Priority, Namespaces: a.Namespaces}
+		for i := range a.NamespaceSelectors {
+			body.Allocation.NamespaceSelectors = append(body.Allocation.NamespaceSelectors, LabelSelector(&a.NamespaceSelectors[i]))
+		}
+		for i := range a.ServiceSelectors {
+			body.Allocation.ServiceSelectors = append(body.Allocation.ServiceSelectors, LabelSelector(&a.ServiceSelectors[i]))
+		}
+	}
+	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_IP_POOL, Meta: Meta(u), Body: &watcherv1.Object_IpPool{IpPool: body}}, nil
+}
+
+// ExternalWorkload converts an unstructured ipledger.io/v1alpha1 ExternalWorkload.
+func ExternalWorkload(u *unstructured.Unstructured) (*watcherv1.Object, error) {
+	var w externalWorkload
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), &w); err != nil {
+		return nil, fmt.Errorf("convert ExternalWorkload %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	body := &watcherv1.ExternalWorkload{Conditions: Conditions(w.Status.Conditions)}
+	for _, ip := range w.Spec.WorkloadIPs {
+		body.WorkloadIps = append(body.WorkloadIps, ip.IP)
+	}
+	for _, p := range w.Spec.Ports {
+		proto := p.Protocol
+		if proto == "" {
+			proto = "TCP" // the CRD default
+		}
+		body.Ports = append(body.Ports, &watcherv1.WorkloadPort{Name: p.Name, Port: p.Port, Protocol: proto})
+	}
+	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, Meta: Meta(u), Body: &watcherv1.Object_ExternalWorkload{ExternalWorkload: body}}, nil
+}
+
+// LabelSelector converts a metav1.LabelSelector.
+func LabelSelector(s *metav1.LabelSelector) *watcherv1.LabelSelector {
+	out := &watcherv1.LabelSelector{}
+	if len(s.MatchLabels) > 0 {
+		out.MatchLabels = make(map[string]string, len(s.MatchLabels))
+		for k, v := range s.MatchLabels {
+			out.MatchLabels[k] = v
+		}
+	}
+	for _, r := range s.MatchExpressions {
+		out.MatchExpressions = append(out.MatchExpressions, &watcherv1.LabelSelectorRequirement{Key: r.Key, Operator: string(r.Operator), Values: r.Values})
+	}
+	return out
+}

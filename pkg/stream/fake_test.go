@@ -1,0 +1,169 @@
+package stream
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+)
+
+// fakeWatcher is a minimal WatcherService: a snapshot of its objects, SYNCED,
+// then whatever the test pushes. It never resumes (every stream is a snapshot).
+type fakeWatcher struct {
+	watcherv1.UnimplementedWatcherServiceServer
+	epoch string
+
+	mu      sync.Mutex
+	rev     uint64
+	objects map[string]*watcherv1.Object
+	subs    map[chan *watcherv1.WatchResponse]struct{}
+	streams int
+
+	srv  *grpc.Server
+	addr string
+}
+
+func startFake(t *testing.T, epoch string, objs ...*watcherv1.Object) *fakeWatcher {
+	t.Helper()
+	return startFakeOn(t, "127.0.0.1:0", epoch, objs...)
+}
+
+// freeAddr returns a loopback address nothing listens on (yet).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func startFakeOn(t *testing.T, addr, epoch string, objs ...*watcherv1.Object) *fakeWatcher {
+	t.Helper()
+	f := &fakeWatcher{epoch: epoch, objects: map[string]*watcherv1.Object{}, subs: map[chan *watcherv1.WatchResponse]struct{}{}}
+	for _, o := range objs {
+		f.objects[Key(o)] = o
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.addr = ln.Addr().String()
+	f.srv = grpc.NewServer()
+	watcherv1.RegisterWatcherServiceServer(f.srv, f)
+	go f.srv.Serve(ln)
+	t.Cleanup(f.srv.Stop)
+	return f
+}
+
+func (f *fakeWatcher) Watch(req *watcherv1.WatchRequest, stream grpc.ServerStreamingServer[watcherv1.WatchResponse]) error {
+	f.mu.Lock()
+	f.streams++
+	ch := make(chan *watcherv1.WatchResponse, 1000)
+	var snap []*watcherv1.WatchResponse
+	for _, o := range f.objects {
+		snap = append(snap, &watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Epoch: f.epoch, Revision: f.rev, Object: o})
+	}
+	snap = append(snap, &watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_SYNCED, Epoch: f.epoch, Revision: f.rev, ResumeRevision: f.rev})
+	f.subs[ch] = struct{}{}
+	f.mu.Unlock()
+	defer func() { f.mu.Lock(); delete(f.subs, ch); f.mu.Unlock() }()
+	for _, r := range snap {
+		if err := stream.Send(r); err != nil {
+			return err
+		}
+	}
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case r := <-ch:
+			if err := stream.Send(r); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (f *fakeWatcher) upsert(o *watcherv1.Object) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rev++
+	old := f.objects[Key(o)]
+	f.objects[Key(o)] = o
+	f.broadcast(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Epoch: f.epoch, Revision: f.rev, ResumeRevision: f.rev, Object: o, OldObject: old})
+}
+
+func (f *fakeWatcher) remove(o *watcherv1.Object) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rev++
+	delete(f.objects, Key(o))
+	f.broadcast(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_DELETE, Epoch: f.epoch, Revision: f.rev, ResumeRevision: f.rev, Object: o})
+}
+
+func (f *fakeWatcher) broadcast(r *watcherv1.WatchResponse) {
+	for ch := range f.subs {
+		ch <- r
+	}
+}
+
+func svc(ns, name, rv string, labels map[string]string) *watcherv1.Object {
+	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_SERVICE,
+		Meta: &watcherv1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: rv, Labels: labels},
+		Body: &watcherv1.Object_Service{Service: &watcherv1.Service{Type: "LoadBalancer"}}}
+}
+
+// recorder is a Handler that mirrors what it was told into a map and logs it.
+type recorder struct {
+	mu     sync.Mutex
+	mirror map[string]*watcherv1.Object
+	log    []string
+}
+
+func newRecorder() *recorder { return &recorder{mirror: map[string]*watcherv1.Object{}} }
+
+func (r *recorder) OnAdd(o *watcherv1.Object) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mirror[Key(o)] = o
+	r.log = append(r.log, "add "+Key(o)+"@"+o.GetMeta().GetResourceVersion())
+}
+
+func (r *recorder) OnUpdate(old, o *watcherv1.Object) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mirror[Key(o)] = o
+	r.log = append(r.log, "update "+Key(o)+"@"+old.GetMeta().GetResourceVersion()+"->"+o.GetMeta().GetResourceVersion())
+}
+
+func (r *recorder) OnDelete(o *watcherv1.Object) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.mirror, Key(o))
+	r.log = append(r.log, "delete "+Key(o))
+}
+
+func (r *recorder) events() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.log...)
+}
+
+func runClient(t *testing.T, target string) *Client {
+	t.Helper()
+	c, err := New(Config{Target: target, Plaintext: true, Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}

@@ -1,0 +1,196 @@
+// Package app wires the ipledger-eipd process together: the watcher stream
+// it reads Nodes and Pods from, the EC2 client, the Kubernetes client it
+// writes Node labels and Events with, the Lease that gates the controller,
+// the EIPService gRPC server and the ops server, all under one errgroup.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/ipledger/ipledger/pkg/authz"
+	"github.com/ipledger/ipledger/pkg/cmdmain"
+	"github.com/ipledger/ipledger/pkg/grpcserver"
+	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/pkg/opsserver"
+	"github.com/ipledger/ipledger/pkg/stream"
+	eipdv1 "github.com/ipledger/ipledger/proto/ipledger/eipd/v1"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
+	"github.com/ipledger/ipledger/services/eipd/internal/controller"
+	"github.com/ipledger/ipledger/services/eipd/internal/server"
+)
+
+// Defaults of the process.
+const (
+	LeaseName       = "ipledger-eipd"
+	DefaultGRPCAddr = ":9445"
+	// Component is the Event source and field manager.
+	Component = "ipledger-eipd"
+)
+
+// Kinds eipd reads from the stream.
+var Kinds = []watcherv1.Kind{watcherv1.Kind_KIND_NODE, watcherv1.Kind_KIND_POD}
+
+// Config is everything the binary is configured with.
+type Config struct {
+	Common     cmdmain.Common
+	Stream     stream.Config
+	Leader     leader.Config
+	Controller controller.Config
+	EC2        awsec2.Config
+	GRPC       grpcserver.Config
+	Ops        opsserver.Config
+	// ClusterID goes into the ipledger.io/cluster tag of every address:
+	// eipd only ever sees and touches its own cluster's addresses.
+	ClusterID string
+	KubeQPS   float64
+	KubeBurst int
+	// EC2Options adjust the EC2 client beyond the SDK's standard chain
+	// (tests point it at a fault proxy); not a flag.
+	EC2Options []func(*ec2.Options)
+}
+
+// DefaultConfig returns the defaults Flags starts from.
+func DefaultConfig() Config {
+	return Config{
+		Leader:     leader.Config{LeaseName: LeaseName},
+		Controller: controller.DefaultConfig(),
+		EC2:        awsec2.DefaultConfig(),
+		KubeQPS:    20,
+		KubeBurst:  40,
+	}
+}
+
+// Flags registers every flag with the current values as defaults.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	c.Common.Flags(fs)
+	c.Stream.Flags(fs)
+	c.Leader.Flags(fs)
+	c.Controller.Flags(fs)
+	c.EC2.Flags(fs)
+	c.GRPC.Flags(fs, DefaultGRPCAddr)
+	c.Ops.Flags(fs)
+	fs.StringVar(&c.ClusterID, "cluster-id", c.ClusterID, "identifies this cluster in the ipledger.io/cluster tag of its Elastic IPs (required)")
+	fs.Float64Var(&c.KubeQPS, "kube-api-qps", c.KubeQPS, "queries per second to the Kubernetes API")
+	fs.IntVar(&c.KubeBurst, "kube-api-burst", c.KubeBurst, "burst of queries to the Kubernetes API")
+}
+
+// App is one ipledger-eipd process.
+type App struct {
+	// Registry holds every metric of the process.
+	Registry *prometheus.Registry
+	// Controller is the Elastic IP controller.
+	Controller *controller.Controller
+
+	cfg         Config
+	log         *slog.Logger
+	client      kubernetes.Interface
+	watch       *stream.Client
+	grpc        *grpcserver.Server
+	ops         *opsserver.Server
+	broadcaster record.EventBroadcaster
+	synced      atomic.Bool
+}
+
+// New builds the process from cfg without starting anything (the gRPC
+// server already listens, so Addr is known).
+func New(ctx context.Context, cfg Config) (*App, error) {
+	if cfg.ClusterID == "" {
+		return nil, errors.New("--cluster-id is required: it scopes the Elastic IPs eipd manages")
+	}
+	a := &App{cfg: cfg, log: cfg.Common.Logger(), Registry: prometheus.NewRegistry()}
+	if a.cfg.Leader.LeaseName == "" {
+		a.cfg.Leader.LeaseName = LeaseName
+	}
+	if a.cfg.Leader.LeaseNamespace == "" {
+		a.cfg.Leader.LeaseNamespace = cfg.Common.Namespace
+	}
+	if a.cfg.KubeQPS == 0 {
+		a.cfg.KubeQPS, a.cfg.KubeBurst = 20, 40
+	}
+	restCfg, err := cfg.Common.RESTConfig(float32(a.cfg.KubeQPS), a.cfg.KubeBurst)
+	if err != nil {
+		return nil, err
+	}
+	if a.client, err = kubernetes.NewForConfig(restCfg); err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	ec2c, err := awsec2.New(ctx, cfg.ClusterID, cfg.EC2, a.Registry, cfg.EC2Options...)
+	if err != nil {
+		return nil, err
+	}
+	sc := cfg.Stream
+	sc.Kinds = Kinds
+	if a.watch, err = stream.New(sc, a.log, a.Registry); err != nil {
+		return nil, fmt.Errorf("watcher stream: %w", err)
+	}
+	a.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
+	a.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
+	recorder := a.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component})
+	if a.Controller, err = controller.New(cfg.Controller, ec2c, a.watch.Store(), a.client, recorder, a.log, a.Registry); err != nil {
+		return nil, err
+	}
+	if a.grpc, err = grpcserver.New(cfg.GRPC, authz.New(a.client, server.Rules, a.log), a.log, a.Registry); err != nil {
+		return nil, err
+	}
+	a.grpc.Register(&eipdv1.EIPService_ServiceDesc, server.New(ec2c, a.watch.Store(), a.Controller.Status()))
+	a.ops = opsserver.New(cfg.Ops, a.Registry, a.ready)
+	return a, nil
+}
+
+// GRPCAddr is where EIPService listens.
+func (a *App) GRPCAddr() string { return a.grpc.Addr().String() }
+
+func (a *App) ready() error {
+	if !a.synced.Load() {
+		return errors.New("watcher stream not synced yet")
+	}
+	return nil
+}
+
+// Run runs the process until ctx ends or a part fails. On the way out the
+// leader drains its queue and releases the Lease before Run returns.
+func (a *App) Run(ctx context.Context) error {
+	defer a.broadcaster.Shutdown()
+	g, gctx := errgroup.WithContext(ctx)
+	if a.cfg.Ops.Addr != "" {
+		g.Go(func() error { return a.ops.Serve(gctx) })
+	}
+	g.Go(func() error { return a.grpc.Serve(gctx) })
+	g.Go(func() error { return a.watch.Run(gctx) })
+	g.Go(func() error {
+		// Campaign only with the whole world in the store: a leader that
+		// misses a Node would give its Elastic IP back.
+		if err := a.watch.WaitForSync(gctx); err != nil {
+			return err
+		}
+		a.synced.Store(true)
+		a.grpc.SetServing(true)
+		a.log.Info("Watcher stream synced; campaigning for the Lease", "lease", a.cfg.Leader.LeaseNamespace+"/"+a.cfg.Leader.LeaseName)
+		return leader.Run(gctx, a.client, a.cfg.Leader, a.Controller.NewWorker(a.watch, a.Registry), a.log, a.Registry)
+	})
+	return g.Wait()
+}
+
+// Run builds and runs the process.
+func Run(ctx context.Context, cfg Config) error {
+	a, err := New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}

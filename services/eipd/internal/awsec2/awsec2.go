@@ -1,0 +1,408 @@
+// Package awsec2 is eipd's only door to EC2: it lists, allocates, tags,
+// associates and releases the Elastic IPs eipd manages, over aws-sdk-go-v2
+// configured from the SDK's standard chain (AWS_ENDPOINT_URL_EC2, AWS_REGION,
+// credentials, profiles), with adaptive retries that back off on throttling.
+//
+// AllocateAddress has no idempotency token, so it is the one call sent with
+// retries off: a retried allocation whose first response was lost creates a
+// second address. After any failure that may have allocated, the address is
+// looked up by its Node tag before anything else happens.
+package awsec2
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ipledger/ipledger/services/eipd/internal/decide"
+)
+
+// ErrUncertain wraps an AllocateAddress failure after which an address may
+// exist that EC2 does not list yet (a lost response, a timeout, a 5xx). The
+// caller must not allocate again for that Node until the address shows up or
+// EC2 has had time to show it.
+var ErrUncertain = errors.New("allocation outcome unknown")
+
+// Config tunes the EC2 client. Endpoint, region and credentials come from
+// the SDK's standard chain, not from here.
+type Config struct {
+	// MaxAttempts per call (except AllocateAddress, which has one).
+	MaxAttempts int
+	// MaxBackoff caps the delay between retries.
+	MaxBackoff time.Duration
+	// CallTimeout bounds each call including its retries.
+	CallTimeout time.Duration
+}
+
+// DefaultConfig returns the defaults used by Flags.
+func DefaultConfig() Config {
+	return Config{MaxAttempts: 8, MaxBackoff: 20 * time.Second, CallTimeout: 2 * time.Minute}
+}
+
+// Flags registers the EC2 client flags.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	fs.IntVar(&c.MaxAttempts, "ec2-max-attempts", c.MaxAttempts, "attempts per EC2 call with adaptive retry (AllocateAddress is never retried)")
+	fs.DurationVar(&c.MaxBackoff, "ec2-max-backoff", c.MaxBackoff, "longest delay between retries of an EC2 call")
+	fs.DurationVar(&c.CallTimeout, "ec2-call-timeout", c.CallTimeout, "deadline of one EC2 call including its retries")
+}
+
+// Client manages the Elastic IPs of one cluster.
+type Client struct {
+	ec2       *ec2.Client
+	clusterID string
+	cfg       Config
+	metrics   *metrics
+}
+
+type metrics struct {
+	calls  *prometheus.CounterVec
+	errors *prometheus.CounterVec
+}
+
+// New loads the SDK's default configuration (plus optFns, for tests) and
+// returns a client for clusterID's addresses.
+func New(ctx context.Context, clusterID string, cfg Config, reg prometheus.Registerer, optFns ...func(*ec2.Options)) (*Client, error) {
+	if clusterID == "" {
+		return nil, errors.New("cluster ID is empty: set --cluster-id")
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = DefaultConfig().MaxAttempts
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = DefaultConfig().MaxBackoff
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultConfig().CallTimeout
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, config.WithRetryer(func() aws.Retryer {
+		return retry.NewAdaptiveMode(func(o *retry.AdaptiveModeOptions) {
+			o.StandardOptions = append(o.StandardOptions, func(so *retry.StandardOptions) {
+				so.MaxAttempts = cfg.MaxAttempts
+				so.MaxBackoff = cfg.MaxBackoff
+			})
+		})
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("load AWS configuration: %w", err)
+	}
+	if awsCfg.Region == "" {
+		return nil, errors.New("no AWS region: set AWS_REGION (or a profile's region)")
+	}
+	m := &metrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipledger_eipd_ec2_requests_total",
+			Help: "EC2 HTTP requests (each retry attempt counts) by action.",
+		}, []string{"action"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipledger_eipd_ec2_errors_total",
+			Help: "Failed EC2 HTTP requests (each retry attempt counts) by action and error code.",
+		}, []string{"action", "code"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.calls, m.errors} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register EC2 metrics: %w", err)
+			}
+		}
+	}
+	optFns = append([]func(*ec2.Options){func(o *ec2.Options) {
+		o.APIOptions = append(o.APIOptions, m.addMiddleware)
+	}}, optFns...)
+	return &Client{ec2: ec2.NewFromConfig(awsCfg, optFns...), clusterID: clusterID, cfg: cfg, metrics: m}, nil
+}
+
+// addMiddleware counts every attempt: it sits after the retry middleware, so
+// a throttled call retried five times counts six requests and five errors.
+func (m *metrics) addMiddleware(stack *middleware.Stack) error {
+	return stack.Finalize.Insert(middleware.FinalizeMiddlewareFunc("ipledgerMetrics",
+		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+			action := awsmiddleware.GetOperationName(ctx)
+			m.calls.WithLabelValues(action).Inc()
+			out, md, err := next.HandleFinalize(ctx, in)
+			if err != nil {
+				m.errors.WithLabelValues(action, ErrorCode(err)).Inc()
+			}
+			return out, md, err
+		}), "Retry", middleware.After)
+}
+
+// ErrorCode names an EC2 error for metrics and logs: the API error code, or
+// a transport-level class.
+func ErrorCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.Canceled):
+		return "Canceled"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "Timeout"
+	case errors.Is(err, ErrUncertain):
+		return "Uncertain"
+	}
+	return "Transport"
+}
+
+// IsNotFound reports whether err says the address or association no longer exists.
+func IsNotFound(err error) bool {
+	switch ErrorCode(err) {
+	case "InvalidAllocationID.NotFound", "InvalidAssociationID.NotFound", "InvalidAddress.NotFound":
+		return true
+	}
+	return false
+}
+
+func (c *Client) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.CallTimeout)
+}
+
+func (c *Client) managedFilters() []types.Filter {
+	return []types.Filter{
+		{Name: aws.String("tag:" + decide.TagManaged), Values: []string{"true"}},
+		{Name: aws.String("tag:" + decide.TagCluster), Values: []string{c.clusterID}},
+	}
+}
+
+// ListManaged returns every address tagged as managed by this cluster,
+// ordered by allocation ID.
+func (c *Client) ListManaged(ctx context.Context) ([]decide.Address, error) {
+	return c.describe(ctx, c.managedFilters())
+}
+
+// LookupByNode returns the addresses tagged for node.
+func (c *Client) LookupByNode(ctx context.Context, node string) ([]decide.Address, error) {
+	return c.describe(ctx, append(c.managedFilters(), types.Filter{Name: aws.String("tag:" + decide.TagNode), Values: []string{node}}))
+}
+
+func (c *Client) describe(ctx context.Context, filters []types.Filter) ([]decide.Address, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	out, err := c.ec2.DescribeAddresses(ctx, &ec2.DescribeAddressesInput{Filters: filters})
+	if err != nil {
+		return nil, fmt.Errorf("describe addresses: %w", err)
+	}
+	addrs := make([]decide.Address, 0, len(out.Addresses))
+	for _, a := range out.Addresses {
+		addrs = append(addrs, fromEC2(a))
+	}
+	slices.SortFunc(addrs, func(x, y decide.Address) int {
+		switch {
+		case x.AllocationID < y.AllocationID:
+			return -1
+		case x.AllocationID > y.AllocationID:
+			return 1
+		}
+		return 0
+	})
+	return addrs, nil
+}
+
+func fromEC2(a types.Address) decide.Address {
+	out := decide.Address{
+		AllocationID:       aws.ToString(a.AllocationId),
+		PublicIP:           aws.ToString(a.PublicIp),
+		AssociationID:      aws.ToString(a.AssociationId),
+		InstanceID:         aws.ToString(a.InstanceId),
+		NetworkInterfaceID: aws.ToString(a.NetworkInterfaceId),
+		PrivateIP:          aws.ToString(a.PrivateIpAddress),
+	}
+	for _, t := range a.Tags {
+		switch aws.ToString(t.Key) {
+		case decide.TagNode:
+			out.Node = aws.ToString(t.Value)
+		case decide.TagAllocatedAt:
+			if at, err := time.Parse(time.RFC3339Nano, aws.ToString(t.Value)); err == nil {
+				out.AllocatedAt = at
+			}
+		}
+	}
+	return out
+}
+
+// Allocate gives node an address tagged for it. It looks the Node's tag up
+// first and returns an existing address if there is one; otherwise it sends
+// one AllocateAddress with retries off. If that fails in a way that may have
+// allocated, it looks the tag up again; when still nothing is listed the
+// error wraps ErrUncertain.
+func (c *Client) Allocate(ctx context.Context, node string) (decide.Address, error) {
+	if existing, err := c.LookupByNode(ctx, node); err != nil {
+		return decide.Address{}, err
+	} else if len(existing) > 0 {
+		return existing[0], nil
+	}
+	now := time.Now().UTC()
+	callCtx, cancel := c.call(ctx)
+	defer cancel()
+	out, err := c.ec2.AllocateAddress(callCtx, &ec2.AllocateAddressInput{
+		Domain: types.DomainTypeVpc,
+		TagSpecifications: []types.TagSpecification{{
+			ResourceType: types.ResourceTypeElasticIp,
+			Tags: []types.Tag{
+				{Key: aws.String(decide.TagManaged), Value: aws.String("true")},
+				{Key: aws.String(decide.TagCluster), Value: aws.String(c.clusterID)},
+				{Key: aws.String(decide.TagNode), Value: aws.String(node)},
+				{Key: aws.String(decide.TagAllocatedAt), Value: aws.String(now.Format(time.RFC3339Nano))},
+			},
+		}},
+	}, func(o *ec2.Options) { o.Retryer = aws.NopRetryer{} })
+	if err == nil {
+		return decide.Address{
+			AllocationID: aws.ToString(out.AllocationId),
+			PublicIP:     aws.ToString(out.PublicIp),
+			Node:         node,
+			AllocatedAt:  now,
+		}, nil
+	}
+	if !mayHaveAllocated(err) {
+		return decide.Address{}, fmt.Errorf("allocate address for node %s: %w", node, err)
+	}
+	existing, lerr := c.LookupByNode(ctx, node)
+	if lerr != nil {
+		return decide.Address{}, fmt.Errorf("allocate address for node %s: %w (%w; and the lookup after it failed: %v)", node, ErrUncertain, err, lerr)
+	}
+	if len(existing) > 0 {
+		return existing[0], nil
+	}
+	return decide.Address{}, fmt.Errorf("allocate address for node %s: %w: %w", node, ErrUncertain, err)
+}
+
+// mayHaveAllocated is false only for answers EC2 gives before acting: a 4xx
+// API error (throttling, limits, bad requests). A 5xx, a timeout or a lost
+// response leaves the outcome unknown.
+func mayHaveAllocated(err error) bool {
+	// A throttled request was refused before it ran, whatever its status.
+	if _, throttled := retry.DefaultThrottleErrorCodes[ErrorCode(err)]; throttled {
+		return false
+	}
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) && re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500 {
+		return false
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) && ae.ErrorFault() == smithy.FaultClient {
+		return false
+	}
+	return true
+}
+
+// TagNode tags an orphan for node.
+func (c *Client) TagNode(ctx context.Context, allocationID, node string) error {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	_, err := c.ec2.CreateTags(ctx, &ec2.CreateTagsInput{
+		Resources: []string{allocationID},
+		Tags:      []types.Tag{{Key: aws.String(decide.TagNode), Value: aws.String(node)}},
+	})
+	if err != nil {
+		return fmt.Errorf("tag address %s for node %s: %w", allocationID, node, err)
+	}
+	return nil
+}
+
+// UntagNode removes the Node tag: the address becomes an orphan.
+func (c *Client) UntagNode(ctx context.Context, allocationID string) error {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	_, err := c.ec2.DeleteTags(ctx, &ec2.DeleteTagsInput{
+		Resources: []string{allocationID},
+		Tags:      []types.Tag{{Key: aws.String(decide.TagNode)}},
+	})
+	if err != nil {
+		return fmt.Errorf("untag address %s: %w", allocationID, err)
+	}
+	return nil
+}
+
+// Associate associates the address with the target's network interface and
+// private IP, taking it over if it is associated elsewhere.
+func (c *Client) Associate(ctx context.Context, allocationID string, t decide.Target) (string, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	out, err := c.ec2.AssociateAddress(ctx, &ec2.AssociateAddressInput{
+		AllocationId:       aws.String(allocationID),
+		NetworkInterfaceId: aws.String(t.NetworkInterfaceID),
+		PrivateIpAddress:   aws.String(t.PrivateIP),
+		AllowReassociation: aws.Bool(true),
+	})
+	if err != nil {
+		return "", fmt.Errorf("associate address %s with %s/%s: %w", allocationID, t.NetworkInterfaceID, t.PrivateIP, err)
+	}
+	return aws.ToString(out.AssociationId), nil
+}
+
+// Disassociate removes an association; one already gone is not an error.
+func (c *Client) Disassociate(ctx context.Context, associationID string) error {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	_, err := c.ec2.DisassociateAddress(ctx, &ec2.DisassociateAddressInput{AssociationId: aws.String(associationID)})
+	if err != nil && !IsNotFound(err) {
+		return fmt.Errorf("disassociate %s: %w", associationID, err)
+	}
+	return nil
+}
+
+// Release releases an address; one already gone is not an error.
+func (c *Client) Release(ctx context.Context, allocationID string) error {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	_, err := c.ec2.ReleaseAddress(ctx, &ec2.ReleaseAddressInput{AllocationId: aws.String(allocationID)})
+	if err != nil && !IsNotFound(err) {
+		return fmt.Errorf("release address %s: %w", allocationID, err)
+	}
+	return nil
+}
+
+// ErrNoPrimaryInterface means the instance has no network interface at
+// device index 0 (yet): it is still being launched, or it is gone.
+var ErrNoPrimaryInterface = errors.New("instance has no primary network interface")
+
+// PrimaryTarget returns the primary private IP of the primary network
+// interface (device index 0) of an instance.
+func (c *Client) PrimaryTarget(ctx context.Context, instanceID string) (decide.Target, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	out, err := c.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{instanceID}})
+	if err != nil {
+		return decide.Target{}, fmt.Errorf("describe instance %s: %w", instanceID, err)
+	}
+	for _, r := range out.Reservations {
+		for _, inst := range r.Instances {
+			if aws.ToString(inst.InstanceId) != instanceID {
+				continue
+			}
+			for _, ni := range inst.NetworkInterfaces {
+				if ni.Attachment == nil || aws.ToInt32(ni.Attachment.DeviceIndex) != 0 {
+					continue
+				}
+				ip := aws.ToString(ni.PrivateIpAddress)
+				for _, p := range ni.PrivateIpAddresses {
+					if aws.ToBool(p.Primary) {
+						ip = aws.ToString(p.PrivateIpAddress)
+					}
+				}
+				if ip == "" {
+					break
+				}
+				return decide.Target{InstanceID: instanceID, NetworkInterfaceID: aws.ToString(ni.NetworkInterfaceId), PrivateIP: ip}, nil
+			}
+		}
+	}
+	return decide.Target{}, fmt.Errorf("instance %s: %w", instanceID, ErrNoPrimaryInterface)
+}

@@ -1,0 +1,258 @@
+package awsec2_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
+	"github.com/ipledger/ipledger/services/eipd/internal/decide"
+	"github.com/ipledger/ipledger/services/eipd/internal/ec2test"
+	"github.com/ipledger/ipledger/services/eipd/internal/faultproxy"
+)
+
+func TestMain(m *testing.M) { ec2test.Main(m) }
+
+type fixture struct {
+	moto    *ec2test.Moto
+	proxy   *faultproxy.Proxy
+	client  *awsec2.Client
+	reg     *prometheus.Registry
+	cluster string
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	moto := ec2test.Get(t)
+	proxy, err := faultproxy.Start(moto.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	f := &fixture{moto: moto, proxy: proxy, reg: prometheus.NewRegistry(), cluster: ec2test.ClusterID(t)}
+	cfg := awsec2.Config{MaxAttempts: 6, MaxBackoff: 200 * time.Millisecond, CallTimeout: 20 * time.Second}
+	f.client, err = awsec2.New(context.Background(), f.cluster, cfg, f.reg, func(o *ec2.Options) {
+		o.BaseEndpoint = aws.String(proxy.URL())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestEndpointFromStandardChain(t *testing.T) {
+	moto := ec2test.Get(t)
+	t.Setenv("AWS_ENDPOINT_URL_EC2", moto.URL)
+	cluster := ec2test.ClusterID(t)
+	c, err := awsec2.New(ctx(t), cluster, awsec2.DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moto.AllocateOrphan(t, cluster)
+	addrs, err := c.ListManaged(ctx(t))
+	if err != nil {
+		t.Fatalf("ListManaged through AWS_ENDPOINT_URL_EC2: %v", err)
+	}
+	if len(addrs) != 1 {
+		t.Fatalf("ListManaged = %d addresses, want the 1 orphan of cluster %s", len(addrs), cluster)
+	}
+}
+
+func TestAllocateTagsAndAssociatesPrimaryInterface(t *testing.T) {
+	f := setup(t)
+	inst := f.moto.RunInstance(t)
+
+	a, err := f.client.Allocate(ctx(t), "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := f.client.PrimaryTarget(ctx(t), inst.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if target.NetworkInterfaceID != inst.NetworkInterfaceID || target.PrivateIP != inst.PrivateIP {
+		t.Fatalf("PrimaryTarget = %+v, want eni %s ip %s", target, inst.NetworkInterfaceID, inst.PrivateIP)
+	}
+	if _, err := f.client.Associate(ctx(t), a.AllocationID, target); err != nil {
+		t.Fatal(err)
+	}
+	got := f.moto.Addresses(t, f.cluster)
+	if len(got) != 1 {
+		t.Fatalf("moto has %d addresses for the cluster, want 1", len(got))
+	}
+	m := got[0]
+	if ec2test.Tag(m.Tags, decide.TagNode) != "node-a" || ec2test.Tag(m.Tags, decide.TagManaged) != "true" || ec2test.Tag(m.Tags, decide.TagCluster) != f.cluster {
+		t.Errorf("tags = %v, want managed/cluster/node", m.Tags)
+	}
+	if aws.ToString(m.NetworkInterfaceId) != inst.NetworkInterfaceID || aws.ToString(m.PrivateIpAddress) != inst.PrivateIP {
+		t.Errorf("moto association = %s/%s, want %s/%s", aws.ToString(m.NetworkInterfaceId), aws.ToString(m.PrivateIpAddress), inst.NetworkInterfaceID, inst.PrivateIP)
+	}
+	listed, err := f.client.ListManaged(ctx(t))
+	if err != nil || len(listed) != 1 || !listed[0].AssociatedWith(target) || listed[0].Node != "node-a" || listed[0].AllocatedAt.IsZero() {
+		t.Fatalf("ListManaged = %+v, %v; want one address associated with the target", listed, err)
+	}
+	// A second Allocate for the same node finds the first by tag.
+	again, err := f.client.Allocate(ctx(t), "node-a")
+	if err != nil || again.AllocationID != a.AllocationID {
+		t.Fatalf("second Allocate = %+v, %v; want the existing %s", again, err, a.AllocationID)
+	}
+	if n := f.proxy.Count("AllocateAddress"); n != 1 {
+		t.Errorf("AllocateAddress sent %d times, want 1", n)
+	}
+	if err := f.client.Disassociate(ctx(t), listed[0].AssociationID); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.client.Release(ctx(t), a.AllocationID); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.client.Release(ctx(t), a.AllocationID); err != nil {
+		t.Fatalf("releasing twice must succeed: %v", err)
+	}
+	if got := f.moto.Addresses(t, f.cluster); len(got) != 0 {
+		t.Fatalf("after release moto has %d addresses", len(got))
+	}
+}
+
+func TestAllocateDroppedResponseFindsAddressByTag(t *testing.T) {
+	f := setup(t)
+	f.proxy.Inject("AllocateAddress", faultproxy.DropResponse, 1)
+	a, err := f.client.Allocate(ctx(t), "node-b")
+	if err != nil {
+		t.Fatalf("Allocate after a dropped response: %v (want the address found by tag)", err)
+	}
+	got := f.moto.Addresses(t, f.cluster)
+	if len(got) != 1 || aws.ToString(got[0].AllocationId) != a.AllocationID {
+		t.Fatalf("moto has %d addresses, want exactly the one returned (%s)", len(got), a.AllocationID)
+	}
+	if n := f.proxy.Count("AllocateAddress"); n != 1 {
+		t.Errorf("AllocateAddress sent %d times, want 1 (never retried)", n)
+	}
+}
+
+func TestAllocateDroppedAndInvisibleIsUncertain(t *testing.T) {
+	f := setup(t)
+	f.proxy.SetVisibilityDelay(time.Hour)
+	f.proxy.Inject("AllocateAddress", faultproxy.DropResponse, 1)
+	_, err := f.client.Allocate(ctx(t), "node-c")
+	if !errors.Is(err, awsec2.ErrUncertain) {
+		t.Fatalf("Allocate = %v, want ErrUncertain", err)
+	}
+	if n := f.proxy.Count("AllocateAddress"); n != 1 {
+		t.Errorf("AllocateAddress sent %d times, want 1", n)
+	}
+	if got := f.moto.Addresses(t, f.cluster); len(got) != 1 {
+		t.Fatalf("moto has %d addresses, want the 1 the lost response allocated", len(got))
+	}
+	if listed, _ := f.client.ListManaged(ctx(t)); len(listed) != 0 {
+		t.Fatalf("the proxy should hide the young address, ListManaged = %+v", listed)
+	}
+	f.proxy.SetVisibilityDelay(0)
+	if listed, _ := f.client.ListManaged(ctx(t)); len(listed) != 1 {
+		t.Fatalf("after the delay ListManaged = %+v, want 1", listed)
+	}
+}
+
+func TestAllocateThrottledIsNotRetriedNorUncertain(t *testing.T) {
+	f := setup(t)
+	f.proxy.Inject("AllocateAddress", faultproxy.Throttle, 1)
+	_, err := f.client.Allocate(ctx(t), "node-d")
+	if err == nil || errors.Is(err, awsec2.ErrUncertain) || awsec2.ErrorCode(err) != "RequestLimitExceeded" {
+		t.Fatalf("Allocate = %v, want a plain RequestLimitExceeded error", err)
+	}
+	if n := f.proxy.Count("AllocateAddress"); n != 1 {
+		t.Errorf("AllocateAddress sent %d times, want 1", n)
+	}
+	if got := f.moto.Addresses(t, f.cluster); len(got) != 0 {
+		t.Fatalf("moto has %d addresses, want none", len(got))
+	}
+}
+
+func TestAllocateServerErrorLooksUpBeforeGivingUp(t *testing.T) {
+	f := setup(t)
+	f.proxy.Inject("AllocateAddress", faultproxy.ServerError, 1)
+	_, err := f.client.Allocate(ctx(t), "node-e")
+	if !errors.Is(err, awsec2.ErrUncertain) {
+		t.Fatalf("Allocate after a 500 = %v, want ErrUncertain (a 5xx may have allocated)", err)
+	}
+	// Lookup before, lookup after: two describes around one allocate.
+	if a, d := f.proxy.Count("AllocateAddress"), f.proxy.Count("DescribeAddresses"); a != 1 || d != 2 {
+		t.Errorf("AllocateAddress %d, DescribeAddresses %d; want 1 and 2", a, d)
+	}
+}
+
+func TestThrottlingIsRetriedWithBackoffAndCounted(t *testing.T) {
+	f := setup(t)
+	f.proxy.Inject("DescribeAddresses", faultproxy.Throttle, 3)
+	f.proxy.Inject("DescribeAddresses", faultproxy.ServerError, 1)
+	start := time.Now()
+	if _, err := f.client.ListManaged(ctx(t)); err != nil {
+		t.Fatalf("ListManaged through 4 faults: %v", err)
+	}
+	t.Logf("4 faults absorbed in %s", time.Since(start))
+	if n := f.proxy.Count("DescribeAddresses"); n != 5 {
+		t.Errorf("DescribeAddresses sent %d times, want 5", n)
+	}
+	errs := counterValue(t, f.reg, "ipledger_eipd_ec2_errors_total", map[string]string{"action": "DescribeAddresses", "code": "RequestLimitExceeded"})
+	if errs != 3 {
+		t.Errorf("throttle errors counted = %v, want 3", errs)
+	}
+}
+
+func TestThrottlingStormFailsThenRecovers(t *testing.T) {
+	f := setup(t)
+	f.proxy.Inject("", faultproxy.Throttle, faultproxy.Forever)
+	_, err := f.client.ListManaged(ctx(t))
+	if awsec2.ErrorCode(err) != "RequestLimitExceeded" && !strings.Contains(err.Error(), "retry") {
+		t.Fatalf("ListManaged in a storm = %v, want a throttling error after the attempts", err)
+	}
+	if n := f.proxy.Count("DescribeAddresses"); n < 2 || n > 6 {
+		t.Errorf("DescribeAddresses sent %d times in a storm, want 2..6 (bounded attempts)", n)
+	}
+	f.proxy.Clear()
+	if _, err := f.client.ListManaged(ctx(t)); err != nil {
+		t.Fatalf("after the storm: %v", err)
+	}
+}
+
+func TestPrimaryTargetUnknownInstance(t *testing.T) {
+	f := setup(t)
+	if _, err := f.client.PrimaryTarget(ctx(t), "i-0000000000000000f"); err == nil {
+		t.Fatal("PrimaryTarget of a missing instance succeeded")
+	}
+}
+
+// counterValue reads one series of a counter from a registry.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}

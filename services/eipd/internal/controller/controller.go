@@ -1,0 +1,480 @@
+// Package controller keeps one Elastic IP on every Node labelled
+// ipledger.io/externalip-auto-assign=true and gives the addresses of the
+// others back. It reads Nodes and Pods from the watcher stream only, decides
+// with package decide, remembers its own EC2 changes with package expect,
+// and writes EC2 (through awsec2), the Node's label and annotation, and
+// Events. Everything that writes runs inside one leadership term: a Run is
+// created fresh per term with empty expectations.
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ipledger/ipledger/pkg/stream"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
+	"github.com/ipledger/ipledger/services/eipd/internal/decide"
+	"github.com/ipledger/ipledger/services/eipd/internal/expect"
+)
+
+// Kubernetes keys eipd reads and writes.
+const (
+	// LabelAutoAssign on a Node asks for an Elastic IP.
+	LabelAutoAssign = "ipledger.io/externalip-auto-assign"
+	// LabelExternalIP on a Node publishes its Elastic IP; on a Pod it names
+	// the IP the Pod wants (which makes an orphan with that IP preferred).
+	LabelExternalIP = "ipledger.io/externalip"
+	// AnnotationAllocationID on a Node names its Elastic IP's allocation.
+	AnnotationAllocationID = "ipledger.io/eip-allocation-id"
+	// FieldManager is eipd's name in managedFields.
+	FieldManager = "ipledger-eipd"
+)
+
+// Event reasons on Nodes.
+const (
+	ReasonAllocated         = "EIPAllocated"
+	ReasonClaimed           = "EIPOrphanReused"
+	ReasonAssociated        = "EIPAssociated"
+	ReasonDuplicateReleased = "EIPDuplicateReleased"
+	ReasonReleased          = "EIPReleased"
+	ReasonKept              = "EIPKept"
+	ReasonInvalidProviderID = "InvalidProviderID"
+	ReasonEC2Error          = "EIPSyncFailed"
+)
+
+// Config holds the controller's flags.
+type Config struct {
+	// MinReconciliationInterval spaces event-driven syncs of one Node
+	// (kubestatic's flag). Correctness does not depend on it: expectations
+	// and tag lookups do; it only limits EC2 traffic.
+	MinReconciliationInterval time.Duration
+	// RequeueInterval re-checks every Node (and sweeps stale addresses).
+	RequeueInterval time.Duration
+	// PreventEIPDeallocation keeps the addresses of Nodes that no longer
+	// want one, disassociated and untagged (orphans to reuse).
+	PreventEIPDeallocation bool
+	// ConsistencyTimeout is how long EC2 may take to show a change before
+	// eipd stops expecting it.
+	ConsistencyTimeout time.Duration
+	// PendingPoll is how soon a Node waiting for EC2 to catch up is retried.
+	PendingPoll time.Duration
+	// Workers syncing Nodes in parallel (one Node is never synced twice at once).
+	Workers int
+}
+
+// DefaultConfig returns the defaults used by Flags.
+func DefaultConfig() Config {
+	return Config{
+		MinReconciliationInterval: 10 * time.Second,
+		RequeueInterval:           time.Minute,
+		ConsistencyTimeout:        time.Minute,
+		PendingPoll:               time.Second,
+		Workers:                   4,
+	}
+}
+
+// Flags registers the controller's flags.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	fs.DurationVar(&c.MinReconciliationInterval, "node-min-reconciliation-interval", c.MinReconciliationInterval, "minimum time between two event-driven reconciliations of the same Node")
+	fs.DurationVar(&c.RequeueInterval, "node-reconciliation-requeue-interval", c.RequeueInterval, "how often every Node is reconciled again, and stale addresses swept")
+	fs.BoolVar(&c.PreventEIPDeallocation, "prevent-eip-deallocation", c.PreventEIPDeallocation, "keep the Elastic IPs of Nodes that no longer want one (disassociated, reusable) instead of releasing them")
+	fs.DurationVar(&c.ConsistencyTimeout, "ec2-consistency-timeout", c.ConsistencyTimeout, "how long EC2 may take to list an address eipd allocated or tagged before eipd stops waiting for it")
+	fs.IntVar(&c.Workers, "workers", c.Workers, "Nodes reconciled in parallel")
+}
+
+// EC2 is what the controller needs from EC2 (implemented by *awsec2.Client).
+type EC2 interface {
+	ListManaged(ctx context.Context) ([]decide.Address, error)
+	Allocate(ctx context.Context, node string) (decide.Address, error)
+	TagNode(ctx context.Context, allocationID, node string) error
+	UntagNode(ctx context.Context, allocationID string) error
+	Associate(ctx context.Context, allocationID string, t decide.Target) (string, error)
+	Disassociate(ctx context.Context, associationID string) error
+	Release(ctx context.Context, allocationID string) error
+	PrimaryTarget(ctx context.Context, instanceID string) (decide.Target, error)
+}
+
+// Store is the read-only view of the cluster (implemented by *stream.Store).
+type Store interface {
+	Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool)
+	List(kind watcherv1.Kind) []*watcherv1.Object
+}
+
+// Queue is the per-term work queue (implemented by *leader.Queue[string]).
+type Queue interface {
+	Add(item string)
+	AddAfter(item string, d time.Duration)
+}
+
+// Controller is built once per process; Runs are built per term.
+type Controller struct {
+	cfg     Config
+	ec2     EC2
+	store   Store
+	kube    kubernetes.Interface
+	events  record.EventRecorder
+	log     *slog.Logger
+	metrics *metrics
+	status  *StatusBook
+}
+
+// New returns a controller. events may be nil (no Events).
+func New(cfg Config, ec2 EC2, store Store, kube kubernetes.Interface, events record.EventRecorder, log *slog.Logger, reg prometheus.Registerer) (*Controller, error) {
+	def := DefaultConfig()
+	if cfg.RequeueInterval <= 0 {
+		cfg.RequeueInterval = def.RequeueInterval
+	}
+	if cfg.ConsistencyTimeout <= 0 {
+		cfg.ConsistencyTimeout = def.ConsistencyTimeout
+	}
+	if cfg.PendingPoll <= 0 {
+		cfg.PendingPoll = def.PendingPoll
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = def.Workers
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Controller{cfg: cfg, ec2: ec2, store: store, kube: kube, events: events, log: log, metrics: m, status: NewStatusBook()}, nil
+}
+
+// Config returns the controller's effective configuration.
+func (c *Controller) Config() Config { return c.cfg }
+
+// Status is the per-Node outcome book the gRPC server reads.
+func (c *Controller) Status() *StatusBook { return c.status }
+
+// Wants reports whether a Node (as the stream shows it) should have an
+// Elastic IP.
+func Wants(node *watcherv1.Object) bool {
+	return node != nil && node.GetMeta().GetDeletionTimestamp() == 0 &&
+		node.GetMeta().GetLabels()[LabelAutoAssign] == "true"
+}
+
+// Run is one term's work: its queue and its expectations.
+type Run struct {
+	c     *Controller
+	queue Queue
+	exp   *expect.Expectations
+
+	mu       sync.Mutex
+	lastSync map[string]time.Time
+}
+
+// NewRun starts a term's state on a fresh queue.
+func (c *Controller) NewRun(queue Queue) *Run {
+	return &Run{c: c, queue: queue, exp: expect.New(c.cfg.ConsistencyTimeout, nil), lastSync: map[string]time.Time{}}
+}
+
+// Handler enqueues the Nodes whose Elastic IP may need work. Pods are read
+// from the store when an orphan is chosen; their events need no sync.
+func (r *Run) Handler() stream.HandlerFuncs {
+	return stream.HandlerFuncs{
+		AddFunc: func(o *watcherv1.Object) {
+			if o.GetKind() == watcherv1.Kind_KIND_NODE && (Wants(o) || hasEIP(o)) {
+				r.enqueue(o.GetMeta().GetName())
+			}
+		},
+		UpdateFunc: func(old, o *watcherv1.Object) {
+			if o.GetKind() == watcherv1.Kind_KIND_NODE && (Wants(o) || Wants(old) || hasEIP(o)) {
+				r.enqueue(o.GetMeta().GetName())
+			}
+		},
+		DeleteFunc: func(o *watcherv1.Object) {
+			if o.GetKind() == watcherv1.Kind_KIND_NODE && (Wants(o) || hasEIP(o)) {
+				r.queue.Add(o.GetMeta().GetName())
+			}
+		},
+	}
+}
+
+func hasEIP(node *watcherv1.Object) bool {
+	return node.GetMeta().GetAnnotations()[AnnotationAllocationID] != ""
+}
+
+// enqueue applies the minimum interval between event-driven syncs of a Node.
+func (r *Run) enqueue(node string) {
+	r.mu.Lock()
+	last, ok := r.lastSync[node]
+	r.mu.Unlock()
+	if wait := r.c.cfg.MinReconciliationInterval - time.Since(last); ok && wait > 0 {
+		r.queue.AddAfter(node, wait)
+		return
+	}
+	r.queue.Add(node)
+}
+
+// Sweep lists the managed addresses and enqueues every Node that has one
+// but should not (deleted while eipd was away, or missed). Call it only once
+// the store is synced: against a partial store every address looks stale.
+func (r *Run) Sweep(ctx context.Context) error {
+	view, err := r.c.ec2.ListManaged(ctx)
+	if err != nil {
+		return err
+	}
+	view, _ = r.exp.Apply(view)
+	r.c.metrics.observe(view)
+	for _, a := range decide.Stale(view, func(node string) bool {
+		o, ok := r.c.store.Get(watcherv1.Kind_KIND_NODE, "", node)
+		return ok && Wants(o)
+	}) {
+		r.queue.Add(a.Node)
+	}
+	return nil
+}
+
+// Sync brings one Node's Elastic IP to what its labels ask for. It is the
+// queue's sync function: nil ends in Forget, an error in AddRateLimited.
+func (r *Run) Sync(ctx context.Context, node string) error {
+	r.mu.Lock()
+	r.lastSync[node] = time.Now()
+	r.mu.Unlock()
+	obj, exists := r.c.store.Get(watcherv1.Kind_KIND_NODE, "", node)
+	log := r.c.log.With("node", node)
+	err := r.sync(ctx, log, node, obj, exists)
+	result := "ok"
+	if err != nil {
+		result = "error"
+		r.c.status.Set(node, StateError, err.Error())
+		if exists && !errors.Is(err, context.Canceled) {
+			r.event(obj, corev1.EventTypeWarning, ReasonEC2Error, "Elastic IP sync failed: %v", err)
+		}
+	}
+	r.c.metrics.syncs.WithLabelValues(result).Inc()
+	return err
+}
+
+func (r *Run) sync(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool) error {
+	view, err := r.c.ec2.ListManaged(ctx)
+	if err != nil {
+		return err
+	}
+	view, waiting := r.exp.Apply(view)
+	r.c.metrics.observe(view)
+
+	if !exists || !Wants(obj) {
+		return r.giveBack(ctx, log, node, obj, exists, view, waiting[node])
+	}
+	if waiting[node] {
+		// An allocation whose outcome we could not see may still show up:
+		// allocating again now is how duplicates are born.
+		log.Debug("Waiting for EC2 to list the Node's address")
+		r.c.status.Set(node, StatePending, "waiting for EC2 to list an address whose allocation had no answer")
+		r.queue.AddAfter(node, r.c.cfg.PendingPoll)
+		return nil
+	}
+	instanceID, err := decide.InstanceID(obj.GetNode().GetProviderId())
+	if err != nil {
+		r.c.status.Set(node, StateError, err.Error())
+		r.event(obj, corev1.EventTypeWarning, ReasonInvalidProviderID, "Cannot give the Node an Elastic IP: %v", err)
+		return nil // a Node update requeues it
+	}
+	target, err := r.c.ec2.PrimaryTarget(ctx, instanceID)
+	if err != nil {
+		return err
+	}
+	plan := decide.Choose(decide.Input{
+		Node:                node,
+		Target:              target,
+		CurrentAllocationID: obj.GetMeta().GetAnnotations()[AnnotationAllocationID],
+		Addresses:           view,
+		PodRefs:             r.podRefs(),
+	})
+	for _, dup := range plan.Release {
+		if err := r.giveBackOne(ctx, dup); err != nil {
+			return err
+		}
+		r.c.metrics.duplicates.Inc()
+		log.Info("Released a duplicate Elastic IP", "allocationID", dup.AllocationID, "ip", dup.PublicIP, "kept", plan.Address.AllocationID)
+		r.event(obj, corev1.EventTypeWarning, ReasonDuplicateReleased, "Node had %d Elastic IPs; kept %s (%s), %s %s (%s)",
+			len(plan.Release)+1, plan.Address.PublicIP, plan.Address.AllocationID, r.releaseVerb(), dup.PublicIP, dup.AllocationID)
+	}
+	addr := plan.Address
+	switch plan.Action {
+	case decide.ClaimOrphan:
+		if !r.exp.Claim(node, addr.AllocationID, addr.PublicIP) {
+			r.queue.AddAfter(node, r.c.cfg.PendingPoll)
+			return nil
+		}
+		if err := r.c.ec2.TagNode(ctx, addr.AllocationID, node); err != nil {
+			r.exp.Forget(node)
+			return err
+		}
+		addr.Node = node
+		log.Info("Reusing an orphan Elastic IP", "allocationID", addr.AllocationID, "ip", addr.PublicIP)
+		r.event(obj, corev1.EventTypeNormal, ReasonClaimed, "Reusing orphan Elastic IP %s (%s)", addr.PublicIP, addr.AllocationID)
+	case decide.Allocate:
+		addr, err = r.c.ec2.Allocate(ctx, node)
+		if errors.Is(err, awsec2.ErrUncertain) {
+			r.exp.Uncertain(node)
+			r.c.status.Set(node, StatePending, err.Error())
+			log.Warn("Allocation outcome unknown; waiting for EC2 to list the Node's address before trying again", "err", err)
+			r.queue.AddAfter(node, r.c.cfg.PendingPoll)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		r.exp.Allocated(node, addr.AllocationID, addr.PublicIP)
+		log.Info("Allocated an Elastic IP", "allocationID", addr.AllocationID, "ip", addr.PublicIP)
+		r.event(obj, corev1.EventTypeNormal, ReasonAllocated, "Allocated Elastic IP %s (%s)", addr.PublicIP, addr.AllocationID)
+	}
+	if !addr.AssociatedWith(target) {
+		if _, err := r.c.ec2.Associate(ctx, addr.AllocationID, target); err != nil {
+			return err
+		}
+		log.Info("Associated the Elastic IP", "allocationID", addr.AllocationID, "ip", addr.PublicIP,
+			"instance", target.InstanceID, "networkInterface", target.NetworkInterfaceID, "privateIP", target.PrivateIP)
+		r.event(obj, corev1.EventTypeNormal, ReasonAssociated, "Associated Elastic IP %s with %s (%s %s)", addr.PublicIP, target.InstanceID, target.NetworkInterfaceID, target.PrivateIP)
+	}
+	if err := r.publish(ctx, obj, addr.PublicIP, addr.AllocationID); err != nil {
+		return err
+	}
+	r.c.status.Set(node, StateAssociated, "")
+	r.queue.AddAfter(node, r.c.cfg.RequeueInterval)
+	return nil
+}
+
+// giveBack handles a Node that should have no address: it disassociates
+// and releases (or keeps, as an orphan) every address tagged for it, and
+// clears the Node's label and annotation if the Node still exists.
+func (r *Run) giveBack(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool, view []decide.Address, waiting bool) error {
+	found := false
+	for _, a := range view {
+		if a.Node != node {
+			continue
+		}
+		found = true
+		if err := r.giveBackOne(ctx, a); err != nil {
+			return err
+		}
+		log.Info("Gave back an Elastic IP", "allocationID", a.AllocationID, "ip", a.PublicIP, "kept", r.c.cfg.PreventEIPDeallocation)
+		if r.c.cfg.PreventEIPDeallocation {
+			r.event(nodeRef(node, obj), corev1.EventTypeNormal, ReasonKept, "Disassociated Elastic IP %s (%s) and kept it for reuse", a.PublicIP, a.AllocationID)
+		} else {
+			r.event(nodeRef(node, obj), corev1.EventTypeNormal, ReasonReleased, "Released Elastic IP %s (%s)", a.PublicIP, a.AllocationID)
+		}
+	}
+	if exists {
+		if err := r.publish(ctx, obj, "", ""); err != nil {
+			return err
+		}
+	}
+	if waiting {
+		// An unanswered allocation may still show up tagged for this Node.
+		r.queue.AddAfter(node, r.c.cfg.PendingPoll)
+		return nil
+	}
+	if !found {
+		r.exp.Forget(node)
+	}
+	r.c.status.Forget(node)
+	r.mu.Lock()
+	delete(r.lastSync, node)
+	r.mu.Unlock()
+	return nil
+}
+
+// giveBackOne disassociates an address, then releases it, or with
+// --prevent-eip-deallocation removes its Node tag so it becomes an orphan.
+func (r *Run) giveBackOne(ctx context.Context, a decide.Address) error {
+	if a.Associated() {
+		if err := r.c.ec2.Disassociate(ctx, a.AssociationID); err != nil {
+			return err
+		}
+	}
+	if r.c.cfg.PreventEIPDeallocation {
+		if err := r.c.ec2.UntagNode(ctx, a.AllocationID); err != nil {
+			return err
+		}
+		r.exp.Orphaned(a.AllocationID)
+		return nil
+	}
+	if err := r.c.ec2.Release(ctx, a.AllocationID); err != nil {
+		return err
+	}
+	r.exp.Released(a.AllocationID)
+	return nil
+}
+
+func (r *Run) releaseVerb() string {
+	if r.c.cfg.PreventEIPDeallocation {
+		return "kept as an orphan"
+	}
+	return "released"
+}
+
+// podRefs counts the Pods asking for each public IP.
+func (r *Run) podRefs() map[string]int {
+	refs := map[string]int{}
+	for _, p := range r.c.store.List(watcherv1.Kind_KIND_POD) {
+		if ip := p.GetMeta().GetLabels()[LabelExternalIP]; ip != "" && p.GetMeta().GetDeletionTimestamp() == 0 {
+			refs[ip]++
+		}
+	}
+	return refs
+}
+
+// publish writes (or with ip == "" removes) the Node's label and annotation,
+// unless the store already shows them.
+func (r *Run) publish(ctx context.Context, obj *watcherv1.Object, ip, allocationID string) error {
+	meta := obj.GetMeta()
+	if meta.GetLabels()[LabelExternalIP] == ip && meta.GetAnnotations()[AnnotationAllocationID] == allocationID {
+		return nil
+	}
+	value := func(s string) any {
+		if s == "" {
+			return nil // JSON merge patch: null deletes the key
+		}
+		return s
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"labels":      map[string]any{LabelExternalIP: value(ip)},
+		"annotations": map[string]any{AnnotationAllocationID: value(allocationID)},
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = r.c.kube.CoreV1().Nodes().Patch(ctx, meta.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil {
+		return fmt.Errorf("patch node %s: %w", meta.GetName(), err)
+	}
+	return nil
+}
+
+func (r *Run) event(obj any, eventType, reason, format string, args ...any) {
+	if r.c.events == nil {
+		return
+	}
+	var ref *corev1.ObjectReference
+	switch o := obj.(type) {
+	case *watcherv1.Object:
+		ref = nodeRef(o.GetMeta().GetName(), o)
+	case *corev1.ObjectReference:
+		ref = o
+	default:
+		return
+	}
+	r.c.events.Eventf(ref, eventType, reason, format, args...)
+}
+
+func nodeRef(name string, obj *watcherv1.Object) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: name, UID: types.UID(obj.GetMeta().GetUid())}
+}

@@ -1,0 +1,360 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/ipledger/ipledger/pkg/convert"
+	"github.com/ipledger/ipledger/pkg/stream"
+	"github.com/ipledger/ipledger/pkg/testenv"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
+	"github.com/ipledger/ipledger/services/eipd/internal/controller"
+	"github.com/ipledger/ipledger/services/eipd/internal/decide"
+	"github.com/ipledger/ipledger/services/eipd/internal/ec2test"
+	"github.com/ipledger/ipledger/services/eipd/internal/faultproxy"
+)
+
+// TestMain runs moto_server (killed with the test binary, by Pdeathsig, since
+// testenv.Main exits the process) and a real API server.
+func TestMain(m *testing.M) {
+	if err := ec2test.StartShared(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testenv.Main(m)
+}
+
+// mirror stands in for the watcher stream in these tests: an informer on
+// the test's own Nodes (and Pods) converted with pkg/convert, exactly the
+// objects the watcher would send, delivered to the Run's handler.
+type mirror struct {
+	mu      sync.RWMutex
+	objs    map[watcherv1.Kind]map[string]*watcherv1.Object
+	handler stream.Handler
+}
+
+func (s *mirror) Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	key := name
+	if namespace != "" {
+		key = namespace + "/" + name
+	}
+	o, ok := s.objs[kind][key]
+	return o, ok
+}
+
+func (s *mirror) List(kind watcherv1.Kind) []*watcherv1.Object {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*watcherv1.Object
+	for _, o := range s.objs[kind] {
+		out = append(out, o)
+	}
+	return out
+}
+
+func (s *mirror) put(o *watcherv1.Object) (old *watcherv1.Object) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.objs[o.GetKind()] == nil {
+		s.objs[o.GetKind()] = map[string]*watcherv1.Object{}
+	}
+	old = s.objs[o.GetKind()][stream.Key(o)]
+	s.objs[o.GetKind()][stream.Key(o)] = o
+	return old
+}
+
+func (s *mirror) remove(o *watcherv1.Object) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.objs[o.GetKind()], stream.Key(o))
+}
+
+func (s *mirror) handlers() cache.ResourceEventHandlerFuncs {
+	conv := func(obj any) *watcherv1.Object {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		o, err := convert.Object(obj.(runtime.Object))
+		if err != nil {
+			panic(err)
+		}
+		return o
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			o := conv(obj)
+			if old := s.put(o); old != nil {
+				s.handler.OnUpdate(old, o)
+			} else {
+				s.handler.OnAdd(o)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			o := conv(obj)
+			old := s.put(o)
+			s.handler.OnUpdate(old, o)
+		},
+		DeleteFunc: func(obj any) {
+			o := conv(obj)
+			s.remove(o)
+			s.handler.OnDelete(o)
+		},
+	}
+}
+
+type harness struct {
+	t       *testing.T
+	env     *testenv.Env
+	moto    *ec2test.Moto
+	proxy   *faultproxy.Proxy
+	cluster string
+	label   string // every Node of the test carries eipd-test=<label>
+	reg     *prometheus.Registry
+	ctrl    *controller.Controller
+	ns      string
+}
+
+type options struct {
+	cfg         controller.Config
+	maxAttempts int
+}
+
+func newHarness(t *testing.T, opts options) *harness {
+	t.Helper()
+	env := testenv.Get(t)
+	moto := ec2test.Get(t)
+	proxy, err := faultproxy.Start(moto.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	h := &harness{t: t, env: env, moto: moto, proxy: proxy, cluster: ec2test.ClusterID(t), reg: prometheus.NewRegistry()}
+	h.label = strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	if len(h.label) > 50 {
+		h.label = h.label[:50]
+	}
+	h.label = strings.Trim(h.label, "-_.")
+	if opts.maxAttempts == 0 {
+		opts.maxAttempts = 4
+	}
+	ec2c, err := awsec2.New(context.Background(), h.cluster,
+		awsec2.Config{MaxAttempts: opts.maxAttempts, MaxBackoff: 200 * time.Millisecond, CallTimeout: 20 * time.Second}, h.reg,
+		func(o *ec2.Options) { o.BaseEndpoint = aws.String(proxy.URL()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: env.Client.CoreV1().Events("")})
+	t.Cleanup(broadcaster.Shutdown)
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ipledger-eipd"})
+
+	store := &mirror{objs: map[watcherv1.Kind]map[string]*watcherv1.Object{}}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg := opts.cfg
+	if cfg.PendingPoll == 0 {
+		cfg.PendingPoll = 200 * time.Millisecond
+	}
+	if cfg.ConsistencyTimeout == 0 {
+		cfg.ConsistencyTimeout = 30 * time.Second
+	}
+	h.ctrl, err = controller.New(cfg, ec2c, store, env.Client, recorder, log, h.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 2*time.Second))
+	t.Cleanup(queue.ShutDown)
+	run := h.ctrl.NewRun(queue)
+	store.handler = run.Handler()
+
+	h.ns = env.Namespace(t, nil)
+	factory := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = "eipd-test=" + h.label
+	}))
+	factory.Core().V1().Nodes().Informer().AddEventHandler(store.handlers())
+	podFactory := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithNamespace(h.ns))
+	podFactory.Core().V1().Pods().Informer().AddEventHandler(store.handlers())
+	factory.Start(ctx.Done())
+	podFactory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	podFactory.WaitForCacheSync(ctx.Done())
+
+	var wg sync.WaitGroup
+	for range cfg.Workers + 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				node, quit := queue.Get()
+				if quit {
+					return
+				}
+				if err := run.Sync(ctx, node); err != nil {
+					queue.AddRateLimited(node)
+				} else {
+					queue.Forget(node)
+				}
+				queue.Done(node)
+			}
+		}()
+	}
+	t.Cleanup(func() { cancel(); queue.ShutDown(); wg.Wait() })
+	return h
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func (h *harness) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	h.t.Cleanup(cancel)
+	return ctx
+}
+
+// createNode creates a Node of this test backed by inst.
+func (h *harness) createNode(name string, inst ec2test.Instance, autoAssign bool) *corev1.Node {
+	h.t.Helper()
+	labels := map[string]string{"eipd-test": h.label}
+	if autoAssign {
+		labels[controller.LabelAutoAssign] = "true"
+	}
+	n, err := h.env.Client.CoreV1().Nodes().Create(h.ctx(), &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec:       corev1.NodeSpec{ProviderID: inst.ProviderID()},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		h.t.Fatalf("create node: %v", err)
+	}
+	h.t.Cleanup(func() {
+		_ = h.env.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return n
+}
+
+func (h *harness) nodeName(suffix string) string {
+	return fmt.Sprintf("%s-%s", h.label, suffix)
+}
+
+// addressesFor returns moto's addresses tagged for node in this test's cluster.
+func (h *harness) addressesFor(node string) []types.Address {
+	var out []types.Address
+	for _, a := range h.moto.Addresses(h.t, h.cluster) {
+		if ec2test.Tag(a.Tags, decide.TagNode) == node {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// waitAssigned waits until the Node is labelled with an address that moto
+// shows associated with inst and tagged for the Node, and returns it.
+func (h *harness) waitAssigned(node string, inst ec2test.Instance, timeout time.Duration) types.Address {
+	h.t.Helper()
+	var got types.Address
+	testenv.Eventually(h.t, timeout, func() error {
+		n, err := h.env.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ip := n.Labels[controller.LabelExternalIP]
+		if ip == "" {
+			return fmt.Errorf("node %s has no %s label yet", node, controller.LabelExternalIP)
+		}
+		addrs := h.addressesFor(node)
+		if len(addrs) != 1 {
+			return fmt.Errorf("moto has %d addresses tagged for %s, want 1", len(addrs), node)
+		}
+		a := addrs[0]
+		if aws.ToString(a.PublicIp) != ip || aws.ToString(a.AllocationId) != n.Annotations[controller.AnnotationAllocationID] {
+			return fmt.Errorf("node says %s/%s, moto has %s/%s", ip, n.Annotations[controller.AnnotationAllocationID], aws.ToString(a.PublicIp), aws.ToString(a.AllocationId))
+		}
+		if aws.ToString(a.NetworkInterfaceId) != inst.NetworkInterfaceID || aws.ToString(a.PrivateIpAddress) != inst.PrivateIP {
+			return fmt.Errorf("address %s associated with %q/%q, want %s/%s", ip, aws.ToString(a.NetworkInterfaceId), aws.ToString(a.PrivateIpAddress), inst.NetworkInterfaceID, inst.PrivateIP)
+		}
+		got = a
+		return nil
+	})
+	return got
+}
+
+// events returns the reasons of the Events about node.
+func (h *harness) events(node string) []string {
+	list, err := h.env.Client.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", node).String(),
+	})
+	if err != nil {
+		h.t.Fatalf("list events: %v", err)
+	}
+	var reasons []string
+	for _, e := range list.Items {
+		reasons = append(reasons, e.Reason)
+	}
+	return reasons
+}
+
+func (h *harness) waitEvent(node, reason string) {
+	h.t.Helper()
+	testenv.Eventually(h.t, 20*time.Second, func() error {
+		for _, r := range h.events(node) {
+			if r == reason {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s event on node %s (have %v)", reason, node, h.events(node))
+	})
+}
+
+func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue series
+				}
+			}
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return total
+}

@@ -1,0 +1,58 @@
+package controller
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ipledger/ipledger/services/eipd/internal/decide"
+)
+
+type metrics struct {
+	managed, associated, orphaned prometheus.Gauge
+	duplicates                    prometheus.Counter
+	syncs                         *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		managed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ipledger_eipd_addresses_managed", Help: "Elastic IPs tagged as managed by this cluster, at the last listing.",
+		}),
+		associated: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ipledger_eipd_addresses_associated", Help: "Managed Elastic IPs that are associated, at the last listing.",
+		}),
+		orphaned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ipledger_eipd_addresses_orphaned", Help: "Managed Elastic IPs tagged for no Node and not associated, at the last listing.",
+		}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ipledger_eipd_duplicates_removed_total", Help: "Extra Elastic IPs tagged for a Node that already had one, released (or orphaned).",
+		}),
+		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipledger_eipd_node_syncs_total", Help: "Node reconciliations by result.",
+		}, []string{"result"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.managed, m.associated, m.orphaned, m.duplicates, m.syncs} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register controller metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observe(view []decide.Address) {
+	var associated, orphaned int
+	for _, a := range view {
+		switch {
+		case a.Associated():
+			associated++
+		case a.Node == "":
+			orphaned++
+		}
+	}
+	m.managed.Set(float64(len(view)))
+	m.associated.Set(float64(associated))
+	m.orphaned.Set(float64(orphaned))
+}

@@ -1,0 +1,76 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/pkg/stream"
+)
+
+// Source is the stream the controller reads (implemented by *stream.Client).
+type Source interface {
+	WaitForSync(ctx context.Context) error
+	AddHandler(h stream.Handler) stream.Registration
+	RemoveHandler(r stream.Registration)
+}
+
+// NewWorker returns leader.Run's newWorker: every term gets a fresh queue
+// and fresh expectations, registers its handler (which replays the cached
+// Nodes), sweeps stale addresses at start and every requeue interval, and
+// writes only with the term's context.
+func (c *Controller) NewWorker(src Source, reg prometheus.Registerer) func(term *leader.Term) (leader.Worker, error) {
+	return func(term *leader.Term) (leader.Worker, error) {
+		queue := leader.NewQueue[string]("eipd_nodes", reg).WithLogger(c.log)
+		run := c.NewRun(queue)
+		return leader.WorkerFunc(func(term *leader.Term) error {
+			log := c.log.With("term", term.ID())
+			// Never act on a partial view: an absent Node means "give its
+			// address back", so wait for the whole world first.
+			syncCtx, cancel := context.WithCancel(term.Context())
+			go func() {
+				select {
+				case <-term.Stopping():
+					cancel()
+				case <-syncCtx.Done():
+				}
+			}()
+			err := src.WaitForSync(syncCtx)
+			cancel()
+			if err != nil {
+				log.Info("Term ended before the stream synced")
+				return nil
+			}
+			log.Info("Leading: reconciling Elastic IPs")
+			registration := src.AddHandler(run.Handler())
+			defer src.RemoveHandler(registration)
+
+			var wg sync.WaitGroup
+			wg.Go(func() { run.sweepLoop(term, log) })
+			queue.Run(term, c.cfg.Workers, run.Sync)
+			wg.Wait()
+			log.Info("Term over: stopped reconciling Elastic IPs")
+			return nil
+		}), nil
+	}
+}
+
+func (r *Run) sweepLoop(term *leader.Term, log interface {
+	Warn(string, ...any)
+}) {
+	ticker := time.NewTicker(r.c.cfg.RequeueInterval)
+	defer ticker.Stop()
+	for {
+		if err := r.Sweep(term.Context()); err != nil && term.Context().Err() == nil {
+			log.Warn("Sweep of stale Elastic IPs failed; retrying at the next interval", "err", err)
+		}
+		select {
+		case <-term.Stopping():
+			return
+		case <-ticker.C:
+		}
+	}
+}

@@ -1,0 +1,143 @@
+// Package app wires the ipledger-endpoints process together: the watcher
+// stream it reads from, the Kubernetes client it writes with, the Lease that
+// gates the controller, and the ops server, all under one errgroup.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipledger/ipledger/pkg/cmdmain"
+	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/pkg/opsserver"
+	"github.com/ipledger/ipledger/pkg/stream"
+	"github.com/ipledger/ipledger/services/endpoints/internal/controller"
+)
+
+// LeaseName is the default Lease the replicas campaign for.
+const LeaseName = "ipledger-endpoints"
+
+// Config is everything the binary is configured with.
+type Config struct {
+	Common     cmdmain.Common
+	Stream     stream.Config
+	Leader     leader.Config
+	Controller controller.Config
+	Ops        opsserver.Config
+	// KubeQPS and KubeBurst are the client's rate limits for EndpointSlice
+	// and Event writes; client-go's 5/10 would throttle a cold start.
+	KubeQPS   float64
+	KubeBurst int
+}
+
+// Flags registers every flag with its default.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	if c.Leader.LeaseName == "" {
+		c.Leader.LeaseName = LeaseName
+	}
+	if c.KubeQPS == 0 {
+		c.KubeQPS = 100
+	}
+	if c.KubeBurst == 0 {
+		c.KubeBurst = 200
+	}
+	c.Common.Flags(fs)
+	c.Stream.Flags(fs)
+	c.Leader.Flags(fs)
+	c.Controller.Flags(fs)
+	c.Ops.Flags(fs)
+	fs.Float64Var(&c.KubeQPS, "kube-api-qps", c.KubeQPS, "queries per second to the Kubernetes API")
+	fs.IntVar(&c.KubeBurst, "kube-api-burst", c.KubeBurst, "burst of queries to the Kubernetes API")
+}
+
+// App is one ipledger-endpoints process.
+type App struct {
+	// Registry holds every metric of the process.
+	Registry *prometheus.Registry
+	// Controller is the EndpointSlice controller (its Metrics are public).
+	Controller *controller.Controller
+
+	cfg    Config
+	log    *slog.Logger
+	client kubernetes.Interface
+	watch  *stream.Client
+	ops    *opsserver.Server
+	synced atomic.Bool
+}
+
+// New builds the process from cfg without starting anything.
+func New(cfg Config) (*App, error) {
+	a := &App{cfg: cfg, log: cfg.Common.Logger(), Registry: prometheus.NewRegistry()}
+	if err := cfg.Controller.Validate(); err != nil {
+		return nil, err
+	}
+	if a.cfg.Leader.LeaseName == "" {
+		a.cfg.Leader.LeaseName = LeaseName
+	}
+	if a.cfg.Leader.LeaseNamespace == "" {
+		a.cfg.Leader.LeaseNamespace = cfg.Common.Namespace
+	}
+	restCfg, err := cfg.Common.RESTConfig(float32(cfg.KubeQPS), cfg.KubeBurst)
+	if err != nil {
+		return nil, err
+	}
+	if a.client, err = kubernetes.NewForConfig(restCfg); err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	sc := cfg.Stream
+	sc.Kinds = controller.Kinds
+	if a.watch, err = stream.New(sc, a.log, a.Registry); err != nil {
+		return nil, fmt.Errorf("watcher stream: %w", err)
+	}
+	controller.AddIndexes(a.watch.Store())
+	if a.Controller, err = controller.New(cfg.Controller, a.client, a.watch, a.watch.Store(), a.log, a.Registry); err != nil {
+		return nil, err
+	}
+	a.ops = opsserver.New(cfg.Ops, a.Registry, a.ready)
+	return a, nil
+}
+
+func (a *App) ready() error {
+	if !a.synced.Load() {
+		return errors.New("watcher stream not synced yet")
+	}
+	return nil
+}
+
+// Run runs the process until ctx ends or a part fails. On the way out the
+// leader drains its queue and releases the Lease before Run returns.
+func (a *App) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	if a.cfg.Ops.Addr != "" {
+		g.Go(func() error { return a.ops.Serve(gctx) })
+	}
+	g.Go(func() error { return a.watch.Run(gctx) })
+	g.Go(func() error {
+		// Campaign only with the whole world in the store: a leader acting on
+		// a partial snapshot would remove endpoints it has not seen yet.
+		if err := a.watch.WaitForSync(gctx); err != nil {
+			return err
+		}
+		a.synced.Store(true)
+		a.log.Info("Watcher stream synced; campaigning for the Lease", "lease", a.cfg.Leader.LeaseNamespace+"/"+a.cfg.Leader.LeaseName)
+		return leader.Run(gctx, a.client, a.cfg.Leader, a.Controller.NewWorker, a.log, a.Registry)
+	})
+	return g.Wait()
+}
+
+// Run builds and runs the process.
+func Run(ctx context.Context, cfg Config) error {
+	a, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}

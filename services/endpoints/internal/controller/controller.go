@@ -1,0 +1,500 @@
+// Package controller keeps the EndpointSlices of Services that select
+// ExternalWorkloads. It reads only from the watcher stream (Services,
+// ExternalWorkloads, and the EndpointSlices ipledger manages), writes with
+// client-go, and acts only while this replica holds the Lease: every term
+// gets a fresh queue and a fresh tracker of its own writes, registers its
+// event handlers (which replays the cached world), and removes them and
+// drains its queue when the term ends. What the slices should be is decided
+// by package planner; this package gathers its inputs and sends its writes.
+package controller
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/pkg/stream"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/endpoints/internal/planner"
+)
+
+// Component is the name Events are reported under.
+const Component = "ipledger-endpoints"
+
+// IndexServiceSlices is the store index of managed EndpointSlices by
+// "namespace/service".
+const IndexServiceSlices = "endpoints.ipledger.io/service"
+
+// Kinds are the kinds the controller streams.
+var Kinds = []watcherv1.Kind{
+	watcherv1.Kind_KIND_SERVICE,
+	watcherv1.Kind_KIND_EXTERNAL_WORKLOAD,
+	watcherv1.Kind_KIND_ENDPOINT_SLICE,
+}
+
+// Config tunes the controller.
+type Config struct {
+	// MaxEndpointsPerSlice caps the endpoints of one slice.
+	MaxEndpointsPerSlice int
+	// Workers is the number of Services synced concurrently.
+	Workers int
+	// ExpectationTimeout bounds how long a sync waits for the stream to show
+	// this term's own write before it stops waiting (see tracker).
+	ExpectationTimeout time.Duration
+}
+
+// Flags registers the controller's flags with their defaults.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	if c.MaxEndpointsPerSlice == 0 {
+		c.MaxEndpointsPerSlice = planner.DefaultMaxEndpointsPerSlice
+	}
+	if c.Workers == 0 {
+		c.Workers = 4
+	}
+	if c.ExpectationTimeout == 0 {
+		c.ExpectationTimeout = time.Minute
+	}
+	fs.IntVar(&c.MaxEndpointsPerSlice, "max-endpoints-per-slice", c.MaxEndpointsPerSlice, "maximum number of endpoints in one EndpointSlice (1-1000)")
+	fs.IntVar(&c.Workers, "workers", c.Workers, "Services synced concurrently")
+	fs.DurationVar(&c.ExpectationTimeout, "expectation-timeout", c.ExpectationTimeout,
+		"how long a sync waits for the watcher stream to show this replica's own EndpointSlice write before acting anyway")
+}
+
+// Validate reports a Config that cannot work.
+func (c *Config) Validate() error {
+	if c.MaxEndpointsPerSlice < 1 || c.MaxEndpointsPerSlice > 1000 {
+		return fmt.Errorf("--max-endpoints-per-slice=%d: must be between 1 and 1000 (the API server's limit)", c.MaxEndpointsPerSlice)
+	}
+	if c.Workers < 1 {
+		return fmt.Errorf("--workers=%d: must be at least 1", c.Workers)
+	}
+	return nil
+}
+
+// Store is the read side of the stream the controller uses (*stream.Store).
+type Store interface {
+	Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool)
+	ListNamespace(kind watcherv1.Kind, namespace string) []*watcherv1.Object
+	ByIndex(kind watcherv1.Kind, name, value string) []*watcherv1.Object
+}
+
+// Source delivers the stream's events (*stream.Client).
+type Source interface {
+	AddHandler(h stream.Handler) stream.Registration
+	RemoveHandler(r stream.Registration)
+}
+
+// AddIndexes adds the indexes the controller reads by; call before the
+// stream runs.
+func AddIndexes(s *stream.Store) {
+	s.AddIndex(watcherv1.Kind_KIND_ENDPOINT_SLICE, IndexServiceSlices, sliceServiceIndex)
+}
+
+func sliceServiceIndex(o *watcherv1.Object) []string {
+	if k := planner.ServiceKeyOfSlice(o); k != "" {
+		return []string{k}
+	}
+	return nil
+}
+
+// Controller builds one worker per leadership term.
+type Controller struct {
+	cfg     Config
+	client  kubernetes.Interface
+	source  Source
+	store   Store
+	log     *slog.Logger
+	reg     prometheus.Registerer
+	Metrics *Metrics
+	now     func() time.Time
+
+	mu      sync.Mutex
+	current *worker // the running term's worker, nil while not leading
+}
+
+// Pending is the number of Services queued or being synced in the current
+// term (zero while not leading). Tests and benchmarks wait for it to reach
+// zero to know the controller has caught up with what it has seen.
+func (c *Controller) Pending() int {
+	c.mu.Lock()
+	w := c.current
+	c.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	return w.queue.Len() + int(w.st.inflight.Load())
+}
+
+// New builds the controller; reg receives its metrics and each term's
+// workqueue metrics.
+func New(cfg Config, client kubernetes.Interface, source Source, store Store, log *slog.Logger, reg prometheus.Registerer) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Controller{
+		cfg: cfg, client: client, source: source, store: store, log: log, reg: reg,
+		Metrics: NewMetrics(reg), now: time.Now,
+	}, nil
+}
+
+// NewWorker builds the fresh state of one term; it is leader.Run's newWorker.
+func (c *Controller) NewWorker(term *leader.Term) (leader.Worker, error) {
+	q := leader.NewQueue[string]("endpoints", c.reg)
+	st := c.newTermState(c.log.With("term", term.ID()))
+	st.enqueue = q.Add
+	return &worker{st: st, queue: q}, nil
+}
+
+func (c *Controller) newTermState(log *slog.Logger) *termState {
+	return &termState{
+		c:        c,
+		log:      log,
+		tracker:  newTracker(c.cfg.ExpectationTimeout, c.now),
+		triggers: map[string]time.Time{},
+		managed:  map[string]int{},
+		recorder: &record.FakeRecorder{},
+	}
+}
+
+// worker is one term's work.
+type worker struct {
+	st    *termState
+	queue *leader.Queue[string]
+}
+
+// Run registers the handlers (replaying the cached world into the queue),
+// syncs until the term stops, removes the handlers and drains the queue.
+func (w *worker) Run(term *leader.Term) error {
+	st := w.st
+	// Events are writes too: they go through a sink bound to the term, and
+	// whatever is still buffered when the term ends is dropped.
+	sinkCtx, cancelSink := context.WithCancel(term.Context())
+	defer cancelSink()
+	broadcaster := record.NewBroadcaster(record.WithContext(sinkCtx))
+	defer broadcaster.Shutdown()
+	broadcaster.StartRecordingToSink(&termSink{ctx: sinkCtx, events: st.c.client.CoreV1()})
+	st.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component})
+
+	st.c.mu.Lock()
+	st.c.current = w
+	st.c.mu.Unlock()
+	defer func() {
+		st.c.mu.Lock()
+		st.c.current = nil
+		st.c.mu.Unlock()
+	}()
+	st.log.Info("Leading: registering handlers")
+	reg := st.c.source.AddHandler(st.handler())
+	done := make(chan struct{})
+	var removed sync.WaitGroup
+	removed.Go(func() {
+		select {
+		case <-term.Stopping():
+		case <-done:
+		}
+		st.c.source.RemoveHandler(reg)
+	})
+	w.queue.Run(term, st.c.cfg.Workers, st.sync)
+	close(done)
+	removed.Wait()
+	st.resetManaged()
+	st.log.Info("Stopped leading: handlers removed, queue drained")
+	return nil
+}
+
+// termState is everything one term owns. Nothing in it survives the term.
+type termState struct {
+	c        *Controller
+	log      *slog.Logger
+	tracker  *tracker
+	enqueue  func(key string)
+	recorder record.EventRecorder
+	inflight atomic.Int32
+
+	mu       sync.Mutex
+	triggers map[string]time.Time // service key -> earliest change not yet synced
+	managed  map[string]int       // service key -> endpoints in its slices
+}
+
+func (st *termState) handler() stream.Handler {
+	return stream.HandlerFuncs{
+		AddFunc:    func(o *watcherv1.Object) { st.onChange(nil, o) },
+		UpdateFunc: func(old, o *watcherv1.Object) { st.onChange(old, o) },
+		DeleteFunc: st.onDelete,
+	}
+}
+
+func (st *termState) queue(key string) {
+	st.mu.Lock()
+	if _, ok := st.triggers[key]; !ok {
+		st.triggers[key] = st.c.now()
+	}
+	st.mu.Unlock()
+	st.enqueue(key)
+}
+
+func (st *termState) onChange(old, o *watcherv1.Object) {
+	switch o.GetKind() {
+	case watcherv1.Kind_KIND_SERVICE:
+		st.queue(stream.Key(o))
+	case watcherv1.Kind_KIND_EXTERNAL_WORKLOAD:
+		st.queueSelecting(old)
+		st.queueSelecting(o)
+	case watcherv1.Kind_KIND_ENDPOINT_SLICE:
+		key := planner.ServiceKeyOfSlice(o)
+		if key == "" {
+			return
+		}
+		if st.tracker.ShouldSync(key, planner.SliceFromObject(o)) {
+			st.queue(key)
+		}
+	}
+}
+
+func (st *termState) onDelete(o *watcherv1.Object) {
+	switch o.GetKind() {
+	case watcherv1.Kind_KIND_SERVICE:
+		st.queue(stream.Key(o))
+	case watcherv1.Kind_KIND_EXTERNAL_WORKLOAD:
+		st.queueSelecting(o)
+	case watcherv1.Kind_KIND_ENDPOINT_SLICE:
+		key := planner.ServiceKeyOfSlice(o)
+		if key == "" {
+			return
+		}
+		// A delete we did not make (out of band, or by an earlier term)
+		// must be repaired: requeue the Service.
+		if !st.tracker.HandleDeletion(key, planner.SliceFromObject(o)) {
+			st.queue(key)
+		}
+	}
+}
+
+// queueSelecting queues every Service in the workload's namespace whose
+// selector matches it.
+func (st *termState) queueSelecting(w *watcherv1.Object) {
+	if w == nil {
+		return
+	}
+	m := w.GetMeta()
+	for _, s := range st.c.store.ListNamespace(watcherv1.Kind_KIND_SERVICE, m.GetNamespace()) {
+		if planner.SelectorMatches(s.GetService(), m.GetLabels()) {
+			st.queue(stream.Key(s))
+		}
+	}
+}
+
+// errStale says the view lags what this term wrote; the sync is retried.
+type errStale struct{ reason string }
+
+func (e errStale) Error() string { return "stale view: " + e.reason }
+
+func (st *termState) sync(ctx context.Context, key string) (err error) {
+	st.inflight.Add(1)
+	defer st.inflight.Add(-1)
+	start := st.c.now()
+	m := st.c.Metrics
+	defer func() {
+		m.SyncDuration.Observe(st.c.now().Sub(start).Seconds())
+		var stale errStale
+		switch {
+		case err == nil:
+			m.Syncs.WithLabelValues(resultSuccess).Inc()
+		case errors.As(err, &stale):
+			m.Syncs.WithLabelValues(resultStale).Inc()
+			m.StaleRetries.Inc()
+			st.log.Debug("Stale view, retrying", "service", key, "reason", stale.reason)
+		default:
+			m.Syncs.WithLabelValues(resultError).Inc()
+			st.log.Warn("Sync failed", "service", key, "err", err)
+		}
+	}()
+
+	ns, name, _ := strings.Cut(key, "/")
+	svc, ok := st.c.store.Get(watcherv1.Kind_KIND_SERVICE, ns, name)
+	if !ok {
+		// Its slices go with it: the garbage collector follows the ownerRef.
+		st.tracker.Forget(key)
+		st.setManaged(key, 0)
+		st.takeTrigger(key)
+		return nil
+	}
+	objs := st.c.store.ByIndex(watcherv1.Kind_KIND_ENDPOINT_SLICE, IndexServiceSlices, key)
+	existing := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		existing = append(existing, planner.SliceFromObject(o))
+	}
+	if reason := st.tracker.Stale(key, existing); reason != "" {
+		return errStale{reason}
+	}
+
+	trigger := st.takeTrigger(key)
+	plan := planner.Compute(planner.Input{
+		Service:              svc,
+		Workloads:            st.c.store.ListNamespace(watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, ns),
+		Existing:             existing,
+		MaxEndpointsPerSlice: st.c.cfg.MaxEndpointsPerSlice,
+		TriggerTime:          trigger,
+	})
+	if plan.Writes() > 0 {
+		ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Service", Namespace: ns, Name: name, UID: types.UID(svc.GetMeta().GetUid())}
+		for _, s := range plan.Skipped {
+			st.recorder.Eventf(ref, corev1.EventTypeWarning, "ExternalWorkloadSkipped", "ExternalWorkload %s gets no endpoint: it %s", s.Workload, s.Reason)
+		}
+		if err := st.apply(ctx, key, plan); err != nil {
+			st.restoreTrigger(key, trigger)
+			if !errors.As(err, new(errStale)) {
+				st.recorder.Eventf(ref, corev1.EventTypeWarning, "FailedToUpdateEndpointSlices", "Error updating EndpointSlices: %v", err)
+			}
+			return err
+		}
+		st.log.Debug("Synced", "service", key, "created", len(plan.Create), "updated", len(plan.Update), "deleted", len(plan.Delete), "endpoints", plan.Endpoints)
+	}
+	st.setManaged(key, plan.Endpoints)
+	return nil
+}
+
+// apply sends the plan's writes: creates first (so endpoints are never
+// missing in between), then updates, then deletes. Each carries a
+// precondition, so a write computed from a view the API server has moved
+// past is refused rather than applied: updates and deletes name the
+// resourceVersion they saw, and creates use deterministic names.
+func (st *termState) apply(ctx context.Context, key string, plan planner.Plan) error {
+	m := st.c.Metrics
+	api := st.c.client.DiscoveryV1()
+	for _, s := range plan.Create {
+		created, err := api.EndpointSlices(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
+		if err != nil {
+			m.SliceWrites.WithLabelValues(opCreate, resultError).Inc()
+			switch {
+			case apierrors.IsAlreadyExists(err):
+				st.tracker.Taken(key, s.Name)
+				return errStale{fmt.Sprintf("slice %s exists but is not in the view", s.Name)}
+			case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+				return nil
+			}
+			return fmt.Errorf("create EndpointSlice %s/%s: %w", s.Namespace, s.Name, err)
+		}
+		m.SliceWrites.WithLabelValues(opCreate, resultSuccess).Inc()
+		st.tracker.Wrote(key, created)
+	}
+	for _, s := range plan.Update {
+		updated, err := api.EndpointSlices(s.Namespace).Update(ctx, s, metav1.UpdateOptions{})
+		if err != nil {
+			m.SliceWrites.WithLabelValues(opUpdate, resultError).Inc()
+			if apierrors.IsConflict(err) {
+				return errStale{fmt.Sprintf("slice %s changed since resourceVersion %s", s.Name, s.ResourceVersion)}
+			}
+			return fmt.Errorf("update EndpointSlice %s/%s: %w", s.Namespace, s.Name, err)
+		}
+		m.SliceWrites.WithLabelValues(opUpdate, resultSuccess).Inc()
+		st.tracker.Wrote(key, updated)
+	}
+	for _, s := range plan.Delete {
+		pre := &metav1.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion}
+		err := api.EndpointSlices(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: pre})
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+			m.SliceWrites.WithLabelValues(opDelete, resultSuccess).Inc()
+			st.tracker.Deleted(key, s.Name, s.UID)
+		case apierrors.IsConflict(err):
+			m.SliceWrites.WithLabelValues(opDelete, resultError).Inc()
+			return errStale{fmt.Sprintf("slice %s changed since resourceVersion %s", s.Name, s.ResourceVersion)}
+		default:
+			m.SliceWrites.WithLabelValues(opDelete, resultError).Inc()
+			return fmt.Errorf("delete EndpointSlice %s/%s: %w", s.Namespace, s.Name, err)
+		}
+	}
+	return nil
+}
+
+// takeTrigger returns and forgets the time of the earliest change the
+// Service's next sync reacts to; changes after this moment set a new one.
+func (st *termState) takeTrigger(key string) time.Time {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	t := st.triggers[key]
+	delete(st.triggers, key)
+	return t
+}
+
+// restoreTrigger puts back the trigger time of a sync that failed.
+func (st *termState) restoreTrigger(key string, t time.Time) {
+	if t.IsZero() {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if cur, ok := st.triggers[key]; !ok || t.Before(cur) {
+		st.triggers[key] = t
+	}
+}
+
+func (st *termState) setManaged(key string, n int) {
+	st.mu.Lock()
+	old := st.managed[key]
+	if n == 0 {
+		delete(st.managed, key)
+	} else {
+		st.managed[key] = n
+	}
+	st.mu.Unlock()
+	st.c.Metrics.EndpointsManaged.Add(float64(n - old))
+}
+
+func (st *termState) resetManaged() {
+	st.mu.Lock()
+	total := 0
+	for _, n := range st.managed {
+		total += n
+	}
+	st.managed = map[string]int{}
+	st.mu.Unlock()
+	st.c.Metrics.EndpointsManaged.Sub(float64(total))
+}
+
+// termSink writes Events with the term's context, so none is sent after
+// the term ended.
+type termSink struct {
+	ctx    context.Context
+	events typedcorev1.EventsGetter
+}
+
+func (s *termSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	if err := s.ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.events.Events(e.Namespace).Create(s.ctx, e, metav1.CreateOptions{})
+}
+
+func (s *termSink) Update(e *corev1.Event) (*corev1.Event, error) {
+	if err := s.ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.events.Events(e.Namespace).Update(s.ctx, e, metav1.UpdateOptions{})
+}
+
+func (s *termSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	if err := s.ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.events.Events(e.Namespace).Patch(s.ctx, e.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
+}

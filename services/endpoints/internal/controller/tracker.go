@@ -1,0 +1,161 @@
+package controller
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// tracker remembers, for one leadership term, every slice write this
+// replica made, so that a sync can tell when the stream's view has not
+// caught up with its own writes yet (a stale view) and wait instead of
+// acting on it: acting would re-create a slice it just created, or undo an
+// update. It is built empty at the start of every term: a tracker kept
+// across terms would expect slices that were changed or deleted while this
+// replica was not leading, and never see its expectations met (the Linkerd
+// endpoints-controller bug this design exists to prevent).
+type tracker struct {
+	// expire bounds how long an expectation may hold syncs back. The stream
+	// delivers every change, so this only matters if an event is lost; the
+	// API server still refuses a write from a stale view (resourceVersion
+	// preconditions, deterministic slice names), so dropping an old
+	// expectation cannot create a duplicate.
+	expire time.Duration
+	now    func() time.Time
+
+	mu       sync.Mutex
+	services map[string]map[string]expectation // service key -> slice name -> what we expect
+	waiting  map[string]bool                   // services whose last sync found a stale view
+}
+
+// expectation is what the view must show for a slice before we act again.
+type expectation struct {
+	uid        types.UID
+	generation int64  // at least this generation
+	rv         string // the resourceVersion we wrote (diagnostics, and exact echo detection)
+	deleted    bool   // we deleted it: the view must not show this uid
+	exists     bool   // a create found the name taken: the view must show the name, whatever its generation
+	at         time.Time
+}
+
+func newTracker(expire time.Duration, now func() time.Time) *tracker {
+	return &tracker{expire: expire, now: now, services: map[string]map[string]expectation{}, waiting: map[string]bool{}}
+}
+
+func (t *tracker) set(svc, name string, e expectation) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.services[svc]
+	if m == nil {
+		m = map[string]expectation{}
+		t.services[svc] = m
+	}
+	e.at = t.now()
+	m[name] = e
+}
+
+// Wrote records a slice as the API server returned it from a create or update.
+func (t *tracker) Wrote(svc string, s *discoveryv1.EndpointSlice) {
+	t.set(svc, s.Name, expectation{uid: s.UID, generation: s.Generation, rv: s.ResourceVersion})
+}
+
+// Deleted records a delete of the slice with that uid.
+func (t *tracker) Deleted(svc, name string, uid types.UID) {
+	t.set(svc, name, expectation{uid: uid, deleted: true})
+}
+
+// Taken records that a create found the name already taken: the view has
+// missed a slice that exists.
+func (t *tracker) Taken(svc, name string) {
+	t.set(svc, name, expectation{exists: true})
+}
+
+// Stale compares the view of a Service's slices with what this term wrote.
+// It returns why the view is stale, or "" when it may be acted on.
+func (t *tracker) Stale(svc string, view []*discoveryv1.EndpointSlice) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	exp := t.services[svc]
+	if len(exp) == 0 {
+		delete(t.waiting, svc)
+		return ""
+	}
+	byName := make(map[string]*discoveryv1.EndpointSlice, len(view))
+	for _, s := range view {
+		byName[s.Name] = s
+	}
+	reason := ""
+	for name, e := range exp {
+		s, seen := byName[name]
+		switch {
+		case e.exists:
+			if !seen {
+				reason = fmt.Sprintf("slice %s exists but is not in the view yet", name)
+			}
+		case e.deleted:
+			if seen && s.UID == e.uid {
+				reason = fmt.Sprintf("slice %s was deleted but is still in the view", name)
+			}
+		case !seen:
+			reason = fmt.Sprintf("slice %s was written at generation %d but is not in the view yet", name, e.generation)
+		case s.UID != e.uid:
+			// Replaced since we wrote it (deleted and re-created): the view
+			// is newer than our write, which no longer matters.
+			delete(exp, name)
+		case s.Generation < e.generation:
+			reason = fmt.Sprintf("slice %s is at generation %d in the view, we wrote %d", name, s.Generation, e.generation)
+		}
+		if reason != "" && t.expire > 0 && t.now().Sub(e.at) > t.expire {
+			delete(exp, name)
+			reason = ""
+		}
+		if reason != "" {
+			t.waiting[svc] = true
+			return reason
+		}
+	}
+	delete(t.waiting, svc)
+	return ""
+}
+
+// ShouldSync says whether an add or update of one of the Service's slices
+// needs a sync: not when it is merely the echo of this term's own write,
+// unless a sync is waiting for exactly that echo.
+func (t *tracker) ShouldSync(svc string, s *discoveryv1.EndpointSlice) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.waiting[svc] {
+		return true
+	}
+	e, ok := t.services[svc][s.Name]
+	if !ok || e.deleted || e.exists {
+		return true
+	}
+	return e.uid != s.UID || s.Generation > e.generation
+}
+
+// HandleDeletion forgets a deleted slice and reports whether the delete was
+// this term's own (expected) one.
+func (t *tracker) HandleDeletion(svc string, s *discoveryv1.EndpointSlice) (expected bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.services[svc][s.Name]
+	if !ok {
+		return false
+	}
+	if e.exists || e.uid == s.UID || e.uid == "" {
+		delete(t.services[svc], s.Name)
+	}
+	return e.deleted && e.uid == s.UID
+}
+
+// Forget drops everything about a Service (it was deleted).
+func (t *tracker) Forget(svc string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.services, svc)
+	delete(t.waiting, svc)
+}

@@ -1,0 +1,727 @@
+// Package allocator decides which LoadBalancer IP each Service gets from the
+// IPPools. It is pure Go (no client-go, no protobuf): the controller gathers
+// pools, Services, ledger entries and reservations, feeds them in, and writes
+// the results. Every decision is deterministic (no random tie-breaks) so that
+// two replicas, or one replica before and after a restart, agree.
+//
+// Restart safety (MetalLB #1984) is the caller's order of calls: after
+// SetPools, Assign every IP named by the ledger, then every IP in a Service's
+// status, then Allocate the Services that *request* IPs (annotation or
+// spec.loadBalancerIP), and only then Allocate pending Services. Assign never
+// moves an IP away from its holder; it reports who holds it instead.
+//
+// Pools may be huge (an IPv6 /64): taken addresses are kept as a sorted set of
+// intervals, the lowest free address is found by walking those intervals, and
+// counts are exact math/big integers. Nothing is ever proportional to a pool's
+// size.
+//
+// An Allocator is not safe for concurrent use; the controller serialises
+// calls (one worker owns it, or wrap it in a mutex).
+package allocator
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math/big"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Family is an IP address family.
+type Family int
+
+// The address families, spelled as in Service.spec.ipFamilies.
+const (
+	IPv4 Family = 4
+	IPv6 Family = 6
+)
+
+// String returns "IPv4" or "IPv6".
+func (f Family) String() string {
+	switch f {
+	case IPv4:
+		return "IPv4"
+	case IPv6:
+		return "IPv6"
+	}
+	return fmt.Sprintf("Family(%d)", int(f))
+}
+
+// ParseFamily parses "IPv4" or "IPv6" (Service.spec.ipFamilies entries).
+func ParseFamily(s string) (Family, error) {
+	switch s {
+	case "IPv4":
+		return IPv4, nil
+	case "IPv6":
+		return IPv6, nil
+	}
+	return 0, fmt.Errorf("ipFamilies: unknown family %q, want IPv4 or IPv6", s)
+}
+
+// FamilyOf returns the family of addr.
+func FamilyOf(addr netip.Addr) Family {
+	if addr.Is4() {
+		return IPv4
+	}
+	return IPv6
+}
+
+// FamilyPolicy is Service.spec.ipFamilyPolicy.
+type FamilyPolicy string
+
+// The family policies. An empty policy means SingleStack.
+const (
+	SingleStack      FamilyPolicy = "SingleStack"
+	PreferDualStack  FamilyPolicy = "PreferDualStack"
+	RequireDualStack FamilyPolicy = "RequireDualStack"
+)
+
+// Reason is the reason of the Service condition ipledger.io/AddressAllocated
+// (and ExplainServiceResponse.reason).
+type Reason string
+
+// The AddressAllocated condition reasons.
+const (
+	ReasonAllocated            Reason = "Allocated"
+	ReasonNoMatchingPool       Reason = "NoMatchingPool"
+	ReasonPoolExhausted        Reason = "PoolExhausted"
+	ReasonRequestedIPInUse     Reason = "RequestedIPInUse"
+	ReasonRequestedIPNotInPool Reason = "RequestedIPNotInPool"
+	ReasonInvalidRequest       Reason = "InvalidRequest"
+)
+
+// VerdictReason says what one pool had to say about a Service
+// (PoolVerdict.reason in ipledger.ipam.v1).
+type VerdictReason string
+
+// The pool verdict reasons. Selected and NotChosen are eligible verdicts.
+const (
+	VerdictSelected                VerdictReason = "Selected"
+	VerdictNotChosen               VerdictReason = "NotChosen"
+	VerdictNamespaceMismatch       VerdictReason = "NamespaceMismatch"
+	VerdictServiceSelectorMismatch VerdictReason = "ServiceSelectorMismatch"
+	VerdictAutoAssignOff           VerdictReason = "AutoAssignOff"
+	VerdictExhausted               VerdictReason = "Exhausted"
+	VerdictConflicting             VerdictReason = "Conflicting"
+	VerdictNotRequested            VerdictReason = "NotRequested"
+	VerdictRequestedIPNotInPool    VerdictReason = "RequestedIPNotInPool"
+	VerdictRequestedIPInUse        VerdictReason = "RequestedIPInUse"
+	// VerdictFamilyMismatch: the pool has no addresses of a family the
+	// Service requires (not in the proto comment's list yet).
+	VerdictFamilyMismatch VerdictReason = "FamilyMismatch"
+)
+
+// Error is a failed allocation or assignment. Reason is the condition reason
+// to report; Message says what is wrong and how to fix it.
+type Error struct {
+	Reason  Reason
+	Message string
+	// Holders are the Services holding a contested IP (RequestedIPInUse, or
+	// an Assign refused), sorted.
+	Holders []string
+}
+
+// Error implements error.
+func (e *Error) Error() string { return e.Message }
+
+// ErrHeldAddressUnfit is wrapped by Allocate's error when the Service holds an
+// address that no longer fits its request (pool, requested IPs, families or
+// sharing changed). The controller clears the status, calls Release, removes
+// the ledger entry, and calls Allocate again. Allocate never releases by
+// itself, so an IP is not handed to someone else while a status still shows it.
+var ErrHeldAddressUnfit = errors.New("the Service holds an address that no longer fits its request")
+
+// Port is one (protocol, port) of a Service, for sharing checks.
+type Port struct {
+	Protocol string // TCP, UDP or SCTP
+	Port     int32
+}
+
+// Sharing says with whom a Service may share an IP: Services with the same
+// non-empty Key, no common (Protocol, Port), and — when either uses
+// externalTrafficPolicy Local — both Local with the same Selector.
+type Sharing struct {
+	Key      string // ipledger.io/allow-shared-ip; "" = the IP is exclusive
+	Ports    []Port
+	Local    bool              // externalTrafficPolicy: Local
+	Selector map[string]string // spec.selector, compared only when Local
+}
+
+// Request is what one Service asks for.
+type Request struct {
+	// Service is "namespace/name".
+	Service         string
+	NamespaceLabels map[string]string
+	ServiceLabels   map[string]string
+	// FamilyPolicy and Families come from spec.ipFamilyPolicy and
+	// spec.ipFamilies. SingleStack takes Families[0]; RequireDualStack takes
+	// both; PreferDualStack takes both when a pool offers both (such a pool
+	// wins over better-ranked single-family ones), else Families[0]. Empty
+	// Families defaults to the families of RequestedIPs, else IPv4.
+	FamilyPolicy FamilyPolicy
+	Families     []Family
+	// RequestedIPs (at most one per family), Pool and Sharing.Key usually come
+	// from ParseServiceRequest.
+	RequestedIPs []netip.Addr
+	Pool         string
+	Sharing      Sharing
+}
+
+// Allocation is one IP held by one Service.
+type Allocation struct {
+	IP      netip.Addr
+	Service string
+	// Pool is the serving pool containing IP, "" when the IP lies outside
+	// every serving pool (an orphan after a pool shrank or was deleted).
+	Pool       string
+	SharingKey string
+}
+
+// Result is a successful Allocate.
+type Result struct {
+	IPs  []netip.Addr // in the order of the Service's families
+	Pool string
+	// New is false when the Service already held exactly these IPs.
+	New bool
+}
+
+// Reservation holds an IP outside any Service.
+type Reservation struct {
+	IP   netip.Addr
+	Note string
+	// ForService, "namespace/name" or "", is the only Service that may be
+	// granted the IP, and only by requesting it.
+	ForService string
+	CreatedAt  time.Time
+}
+
+// FamilyUsage counts the addresses of one family of a pool. Total excludes
+// the addresses avoidBuggyIPs skips; Used counts the addresses of Total that
+// are held by a Service or reserved (a shared IP counts once).
+type FamilyUsage struct {
+	Total *big.Int
+	Used  *big.Int
+}
+
+// Usage is a pool's address usage by family.
+type Usage struct {
+	IPv4 FamilyUsage
+	IPv6 FamilyUsage
+}
+
+// Conflict is a pool that overlaps an older one and serves nothing.
+type Conflict struct {
+	Pool string
+	// With is the older serving pool it overlaps.
+	With    string
+	Message string
+}
+
+// PoolUpdate is what SetPools changed.
+type PoolUpdate struct {
+	// Conflicts lists the Conflicting pools, sorted by pool name.
+	Conflicts []Conflict
+	// Orphans are held IPs that now lie outside every serving pool. They stay
+	// held (never re-assigned) until their Services are released.
+	Orphans []Allocation
+	// Moved are held IPs whose pool changed (a rename, a conflict resolved,
+	// an orphan back in a pool); the controller updates
+	// ipledger.io/allocated-from-pool.
+	Moved []Allocation
+}
+
+// Verdict is one pool's verdict on a Service.
+type Verdict struct {
+	Pool     string
+	Eligible bool
+	Reason   VerdictReason
+	Message  string
+}
+
+// Explanation says why a Service has, or has not, got its IP.
+type Explanation struct {
+	Reason   Reason
+	Decision string       // the outcome in words
+	IPs      []netip.Addr // what the Service holds now
+	Verdicts []Verdict    // one per pool, sorted by the order pools are tried
+}
+
+// Allocator holds the pools, every held IP and every reservation.
+type Allocator struct {
+	pools      map[string]*Pool    // every pool given to SetPools, by name
+	ranked     []*Pool             // serving (non-Conflicting) pools in rank order
+	conflictOf map[string]Conflict // Conflicting pools by name
+	index      poolIndex           // serving pools' ranges, for PoolOf
+
+	taken   addrSet                            // held or reserved addresses
+	ips     map[netip.Addr]*ipState            // held or reserved addresses
+	bySvc   map[string][]netip.Addr            // Service -> held IPs, IPv4 first
+	byShare map[string]map[netip.Addr]struct{} // sharing key -> IPs held under it
+	used    map[string]*[2]*big.Int            // serving pool -> used IPv4, IPv6
+}
+
+// ipState is what the allocator knows about one held or reserved IP.
+type ipState struct {
+	pool        string   // serving pool containing the IP, "" = orphan
+	holders     []holder // sorted by service
+	reservation *Reservation
+}
+
+type holder struct {
+	service string
+	sharing Sharing
+}
+
+// New returns an empty Allocator.
+func New() *Allocator {
+	return &Allocator{
+		pools:      map[string]*Pool{},
+		conflictOf: map[string]Conflict{},
+		ips:        map[netip.Addr]*ipState{},
+		bySvc:      map[string][]netip.Addr{},
+		byShare:    map[string]map[netip.Addr]struct{}{},
+		used:       map[string]*[2]*big.Int{},
+	}
+}
+
+// SetPools replaces the pool set. Overlaps are resolved oldest first: a pool
+// overlapping an older one (CreatedAt, then name) is Conflicting and serves
+// nothing. Every held or reserved IP is re-attributed to the serving pool
+// containing it. Nothing is released: held IPs outside every serving pool
+// are orphans, reported in every PoolUpdate until their Services are
+// released. Pools with a duplicate name are ignored after the oldest.
+func (a *Allocator) SetPools(pools []*Pool) PoolUpdate {
+	byAge := slices.Clone(pools)
+	slices.SortStableFunc(byAge, ageCompare)
+	a.pools = map[string]*Pool{}
+	a.conflictOf = map[string]Conflict{}
+	a.index = poolIndex{}
+	a.ranked = nil
+	for _, p := range byAge {
+		if _, dup := a.pools[p.name]; dup {
+			continue
+		}
+		a.pools[p.name] = p
+		if c, ok := a.overlapOf(p); ok {
+			a.conflictOf[p.name] = c
+			continue
+		}
+		for _, r := range p.ranges {
+			a.index.insert(r, p)
+		}
+		a.ranked = append(a.ranked, p)
+	}
+	slices.SortFunc(a.ranked, rankCompare)
+
+	var upd PoolUpdate
+	a.used = map[string]*[2]*big.Int{}
+	for _, p := range a.ranked {
+		a.used[p.name] = &[2]*big.Int{new(big.Int), new(big.Int)}
+	}
+	for ip, st := range a.ips {
+		name := ""
+		if p := a.index.lookup(ip); p != nil {
+			name = p.name
+		}
+		if name != st.pool {
+			for _, h := range st.holders {
+				if name != "" {
+					upd.Moved = append(upd.Moved, Allocation{IP: ip, Service: h.service, Pool: name, SharingKey: h.sharing.Key})
+				}
+			}
+			st.pool = name
+		}
+		if name == "" {
+			for _, h := range st.holders {
+				upd.Orphans = append(upd.Orphans, Allocation{IP: ip, Service: h.service, SharingKey: h.sharing.Key})
+			}
+		}
+		a.count(ip, st, 1)
+	}
+	for _, c := range a.conflictOf {
+		upd.Conflicts = append(upd.Conflicts, c)
+	}
+	slices.SortFunc(upd.Conflicts, func(x, y Conflict) int { return strings.Compare(x.Pool, y.Pool) })
+	sortAllocations(upd.Orphans)
+	sortAllocations(upd.Moved)
+	return upd
+}
+
+// overlapOf returns the conflict of p with an already serving pool.
+func (a *Allocator) overlapOf(p *Pool) (Conflict, bool) {
+	for _, r := range p.ranges {
+		if sp, ok := a.index.overlap(r); ok {
+			return Conflict{
+				Pool: p.name,
+				With: sp.pool.name,
+				Message: fmt.Sprintf("addresses %s overlap %s of the older pool %s; pool %s serves nothing until the overlap is removed",
+					r, sp.r, sp.pool.name, p.name),
+			}, true
+		}
+	}
+	return Conflict{}, false
+}
+
+func sortAllocations(as []Allocation) {
+	slices.SortFunc(as, func(x, y Allocation) int {
+		if c := x.IP.Compare(y.IP); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Service, y.Service)
+	})
+}
+
+// count adds delta to the used count of the pool st is attributed to, when
+// the pool counts ip among its allocatable addresses.
+func (a *Allocator) count(ip netip.Addr, st *ipState, delta int64) {
+	if st.pool == "" {
+		return
+	}
+	p, u := a.pools[st.pool], a.used[st.pool]
+	if p == nil || u == nil || !p.allocatable(ip) {
+		return
+	}
+	n := u[famIdx(FamilyOf(ip))]
+	n.Add(n, big.NewInt(delta))
+}
+
+// state returns the state of ip, creating it (taken, counted) if needed.
+func (a *Allocator) state(ip netip.Addr) *ipState {
+	if st := a.ips[ip]; st != nil {
+		return st
+	}
+	st := &ipState{}
+	if p := a.index.lookup(ip); p != nil {
+		st.pool = p.name
+	}
+	a.ips[ip] = st
+	a.taken.add(ip)
+	a.count(ip, st, 1)
+	return st
+}
+
+// dropIfFree forgets ip when nobody holds or reserves it.
+func (a *Allocator) dropIfFree(ip netip.Addr) {
+	st := a.ips[ip]
+	if st == nil || len(st.holders) > 0 || st.reservation != nil {
+		return
+	}
+	a.count(ip, st, -1)
+	a.taken.remove(ip)
+	delete(a.ips, ip)
+}
+
+// hold records that service holds ip (or refreshes its sharing info).
+func (a *Allocator) hold(ip netip.Addr, service string, sh Sharing) {
+	st := a.state(ip)
+	sh = cloneSharing(sh)
+	i, found := slices.BinarySearchFunc(st.holders, service, func(h holder, s string) int { return strings.Compare(h.service, s) })
+	if found {
+		if old := st.holders[i].sharing.Key; old != sh.Key {
+			a.unshare(old, ip, st)
+		}
+		st.holders[i].sharing = sh
+	} else {
+		st.holders = slices.Insert(st.holders, i, holder{service, sh})
+		held := a.bySvc[service]
+		if !slices.Contains(held, ip) {
+			held = append(held, ip)
+			slices.SortFunc(held, netip.Addr.Compare)
+			a.bySvc[service] = held
+		}
+	}
+	if sh.Key != "" {
+		m := a.byShare[sh.Key]
+		if m == nil {
+			m = map[netip.Addr]struct{}{}
+			a.byShare[sh.Key] = m
+		}
+		m[ip] = struct{}{}
+	}
+}
+
+// unshare forgets ip under key when no holder of ip uses key any more.
+func (a *Allocator) unshare(key string, ip netip.Addr, st *ipState) {
+	if key == "" {
+		return
+	}
+	for _, h := range st.holders {
+		if h.sharing.Key == key {
+			return
+		}
+	}
+	if m := a.byShare[key]; m != nil {
+		delete(m, ip)
+		if len(m) == 0 {
+			delete(a.byShare, key)
+		}
+	}
+}
+
+func cloneSharing(sh Sharing) Sharing {
+	sh.Ports = slices.Clone(sh.Ports)
+	sh.Selector = maps.Clone(sh.Selector)
+	return sh
+}
+
+// Assign re-registers IPs a Service already holds (from the ledger or its
+// status) without choosing anything. It fails, changing nothing, with an
+// *Error when an IP is held by a Service it may not share with or reserved
+// for another Service (ReasonRequestedIPInUse, Holders set), or when the
+// Service already holds a different IP of the same family
+// (ReasonInvalidRequest). IPs outside every pool are accepted and held as
+// orphans: holding too much is safe, handing an IP out twice is not.
+// Assigning what is already held refreshes the sharing info.
+func (a *Allocator) Assign(service string, ips []netip.Addr, sharing Sharing) error {
+	if err := checkServiceKey(service); err != nil {
+		return err
+	}
+	if len(ips) == 0 {
+		return invalid("assign %s: no IPs", service)
+	}
+	seen := map[Family]netip.Addr{}
+	for _, ip := range ips {
+		if !ip.IsValid() || ip.Zone() != "" || ip.Is4In6() {
+			return invalid("assign %s: %q is not a plain IPv4 or IPv6 address", service, ip)
+		}
+		f := FamilyOf(ip)
+		if prev, ok := seen[f]; ok && prev != ip {
+			return invalid("assign %s: %s and %s are both %s; a Service holds at most one IP per family", service, prev, ip, f)
+		}
+		seen[f] = ip
+	}
+	for _, held := range a.bySvc[service] {
+		if want, ok := seen[FamilyOf(held)]; ok && want != held {
+			return invalid("assign %s: it already holds %s; release it before assigning %s", service, held, want)
+		}
+	}
+	for _, ip := range ips {
+		if err := a.usable(ip, service, sharing); err != nil {
+			return err
+		}
+	}
+	for _, ip := range ips {
+		a.hold(ip, service, sharing)
+	}
+	return nil
+}
+
+// usable says whether service may hold ip next to its current holders and
+// reservation; nil when it may.
+func (a *Allocator) usable(ip netip.Addr, service string, sh Sharing) *Error {
+	st := a.ips[ip]
+	if st == nil {
+		return nil
+	}
+	if r := st.reservation; r != nil && r.ForService != service {
+		msg := fmt.Sprintf("%s is reserved (%s)", ip, r.Note)
+		if r.ForService != "" {
+			msg = fmt.Sprintf("%s is reserved for Service %s (%s)", ip, r.ForService, r.Note)
+		}
+		return &Error{Reason: ReasonRequestedIPInUse, Message: msg + "; release the reservation or request another IP"}
+	}
+	var why []string
+	var holders []string
+	for _, h := range st.holders {
+		if h.service == service {
+			continue
+		}
+		if w := shareProblem(h, sh); w != "" {
+			why = append(why, w)
+			holders = append(holders, h.service)
+		}
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return &Error{
+		Reason:  ReasonRequestedIPInUse,
+		Message: fmt.Sprintf("%s is in use: %s", ip, strings.Join(why, "; ")),
+		Holders: holders,
+	}
+}
+
+// shareProblem says why a Service with sharing sh may not share an IP with
+// holder h; "" when it may.
+func shareProblem(h holder, sh Sharing) string {
+	switch {
+	case h.sharing.Key == "":
+		return fmt.Sprintf("held by Service %s, which does not share it (no %s)", h.service, AnnotationAllowSharedIP)
+	case sh.Key == "":
+		return fmt.Sprintf("held by Service %s; to share it set %s=%q on this Service too", h.service, AnnotationAllowSharedIP, h.sharing.Key)
+	case sh.Key != h.sharing.Key:
+		return fmt.Sprintf("held by Service %s with sharing key %q, this Service has %q", h.service, h.sharing.Key, sh.Key)
+	}
+	for _, p := range sh.Ports {
+		for _, q := range h.sharing.Ports {
+			if p.Port == q.Port && protocol(p.Protocol) == protocol(q.Protocol) {
+				return fmt.Sprintf("held by Service %s, which also uses %s/%d", h.service, protocol(p.Protocol), p.Port)
+			}
+		}
+	}
+	switch {
+	case sh.Local != h.sharing.Local:
+		return fmt.Sprintf("held by Service %s; Services sharing an IP must use the same externalTrafficPolicy", h.service)
+	case sh.Local && !maps.Equal(sh.Selector, h.sharing.Selector):
+		return fmt.Sprintf("held by Service %s with a different selector; with externalTrafficPolicy Local, Services sharing an IP must select the same Pods", h.service)
+	}
+	return ""
+}
+
+func protocol(p string) string {
+	if p == "" {
+		return "TCP"
+	}
+	return p
+}
+
+func checkServiceKey(s string) *Error {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return invalid("Service key %q is not namespace/name", s)
+	}
+	return nil
+}
+
+// Release frees every IP the Service holds (a shared IP stays held by the
+// other Services, a reserved IP stays reserved) and returns what it held.
+func (a *Allocator) Release(service string) []Allocation {
+	out := a.Allocations(service)
+	for _, ip := range a.bySvc[service] {
+		st := a.ips[ip]
+		if st == nil {
+			continue
+		}
+		i, found := slices.BinarySearchFunc(st.holders, service, func(h holder, s string) int { return strings.Compare(h.service, s) })
+		if !found {
+			continue
+		}
+		key := st.holders[i].sharing.Key
+		st.holders = slices.Delete(st.holders, i, i+1)
+		a.unshare(key, ip, st)
+		a.dropIfFree(ip)
+	}
+	delete(a.bySvc, service)
+	return out
+}
+
+// Reserve holds r.IP outside any Service. It fails when a Service other than
+// r.ForService holds the IP, or when the IP is already reserved differently;
+// reserving the same again is a no-op. A reserved IP is never auto-assigned
+// and is granted only to r.ForService, when that Service requests it.
+func (a *Allocator) Reserve(r Reservation) error {
+	if !r.IP.IsValid() || r.IP.Zone() != "" || r.IP.Is4In6() {
+		return invalid("ip: %q is not a plain IPv4 or IPv6 address", r.IP)
+	}
+	if r.ForService != "" {
+		if err := checkServiceKey(r.ForService); err != nil {
+			return invalid("for_service: %s", err.Message)
+		}
+	}
+	if st := a.ips[r.IP]; st != nil {
+		if old := st.reservation; old != nil {
+			if old.Note == r.Note && old.ForService == r.ForService {
+				return nil
+			}
+			return &Error{Reason: ReasonRequestedIPInUse, Message: fmt.Sprintf("%s is already reserved (%s); release that reservation first", r.IP, old.Note)}
+		}
+		var others []string
+		for _, h := range st.holders {
+			if h.service != r.ForService {
+				others = append(others, h.service)
+			}
+		}
+		if len(others) > 0 {
+			return &Error{
+				Reason:  ReasonRequestedIPInUse,
+				Message: fmt.Sprintf("%s is held by Service %s; release it there first", r.IP, strings.Join(others, ", ")),
+				Holders: others,
+			}
+		}
+	}
+	rc := r
+	a.state(r.IP).reservation = &rc
+	return nil
+}
+
+// Unreserve gives a reserved IP back and returns the reservation. The IP
+// stays held when its Service holds it.
+func (a *Allocator) Unreserve(ip netip.Addr) (Reservation, bool) {
+	st := a.ips[ip]
+	if st == nil || st.reservation == nil {
+		return Reservation{}, false
+	}
+	r := *st.reservation
+	st.reservation = nil
+	a.dropIfFree(ip)
+	return r, true
+}
+
+// Reservation returns the reservation of ip.
+func (a *Allocator) Reservation(ip netip.Addr) (Reservation, bool) {
+	if st := a.ips[ip]; st != nil && st.reservation != nil {
+		return *st.reservation, true
+	}
+	return Reservation{}, false
+}
+
+// Holders returns the Services holding ip, sorted by Service.
+func (a *Allocator) Holders(ip netip.Addr) []Allocation {
+	st := a.ips[ip]
+	if st == nil {
+		return nil
+	}
+	out := make([]Allocation, 0, len(st.holders))
+	for _, h := range st.holders {
+		out = append(out, Allocation{IP: ip, Service: h.service, Pool: st.pool, SharingKey: h.sharing.Key})
+	}
+	return out
+}
+
+// Allocations returns the IPs the Service holds, IPv4 first.
+func (a *Allocator) Allocations(service string) []Allocation {
+	var out []Allocation
+	for _, ip := range a.bySvc[service] {
+		for _, h := range a.Holders(ip) {
+			if h.Service == service {
+				out = append(out, h)
+			}
+		}
+	}
+	return out
+}
+
+// PoolOf returns the serving pool containing ip.
+func (a *Allocator) PoolOf(ip netip.Addr) (string, bool) {
+	if p := a.index.lookup(ip); p != nil {
+		return p.name, true
+	}
+	return "", false
+}
+
+// Conflicting returns the conflict of a pool, if it is Conflicting.
+func (a *Allocator) Conflicting(pool string) (Conflict, bool) {
+	c, ok := a.conflictOf[pool]
+	return c, ok
+}
+
+// Usage returns the usage of a pool given to SetPools. A Conflicting pool
+// uses nothing.
+func (a *Allocator) Usage(pool string) (Usage, bool) {
+	p := a.pools[pool]
+	if p == nil {
+		return Usage{}, false
+	}
+	u := Usage{
+		IPv4: FamilyUsage{Total: p.Total(IPv4), Used: new(big.Int)},
+		IPv6: FamilyUsage{Total: p.Total(IPv6), Used: new(big.Int)},
+	}
+	if n := a.used[pool]; n != nil {
+		u.IPv4.Used.Set(n[0])
+		u.IPv6.Used.Set(n[1])
+	}
+	return u, true
+}

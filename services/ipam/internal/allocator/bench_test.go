@@ -1,0 +1,124 @@
+package allocator
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+)
+
+// nth returns base + i (IPv4, or IPv6 within the low 64 bits).
+func nth(base netip.Addr, i int) netip.Addr {
+	if base.Is4() {
+		v := u32(base) + uint32(i)
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	}
+	b := base.As16()
+	lo := binary.BigEndian.Uint64(b[8:]) + uint64(i)
+	binary.BigEndian.PutUint64(b[8:], lo)
+	return netip.AddrFrom16(b)
+}
+
+func fillSlash16(b *testing.B, used int, shuffle bool) *Allocator {
+	a := newAllocator(b, mustPool(b, "p", spec("10.0.0.0/16")))
+	order := make([]int, used)
+	for i := range order {
+		order[i] = i
+	}
+	if shuffle {
+		rand.New(rand.NewPCG(7, 7)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	}
+	base := netip.MustParseAddr("10.0.0.0")
+	for _, i := range order {
+		if err := a.Assign(fmt.Sprintf("ns/s%d", i), []netip.Addr{nth(base, i)}, Sharing{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return a
+}
+
+// BenchmarkAllocateSlash16With60000Used allocates the lowest free address of
+// a /16 whose lowest 60,000 addresses are held, then releases it.
+func BenchmarkAllocateSlash16With60000Used(b *testing.B) {
+	a := fillSlash16(b, 60000, false)
+	req := Request{Service: "ns/bench"}
+	for b.Loop() {
+		if _, err := a.Allocate(req); err != nil {
+			b.Fatal(err)
+		}
+		a.Release(req.Service)
+	}
+}
+
+// BenchmarkAllocateSlash16Fragmented: 60,000 random addresses of a /16 are
+// held (thousands of gaps); each iteration allocates the lowest gap and
+// releases it.
+func BenchmarkAllocateSlash16Fragmented(b *testing.B) {
+	a := newAllocator(b, mustPool(b, "p", spec("10.0.0.0/16")))
+	rng := rand.New(rand.NewPCG(1, 1))
+	base := netip.MustParseAddr("10.0.0.0")
+	for n := 0; n < 60000; {
+		ip := nth(base, rng.IntN(65536))
+		if len(a.Holders(ip)) == 0 {
+			a.Assign(fmt.Sprintf("ns/s%d", n), []netip.Addr{ip}, Sharing{})
+			n++
+		}
+	}
+	b.Logf("%d taken ranges", a.taken.len())
+	req := Request{Service: "ns/bench"}
+	for b.Loop() {
+		if _, err := a.Allocate(req); err != nil {
+			b.Fatal(err)
+		}
+		a.Release(req.Service)
+	}
+}
+
+// BenchmarkAllocateIPv6Slash64 keeps allocating new addresses from a /64.
+func BenchmarkAllocateIPv6Slash64(b *testing.B) {
+	a := newAllocator(b, mustPool(b, "v6", spec("2001:db8::/64")))
+	i := 0
+	for b.Loop() {
+		if _, err := a.Allocate(Request{Service: fmt.Sprintf("ns/s%d", i), Families: []Family{IPv6}}); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkExplainIPv6Slash64 explains a pending Service against a /64
+// holding 10,000 addresses and nine other pools.
+func BenchmarkExplainIPv6Slash64(b *testing.B) {
+	pools := []*Pool{mustPool(b, "v6", spec("2001:db8::/64"))}
+	for i := range 9 {
+		pools = append(pools, mustPool(b, fmt.Sprintf("p%d", i), spec(fmt.Sprintf("10.%d.0.0/16", i))))
+	}
+	a := newAllocator(b, pools...)
+	for i := range 10000 {
+		a.Allocate(Request{Service: fmt.Sprintf("ns/s%d", i), Families: []Family{IPv6}})
+	}
+	for b.Loop() {
+		a.Explain(Request{Service: "ns/pending", Families: []Family{IPv6}})
+	}
+}
+
+// BenchmarkAssign10000 re-registers 10,000 held IPs (a restart), in IP order
+// (the ledger's order) and shuffled (Service status order).
+func BenchmarkAssign10000(b *testing.B) {
+	for _, shuffle := range []bool{false, true} {
+		b.Run(fmt.Sprintf("shuffled=%v", shuffle), func(b *testing.B) {
+			for b.Loop() {
+				fillSlash16(b, 10000, shuffle)
+			}
+		})
+	}
+}
+
+// BenchmarkRestart50000 is the restart of the benchmark: SetPools,
+// then 50,000 Assigns in random order.
+func BenchmarkRestart50000(b *testing.B) {
+	for b.Loop() {
+		fillSlash16(b, 50000, true)
+	}
+}

@@ -1,0 +1,293 @@
+package allocator
+
+import (
+	"errors"
+	"fmt"
+	"math/big"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+// FuzzParsePool: any spec.addresses either fails with an error naming the
+// field, or yields sorted, disjoint, non-adjacent ranges whose exact total
+// matches a brute-force count for small pools.
+func FuzzParsePool(f *testing.F) {
+	for _, s := range []string{
+		"10.0.0.0/24", "10.0.0.10-10.0.0.20", "2001:db8::/64\n10.0.0.0/30", "10.0.0.1/24",
+		"10.0.0.250-10.0.1.5\n10.0.0.0/24", "::/0", "0.0.0.0/0", "fe80::1%eth0-fe80::2", "1.2.3.4-5.6.7.8-9",
+		"::ffff:1.2.3.4/128", "10.0.0.9-10.0.0.1", " 10.0.0.0/31 ", "255.255.255.255/32\n::/128",
+	} {
+		f.Add(s, false)
+		f.Add(s, true)
+	}
+	f.Fuzz(func(t *testing.T, addresses string, avoidBuggy bool) {
+		spec := PoolSpec{Addresses: strings.Split(addresses, "\n"), AvoidBuggyIPs: avoidBuggy}
+		p, err := ParsePool("p", spec)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "spec.addresses") {
+				t.Fatalf("error does not name the field: %v", err)
+			}
+			return
+		}
+		total := [2]*big.Int{new(big.Int), new(big.Int)}
+		for i, r := range p.ranges {
+			if !r.first.IsValid() || r.first.Compare(r.last) > 0 || r.first.Is4() != r.last.Is4() || r.first.Zone() != "" {
+				t.Fatalf("bad range %v", r)
+			}
+			if i > 0 {
+				prev := p.ranges[i-1]
+				if prev.last.Compare(r.first) >= 0 || prev.last.Next() == r.first {
+					t.Fatalf("ranges %v and %v overlap or touch", prev, r)
+				}
+			}
+			if !p.Contains(r.first) || !p.Contains(r.last) {
+				t.Fatalf("Contains misses the ends of %v", r)
+			}
+			if b := r.first.Prev(); b.IsValid() && (i == 0 || p.ranges[i-1].last != b) && p.Contains(b) {
+				t.Fatalf("Contains(%v) before %v", b, r)
+			}
+			n := r.size()
+			if n.IsInt64() && n.Int64() <= 4096 {
+				// brute force
+				var c int64
+				for a := r.first; ; a = a.Next() {
+					if !(avoidBuggy && buggy(a)) {
+						c++
+					}
+					if a == r.last {
+						break
+					}
+				}
+				n = big.NewInt(c)
+			} else if avoidBuggy {
+				n.Sub(n, buggyCount(r))
+			}
+			fi := famIdx(FamilyOf(r.first))
+			total[fi].Add(total[fi], n)
+		}
+		if p.Total(IPv4).Cmp(total[0]) != 0 || p.Total(IPv6).Cmp(total[1]) != 0 {
+			t.Fatalf("totals %s/%s, counted %s/%s", p.Total(IPv4), p.Total(IPv6), total[0], total[1])
+		}
+	})
+}
+
+// FuzzParseServiceRequest: any annotations either fail with InvalidRequest,
+// or give at most one valid IP per family that round-trips.
+func FuzzParseServiceRequest(f *testing.F) {
+	f.Add("192.0.2.1", "", "", "", "")
+	f.Add("192.0.2.1,2001:db8::1", "2001:db8::1,192.0.2.1", "pool-a", "key", "")
+	f.Add("", "", "", "", "192.0.2.7")
+	f.Add("192.0.2.1", "", "", "", "192.0.2.1")
+	f.Add("192.0.2.1,192.0.2.2", "", "Bad_Pool", "", "")
+	f.Add("fe80::1%eth0", "x", "", "", "::ffff:1.2.3.4")
+	f.Add(",", " ", "a..b", "k", "0.0.0.0")
+	f.Fuzz(func(t *testing.T, ips, legacyIPs, pool, share, lbIP string) {
+		ann := map[string]string{
+			"ipledger.io/loadBalancerIPs":         ips,
+			"metallb.universe.tf/loadBalancerIPs": legacyIPs,
+			"ipledger.io/address-pool":            pool,
+			"metallb.io/allow-shared-ip":          share,
+		}
+		req, err := ParseServiceRequest(ann, lbIP)
+		if err != nil {
+			var ae *Error
+			if !errors.As(err, &ae) || ae.Reason != ReasonInvalidRequest || ae.Message == "" {
+				t.Fatalf("error is not InvalidRequest: %#v", err)
+			}
+			return
+		}
+		hasList := strings.TrimSpace(ips) != "" || strings.TrimSpace(legacyIPs) != ""
+		if hasList && strings.TrimSpace(lbIP) != "" {
+			t.Fatal("accepted both the annotation and spec.loadBalancerIP")
+		}
+		if len(req.RequestedIPs) > 2 || len(req.RequestedIPs) == 2 && FamilyOf(req.RequestedIPs[0]) == FamilyOf(req.RequestedIPs[1]) {
+			t.Fatalf("IPs %v: more than one per family", req.RequestedIPs)
+		}
+		var parts []string
+		for _, ip := range req.RequestedIPs {
+			if !ip.IsValid() || ip.Zone() != "" || ip.Is4In6() {
+				t.Fatalf("bad IP %v", ip)
+			}
+			parts = append(parts, ip.String())
+		}
+		if len(parts) > 0 {
+			again, err := ParseServiceRequest(map[string]string{AnnotationLoadBalancerIPs: strings.Join(parts, ",")}, "")
+			if err != nil || fmt.Sprint(again.RequestedIPs) != fmt.Sprint(req.RequestedIPs) {
+				t.Fatalf("round trip of %v: %v %v", parts, again.RequestedIPs, err)
+			}
+		}
+		if req.Pool != strings.TrimSpace(pool) || req.SharingKey != strings.TrimSpace(share) {
+			t.Fatalf("pool/share = %q/%q", req.Pool, req.SharingKey)
+		}
+	})
+}
+
+// FuzzAllocatorInvariants runs a byte-driven sequence of operations against
+// small pools and checks after each that no IP is held by two Services that
+// may not share it, nothing reserved is held by a stranger, every held IP is
+// in the taken set, and the usage counts equal a recount.
+func FuzzAllocatorInvariants(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+	f.Add([]byte("restart order matters: ledger, status, requests, pending"))
+	f.Add([]byte{5, 5, 5, 5, 1, 1, 1, 7, 7, 7, 9, 9, 2, 2, 200, 100, 50})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		runOps(t, ops)
+	})
+}
+
+func TestAllocatorInvariantsRandom(t *testing.T) {
+	for seed := range 200 {
+		ops := make([]byte, 300)
+		x := uint32(seed*2654435761 + 1)
+		for i := range ops {
+			x ^= x << 13
+			x ^= x >> 17
+			x ^= x << 5
+			ops[i] = byte(x)
+		}
+		runOps(t, ops)
+	}
+}
+
+func runOps(t *testing.T, ops []byte) {
+	poolSets := [][]*Pool{
+		{mustPool(t, "a", spec("10.0.0.0/30", "2001:db8::/126")), mustPool(t, "b", spec("10.0.0.4-10.0.0.6"))},
+		{mustPool(t, "a", spec("10.0.0.0/31")), mustPool(t, "c", spec("10.0.0.2-10.0.0.9", "2001:db8::/127"))},
+		{mustPool(t, "b", spec("10.0.0.0/29"))},
+	}
+	a := New()
+	a.SetPools(poolSets[0])
+	ip := func(b byte) netip.Addr {
+		if b&1 == 0 {
+			return netip.AddrFrom4([4]byte{10, 0, 0, b >> 1 & 7})
+		}
+		return netip.MustParseAddr(fmt.Sprintf("2001:db8::%x", b>>1&3))
+	}
+	sharing := func(b byte) Sharing {
+		switch b & 3 {
+		case 0:
+			return Sharing{}
+		case 1:
+			return Sharing{Key: "k", Ports: []Port{{Port: int32(b>>2&1) + 80}}}
+		case 2:
+			return Sharing{Key: "k", Ports: []Port{{Port: 80}}, Local: true, Selector: map[string]string{"app": string('a' + b>>2&1)}}
+		}
+		return Sharing{Key: "j", Ports: []Port{{Port: 443}}}
+	}
+	pols := []FamilyPolicy{SingleStack, PreferDualStack, RequireDualStack}
+	for i := 0; i+2 < len(ops); i += 3 {
+		op, x, y := ops[i], ops[i+1], ops[i+2]
+		svc := fmt.Sprintf("ns/s%d", x&7)
+		switch op % 7 {
+		case 0, 1:
+			req := Request{Service: svc, FamilyPolicy: pols[int(y)%3], Families: []Family{IPv4, IPv6}, Sharing: sharing(y >> 2)}
+			if x&8 != 0 {
+				req.RequestedIPs = []netip.Addr{ip(y)}
+				if FamilyOf(ip(y)) == IPv6 && req.FamilyPolicy == SingleStack {
+					req.Families = []Family{IPv6}
+				}
+			}
+			if x&16 != 0 {
+				req.Pool = string('a' + y%3)
+			}
+			before := a.Explain(req)
+			res, err := a.Allocate(req)
+			switch {
+			case IsUnfit(err):
+				if !strings.Contains(before.Decision, "release it and choose again") {
+					t.Fatalf("Allocate: %v; Explain said %q", err, before.Decision)
+				}
+			case err != nil:
+				want := reasonOf(err)
+				if len(before.IPs) > 0 {
+					want = ReasonAllocated // it keeps what it holds
+				}
+				if before.Reason != want {
+					t.Fatalf("Allocate: %v (%s); Explain said %s: %s", err, reasonOf(err), before.Reason, before.Decision)
+				}
+			default:
+				if before.Reason != ReasonAllocated || !strings.Contains(before.Decision, addrList(res.IPs)) {
+					t.Fatalf("Allocate gave %v from %s; Explain said %s: %s", res.IPs, res.Pool, before.Reason, before.Decision)
+				}
+				if len(res.IPs) == 0 {
+					t.Fatal("allocated nothing")
+				}
+			}
+		case 2:
+			a.Assign(svc, []netip.Addr{ip(y)}, sharing(y>>3))
+		case 3:
+			a.Release(svc)
+		case 4:
+			fs := ""
+			if y&1 == 0 {
+				fs = svc
+			}
+			a.Reserve(Reservation{IP: ip(y >> 1), Note: "n", ForService: fs})
+		case 5:
+			a.Unreserve(ip(y))
+		case 6:
+			a.SetPools(poolSets[int(y)%len(poolSets)])
+		}
+		checkInvariants(t, a)
+	}
+}
+
+func checkInvariants(t *testing.T, a *Allocator) {
+	t.Helper()
+	recount := map[string]*[2]*big.Int{}
+	for _, p := range a.ranked {
+		recount[p.name] = &[2]*big.Int{new(big.Int), new(big.Int)}
+	}
+	for addr, st := range a.ips {
+		if !a.taken.contains(addr) {
+			t.Fatalf("%s held but not taken", addr)
+		}
+		if len(st.holders) == 0 && st.reservation == nil {
+			t.Fatalf("%s kept with neither holder nor reservation", addr)
+		}
+		for i, h := range st.holders {
+			if r := st.reservation; r != nil && r.ForService != h.service {
+				t.Fatalf("%s reserved for %q but held by %s", addr, r.ForService, h.service)
+			}
+			for _, o := range st.holders[i+1:] {
+				if shareProblem(h, o.sharing) != "" || shareProblem(o, h.sharing) != "" {
+					t.Fatalf("%s held by %s and %s, which may not share: %s", addr, h.service, o.service, shareProblem(h, o.sharing))
+				}
+			}
+			found := false
+			for _, b := range a.bySvc[h.service] {
+				found = found || b == addr
+			}
+			if !found {
+				t.Fatalf("%s holder %s missing from bySvc", addr, h.service)
+			}
+		}
+		p := a.index.lookup(addr)
+		name := ""
+		if p != nil {
+			name = p.name
+			if p.allocatable(addr) {
+				n := recount[name][famIdx(FamilyOf(addr))]
+				n.Add(n, big.NewInt(1))
+			}
+		}
+		if st.pool != name {
+			t.Fatalf("%s attributed to %q, lies in %q", addr, st.pool, name)
+		}
+	}
+	if a.taken.len() > len(a.ips) {
+		t.Fatalf("taken has %d ranges for %d addresses", a.taken.len(), len(a.ips))
+	}
+	for svc, held := range a.bySvc {
+		if len(held) == 0 || len(held) > 2 || len(held) == 2 && FamilyOf(held[0]) == FamilyOf(held[1]) {
+			t.Fatalf("%s holds %v", svc, held)
+		}
+	}
+	for name, want := range recount {
+		u, _ := a.Usage(name)
+		if u.IPv4.Used.Cmp(want[0]) != 0 || u.IPv6.Used.Cmp(want[1]) != 0 {
+			t.Fatalf("pool %s used %s/%s, recount %s/%s", name, u.IPv4.Used, u.IPv6.Used, want[0], want[1])
+		}
+	}
+}

@@ -1,0 +1,274 @@
+package allocator
+
+import (
+	"cmp"
+	"fmt"
+	"math/big"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// PoolSpec is an IPPool's spec, as the controller read it.
+type PoolSpec struct {
+	// Addresses are CIDRs with no host bits ("10.0.0.0/24", "2001:db8::/64")
+	// or inclusive ranges of one family ("10.0.0.10-10.0.0.20").
+	Addresses     []string
+	AutoAssign    bool
+	AvoidBuggyIPs bool  // skip IPv4 addresses ending in .0 or .255
+	Priority      int32 // lower first; 0 = unset, after every set one
+	// Namespaces OR NamespaceSelectors restrict the namespaces served (both
+	// empty = every namespace); ServiceSelectors restrict the Services (any
+	// one matching is enough; empty = every Service).
+	Namespaces         []string
+	NamespaceSelectors []Selector
+	ServiceSelectors   []Selector
+	// CreatedAt decides overlaps: the newer pool is Conflicting.
+	CreatedAt time.Time
+}
+
+// Pool is a parsed IPPool. It is immutable.
+type Pool struct {
+	name   string
+	spec   PoolSpec
+	ranges []addrRange // sorted, disjoint, not adjacent; IPv4 before IPv6
+	total  [2]*big.Int // allocatable IPv4, IPv6
+}
+
+func famIdx(f Family) int {
+	if f == IPv6 {
+		return 1
+	}
+	return 0
+}
+
+// ParsePool parses and validates an IPPool spec. Errors name the entry of
+// spec.addresses (or the selector) and say how to fix it. Overlapping or
+// adjacent entries of one pool are merged, so totals count each address once.
+func ParsePool(name string, spec PoolSpec) (*Pool, error) {
+	if name == "" {
+		return nil, fmt.Errorf("metadata.name: empty pool name")
+	}
+	if len(spec.Addresses) == 0 {
+		return nil, fmt.Errorf("spec.addresses: empty; list at least one CIDR (10.0.0.0/24) or range (10.0.0.10-10.0.0.20)")
+	}
+	if spec.Priority < 0 {
+		return nil, fmt.Errorf("spec.allocation.priority: %d is negative; use 0 (unset) or a positive number", spec.Priority)
+	}
+	var ranges []addrRange
+	for i, s := range spec.Addresses {
+		r, err := parseAddressEntry(s)
+		if err != nil {
+			return nil, fmt.Errorf("spec.addresses[%d] %q: %w", i, s, err)
+		}
+		ranges = append(ranges, r)
+	}
+	for i, ns := range spec.Namespaces {
+		if strings.TrimSpace(ns) == "" {
+			return nil, fmt.Errorf("spec.allocation.namespaces[%d]: empty namespace name", i)
+		}
+	}
+	for i, s := range spec.NamespaceSelectors {
+		if err := s.validate(fmt.Sprintf("spec.allocation.namespaceSelectors[%d]", i)); err != nil {
+			return nil, err
+		}
+	}
+	for i, s := range spec.ServiceSelectors {
+		if err := s.validate(fmt.Sprintf("spec.allocation.serviceSelectors[%d]", i)); err != nil {
+			return nil, err
+		}
+	}
+	p := &Pool{name: name, spec: clonePoolSpec(spec), ranges: mergeRanges(ranges)}
+	p.total = [2]*big.Int{new(big.Int), new(big.Int)}
+	for _, r := range p.ranges {
+		n := r.size()
+		if spec.AvoidBuggyIPs {
+			n.Sub(n, buggyCount(r))
+		}
+		t := p.total[famIdx(FamilyOf(r.first))]
+		t.Add(t, n)
+	}
+	return p, nil
+}
+
+func clonePoolSpec(s PoolSpec) PoolSpec {
+	s.Addresses = slices.Clone(s.Addresses)
+	s.Namespaces = slices.Clone(s.Namespaces)
+	s.NamespaceSelectors = slices.Clone(s.NamespaceSelectors)
+	s.ServiceSelectors = slices.Clone(s.ServiceSelectors)
+	return s
+}
+
+// parseAddressEntry parses "10.0.0.0/24" or "10.0.0.10-10.0.0.20".
+func parseAddressEntry(s string) (addrRange, error) {
+	s = strings.TrimSpace(s)
+	if a, b, ok := strings.Cut(s, "-"); ok {
+		first, err := parsePoolAddr(strings.TrimSpace(a))
+		if err != nil {
+			return addrRange{}, err
+		}
+		last, err := parsePoolAddr(strings.TrimSpace(b))
+		if err != nil {
+			return addrRange{}, err
+		}
+		if first.Is4() != last.Is4() {
+			return addrRange{}, fmt.Errorf("range mixes IPv4 and IPv6; write one range per family")
+		}
+		if first.Compare(last) > 0 {
+			return addrRange{}, fmt.Errorf("range starts after it ends; write it as %s-%s", last, first)
+		}
+		return addrRange{first, last}, nil
+	}
+	if !strings.Contains(s, "/") {
+		return addrRange{}, fmt.Errorf("neither a CIDR nor a range; write 10.0.0.0/24, 10.0.0.10-10.0.0.20, or 10.0.0.7/32 for one address")
+	}
+	pfx, err := netip.ParsePrefix(s)
+	if err != nil {
+		return addrRange{}, fmt.Errorf("not a CIDR: %v", err)
+	}
+	if pfx.Addr().Is4In6() {
+		return addrRange{}, fmt.Errorf("IPv4-mapped IPv6 prefix; write the IPv4 CIDR instead")
+	}
+	if m := pfx.Masked(); m != pfx {
+		return addrRange{}, fmt.Errorf("host bits set; the CIDR is %s", m)
+	}
+	return addrRange{pfx.Addr(), lastOf(pfx)}, nil
+}
+
+func parsePoolAddr(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
+	}
+	if a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("%q has a zone; remove %%%s", s, a.Zone())
+	}
+	if a.Is4In6() {
+		return netip.Addr{}, fmt.Errorf("%q is an IPv4-mapped IPv6 address; write %s", s, a.Unmap())
+	}
+	return a, nil
+}
+
+// lastOf returns the highest address of a masked prefix.
+func lastOf(p netip.Prefix) netip.Addr {
+	bits := p.Bits()
+	if p.Addr().Is4() {
+		b := p.Addr().As4()
+		setHostBits(b[:], bits)
+		return netip.AddrFrom4(b)
+	}
+	b := p.Addr().As16()
+	setHostBits(b[:], bits)
+	return netip.AddrFrom16(b)
+}
+
+func setHostBits(b []byte, bits int) {
+	for i := range b {
+		switch {
+		case bits >= 8:
+			bits -= 8
+		case bits > 0:
+			b[i] |= 0xff >> bits
+			bits = 0
+		default:
+			b[i] = 0xff
+		}
+	}
+}
+
+// mergeRanges sorts ranges and merges overlapping or adjacent ones.
+func mergeRanges(rs []addrRange) []addrRange {
+	slices.SortFunc(rs, func(a, b addrRange) int { return a.first.Compare(b.first) })
+	var out []addrRange
+	for _, r := range rs {
+		if n := len(out); n > 0 {
+			last := &out[n-1]
+			if next := last.last.Next(); r.first.Compare(last.last) <= 0 || (next.IsValid() && next == r.first) {
+				if r.last.Compare(last.last) > 0 {
+					last.last = r.last
+				}
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// Name returns the pool's name.
+func (p *Pool) Name() string { return p.name }
+
+// Spec returns (a copy of) the spec the pool was parsed from.
+func (p *Pool) Spec() PoolSpec { return clonePoolSpec(p.spec) }
+
+// Pinned reports whether the pool is restricted to some namespaces or
+// Services; pinned pools are tried before unrestricted ones.
+func (p *Pool) Pinned() bool {
+	s := p.spec
+	return len(s.Namespaces) > 0 || len(s.NamespaceSelectors) > 0 || len(s.ServiceSelectors) > 0
+}
+
+// Contains reports whether ip lies in the pool's addresses.
+func (p *Pool) Contains(ip netip.Addr) bool {
+	i := sort.Search(len(p.ranges), func(i int) bool { return p.ranges[i].last.Compare(ip) >= 0 })
+	return i < len(p.ranges) && p.ranges[i].first.Compare(ip) <= 0
+}
+
+// HasFamily reports whether the pool has addresses of family f.
+func (p *Pool) HasFamily(f Family) bool { return p.total[famIdx(f)].Sign() > 0 }
+
+// Total returns the number of allocatable addresses of a family (without the
+// ones avoidBuggyIPs skips).
+func (p *Pool) Total(f Family) *big.Int { return new(big.Int).Set(p.total[famIdx(f)]) }
+
+// allocatable reports whether ip may be handed out by this pool at all.
+func (p *Pool) allocatable(ip netip.Addr) bool {
+	return p.Contains(ip) && !(p.spec.AvoidBuggyIPs && buggy(ip))
+}
+
+// servesNamespace reports whether the pool serves the namespace.
+func (p *Pool) servesNamespace(ns string, nsLabels map[string]string) bool {
+	s := p.spec
+	if len(s.Namespaces) == 0 && len(s.NamespaceSelectors) == 0 {
+		return true
+	}
+	return slices.Contains(s.Namespaces, ns) || anyMatches(s.NamespaceSelectors, nsLabels)
+}
+
+// servesService reports whether the pool's service selectors admit the labels.
+func (p *Pool) servesService(labels map[string]string) bool {
+	return len(p.spec.ServiceSelectors) == 0 || anyMatches(p.spec.ServiceSelectors, labels)
+}
+
+// rankCompare orders pools as they are tried: pinned first, then set
+// priorities ascending, then unset (0), then name.
+func rankCompare(a, b *Pool) int {
+	if a.Pinned() != b.Pinned() {
+		if a.Pinned() {
+			return -1
+		}
+		return 1
+	}
+	pa, pb := a.spec.Priority, b.spec.Priority
+	if (pa == 0) != (pb == 0) {
+		if pa == 0 {
+			return 1
+		}
+		return -1
+	}
+	if c := cmp.Compare(pa, pb); c != 0 {
+		return c
+	}
+	return strings.Compare(a.name, b.name)
+}
+
+// ageCompare orders pools oldest first (CreatedAt, then name): the older of
+// two overlapping pools serves.
+func ageCompare(a, b *Pool) int {
+	if c := a.spec.CreatedAt.Compare(b.spec.CreatedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.name, b.name)
+}

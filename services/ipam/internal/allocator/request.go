@@ -1,0 +1,163 @@
+package allocator
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// The annotations a Service may carry. Each is also accepted under the two
+// MetalLB prefixes (metallb.io/ and metallb.universe.tf/) for migration.
+const (
+	AnnotationLoadBalancerIPs = "ipledger.io/loadBalancerIPs"
+	AnnotationAddressPool     = "ipledger.io/address-pool"
+	AnnotationAllowSharedIP   = "ipledger.io/allow-shared-ip"
+	// AnnotationAllocatedFromPool is written by ipam, never read as a request.
+	AnnotationAllocatedFromPool = "ipledger.io/allocated-from-pool"
+)
+
+// annotationPrefixes are the accepted spellings, ours first.
+var annotationPrefixes = []string{"ipledger.io/", "metallb.io/", "metallb.universe.tf/"}
+
+// ServiceRequest is what a Service's annotations and spec.loadBalancerIP ask for.
+type ServiceRequest struct {
+	RequestedIPs []netip.Addr // at most one per family, in the order written
+	Pool         string
+	SharingKey   string
+}
+
+// ParseServiceRequest reads ipledger.io/loadBalancerIPs (comma list, at most
+// one IP per family), spec.loadBalancerIP, ipledger.io/address-pool and
+// ipledger.io/allow-shared-ip, each also under metallb.io/ and
+// metallb.universe.tf/. An annotation with an empty value counts as absent.
+// Several spellings of one annotation are fine when they agree and an error
+// when they differ: there is no silent winner, because a migrated Service
+// whose two annotations disagree would otherwise get an IP its owner did not
+// mean. The loadBalancerIPs annotation together with spec.loadBalancerIP is
+// an error even when they agree (Kubernetes deprecated the field; keep one).
+// Errors are *Error with ReasonInvalidRequest naming the field and the fix.
+func ParseServiceRequest(annotations map[string]string, loadBalancerIP string) (ServiceRequest, error) {
+	var out ServiceRequest
+
+	ipsKey, ipsVal, err := oneAnnotation(annotations, "loadBalancerIPs", func(a, b string) bool {
+		x, errA := parseIPList("", a)
+		y, errB := parseIPList("", b)
+		if errA != nil || errB != nil {
+			return a == b
+		}
+		slices.SortFunc(x, netip.Addr.Compare)
+		slices.SortFunc(y, netip.Addr.Compare)
+		return slices.Equal(x, y)
+	})
+	if err != nil {
+		return ServiceRequest{}, err
+	}
+	lbIP := strings.TrimSpace(loadBalancerIP)
+	switch {
+	case ipsKey != "" && lbIP != "":
+		return ServiceRequest{}, invalid("both %s and spec.loadBalancerIP are set; keep only %s (spec.loadBalancerIP is deprecated)", ipsKey, AnnotationLoadBalancerIPs)
+	case ipsKey != "":
+		if out.RequestedIPs, err = parseIPList(ipsKey, ipsVal); err != nil {
+			return ServiceRequest{}, err
+		}
+	case lbIP != "":
+		a, err := parseRequestedIP("spec.loadBalancerIP", lbIP)
+		if err != nil {
+			return ServiceRequest{}, err
+		}
+		out.RequestedIPs = []netip.Addr{a}
+	}
+
+	poolKey, pool, err := oneAnnotation(annotations, "address-pool", nil)
+	if err != nil {
+		return ServiceRequest{}, err
+	}
+	if poolKey != "" {
+		if msg := poolNameProblem(pool); msg != "" {
+			return ServiceRequest{}, invalid("%s: %q %s", poolKey, pool, msg)
+		}
+		out.Pool = pool
+	}
+
+	if _, out.SharingKey, err = oneAnnotation(annotations, "allow-shared-ip", nil); err != nil {
+		return ServiceRequest{}, err
+	}
+	return out, nil
+}
+
+// oneAnnotation returns the key and trimmed value of the one meaning of an
+// annotation across its spellings; same(a, b) compares two values (nil:
+// string equality).
+func oneAnnotation(annotations map[string]string, name string, same func(a, b string) bool) (string, string, error) {
+	var key, val string
+	for _, prefix := range annotationPrefixes {
+		k := prefix + name
+		v := strings.TrimSpace(annotations[k])
+		if v == "" {
+			continue
+		}
+		if key == "" {
+			key, val = k, v
+			continue
+		}
+		if v != val && (same == nil || !same(val, v)) {
+			return "", "", invalid("%s=%q and %s=%q disagree; remove %s or make them equal", key, val, k, v, k)
+		}
+	}
+	return key, val, nil
+}
+
+func parseIPList(field, s string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for i, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			return nil, invalid("%s: entry %d of %q is empty; write a comma-separated list such as 192.0.2.10,2001:db8::10", field, i, s)
+		}
+		a, err := parseRequestedIP(field, part)
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range out {
+			if FamilyOf(a) == FamilyOf(b) {
+				return nil, invalid("%s: %s and %s are both %s; list at most one IP per family", field, b, a, FamilyOf(a))
+			}
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func parseRequestedIP(field, s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	switch {
+	case err != nil:
+		return netip.Addr{}, invalid("%s: %q is not an IP address; write one such as 192.0.2.10 or 2001:db8::10", field, s)
+	case a.Zone() != "":
+		return netip.Addr{}, invalid("%s: %q has a zone; remove %%%s", field, s, a.Zone())
+	case a.Is4In6():
+		return netip.Addr{}, invalid("%s: %q is an IPv4-mapped IPv6 address; write %s", field, s, a.Unmap())
+	case a.IsUnspecified():
+		return netip.Addr{}, invalid("%s: %q is the unspecified address; name a real IP or remove the field", field, s)
+	}
+	return a, nil
+}
+
+// poolNameProblem checks an IPPool name (a DNS subdomain); "" when fine.
+func poolNameProblem(s string) string {
+	if len(s) > 253 {
+		return "is longer than 253 characters, so it cannot name an IPPool"
+	}
+	for i, r := range s {
+		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || (r == '-' || r == '.') && i > 0 && i < len(s)-1
+		if !ok {
+			return "is not a valid IPPool name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)"
+		}
+	}
+	return ""
+}
+
+func invalid(format string, args ...any) *Error {
+	return &Error{Reason: ReasonInvalidRequest, Message: fmt.Sprintf(format, args...)}
+}

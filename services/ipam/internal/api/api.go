@@ -1,0 +1,442 @@
+// Package api serves ipledger.ipam.v1.IPAMService. Reads are answered on
+// every replica from the ledger as streamed (the ledger ConfigMaps through
+// pkg/stream) and the streamed pools and Services; reservations are made
+// through the leader's term, and a standby refuses them naming the leader.
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipledger/ipledger/pkg/authz"
+	"github.com/ipledger/ipledger/pkg/stream"
+	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/controller"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+)
+
+// Rules is the authorization table of IPAMService: reads need `allocations`
+// list (List*) or get (Get/Explain), mutations `reservations` create/delete.
+func Rules() authz.Rules {
+	const p = "/" + "ipledger.ipam.v1.IPAMService" + "/"
+	return authz.Rules{
+		p + "ListAllocations":    {Verb: "list", Resource: "allocations"},
+		p + "ListPools":          {Verb: "list", Resource: "allocations"},
+		p + "GetAllocation":      {Verb: "get", Resource: "allocations"},
+		p + "ExplainService":     {Verb: "get", Resource: "allocations"},
+		p + "ReserveAddress":     {Verb: "create", Resource: "reservations"},
+		p + "ReleaseReservation": {Verb: "delete", Resource: "reservations"},
+	}
+}
+
+// Mutator applies reservations through the leader's term (the controller).
+type Mutator interface {
+	Reserve(ctx context.Context, r ledger.Reservation) (ledger.Reservation, error)
+	Unreserve(ctx context.Context, ip netip.Addr) (ledger.Reservation, error)
+}
+
+// Config says where the ledger and the Lease are.
+type Config struct {
+	Namespace string
+	LeaseName string
+	LBClass   string
+}
+
+// Server implements ipamv1.IPAMServiceServer.
+type Server struct {
+	ipamv1.UnimplementedIPAMServiceServer
+	cfg     Config
+	store   func() *stream.Store
+	client  kubernetes.Interface
+	mutator Mutator
+	log     *slog.Logger
+
+	mu     sync.Mutex
+	cacheK string
+	cacheV ledger.State
+	good   ledger.State // the last ledger that parsed
+}
+
+// New builds the server. store returns the stream's store.
+func New(cfg Config, store func() *stream.Store, client kubernetes.Interface, mutator Mutator, log *slog.Logger) *Server {
+	if cfg.LBClass == "" {
+		cfg.LBClass = objects.DefaultLBClass
+	}
+	return &Server{cfg: cfg, store: store, client: client, mutator: mutator, log: log}
+}
+
+// ledgerState parses the streamed ledger, cached by the shards' versions. A
+// ledger that does not parse (or a split seen half-way) answers with the last
+// state that did, so reads never fail for a moment's inconsistency; a
+// corrupt ledger is reported by the leader.
+func (s *Server) ledgerState() (ledger.State, error) {
+	objs := s.store().List(watcherv1.Kind_KIND_LEDGER_CONFIG_MAP)
+	var key strings.Builder
+	slices.SortFunc(objs, func(a, b *watcherv1.Object) int { return strings.Compare(a.GetMeta().GetName(), b.GetMeta().GetName()) })
+	for _, o := range objs {
+		if o.GetMeta().GetNamespace() == s.cfg.Namespace {
+			key.WriteString(o.GetMeta().GetName() + "@" + o.GetMeta().GetResourceVersion() + ",")
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if key.String() == s.cacheK && s.cacheK != "" {
+		return s.cacheV, nil
+	}
+	st, _, err := ledger.Parse(objects.LedgerData(objs, s.cfg.Namespace))
+	if err != nil {
+		var ce *ledger.CorruptError
+		if errors.As(err, &ce) && len(s.good.Allocations)+len(s.good.Reservations) > 0 {
+			return s.good, nil
+		}
+		return ledger.State{}, status.Errorf(codes.Unavailable, "the ledger cannot be read: %v", err)
+	}
+	s.cacheK, s.cacheV, s.good = key.String(), st, st
+	return st, nil
+}
+
+const (
+	defaultPageSize = 500
+	maxPageSize     = 5000
+)
+
+func toProto(a ledger.Allocation) *ipamv1.Allocation {
+	out := &ipamv1.Allocation{
+		Ip: a.IP.String(), Pool: a.Pool, SharingKey: a.SharingKey,
+		Service: &ipamv1.ServiceRef{Namespace: a.Service.Namespace, Name: a.Service.Name, Uid: a.Service.UID},
+	}
+	if !a.AllocatedAt.IsZero() {
+		out.AllocatedAt = a.AllocatedAt.UTC().Format(time.RFC3339)
+	}
+	return out
+}
+
+func reservationProto(r ledger.Reservation) *ipamv1.Reservation {
+	out := &ipamv1.Reservation{Ip: r.IP.String(), OwnerNote: r.Note}
+	if !r.CreatedAt.IsZero() {
+		out.CreatedAt = r.CreatedAt.UTC().Format(time.RFC3339)
+	}
+	if r.ForService != nil {
+		out.ForService = &ipamv1.ServiceRef{Namespace: r.ForService.Namespace, Name: r.ForService.Name, Uid: r.ForService.UID}
+	}
+	return out
+}
+
+// pageToken is opaque to callers: the last allocation's IP and Service.
+func pageToken(a ledger.Allocation) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(a.IP.String() + " " + a.Service.Key()))
+}
+
+func parsePageToken(tok string) (ledger.Allocation, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return ledger.Allocation{}, err
+	}
+	ipStr, svc, ok := strings.Cut(string(b), " ")
+	if !ok {
+		return ledger.Allocation{}, errors.New("malformed")
+	}
+	ip, err := netip.ParseAddr(ipStr)
+	if err != nil {
+		return ledger.Allocation{}, err
+	}
+	ns, name, _ := strings.Cut(svc, "/")
+	return ledger.Allocation{IP: ip, Service: ledger.ServiceRef{Namespace: ns, Name: name}}, nil
+}
+
+// ListAllocations pages through the allocations in IP order.
+func (s *Server) ListAllocations(ctx context.Context, req *ipamv1.ListAllocationsRequest) (*ipamv1.ListAllocationsResponse, error) {
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		return nil, status.Errorf(codes.InvalidArgument, "page_size: %d is negative; use 0 for the default of %d, or up to %d", size, defaultPageSize, maxPageSize)
+	case size > maxPageSize:
+		return nil, status.Errorf(codes.InvalidArgument, "page_size: %d is more than %d; ask for at most %d and follow next_page_token", size, maxPageSize, maxPageSize)
+	case size == 0:
+		size = defaultPageSize
+	}
+	st, err := s.ledgerState()
+	if err != nil {
+		return nil, err
+	}
+	allocs := st.Allocations
+	start := 0
+	if tok := req.GetPageToken(); tok != "" {
+		after, err := parsePageToken(tok)
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, "page_token: not a token from next_page_token; omit it to start from the first page")
+		}
+		start, _ = slices.BinarySearchFunc(allocs, after, ledger.CompareAllocations)
+		if start < len(allocs) && ledger.CompareAllocations(allocs[start], after) == 0 {
+			start++
+		}
+	}
+	resp := &ipamv1.ListAllocationsResponse{}
+	for i := start; i < len(allocs); i++ {
+		a := allocs[i]
+		if (req.GetPool() != "" && a.Pool != req.GetPool()) || (req.GetNamespace() != "" && a.Service.Namespace != req.GetNamespace()) {
+			continue
+		}
+		if len(resp.Allocations) == size {
+			resp.NextPageToken = pageToken(allocs[i-1])
+			break
+		}
+		resp.Allocations = append(resp.Allocations, toProto(a))
+	}
+	if resp.NextPageToken != "" && len(resp.Allocations) > 0 {
+		// The token names the last allocation returned (filters may have
+		// skipped entries after it).
+		last := resp.Allocations[len(resp.Allocations)-1]
+		ip, _ := netip.ParseAddr(last.Ip)
+		resp.NextPageToken = pageToken(ledger.Allocation{IP: ip, Service: ledger.ServiceRef{Namespace: last.Service.Namespace, Name: last.Service.Name}})
+	}
+	return resp, nil
+}
+
+func checkServiceRef(field string, ref *ipamv1.ServiceRef) error {
+	switch {
+	case ref == nil:
+		return status.Errorf(codes.InvalidArgument, "%s: required; give namespace and name", field)
+	case ref.GetNamespace() == "":
+		return status.Errorf(codes.InvalidArgument, "%s.namespace: required", field)
+	case ref.GetName() == "":
+		return status.Errorf(codes.InvalidArgument, "%s.name: required", field)
+	case strings.Contains(ref.GetNamespace(), "/") || strings.Contains(ref.GetName(), "/"):
+		return status.Errorf(codes.InvalidArgument, "%s: namespace and name must not contain '/'", field)
+	}
+	return nil
+}
+
+func parseIPField(field, s string) (netip.Addr, error) {
+	if s == "" {
+		return netip.Addr{}, status.Errorf(codes.InvalidArgument, "%s: required, e.g. 10.0.0.5 or 2001:db8::5", field)
+	}
+	ip, err := netip.ParseAddr(strings.TrimSpace(s))
+	if err != nil || ip.Zone() != "" || ip.Is4In6() {
+		return netip.Addr{}, status.Errorf(codes.InvalidArgument, "%s: %q is not an IPv4 or IPv6 address, e.g. 10.0.0.5 or 2001:db8::5", field, s)
+	}
+	return ip, nil
+}
+
+// GetAllocation returns the allocations of one IP or one Service.
+func (s *Server) GetAllocation(ctx context.Context, req *ipamv1.GetAllocationRequest) (*ipamv1.GetAllocationResponse, error) {
+	st, err := s.ledgerState()
+	if err != nil {
+		return nil, err
+	}
+	resp := &ipamv1.GetAllocationResponse{}
+	switch sel := req.GetSelector().(type) {
+	case *ipamv1.GetAllocationRequest_Ip:
+		ip, err := parseIPField("ip", sel.Ip)
+		if err != nil {
+			return nil, err
+		}
+		i, _ := slices.BinarySearchFunc(st.Allocations, ip, func(a ledger.Allocation, ip netip.Addr) int { return a.IP.Compare(ip) })
+		for ; i < len(st.Allocations) && st.Allocations[i].IP == ip; i++ {
+			resp.Allocations = append(resp.Allocations, toProto(st.Allocations[i]))
+		}
+		for _, r := range st.Reservations {
+			if r.IP == ip {
+				resp.Reservation = reservationProto(r)
+			}
+		}
+		if len(resp.Allocations) == 0 && resp.Reservation == nil {
+			return nil, status.Errorf(codes.NotFound, "no Service holds %s and it is not reserved", ip)
+		}
+	case *ipamv1.GetAllocationRequest_Service:
+		if err := checkServiceRef("service", sel.Service); err != nil {
+			return nil, err
+		}
+		for _, a := range st.Allocations {
+			if a.Service.Namespace == sel.Service.GetNamespace() && a.Service.Name == sel.Service.GetName() {
+				resp.Allocations = append(resp.Allocations, toProto(a))
+			}
+		}
+		if len(resp.Allocations) == 0 {
+			return nil, status.Errorf(codes.NotFound, "Service %s/%s holds no address; ExplainService says why", sel.Service.GetNamespace(), sel.Service.GetName())
+		}
+	default:
+		return nil, status.Error(codes.InvalidArgument, "selector: set ip or service")
+	}
+	return resp, nil
+}
+
+// world rebuilds the allocator the way the leader does, from the streamed
+// ledger, pools and Services.
+func (s *Server) world() (controller.Rebuilt, map[string]error, []*watcherv1.Object, error) {
+	st, err := s.ledgerState()
+	if err != nil {
+		return controller.Rebuilt{}, nil, nil, err
+	}
+	poolObjs := s.store().List(watcherv1.Kind_KIND_IP_POOL)
+	pools, invalid := objects.Pools(poolObjs)
+	nss := map[string]*watcherv1.Object{}
+	for _, n := range s.store().List(watcherv1.Kind_KIND_NAMESPACE) {
+		nss[n.GetMeta().GetName()] = n
+	}
+	r := controller.Rebuild(controller.Inputs{Ledger: st, Pools: pools, Namespaces: nss, LBClass: s.cfg.LBClass,
+		Services: s.store().List(watcherv1.Kind_KIND_SERVICE)})
+	return r, invalid, poolObjs, nil
+}
+
+// ListPools lists every IPPool with its usage (as the ledger counts it) and
+// conditions (as the leader last wrote them).
+func (s *Server) ListPools(ctx context.Context, req *ipamv1.ListPoolsRequest) (*ipamv1.ListPoolsResponse, error) {
+	st, err := s.ledgerState()
+	if err != nil {
+		return nil, err
+	}
+	poolObjs := s.store().List(watcherv1.Kind_KIND_IP_POOL)
+	pools, _ := objects.Pools(poolObjs)
+	// Usage counts what the ledger holds: the leader's pool status counts
+	// the same, once its statuses are written.
+	r := controller.Rebuild(controller.Inputs{Ledger: st, Pools: pools, LBClass: s.cfg.LBClass})
+	slices.SortFunc(poolObjs, func(a, b *watcherv1.Object) int { return strings.Compare(a.GetMeta().GetName(), b.GetMeta().GetName()) })
+	resp := &ipamv1.ListPoolsResponse{}
+	for _, o := range poolObjs {
+		p := o.GetIpPool()
+		out := &ipamv1.Pool{
+			Name: o.GetMeta().GetName(), Addresses: p.GetAddresses(), AutoAssign: p.GetAutoAssign(),
+			Priority: p.GetAllocation().GetPriority(),
+			Ipv4:     &ipamv1.FamilyUsage{Total: "0", Used: "0"}, Ipv6: &ipamv1.FamilyUsage{Total: "0", Used: "0"},
+		}
+		if u, ok := r.Alloc.Usage(out.Name); ok {
+			out.Ipv4 = &ipamv1.FamilyUsage{Total: u.IPv4.Total.String(), Used: u.IPv4.Used.String()}
+			out.Ipv6 = &ipamv1.FamilyUsage{Total: u.IPv6.Total.String(), Used: u.IPv6.Used.String()}
+		}
+		for _, c := range p.GetConditions() {
+			out.Conditions = append(out.Conditions, &ipamv1.PoolCondition{Type: c.GetType(), Status: c.GetStatus(), Reason: c.GetReason(), Message: c.GetMessage()})
+		}
+		resp.Pools = append(resp.Pools, out)
+	}
+	return resp, nil
+}
+
+// ExplainService says why a Service has, or has not, got its IP.
+func (s *Server) ExplainService(ctx context.Context, req *ipamv1.ExplainServiceRequest) (*ipamv1.ExplainServiceResponse, error) {
+	if err := checkServiceRef("service", req.GetService()); err != nil {
+		return nil, err
+	}
+	ns, name := req.GetService().GetNamespace(), req.GetService().GetName()
+	obj, ok := s.store().Get(watcherv1.Kind_KIND_SERVICE, ns, name)
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "Service %s/%s does not exist (or the watcher has not shown it yet)", ns, name)
+	}
+	if !objects.IsOurs(obj, s.cfg.LBClass) {
+		return &ipamv1.ExplainServiceResponse{
+			Decision: fmt.Sprintf("ipam does not serve this Service: it serves type LoadBalancer Services whose spec.loadBalancerClass is unset or %q (this one: type %s, class %q).",
+				s.cfg.LBClass, obj.GetService().GetType(), obj.GetService().GetLoadBalancerClass()),
+		}, nil
+	}
+	r, _, _, err := s.world()
+	if err != nil {
+		return nil, err
+	}
+	nsObj, _ := s.store().Get(watcherv1.Kind_KIND_NAMESPACE, "", ns)
+	areq, perr := objects.Request(obj, nsObj)
+	resp := &ipamv1.ExplainServiceResponse{}
+	if perr != nil {
+		resp.Reason = string(allocator.ReasonInvalidRequest)
+		resp.Decision = "The Service gets no IP: its request is invalid: " + perr.Error()
+		for _, a := range r.Alloc.Allocations(objects.Key(obj)) {
+			resp.Ips = append(resp.Ips, a.IP.String())
+		}
+		return resp, nil
+	}
+	x := r.Alloc.Explain(areq)
+	resp.Reason, resp.Decision = string(x.Reason), x.Decision
+	for _, ip := range x.IPs {
+		resp.Ips = append(resp.Ips, ip.String())
+	}
+	for _, v := range x.Verdicts {
+		resp.Verdicts = append(resp.Verdicts, &ipamv1.PoolVerdict{Pool: v.Pool, Eligible: v.Eligible, Reason: string(v.Reason), Message: v.Message})
+	}
+	return resp, nil
+}
+
+// ReserveAddress holds an IP outside any Service, through the leader.
+func (s *Server) ReserveAddress(ctx context.Context, req *ipamv1.ReserveAddressRequest) (*ipamv1.ReserveAddressResponse, error) {
+	ip, err := parseIPField("ip", req.GetIp())
+	if err != nil {
+		return nil, err
+	}
+	note := strings.TrimSpace(req.GetOwnerNote())
+	if note == "" {
+		return nil, status.Error(codes.InvalidArgument, "owner_note: required; say who holds the IP and why")
+	}
+	r := ledger.Reservation{IP: ip, Note: note, CreatedAt: time.Now().UTC().Truncate(time.Second)}
+	if fs := req.GetForService(); fs != nil && (fs.GetNamespace() != "" || fs.GetName() != "") {
+		if err := checkServiceRef("for_service", fs); err != nil {
+			return nil, err
+		}
+		r.ForService = &ledger.ServiceRef{Namespace: fs.GetNamespace(), Name: fs.GetName()}
+	}
+	out, err := s.mutator.Reserve(ctx, r)
+	if err != nil {
+		return nil, s.mutationError(ctx, err)
+	}
+	return &ipamv1.ReserveAddressResponse{Reservation: reservationProto(out)}, nil
+}
+
+// ReleaseReservation gives a reserved IP back, through the leader.
+func (s *Server) ReleaseReservation(ctx context.Context, req *ipamv1.ReleaseReservationRequest) (*ipamv1.ReleaseReservationResponse, error) {
+	ip, err := parseIPField("ip", req.GetIp())
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.mutator.Unreserve(ctx, ip)
+	if err != nil {
+		if errors.Is(err, controller.ErrNotReserved) {
+			return nil, status.Errorf(codes.NotFound, "ip: %s is not reserved", ip)
+		}
+		return nil, s.mutationError(ctx, err)
+	}
+	return &ipamv1.ReleaseReservationResponse{Reservation: reservationProto(out)}, nil
+}
+
+func (s *Server) mutationError(ctx context.Context, err error) error {
+	var ae *allocator.Error
+	switch {
+	case errors.Is(err, controller.ErrNotLeader):
+		return status.Errorf(codes.FailedPrecondition, "this replica is not the leader; send reservations to the leader, %s", s.leaderIdentity(ctx))
+	case errors.As(err, &ae):
+		return status.Errorf(codes.FailedPrecondition, "ip: %s", ae.Message)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	}
+	return status.Errorf(codes.Unavailable, "%v; retry", err)
+}
+
+// leaderIdentity reads the holder of the ipam Lease.
+func (s *Server) leaderIdentity(ctx context.Context) string {
+	if s.client == nil || s.cfg.LeaseName == "" {
+		return "unknown"
+	}
+	lease, err := s.client.CoordinationV1().Leases(s.cfg.Namespace).Get(ctx, s.cfg.LeaseName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "but no replica holds the Lease " + s.cfg.LeaseName + " yet"
+	case err != nil:
+		return fmt.Sprintf("unknown (reading Lease %s/%s: %v)", s.cfg.Namespace, s.cfg.LeaseName, err)
+	case lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "":
+		return "but the Lease " + s.cfg.LeaseName + " has no holder right now"
+	}
+	return fmt.Sprintf("%q (holder of Lease %s/%s)", *lease.Spec.HolderIdentity, s.cfg.Namespace, s.cfg.LeaseName)
+}

@@ -1,0 +1,155 @@
+// Package controller is ipam's leader: each lease term it fences the ledger,
+// rebuilds every allocation already made (ledger, then Service status, then
+// Service requests), and only then allocates pending Services — in batches,
+// one ledger write for many allocations, then the Services' statuses
+// written concurrently. It reads the cluster only through pkg/stream and
+// writes with client-go under the term's context.
+package controller
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/pkg/stream"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+)
+
+// Source is what the controller reads the cluster through: a *stream.Client.
+type Source interface {
+	Store() *stream.Store
+	AddHandler(h stream.Handler) stream.Registration
+	RemoveHandler(r stream.Registration)
+	WaitForSync(ctx context.Context) error
+}
+
+// Config tunes the controller.
+type Config struct {
+	// Namespace holds the ledger.
+	Namespace string
+	// LBClass is the loadBalancerClass served (besides unset).
+	LBClass string
+	// StatusWorkers write Service statuses concurrently.
+	StatusWorkers int
+	// BatchSize caps the Services decided per ledger write.
+	BatchSize int
+	// ShardLimit is the ledger shard size limit (0 = default).
+	ShardLimit int
+}
+
+// Defaults fills unset fields.
+func (c *Config) Defaults() {
+	if c.LBClass == "" {
+		c.LBClass = objects.DefaultLBClass
+	}
+	if c.StatusWorkers <= 0 {
+		c.StatusWorkers = 32
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 2000
+	}
+}
+
+// Controller lives as long as the process; it builds a fresh worker for
+// every lease term.
+type Controller struct {
+	cfg      Config
+	client   kubernetes.Interface
+	dynamic  dynamic.Interface
+	source   Source
+	recorder record.EventRecorder
+	log      *slog.Logger
+	metrics  *metrics
+	ledgerM  *ledger.Metrics
+
+	mu      sync.Mutex
+	current *worker // the term's worker once it has rebuilt, else nil
+}
+
+// New builds the controller. recorder posts Events (see NewRecorder).
+func New(cfg Config, client kubernetes.Interface, dyn dynamic.Interface, source Source, recorder record.EventRecorder,
+	log *slog.Logger, reg prometheus.Registerer) *Controller {
+	cfg.Defaults()
+	return &Controller{
+		cfg: cfg, client: client, dynamic: dyn, source: source, recorder: recorder, log: log,
+		metrics: newMetrics(reg), ledgerM: ledger.NewMetrics(reg),
+	}
+}
+
+// NewWorker is the leader.Run factory: a fresh worker (allocator, ledger
+// writer, expectations) for every term.
+func (c *Controller) NewWorker(term *leader.Term) (leader.Worker, error) {
+	return newWorker(c, term), nil
+}
+
+// retryDelay backs off a failing step without ever sleeping past the term.
+func sleep(term *leader.Term, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-term.Stopping():
+		return false
+	}
+}
+
+// Run is the body of a term: sync, fence, rebuild, then batches until the
+// term stops.
+func (w *worker) Run(term *leader.Term) error {
+	log := w.log
+	ctx, cancel := context.WithCancel(term.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-term.Stopping():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := w.c.source.WaitForSync(ctx); err != nil {
+		return nil // the term ended before the stream synced
+	}
+
+	// Handlers only mark keys dirty; registering before the rebuild means
+	// nothing that happens during it is missed.
+	reg := w.c.source.AddHandler(w.handler())
+	defer w.c.source.RemoveHandler(reg)
+
+	backoff := time.Second
+	for {
+		err := w.open(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		var ce *ledger.CorruptError
+		if errors.As(err, &ce) {
+			w.reportCorrupt(ctx, ce)
+			backoff = 10 * time.Second
+		} else {
+			log.Error("Cannot open the ledger; retrying", "err", err, "retryIn", backoff)
+			backoff = min(backoff*2, 30*time.Second)
+		}
+		if !sleep(term, backoff) {
+			return nil
+		}
+	}
+	log.Info("Term started: ledger fenced and allocations rebuilt", "term", term.ID(),
+		"services", len(w.ledgerBySvc), "conflicts", len(w.conflicts))
+	w.c.setActive(w)
+	defer w.c.setActive(nil)
+	w.loop(ctx, term)
+	return nil
+}

@@ -1,0 +1,140 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+)
+
+// ErrNotLeader means this replica holds no term (or has not finished
+// starting one): mutations go to the leader.
+var ErrNotLeader = errors.New("this replica is not the leader")
+
+// ErrNotReserved is returned by Unreserve for an IP without a reservation.
+var ErrNotReserved = errors.New("the IP is not reserved")
+
+// mutation is a change asked for over gRPC, applied by the term's loop so
+// that it is decided against the same allocator and written under the term.
+type mutation struct {
+	reserve   *ledger.Reservation
+	unreserve netip.Addr
+	reply     chan mutationResult
+}
+
+type mutationResult struct {
+	res ledger.Reservation
+	err error
+}
+
+func (c *Controller) active() *worker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.current
+}
+
+func (c *Controller) setActive(w *worker) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.current = w
+}
+
+// Reserve holds an IP outside any Service, through the leader's term. It
+// returns ErrNotLeader on a standby, and an *allocator.Error when the IP is
+// held or reserved already.
+func (c *Controller) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Reservation, error) {
+	return c.mutate(ctx, mutation{reserve: &r})
+}
+
+// Unreserve releases a reservation through the leader's term.
+func (c *Controller) Unreserve(ctx context.Context, ip netip.Addr) (ledger.Reservation, error) {
+	return c.mutate(ctx, mutation{unreserve: ip})
+}
+
+func (c *Controller) mutate(ctx context.Context, m mutation) (ledger.Reservation, error) {
+	w := c.active()
+	if w == nil {
+		return ledger.Reservation{}, ErrNotLeader
+	}
+	m.reply = make(chan mutationResult, 1)
+	select {
+	case w.mutations <- m:
+	case <-w.term.Stopping():
+		return ledger.Reservation{}, ErrNotLeader
+	case <-ctx.Done():
+		return ledger.Reservation{}, ctx.Err()
+	}
+	select {
+	case r := <-m.reply:
+		return r.res, r.err
+	case <-ctx.Done():
+		return ledger.Reservation{}, ctx.Err()
+	}
+}
+
+// apply runs a mutation in the loop: allocator first (it refuses IPs in
+// use), then the ledger; the allocator is rolled back if the ledger write
+// fails.
+func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
+	if w.fenced {
+		return mutationResult{err: ErrNotLeader}
+	}
+	if r := m.reserve; r != nil {
+		ar := objects.AllocatorReservation(*r)
+		if old, ok := w.alloc.Reservation(r.IP); ok && old.Note == ar.Note && old.ForService == ar.ForService {
+			for _, lr := range w.ldg.State().Reservations {
+				if lr.IP == r.IP {
+					return mutationResult{res: lr}
+				}
+			}
+		}
+		if err := w.alloc.Reserve(ar); err != nil {
+			return mutationResult{err: err}
+		}
+		if err := w.ldg.Commit(ctx, ledger.Change{Reserve: []ledger.Reservation{*r}}); err != nil {
+			w.alloc.Unreserve(r.IP)
+			w.afterCommitError(err)
+			return mutationResult{err: fmt.Errorf("record the reservation in the ledger: %w", err)}
+		}
+		w.log.Info("Reserved an address", "ip", r.IP, "note", r.Note)
+		return mutationResult{res: *r}
+	}
+	ip := m.unreserve
+	var found *ledger.Reservation
+	for _, lr := range w.ldg.State().Reservations {
+		if lr.IP == ip {
+			found = &lr
+			break
+		}
+	}
+	if found == nil {
+		return mutationResult{err: ErrNotReserved}
+	}
+	if err := w.ldg.Commit(ctx, ledger.Change{Unreserve: []netip.Addr{ip}}); err != nil {
+		w.afterCommitError(err)
+		return mutationResult{err: fmt.Errorf("remove the reservation from the ledger: %w", err)}
+	}
+	w.alloc.Unreserve(ip)
+	w.log.Info("Released a reservation", "ip", ip)
+	// A Service waiting for this IP may take it now.
+	var keys []string
+	for k := range w.pending {
+		keys = append(keys, k)
+	}
+	w.mark(keys...)
+	return mutationResult{res: *found}
+}
+
+func (w *worker) afterCommitError(err error) {
+	if errors.Is(err, ledger.ErrFenced) {
+		w.fenced = true
+		return
+	}
+	w.rebuild()
+}
+
+var _ = allocator.Error{}

@@ -1,0 +1,166 @@
+package controller
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+)
+
+// Inputs is the world a term (or a gRPC read) rebuilds the allocator from.
+type Inputs struct {
+	Ledger   ledger.State
+	Pools    []*allocator.Pool
+	Services []*watcherv1.Object
+	// Namespaces by name (their labels select pools).
+	Namespaces map[string]*watcherv1.Object
+	LBClass    string
+}
+
+// ClaimSource says where a registered IP was found.
+type ClaimSource string
+
+// The sources of a held IP, in the order they are trusted.
+const (
+	FromLedger  ClaimSource = "ledger"
+	FromStatus  ClaimSource = "status"
+	FromRequest ClaimSource = "request"
+)
+
+// Conflict is an IP that a Service's ledger entry, status or request names
+// but that an earlier source gave to someone else.
+type Conflict struct {
+	Service string
+	IPs     []netip.Addr
+	Source  ClaimSource
+	Message string
+}
+
+// Rebuilt is the allocator after a rebuild, with what the rebuild found.
+type Rebuilt struct {
+	Alloc      *allocator.Allocator
+	PoolUpdate allocator.PoolUpdate
+	Conflicts  []Conflict
+	// Sources says where each Service's held IPs came from.
+	Sources map[string]ClaimSource
+}
+
+// Rebuild registers every IP already handed out before anything new is
+// decided — the fix for MetalLB #1984 and its variant where a Service only
+// *requests* its IP: first the ledger's allocations (the authority, also for
+// Services the stream does not show yet, which stay held until their
+// absence is confirmed), then IPs in a Service's status, then the IPs
+// Services request by annotation or spec.loadBalancerIP. Each step goes
+// through the Services in a deterministic order (creation time, then
+// namespace/name), and an IP an earlier step gave away is reported as a
+// Conflict, never moved. Pending Services are left pending: the caller
+// allocates them afterwards.
+func Rebuild(in Inputs) Rebuilt {
+	r := Rebuilt{Alloc: allocator.New(), Sources: map[string]ClaimSource{}}
+	r.PoolUpdate = r.Alloc.SetPools(in.Pools)
+	for _, res := range in.Ledger.Reservations {
+		// Reservations were checked when made; a clash here means the
+		// ledger was edited by hand, and the reservation still wins.
+		if err := r.Alloc.Reserve(objects.AllocatorReservation(res)); err != nil {
+			r.Conflicts = append(r.Conflicts, Conflict{Service: "(reservation)", IPs: []netip.Addr{res.IP}, Source: FromLedger, Message: err.Error()})
+		}
+	}
+
+	services := slices.Clone(in.Services)
+	slices.SortFunc(services, objects.Less)
+	ours := map[string]*watcherv1.Object{}
+	for _, s := range services {
+		if objects.IsOurs(s, in.LBClass) {
+			ours[objects.Key(s)] = s
+		}
+	}
+	sharingOf := func(key string, fallback string) allocator.Sharing {
+		if obj := ours[key]; obj != nil {
+			req, _ := objects.Request(obj, in.Namespaces[obj.GetMeta().GetNamespace()])
+			return req.Sharing
+		}
+		return allocator.Sharing{Key: fallback}
+	}
+
+	// 1. The ledger. Services are taken in the Services' order; those the
+	// stream does not show come after, by name.
+	byService := objects.ByService(in.Ledger.Allocations)
+	var ledgerKeys []string
+	for _, s := range services {
+		if _, ok := byService[objects.Key(s)]; ok {
+			ledgerKeys = append(ledgerKeys, objects.Key(s))
+		}
+	}
+	var unseen []string
+	for k := range byService {
+		if !slices.Contains(ledgerKeys, k) {
+			unseen = append(unseen, k)
+		}
+	}
+	slices.Sort(unseen)
+	for _, k := range append(ledgerKeys, unseen...) {
+		entries := byService[k]
+		ips := objects.IPs(entries)
+		if err := r.Alloc.Assign(k, ips, sharingOf(k, entries[0].SharingKey)); err != nil {
+			// Only a hand-edited ledger gets here. Keep the IPs one family
+			// at a time so that whatever can be held is held.
+			for _, ip := range ips {
+				if err := r.Alloc.Assign(k, []netip.Addr{ip}, sharingOf(k, entries[0].SharingKey)); err != nil {
+					r.Conflicts = append(r.Conflicts, Conflict{Service: k, IPs: []netip.Addr{ip}, Source: FromLedger, Message: err.Error()})
+				}
+			}
+		}
+		if len(r.Alloc.Allocations(k)) > 0 {
+			r.Sources[k] = FromLedger
+		}
+	}
+
+	// 2. Statuses of our Services that the ledger does not name.
+	for _, s := range services {
+		k := objects.Key(s)
+		if ours[k] == nil || len(r.Alloc.Allocations(k)) > 0 {
+			continue
+		}
+		ips := objects.StatusIPs(s)
+		if len(ips) == 0 {
+			continue
+		}
+		if err := r.Alloc.Assign(k, ips, sharingOf(k, "")); err != nil {
+			r.Conflicts = append(r.Conflicts, Conflict{Service: k, IPs: ips, Source: FromStatus,
+				Message: fmt.Sprintf("status names %s, but %v", addrs(ips), err)})
+			continue
+		}
+		r.Sources[k] = FromStatus
+	}
+
+	// 3. Requests of our Services that hold nothing yet.
+	for _, s := range services {
+		k := objects.Key(s)
+		if ours[k] == nil || len(r.Alloc.Allocations(k)) > 0 {
+			continue
+		}
+		req, err := objects.Request(s, in.Namespaces[s.GetMeta().GetNamespace()])
+		if err != nil || len(req.RequestedIPs) == 0 {
+			continue
+		}
+		if _, err := r.Alloc.Allocate(req); err != nil {
+			r.Conflicts = append(r.Conflicts, Conflict{Service: k, IPs: req.RequestedIPs, Source: FromRequest, Message: err.Error()})
+			continue
+		}
+		r.Sources[k] = FromRequest
+	}
+	return r
+}
+
+func addrs(ips []netip.Addr) string {
+	s := make([]string, len(ips))
+	for i, ip := range ips {
+		s[i] = ip.String()
+	}
+	return strings.Join(s, ", ")
+}

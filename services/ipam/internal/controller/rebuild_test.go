@@ -1,0 +1,199 @@
+package controller
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+)
+
+func pool(t *testing.T, name, addr string) *allocator.Pool {
+	t.Helper()
+	p, err := allocator.ParsePool(name, allocator.PoolSpec{Addresses: []string{addr}, AutoAssign: true, CreatedAt: time.Unix(1, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+type svcOpt func(*watcherv1.Object)
+
+func svc(name string, created int64, opts ...svcOpt) *watcherv1.Object {
+	o := &watcherv1.Object{
+		Kind: watcherv1.Kind_KIND_SERVICE,
+		Meta: &watcherv1.ObjectMeta{Namespace: "ns", Name: name, Uid: "uid-" + name, CreationTimestamp: created, Annotations: map[string]string{}},
+		Body: &watcherv1.Object_Service{Service: &watcherv1.Service{Type: "LoadBalancer", IpFamilies: []string{"IPv4"}}},
+	}
+	for _, f := range opts {
+		f(o)
+	}
+	return o
+}
+
+func withStatus(ip string) svcOpt {
+	return func(o *watcherv1.Object) {
+		o.GetService().Ingress = append(o.GetService().Ingress, &watcherv1.LoadBalancerIngress{Ip: ip, IpMode: "VIP"})
+	}
+}
+
+func withAnnotation(k, v string) svcOpt {
+	return func(o *watcherv1.Object) { o.Meta.Annotations[k] = v }
+}
+
+func withClass(c string) svcOpt {
+	return func(o *watcherv1.Object) { o.GetService().LoadBalancerClass = c }
+}
+
+// allocatePending does what the controller does after the rebuild.
+func allocatePending(r Rebuilt, services []*watcherv1.Object) map[string]string {
+	out := map[string]string{}
+	for _, s := range services {
+		req, _ := objects.Request(s, nil)
+		res, err := r.Alloc.Allocate(req)
+		var ae *allocator.Error
+		switch {
+		case err == nil:
+			out[objects.Key(s)] = res.IPs[0].String()
+		case errors.As(err, &ae):
+			out[objects.Key(s)] = string(ae.Reason)
+		default:
+			out[objects.Key(s)] = err.Error()
+		}
+	}
+	return out
+}
+
+// MetalLB #1984 and its request variant: pending Services that come first
+// (older, or listed first) must never take an IP another Service's status or
+// request names.
+func TestRebuildNeverHandsOutANamedIP(t *testing.T) {
+	pools := []*allocator.Pool{pool(t, "one", "10.0.0.1/32"), pool(t, "two", "10.0.0.2/32")}
+	for _, tc := range []struct {
+		name     string
+		ledger   []ledger.Allocation
+		services []*watcherv1.Object
+		want     map[string]string
+	}{
+		{
+			name: "status and annotation request, pending first",
+			services: []*watcherv1.Object{
+				svc("c", 1), svc("d", 2),
+				svc("a", 3, withStatus("10.0.0.1")),
+				svc("b", 4, withAnnotation(allocator.AnnotationLoadBalancerIPs, "10.0.0.2")),
+			},
+			want: map[string]string{"ns/a": "10.0.0.1", "ns/b": "10.0.0.2", "ns/c": "PoolExhausted", "ns/d": "PoolExhausted"},
+		},
+		{
+			name: "metallb annotation and spec.loadBalancerIP spellings",
+			services: []*watcherv1.Object{
+				svc("c", 1), svc("d", 2),
+				svc("a", 3, func(o *watcherv1.Object) { o.GetService().LoadBalancerIp = "10.0.0.1" }),
+				svc("b", 4, withAnnotation("metallb.universe.tf/loadBalancerIPs", "10.0.0.2")),
+			},
+			want: map[string]string{"ns/a": "10.0.0.1", "ns/b": "10.0.0.2", "ns/c": "PoolExhausted", "ns/d": "PoolExhausted"},
+		},
+		{
+			name:   "wiped status: the ledger still names A",
+			ledger: []ledger.Allocation{{IP: netip.MustParseAddr("10.0.0.1"), Pool: "one", Service: ledger.ServiceRef{Namespace: "ns", Name: "a"}}},
+			services: []*watcherv1.Object{
+				svc("c", 1), svc("a", 3),
+			},
+			want: map[string]string{"ns/a": "10.0.0.1", "ns/c": "10.0.0.2"},
+		},
+		{
+			name:   "ledger beats a status naming the same IP",
+			ledger: []ledger.Allocation{{IP: netip.MustParseAddr("10.0.0.1"), Pool: "one", Service: ledger.ServiceRef{Namespace: "ns", Name: "a"}}},
+			services: []*watcherv1.Object{
+				svc("x", 1, withStatus("10.0.0.1")), svc("a", 3),
+			},
+			want: map[string]string{"ns/a": "10.0.0.1", "ns/x": "10.0.0.2"},
+		},
+		{
+			name:   "ledger entry of a Service the stream does not show yet stays held",
+			ledger: []ledger.Allocation{{IP: netip.MustParseAddr("10.0.0.1"), Pool: "one", Service: ledger.ServiceRef{Namespace: "ns", Name: "new"}}},
+			services: []*watcherv1.Object{
+				svc("c", 1), svc("d", 2),
+			},
+			want: map[string]string{"ns/c": "10.0.0.2", "ns/d": "PoolExhausted"},
+		},
+		{
+			name: "another class's Service is not ours",
+			services: []*watcherv1.Object{
+				svc("c", 1), svc("other", 0, withClass("example.com/lb"), withStatus("10.0.0.1")),
+			},
+			want: map[string]string{"ns/c": "10.0.0.1"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ours []*watcherv1.Object
+			for _, s := range tc.services {
+				if objects.IsOurs(s, objects.DefaultLBClass) {
+					ours = append(ours, s)
+				}
+			}
+			// Whatever order the stream delivers, the result is the same.
+			for _, order := range [][]*watcherv1.Object{tc.services, reversed(tc.services)} {
+				r := Rebuild(Inputs{Ledger: ledger.State{Allocations: tc.ledger}, Pools: pools, Services: order, LBClass: objects.DefaultLBClass})
+				got := allocatePending(r, ours)
+				for k, v := range tc.want {
+					if got[k] != v {
+						t.Errorf("%s: got %s, want %s (all: %v)", k, got[k], v, got)
+					}
+				}
+			}
+		})
+	}
+}
+
+func reversed(in []*watcherv1.Object) []*watcherv1.Object {
+	out := make([]*watcherv1.Object, len(in))
+	for i, o := range in {
+		out[len(in)-1-i] = o
+	}
+	return out
+}
+
+func TestRebuildReportsConflicts(t *testing.T) {
+	pools := []*allocator.Pool{pool(t, "one", "10.0.0.0/30")}
+	r := Rebuild(Inputs{
+		Pools: pools,
+		Services: []*watcherv1.Object{
+			svc("first", 1, withStatus("10.0.0.1")),
+			svc("second", 2, withStatus("10.0.0.1")),
+			svc("req", 3, withAnnotation(allocator.AnnotationLoadBalancerIPs, "10.0.0.1")),
+		},
+		LBClass: objects.DefaultLBClass,
+	})
+	if len(r.Conflicts) != 2 || r.Conflicts[0].Service != "ns/second" || r.Conflicts[0].Source != FromStatus ||
+		r.Conflicts[1].Service != "ns/req" || r.Conflicts[1].Source != FromRequest {
+		t.Fatalf("conflicts = %+v", r.Conflicts)
+	}
+	if r.Sources["ns/first"] != FromStatus {
+		t.Fatalf("sources = %v", r.Sources)
+	}
+}
+
+func TestReservationNeverAutoAssigned(t *testing.T) {
+	pools := []*allocator.Pool{pool(t, "one", "10.0.0.1/32")}
+	st := ledger.State{Reservations: []ledger.Reservation{{IP: netip.MustParseAddr("10.0.0.1"), Note: "lab"}}}
+	r := Rebuild(Inputs{Ledger: st, Pools: pools, Services: []*watcherv1.Object{svc("c", 1)}, LBClass: objects.DefaultLBClass})
+	if got := allocatePending(r, []*watcherv1.Object{svc("c", 1)}); got["ns/c"] != "PoolExhausted" {
+		t.Fatalf("pending Service got %v", got)
+	}
+}
+
+func TestCaughtUp(t *testing.T) {
+	for _, tc := range []struct {
+		streamed, written string
+		want              bool
+	}{{"10", "10", true}, {"11", "10", true}, {"9", "10", false}, {"abc", "10", false}, {"abc", "abc", true}} {
+		if got := caughtUp(tc.streamed, tc.written); got != tc.want {
+			t.Errorf("caughtUp(%q, %q) = %v", tc.streamed, tc.written, got)
+		}
+	}
+}

@@ -1,0 +1,366 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+)
+
+// ipMode is written with every ingress entry: the API server defaults it, and
+// leaving it out would make every second pass see a difference.
+const ipMode = "VIP"
+
+// condition is the ipledger.io/AddressAllocated condition.
+type condition struct {
+	status, reason, message string
+	observedGeneration      int64
+	lastTransition          time.Time
+}
+
+// svcStatus is the part of a Service ipam owns.
+type svcStatus struct {
+	ingress []string // IPs, in order; every entry has ipMode VIP
+	// foreign is true when the ingress has entries ipam would not write
+	// (hostnames, another ipMode): they must be rewritten.
+	foreign bool
+	cond    *condition
+	pool    string // ipledger.io/allocated-from-pool
+}
+
+// expectation is a status this term wrote and the resourceVersion the API
+// server returned, kept until the stream shows that version or a newer one.
+type expectation struct {
+	rv     string
+	status svcStatus
+	at     time.Time
+}
+
+func statusOf(obj *watcherv1.Object) svcStatus {
+	var s svcStatus
+	svc := obj.GetService()
+	for _, in := range svc.GetIngress() {
+		if in.GetIp() == "" || in.GetHostname() != "" || (in.GetIpMode() != "" && in.GetIpMode() != ipMode) {
+			s.foreign = true
+		}
+		if in.GetIp() != "" {
+			s.ingress = append(s.ingress, in.GetIp())
+		}
+	}
+	for _, c := range svc.GetConditions() {
+		if c.GetType() == objects.ConditionType {
+			s.cond = &condition{status: c.GetStatus(), reason: c.GetReason(), message: c.GetMessage(),
+				observedGeneration: c.GetObservedGeneration(), lastTransition: time.Unix(0, c.GetLastTransitionTime())}
+		}
+	}
+	s.pool = obj.GetMeta().GetAnnotations()[allocator.AnnotationAllocatedFromPool]
+	return s
+}
+
+// current is the Service's status as far as this term knows: what it wrote,
+// until the stream has caught up with that write.
+func (w *worker) current(obj *watcherv1.Object) svcStatus {
+	key := objects.Key(obj)
+	streamed := statusOf(obj)
+	e, ok := w.expect[key]
+	if !ok {
+		return streamed
+	}
+	if caughtUp(obj.GetMeta().GetResourceVersion(), e.rv) || time.Since(e.at) > 2*time.Minute {
+		delete(w.expect, key)
+		return streamed
+	}
+	return e.status
+}
+
+// caughtUp reports whether the streamed resourceVersion is the written one
+// or newer. resourceVersions are opaque, but the API server's are etcd
+// revisions; when either does not parse only equality counts.
+func caughtUp(streamed, written string) bool {
+	if streamed == written {
+		return true
+	}
+	s, err1 := strconv.ParseUint(streamed, 10, 64)
+	w, err2 := strconv.ParseUint(written, 10, 64)
+	return err1 == nil && err2 == nil && s > w
+}
+
+func (s svcStatus) showsAny(held []allocator.Allocation) bool {
+	for _, h := range held {
+		if slices.Contains(s.ingress, h.IP.String()) {
+			return true
+		}
+	}
+	return false
+}
+
+// without is s with held's IPs, our condition and annotation removed.
+func (s svcStatus) without(held []allocator.Allocation) svcStatus {
+	out := svcStatus{foreign: s.foreign}
+	for _, ip := range s.ingress {
+		if !slices.ContainsFunc(held, func(h allocator.Allocation) bool { return h.IP.String() == ip }) {
+			out.ingress = append(out.ingress, ip)
+		}
+	}
+	return out
+}
+
+// equal compares what ipam writes: ingress, condition (not its transition
+// time) and annotation.
+func (s svcStatus) equal(o svcStatus) bool {
+	if s.foreign != o.foreign || !slices.Equal(s.ingress, o.ingress) || s.pool != o.pool {
+		return false
+	}
+	if (s.cond == nil) != (o.cond == nil) {
+		return false
+	}
+	if s.cond == nil {
+		return true
+	}
+	a, b := s.cond, o.cond
+	return a.status == b.status && a.reason == b.reason && a.message == b.message && a.observedGeneration == b.observedGeneration
+}
+
+type ingressJSON struct {
+	IP     string `json:"ip"`
+	IPMode string `json:"ipMode"`
+}
+
+// writeService writes a Service's status in one status-subresource patch,
+// then — only when it differs — the allocated-from-pool annotation in a
+// metadata patch (a status write cannot change metadata). It returns the
+// resourceVersion after the last write.
+func (c *Controller) writeService(ctx context.Context, wr *write) (string, error) {
+	ns, name := wr.obj.GetMeta().GetNamespace(), wr.obj.GetMeta().GetName()
+	svcs := c.client.CoreV1().Services(ns)
+	rv := wr.obj.GetMeta().GetResourceVersion()
+	statusChanged := wr.cur.foreign != wr.want.foreign || !slices.Equal(wr.cur.ingress, wr.want.ingress) || !condEqual(wr.cur.cond, wr.want.cond)
+	if statusChanged || wr.release {
+		var ingress any // null clears the list
+		if len(wr.want.ingress) > 0 {
+			list := make([]ingressJSON, 0, len(wr.want.ingress))
+			for _, ip := range wr.want.ingress {
+				list = append(list, ingressJSON{IP: ip, IPMode: ipMode})
+			}
+			ingress = list
+		}
+		status := map[string]any{"loadBalancer": map[string]any{"ingress": ingress}}
+		switch {
+		case wr.want.cond != nil:
+			cond := wr.want.cond
+			ltt := time.Now().UTC()
+			if wr.cur.cond != nil && wr.cur.cond.status == cond.status && !wr.cur.cond.lastTransition.IsZero() {
+				ltt = wr.cur.cond.lastTransition.UTC()
+			}
+			cond.lastTransition = ltt
+			status["conditions"] = []map[string]any{{
+				"type": objects.ConditionType, "status": cond.status, "reason": cond.reason, "message": cond.message,
+				"observedGeneration": cond.observedGeneration, "lastTransitionTime": ltt.Format(time.RFC3339),
+			}}
+		case wr.cur.cond != nil:
+			status["conditions"] = []map[string]any{{"type": objects.ConditionType, "$patch": "delete"}}
+		}
+		patch := map[string]any{"status": status}
+		if wr.release {
+			// Another controller may own this Service now: only clear
+			// what we saw, never what it just wrote.
+			patch["metadata"] = map[string]any{"resourceVersion": rv}
+		}
+		body, _ := json.Marshal(patch)
+		out, err := svcs.Patch(ctx, name, types.StrategicMergePatchType, body, metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status")
+		if err != nil {
+			return "", fmt.Errorf("patch status of Service %s/%s: %w", ns, name, err)
+		}
+		rv = out.ResourceVersion
+	}
+	if wr.cur.pool != wr.want.pool {
+		var v any
+		if wr.want.pool != "" {
+			v = wr.want.pool
+		}
+		body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{allocator.AnnotationAllocatedFromPool: v}}})
+		out, err := svcs.Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ipledger-ipam"})
+		if err != nil {
+			return "", fmt.Errorf("patch annotation %s of Service %s/%s: %w", allocator.AnnotationAllocatedFromPool, ns, name, err)
+		}
+		rv = out.ResourceVersion
+	}
+	return rv, nil
+}
+
+func condEqual(a, b *condition) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.status == b.status && a.reason == b.reason && a.message == b.message && a.observedGeneration == b.observedGeneration
+}
+
+func serviceRef(obj *watcherv1.Object) *corev1.ObjectReference {
+	m := obj.GetMeta()
+	return &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: m.GetNamespace(), Name: m.GetName(),
+		UID: types.UID(m.GetUid()), ResourceVersion: m.GetResourceVersion()}
+}
+
+func configMapRef(ns, name string) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "ConfigMap", APIVersion: "v1", Namespace: ns, Name: name}
+}
+
+func poolRef(obj *watcherv1.Object) *corev1.ObjectReference {
+	m := obj.GetMeta()
+	return &corev1.ObjectReference{Kind: "IPPool", APIVersion: "ipledger.io/v1alpha1", Name: m.GetName(), UID: types.UID(m.GetUid())}
+}
+
+func (c *Controller) event(ref *corev1.ObjectReference, typ, reason, msg string) {
+	if c.recorder != nil {
+		c.recorder.Event(ref, typ, reason, msg)
+	}
+}
+
+// PoolGVR is the IPPool resource.
+var PoolGVR = schema.GroupVersionResource{Group: "ipledger.io", Version: "v1alpha1", Resource: "ippools"}
+
+// writePoolStatuses writes each IPPool's counts and Ready/Conflicting/Invalid
+// conditions when they differ from what this term last wrote.
+func (w *worker) writePoolStatuses(ctx context.Context) {
+	if w.c.dynamic == nil {
+		return
+	}
+	objs := w.store().List(watcherv1.Kind_KIND_IP_POOL)
+	sort.Slice(objs, func(i, j int) bool { return objs[i].GetMeta().GetName() < objs[j].GetMeta().GetName() })
+	seen := map[string]bool{}
+	for _, obj := range objs {
+		name := obj.GetMeta().GetName()
+		seen[name] = true
+		status := w.poolStatus(obj)
+		body, _ := json.Marshal(map[string]any{"status": status})
+		key := string(body)
+		if w.poolWritten[name] == key {
+			continue
+		}
+		// Transition times are added only now, so they do not make every
+		// pass look like a change.
+		now := time.Now().UTC().Format(time.RFC3339)
+		prev := map[string]*watcherv1.Condition{}
+		for _, c := range obj.GetIpPool().GetConditions() {
+			prev[c.GetType()] = c
+		}
+		for _, c := range status["conditions"].([]map[string]any) {
+			c["lastTransitionTime"] = now
+			if p := prev[c["type"].(string)]; p != nil && p.GetStatus() == c["status"] && p.GetLastTransitionTime() != 0 {
+				c["lastTransitionTime"] = time.Unix(0, p.GetLastTransitionTime()).UTC().Format(time.RFC3339)
+			}
+		}
+		full, _ := json.Marshal(map[string]any{"status": status})
+		_, err := w.c.dynamic.Resource(PoolGVR).Patch(ctx, name, types.MergePatchType, full, metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status")
+		if err != nil {
+			w.log.Warn("Cannot write IPPool status", "pool", name, "err", err)
+			continue
+		}
+		old, had := w.poolWritten[name]
+		w.poolWritten[name] = key
+		if cond := readyOf(status); !had || !strings.Contains(old, cond) {
+			if strings.Contains(cond, `"False"`) {
+				w.c.event(poolRef(obj), "Warning", reasonOf(status), messageOf(status))
+			}
+		}
+	}
+	for name := range w.poolWritten {
+		if !seen[name] {
+			delete(w.poolWritten, name)
+		}
+	}
+	w.c.metrics.setPoolUsage(w.alloc, objs)
+}
+
+func (w *worker) poolStatus(obj *watcherv1.Object) map[string]any {
+	name := obj.GetMeta().GetName()
+	gen := obj.GetMeta().GetGeneration()
+	cond := func(typ string, ok bool, reason, msg string) map[string]any {
+		s := "False"
+		if ok {
+			s = "True"
+		}
+		return map[string]any{"type": typ, "status": s, "reason": reason, "message": msg, "observedGeneration": gen}
+	}
+	status := map[string]any{}
+	var conds []map[string]any
+	if err, bad := w.invalidPools[name]; bad {
+		conds = []map[string]any{
+			cond("Ready", false, "Invalid", "The pool serves nothing: "+err.Error()),
+			cond("Conflicting", false, "NoOverlap", "The pool overlaps no other pool"),
+			cond("Invalid", true, "Invalid", err.Error()),
+		}
+		status["conditions"] = conds
+		return status
+	}
+	if w.alloc != nil {
+		if u, ok := w.alloc.Usage(name); ok {
+			status["ipv4"] = map[string]any{"total": u.IPv4.Total.String(), "used": u.IPv4.Used.String()}
+			status["ipv6"] = map[string]any{"total": u.IPv6.Total.String(), "used": u.IPv6.Used.String()}
+		}
+	}
+	conflict, conflicting := allocator.Conflict{}, false
+	if w.alloc != nil {
+		conflict, conflicting = w.alloc.Conflicting(name)
+	}
+	switch {
+	case w.corrupt != nil:
+		conds = append(conds, cond("Ready", false, "LedgerUnreadable", w.corrupt.Error()))
+	case conflicting:
+		conds = append(conds, cond("Ready", false, "Conflicting", conflict.Message))
+	default:
+		conds = append(conds, cond("Ready", true, "Serving", "The pool serves Services"))
+	}
+	if conflicting {
+		conds = append(conds, cond("Conflicting", true, "Overlap", conflict.Message))
+	} else {
+		conds = append(conds, cond("Conflicting", false, "NoOverlap", "The pool overlaps no older pool"))
+	}
+	conds = append(conds, cond("Invalid", false, "Valid", "The pool's spec is valid"))
+	status["conditions"] = conds
+	return status
+}
+
+func readyOf(status map[string]any) string {
+	for _, c := range status["conditions"].([]map[string]any) {
+		if c["type"] == "Ready" {
+			b, _ := json.Marshal(c)
+			return string(b)
+		}
+	}
+	return ""
+}
+
+func reasonOf(status map[string]any) string {
+	for _, c := range status["conditions"].([]map[string]any) {
+		if c["type"] == "Ready" {
+			return c["reason"].(string)
+		}
+	}
+	return ""
+}
+
+func messageOf(status map[string]any) string {
+	for _, c := range status["conditions"].([]map[string]any) {
+		if c["type"] == "Ready" {
+			return c["message"].(string)
+		}
+	}
+	return ""
+}
+
+var _ = netip.Addr{}

@@ -1,0 +1,550 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/pkg/stream"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+)
+
+// worker is one term's state. Only the loop goroutine touches the allocator,
+// the ledger writer and the expectations; handlers only mark keys dirty.
+type worker struct {
+	c    *Controller
+	term *leader.Term
+	log  *slog.Logger
+
+	ldg          *ledger.Ledger
+	alloc        *allocator.Allocator
+	ledgerBySvc  map[string][]ledger.Allocation
+	invalidPools map[string]error
+	orphans      []allocator.Allocation
+	conflicts    []Conflict
+	corrupt      *ledger.CorruptError
+	fenced       bool
+
+	// expect is what this term wrote to each Service, until the stream
+	// shows it (a lagging stream must never make us decide again).
+	expect      map[string]expectation
+	poolWritten map[string]string // pool -> the status patch last written
+	retries     map[string]int
+	pending     map[string]bool
+
+	mu         sync.Mutex
+	dirty      map[string]struct{}
+	poolsDirty bool
+	wake       chan struct{}
+	mutations  chan mutation
+}
+
+func newWorker(c *Controller, term *leader.Term) *worker {
+	return &worker{
+		c: c, term: term, log: c.log.With("term", term.ID()),
+		expect: map[string]expectation{}, poolWritten: map[string]string{},
+		retries: map[string]int{}, pending: map[string]bool{},
+		dirty: map[string]struct{}{}, wake: make(chan struct{}, 1), mutations: make(chan mutation),
+	}
+}
+
+func (w *worker) store() *stream.Store { return w.c.source.Store() }
+
+// handler only marks work; the loop does it.
+func (w *worker) handler() stream.Handler {
+	on := func(obj *watcherv1.Object) {
+		switch obj.GetKind() {
+		case watcherv1.Kind_KIND_SERVICE:
+			w.mark(objects.Key(obj))
+		case watcherv1.Kind_KIND_IP_POOL:
+			w.mu.Lock()
+			w.poolsDirty = true
+			w.mu.Unlock()
+			w.poke()
+		case watcherv1.Kind_KIND_NAMESPACE:
+			for _, s := range w.store().ListNamespace(watcherv1.Kind_KIND_SERVICE, obj.GetMeta().GetName()) {
+				w.mark(objects.Key(s))
+			}
+		}
+	}
+	return stream.HandlerFuncs{
+		AddFunc:    on,
+		UpdateFunc: func(_, n *watcherv1.Object) { on(n) },
+		DeleteFunc: on,
+	}
+}
+
+func (w *worker) mark(keys ...string) {
+	w.mu.Lock()
+	for _, k := range keys {
+		w.dirty[k] = struct{}{}
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// requeue marks key dirty again after a backoff that grows with failures.
+func (w *worker) requeue(key string, failed bool) {
+	d := 2 * time.Second
+	if failed {
+		n := w.retries[key]
+		w.retries[key] = n + 1
+		d = min(100*time.Millisecond<<min(n, 9), time.Minute)
+	}
+	time.AfterFunc(d, func() {
+		select {
+		case <-w.term.Stopping():
+		default:
+			w.mark(key)
+		}
+	})
+}
+
+// open fences the ledger and rebuilds every allocation from it, the pools
+// and the Services, before anything is allocated.
+func (w *worker) open(ctx context.Context) error {
+	l, err := ledger.Open(ctx, w.c.client, ledger.Options{
+		Namespace: w.c.cfg.Namespace, Term: w.term.ID(), ShardLimit: w.c.cfg.ShardLimit,
+		Metrics: w.c.ledgerM, Log: w.log,
+	})
+	if err != nil {
+		return err
+	}
+	w.ldg = l
+	if w.corrupt != nil {
+		w.log.Info("The ledger is readable again; allocation resumes")
+		w.corrupt = nil
+		w.c.metrics.ledgerCorrupt.Set(0)
+	}
+	w.rebuild()
+	for _, cf := range w.conflicts {
+		w.log.Warn("Conflicting claim to an IP", "service", cf.Service, "ip", addrs(cf.IPs), "source", string(cf.Source), "reason", cf.Message)
+		if ns, name, ok := strings.Cut(cf.Service, "/"); ok {
+			if obj, ok := w.store().Get(watcherv1.Kind_KIND_SERVICE, ns, name); ok {
+				w.c.event(serviceRef(obj), "Warning", "IPConflict",
+					fmt.Sprintf("The %s of this Service names %s, which is already held: %s", cf.Source, addrs(cf.IPs), cf.Message))
+			}
+		}
+	}
+	return nil
+}
+
+// rebuild resets the allocator from the ledger writer's state and the
+// stream, and marks every Service for a pass.
+func (w *worker) rebuild() {
+	st := w.ldg.State()
+	pools, invalid := objects.Pools(w.store().List(watcherv1.Kind_KIND_IP_POOL))
+	nss := map[string]*watcherv1.Object{}
+	for _, n := range w.store().List(watcherv1.Kind_KIND_NAMESPACE) {
+		nss[n.GetMeta().GetName()] = n
+	}
+	services := w.store().List(watcherv1.Kind_KIND_SERVICE)
+	r := Rebuild(Inputs{Ledger: st, Pools: pools, Services: services, Namespaces: nss, LBClass: w.c.cfg.LBClass})
+	w.alloc, w.invalidPools, w.conflicts, w.orphans = r.Alloc, invalid, r.Conflicts, r.PoolUpdate.Orphans
+	w.ledgerBySvc = objects.ByService(st.Allocations)
+	keys := make([]string, 0, len(services)+len(w.ledgerBySvc))
+	for _, s := range services {
+		keys = append(keys, objects.Key(s))
+	}
+	for k := range w.ledgerBySvc {
+		keys = append(keys, k)
+	}
+	w.mu.Lock()
+	w.poolsDirty = false
+	w.mu.Unlock()
+	w.mark(keys...)
+	clear(w.poolWritten)
+}
+
+// reportCorrupt stops allocation with an Event on the shard and a condition
+// on every pool. The shard itself is never touched.
+func (w *worker) reportCorrupt(ctx context.Context, ce *ledger.CorruptError) {
+	first := w.corrupt == nil || w.corrupt.Error() != ce.Error()
+	w.corrupt = ce
+	w.c.metrics.ledgerCorrupt.Set(1)
+	if first {
+		w.log.Error("The ledger cannot be read; no address is allocated until it is repaired", "configMap", ce.Shard, "err", ce.Err)
+		w.c.event(configMapRef(w.c.cfg.Namespace, ce.Shard), "Warning", "LedgerCorrupt", ce.Error())
+	}
+	w.writePoolStatuses(ctx)
+}
+
+func (w *worker) loop(ctx context.Context, term *leader.Term) {
+	for {
+		select {
+		case <-term.Stopping():
+			return
+		case <-w.wake:
+		case m := <-w.mutations:
+			m.reply <- w.apply(term.Context(), m)
+		}
+		for !w.fenced && w.hasWork() {
+			select {
+			case <-term.Stopping():
+				return
+			case m := <-w.mutations:
+				m.reply <- w.apply(term.Context(), m)
+			default:
+			}
+			w.pass(term.Context())
+		}
+	}
+}
+
+func (w *worker) hasWork() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.dirty) > 0 || w.poolsDirty
+}
+
+// take returns up to n dirty Services in allocation order, and every dirty
+// key the stream does not show.
+func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, poolsChanged bool) {
+	w.mu.Lock()
+	keys := slices.Collect(maps.Keys(w.dirty))
+	clear(w.dirty)
+	poolsChanged, w.poolsDirty = w.poolsDirty, false
+	w.mu.Unlock()
+	for _, k := range keys {
+		ns, name, _ := strings.Cut(k, "/")
+		if obj, ok := w.store().Get(watcherv1.Kind_KIND_SERVICE, ns, name); ok {
+			present = append(present, obj)
+		} else {
+			absent = append(absent, k)
+		}
+	}
+	slices.SortFunc(present, objects.Less)
+	slices.Sort(absent)
+	if len(present) > n {
+		rest := present[n:]
+		present = present[:n]
+		w.mu.Lock()
+		for _, o := range rest {
+			w.dirty[objects.Key(o)] = struct{}{}
+		}
+		w.mu.Unlock()
+		w.poke()
+	}
+	return present, absent, poolsChanged
+}
+
+// write is one Service's status (and annotation) write of a pass.
+type write struct {
+	obj     *watcherv1.Object
+	key     string
+	cur     svcStatus
+	want    svcStatus
+	release bool // clear our IPs and condition: the Service is no longer ours
+	event   *eventSpec
+}
+
+type eventSpec struct{ typ, reason, msg string }
+
+// pass decides a batch, commits the ledger once, then writes the statuses.
+func (w *worker) pass(ctx context.Context) {
+	start := time.Now()
+	present, absent, poolsChanged := w.take(w.c.cfg.BatchSize)
+	if poolsChanged {
+		w.setPools()
+	}
+	var (
+		change   ledger.Change
+		releases []string // released from the allocator once the ledger says so
+		reask    []string // allocate again after the release
+		writes   []*write
+	)
+	release := func(key string) {
+		change.Release = append(change.Release, w.ledgerBySvc[key]...)
+		releases = append(releases, key)
+	}
+
+	for _, key := range absent {
+		if len(w.alloc.Allocations(key)) == 0 && len(w.ledgerBySvc[key]) == 0 {
+			delete(w.expect, key)
+			continue
+		}
+		// The stream may lag behind a Service created a moment ago: ask
+		// the API server before giving its address back.
+		ns, name, _ := strings.Cut(key, "/")
+		svc, err := w.c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) || (err == nil && svc.DeletionTimestamp != nil):
+			w.log.Info("Service is gone; releasing its addresses", "service", key)
+			delete(w.expect, key)
+			release(key)
+		case err != nil:
+			w.log.Warn("Cannot confirm that a Service is gone", "service", key, "err", err)
+			w.requeue(key, true)
+		default:
+			w.requeue(key, false)
+		}
+	}
+
+	for _, obj := range present {
+		key := objects.Key(obj)
+		cur := w.current(obj)
+		held := w.alloc.Allocations(key)
+		if !objects.IsOurs(obj, w.c.cfg.LBClass) {
+			delete(w.pending, key)
+			shows := cur.showsAny(held) || cur.cond != nil || cur.pool != ""
+			switch {
+			case shows:
+				// Clear the status first; the ledger entry goes after.
+				writes = append(writes, &write{obj: obj, key: key, cur: cur, release: true, want: cur.without(held)})
+			case len(held) > 0 || len(w.ledgerBySvc[key]) > 0:
+				release(key)
+			}
+			continue
+		}
+
+		var want svcStatus
+		want.cond = &condition{observedGeneration: obj.GetMeta().GetGeneration()}
+		req, perr := objects.Request(obj, w.namespace(obj))
+		var res allocator.Result
+		var err error = perr
+		if perr == nil {
+			res, err = w.alloc.Allocate(req)
+		}
+		if allocator.IsUnfit(err) {
+			if cur.showsAny(held) {
+				want = cur.without(held)
+				want.cond = cur.cond
+				w.log.Info("Service holds an address that no longer fits; clearing its status before releasing", "service", key, "reason", err.Error())
+				writes = append(writes, &write{obj: obj, key: key, cur: cur, want: want})
+			} else {
+				release(key)
+				reask = append(reask, key)
+			}
+			continue
+		}
+		held = w.alloc.Allocations(key)
+		want.ingress = ingressOf(held)
+		want.pool = poolOf(held)
+		if err != nil {
+			var ae *allocator.Error
+			if !errors.As(err, &ae) {
+				ae = &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: err.Error()}
+			}
+			want.cond.status, want.cond.reason, want.cond.message = "False", string(ae.Reason), capitalize(ae.Message)
+			w.c.metrics.failures.WithLabelValues(string(ae.Reason)).Inc()
+		} else {
+			want.cond.status, want.cond.reason = "True", string(allocator.ReasonAllocated)
+			want.cond.message = fmt.Sprintf("Allocated %s from pool %s", addrs(res.IPs), res.Pool)
+			if res.New {
+				w.c.metrics.allocations.Inc()
+			}
+		}
+		if len(held) == 0 {
+			w.pending[key] = true
+		} else {
+			delete(w.pending, key)
+		}
+		// Commit before status: every held IP must be in the ledger, as
+		// this Service (uid, pool, sharing key) holds it now.
+		change.Allocate = append(change.Allocate, w.ledgerEdits(obj, held)...)
+		if !cur.equal(want) {
+			wr := &write{obj: obj, key: key, cur: cur, want: want}
+			if cur.cond == nil || cur.cond.reason != want.cond.reason || cur.cond.status != want.cond.status || !slices.Equal(cur.ingress, want.ingress) {
+				typ := "Normal"
+				if want.cond.status != "True" {
+					typ = "Warning"
+				}
+				msg := want.cond.message
+				wr.event = &eventSpec{typ: typ, reason: want.cond.reason, msg: msg}
+			}
+			writes = append(writes, wr)
+		}
+	}
+
+	// One ledger write (per shard touched) for the whole batch.
+	if !change.Empty() {
+		if err := w.ldg.Commit(ctx, change); err != nil {
+			if errors.Is(err, ledger.ErrFenced) {
+				w.fenced = true
+				w.log.Error("A newer term fenced the ledger; this term writes nothing more", "err", err)
+				return
+			}
+			w.log.Error("Ledger commit failed; rebuilding from the ledger as stored", "err", err)
+			w.rebuild()
+			return
+		}
+		for _, a := range change.Release {
+			w.ledgerBySvc[a.Service.Key()] = slices.DeleteFunc(w.ledgerBySvc[a.Service.Key()], func(x ledger.Allocation) bool { return x.IP == a.IP })
+		}
+		for _, a := range change.Allocate {
+			k := a.Service.Key()
+			w.ledgerBySvc[k] = append(slices.DeleteFunc(w.ledgerBySvc[k], func(x ledger.Allocation) bool { return x.IP == a.IP }), a)
+		}
+		for k, v := range w.ledgerBySvc {
+			if len(v) == 0 {
+				delete(w.ledgerBySvc, k)
+			}
+		}
+	}
+	for _, key := range releases {
+		w.alloc.Release(key)
+	}
+	w.mark(reask...)
+
+	w.writeStatuses(ctx, writes)
+	w.writePoolStatuses(ctx)
+	w.c.metrics.pending.Set(float64(len(w.pending)))
+	w.c.metrics.passSeconds.Observe(time.Since(start).Seconds())
+}
+
+// ledgerEdits returns the ledger entries to write so that the ledger says
+// exactly what the Service holds.
+func (w *worker) ledgerEdits(obj *watcherv1.Object, held []allocator.Allocation) []ledger.Allocation {
+	var out []ledger.Allocation
+	ref := objects.Ref(obj)
+	for _, h := range held {
+		i := slices.IndexFunc(w.ledgerBySvc[h.Service], func(a ledger.Allocation) bool { return a.IP == h.IP })
+		if i >= 0 {
+			e := w.ledgerBySvc[h.Service][i]
+			if e.Pool == h.Pool && e.Service.UID == ref.UID && e.SharingKey == h.SharingKey {
+				continue
+			}
+		}
+		pool := h.Pool
+		if pool == "" {
+			pool = "(none)"
+		}
+		if i >= 0 && h.Pool == "" {
+			pool = w.ledgerBySvc[h.Service][i].Pool
+		}
+		out = append(out, ledger.Allocation{IP: h.IP, Pool: pool, Service: ref, SharingKey: h.SharingKey, AllocatedAt: time.Now().UTC().Truncate(time.Second)})
+	}
+	return out
+}
+
+func (w *worker) namespace(obj *watcherv1.Object) *watcherv1.Object {
+	ns, _ := w.store().Get(watcherv1.Kind_KIND_NAMESPACE, "", obj.GetMeta().GetNamespace())
+	return ns
+}
+
+// setPools applies a changed pool set and marks every Service.
+func (w *worker) setPools() {
+	pools, invalid := objects.Pools(w.store().List(watcherv1.Kind_KIND_IP_POOL))
+	upd := w.alloc.SetPools(pools)
+	w.invalidPools, w.orphans = invalid, upd.Orphans
+	for name, err := range invalid {
+		w.log.Warn("IPPool is invalid and serves nothing", "pool", name, "err", err)
+	}
+	var keys []string
+	for _, s := range w.store().List(watcherv1.Kind_KIND_SERVICE) {
+		keys = append(keys, objects.Key(s))
+	}
+	w.mark(keys...)
+}
+
+// writeStatuses writes the statuses with a bounded pool of workers, each
+// Service in one status-subresource write (plus a metadata patch when the
+// allocated-from-pool annotation differs).
+func (w *worker) writeStatuses(ctx context.Context, writes []*write) {
+	if len(writes) == 0 {
+		return
+	}
+	type result struct {
+		wr  *write
+		rv  string
+		err error
+	}
+	results := make([]result, len(writes))
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range min(w.c.cfg.StatusWorkers, len(writes)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				rv, err := w.c.writeService(ctx, writes[i])
+				results[i] = result{wr: writes[i], rv: rv, err: err}
+			}
+		}()
+	}
+	for i := range writes {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	for _, r := range results {
+		key := r.wr.key
+		switch {
+		case r.err == nil:
+			delete(w.retries, key)
+			w.c.metrics.statusWrites.WithLabelValues("ok").Inc()
+			w.expect[key] = expectation{rv: r.rv, status: r.wr.want, at: time.Now()}
+			if r.wr.release || len(r.wr.want.ingress) < len(r.wr.cur.ingress) {
+				// The status no longer shows the IPs: release them next.
+				w.mark(key)
+			}
+			if e := r.wr.event; e != nil {
+				w.c.event(serviceRef(r.wr.obj), e.typ, e.reason, e.msg)
+			}
+		case apierrors.IsNotFound(r.err):
+			w.c.metrics.statusWrites.WithLabelValues("notfound").Inc()
+			w.mark(key) // gone: its delete releases it
+		default:
+			w.c.metrics.statusWrites.WithLabelValues("error").Inc()
+			w.log.Warn("Cannot write Service status; retrying", "service", key, "err", r.err)
+			delete(w.expect, key)
+			w.requeue(key, true)
+		}
+	}
+}
+
+func ingressOf(held []allocator.Allocation) []string {
+	var out []string
+	for _, h := range held {
+		out = append(out, h.IP.String())
+	}
+	return out
+}
+
+func poolOf(held []allocator.Allocation) string {
+	for _, h := range held {
+		if h.Pool != "" {
+			return h.Pool
+		}
+	}
+	return ""
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// ipsOf parses ingress strings.
+func ipsOf(ss []string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		if ip, err := netip.ParseAddr(s); err == nil {
+			out = append(out, ip)
+		}
+	}
+	return out
+}

@@ -1,0 +1,593 @@
+// Package ledger owns ipam's record of every address it has handed out: the
+// ConfigMaps `ipledger-ledger-<n>` in ipam's namespace. The ledger is the
+// authority a new leader rebuilds from, so it is written before a Service's
+// status (and cleared after), every write is a compare-and-swap on the
+// ConfigMap's resourceVersion stamped with the writer's lease term, and a
+// shard that cannot be parsed stops allocation and is never overwritten.
+//
+// The format is meant to be read by people (`kubectl get cm -o yaml`):
+//
+//	data:
+//	  format: ipledger.io/ledger/v1
+//	  term: ipam-0/3/2026-11-30T12:00:00Z
+//	  shards.jsonl: |            # head shard only: the other shards and the lowest IP each holds
+//	    {"name":"ipledger-ledger-1","from":"10.0.40.0"}
+//	  allocations.jsonl: |       # sorted by IP, then Service
+//	    {"ip":"10.0.0.1","pool":"blue","service":"default/web","uid":"…","allocatedAt":"…"}
+//	  reservations.jsonl: |
+//	    {"ip":"10.0.0.9","note":"DNS for the lab","createdAt":"…"}
+//
+// Shard `ipledger-ledger-0` is the head: it lists every other shard with the
+// lowest IP it covers. Each shard holds the allocations and reservations of
+// one contiguous IP range; an entry found in a shard whose range does not
+// cover it is the leftover of an interrupted split and is ignored.
+package ledger
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const (
+	// Format is the value of the `format` key of every ledger ConfigMap.
+	Format = "ipledger.io/ledger/v1"
+	// LabelKey marks ledger ConfigMaps (value "true"); the watcher streams them.
+	LabelKey = "ipledger.io/ledger"
+	// NamePrefix starts every shard's name; the suffix is a decimal number.
+	NamePrefix = "ipledger-ledger-"
+	// HeadName is the shard that lists the others.
+	HeadName = NamePrefix + "0"
+
+	keyFormat       = "format"
+	keyTerm         = "term"
+	keyShards       = "shards.jsonl"
+	keyAllocations  = "allocations.jsonl"
+	keyReservations = "reservations.jsonl"
+)
+
+// DefaultShardLimit is the encoded size above which a shard is split. It keeps
+// every ConfigMap under ~512 KiB with room for the metadata.
+const DefaultShardLimit = 480 * 1024
+
+// ServiceRef names a Service; UID tells a re-created Service from the old one.
+type ServiceRef struct {
+	Namespace string
+	Name      string
+	UID       string
+}
+
+// Key is "namespace/name".
+func (r ServiceRef) Key() string { return r.Namespace + "/" + r.Name }
+
+// Allocation is one IP held by one Service.
+type Allocation struct {
+	IP          netip.Addr
+	Pool        string
+	Service     ServiceRef
+	SharingKey  string
+	AllocatedAt time.Time
+}
+
+// Reservation holds an IP outside any Service. ForService, when set, is the
+// only Service that may be granted the IP, by requesting it.
+type Reservation struct {
+	IP         netip.Addr
+	Note       string
+	ForService *ServiceRef
+	CreatedAt  time.Time
+}
+
+// IndexEntry places one non-head shard: it holds the IPs from From up to the
+// next shard's From.
+type IndexEntry struct {
+	Name string
+	From netip.Addr
+}
+
+// Shard is the decoded content of one ledger ConfigMap.
+type Shard struct {
+	Name string
+	// Term is the lease term of the last writer.
+	Term string
+	// Index is set on the head shard only, sorted by From.
+	Index        []IndexEntry
+	Allocations  []Allocation
+	Reservations []Reservation
+}
+
+// State is the whole ledger, assembled from its shards, sorted by IP.
+type State struct {
+	Allocations  []Allocation
+	Reservations []Reservation
+}
+
+// SyntaxError says which shard, key and line could not be parsed.
+type SyntaxError struct {
+	Shard string
+	Key   string
+	Line  int
+	Err   error
+}
+
+func (e *SyntaxError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("ledger shard %s: %s line %d: %v", e.Shard, e.Key, e.Line, e.Err)
+	}
+	if e.Key != "" {
+		return fmt.Sprintf("ledger shard %s: %s: %v", e.Shard, e.Key, e.Err)
+	}
+	return fmt.Sprintf("ledger shard %s: %v", e.Shard, e.Err)
+}
+
+func (e *SyntaxError) Unwrap() error { return e.Err }
+
+// ShardNumber returns n of `ipledger-ledger-<n>`, or false.
+func ShardNumber(name string) (int, bool) {
+	s, ok := strings.CutPrefix(name, NamePrefix)
+	if !ok || s == "" || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// ShardName returns `ipledger-ledger-<n>`.
+func ShardName(n int) string { return NamePrefix + strconv.Itoa(n) }
+
+// Wire forms: flat, short and stable so a line reads at a glance.
+type allocationLine struct {
+	IP          string `json:"ip"`
+	Pool        string `json:"pool"`
+	Service     string `json:"service"`
+	UID         string `json:"uid,omitempty"`
+	SharingKey  string `json:"sharingKey,omitempty"`
+	AllocatedAt string `json:"allocatedAt"`
+}
+
+type reservationLine struct {
+	IP         string `json:"ip"`
+	Note       string `json:"note"`
+	ForService string `json:"forService,omitempty"`
+	ForUID     string `json:"forUid,omitempty"`
+	CreatedAt  string `json:"createdAt"`
+}
+
+type indexLine struct {
+	Name string `json:"name"`
+	From string `json:"from"`
+}
+
+// CompareAllocations orders by IP, then namespace/name.
+func CompareAllocations(a, b Allocation) int {
+	if c := a.IP.Compare(b.IP); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Service.Namespace, b.Service.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Service.Name, b.Service.Name)
+}
+
+func compareReservations(a, b Reservation) int { return a.IP.Compare(b.IP) }
+
+// Encode renders a shard as ConfigMap data. Entries are sorted; the output is
+// a pure function of the input so an unchanged shard encodes to equal bytes.
+func Encode(s Shard) map[string]string {
+	allocs := slices.Clone(s.Allocations)
+	slices.SortFunc(allocs, CompareAllocations)
+	res := slices.Clone(s.Reservations)
+	slices.SortFunc(res, compareReservations)
+
+	var b bytes.Buffer
+	data := map[string]string{keyFormat: Format, keyTerm: s.Term}
+	for _, a := range allocs {
+		writeLine(&b, allocationLine{
+			IP: a.IP.String(), Pool: a.Pool, Service: a.Service.Key(), UID: a.Service.UID,
+			SharingKey: a.SharingKey, AllocatedAt: formatTime(a.AllocatedAt),
+		})
+	}
+	data[keyAllocations] = b.String()
+	b.Reset()
+	for _, r := range res {
+		l := reservationLine{IP: r.IP.String(), Note: r.Note, CreatedAt: formatTime(r.CreatedAt)}
+		if r.ForService != nil {
+			l.ForService, l.ForUID = r.ForService.Key(), r.ForService.UID
+		}
+		writeLine(&b, l)
+	}
+	data[keyReservations] = b.String()
+	if s.Name == HeadName {
+		b.Reset()
+		for _, e := range s.Index {
+			writeLine(&b, indexLine{Name: e.Name, From: e.From.String()})
+		}
+		data[keyShards] = b.String()
+	}
+	return data
+}
+
+// Size is the number of bytes data occupies in a ConfigMap.
+func Size(data map[string]string) int {
+	n := 0
+	for k, v := range data {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+func writeLine(b *bytes.Buffer, v any) {
+	// json.Marshal of these flat string structs cannot fail.
+	line, _ := json.Marshal(v)
+	b.Write(line)
+	b.WriteByte('\n')
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// Decode parses one shard's ConfigMap data. It is strict: an unknown format,
+// an unknown key or field, an invalid IP, a Service that is not
+// "namespace/name", or the same IP and Service twice is an error, because a
+// ledger that is misread would hand out an address twice.
+func Decode(name string, data map[string]string) (Shard, error) {
+	s := Shard{Name: name}
+	fail := func(key string, line int, err error) (Shard, error) {
+		return Shard{}, &SyntaxError{Shard: name, Key: key, Line: line, Err: err}
+	}
+	f, ok := data[keyFormat]
+	if !ok {
+		return fail(keyFormat, 0, errors.New("missing; this ConfigMap is not a ledger shard"))
+	}
+	if f != Format {
+		return fail(keyFormat, 0, fmt.Errorf("%q is not %q (written by a newer ipam?)", f, Format))
+	}
+	for k := range data {
+		switch k {
+		case keyFormat, keyTerm, keyAllocations, keyReservations:
+		case keyShards:
+			if name != HeadName {
+				return fail(k, 0, fmt.Errorf("only %s lists shards", HeadName))
+			}
+		default:
+			return fail(k, 0, errors.New("unknown key"))
+		}
+	}
+	s.Term = data[keyTerm]
+
+	seen := map[string]bool{}
+	err := eachLine(data[keyAllocations], func(n int, line []byte) error {
+		var l allocationLine
+		if err := strictUnmarshal(line, &l); err != nil {
+			return err
+		}
+		a := Allocation{Pool: l.Pool, SharingKey: l.SharingKey}
+		var err error
+		if a.IP, err = parseIP(l.IP); err != nil {
+			return err
+		}
+		if a.Pool == "" {
+			return errors.New("pool is empty")
+		}
+		if a.Service, err = parseServiceRef(l.Service); err != nil {
+			return fmt.Errorf("service: %w", err)
+		}
+		a.Service.UID = l.UID
+		if a.AllocatedAt, err = parseTime(l.AllocatedAt); err != nil {
+			return fmt.Errorf("allocatedAt: %w", err)
+		}
+		k := a.IP.String() + " " + a.Service.Key()
+		if seen[k] {
+			return fmt.Errorf("%s is recorded twice for %s", a.IP, a.Service.Key())
+		}
+		seen[k] = true
+		s.Allocations = append(s.Allocations, a)
+		return nil
+	})
+	if err != nil {
+		return fail(keyAllocations, lineOf(err), errors.Unwrap(err))
+	}
+
+	clear(seen)
+	err = eachLine(data[keyReservations], func(n int, line []byte) error {
+		var l reservationLine
+		if err := strictUnmarshal(line, &l); err != nil {
+			return err
+		}
+		r := Reservation{Note: l.Note}
+		var err error
+		if r.IP, err = parseIP(l.IP); err != nil {
+			return err
+		}
+		if l.ForService != "" {
+			ref, err := parseServiceRef(l.ForService)
+			if err != nil {
+				return fmt.Errorf("forService: %w", err)
+			}
+			ref.UID = l.ForUID
+			r.ForService = &ref
+		} else if l.ForUID != "" {
+			return errors.New("forUid without forService")
+		}
+		if r.CreatedAt, err = parseTime(l.CreatedAt); err != nil {
+			return fmt.Errorf("createdAt: %w", err)
+		}
+		if seen[r.IP.String()] {
+			return fmt.Errorf("%s is reserved twice", r.IP)
+		}
+		seen[r.IP.String()] = true
+		s.Reservations = append(s.Reservations, r)
+		return nil
+	})
+	if err != nil {
+		return fail(keyReservations, lineOf(err), errors.Unwrap(err))
+	}
+
+	if name == HeadName {
+		names := map[string]bool{}
+		err = eachLine(data[keyShards], func(n int, line []byte) error {
+			var l indexLine
+			if err := strictUnmarshal(line, &l); err != nil {
+				return err
+			}
+			num, ok := ShardNumber(l.Name)
+			if !ok || num == 0 {
+				return fmt.Errorf("name %q is not %s<n> with n > 0", l.Name, NamePrefix)
+			}
+			from, err := parseIP(l.From)
+			if err != nil {
+				return fmt.Errorf("from: %w", err)
+			}
+			if names[l.Name] {
+				return fmt.Errorf("%s is listed twice", l.Name)
+			}
+			names[l.Name] = true
+			if k := len(s.Index); k > 0 && s.Index[k-1].From.Compare(from) >= 0 {
+				return fmt.Errorf("from %s does not follow %s: shards must be listed in increasing order", from, s.Index[k-1].From)
+			}
+			s.Index = append(s.Index, IndexEntry{Name: l.Name, From: from})
+			return nil
+		})
+		if err != nil {
+			return fail(keyShards, lineOf(err), errors.Unwrap(err))
+		}
+	}
+	slices.SortFunc(s.Allocations, CompareAllocations)
+	slices.SortFunc(s.Reservations, compareReservations)
+	return s, nil
+}
+
+type lineError struct {
+	line int
+	err  error
+}
+
+func (e *lineError) Error() string { return fmt.Sprintf("line %d: %v", e.line, e.err) }
+func (e *lineError) Unwrap() error { return e.err }
+
+func lineOf(err error) int {
+	var le *lineError
+	if errors.As(err, &le) {
+		return le.line
+	}
+	return 0
+}
+
+// eachLine calls fn for every non-blank line (numbered from 1).
+func eachLine(text string, fn func(n int, line []byte) error) error {
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if err := fn(n, line); err != nil {
+			return &lineError{line: n, err: err}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return &lineError{line: n + 1, err: err}
+	}
+	return nil
+}
+
+func strictUnmarshal(line []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(line))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if d.More() {
+		return errors.New("more than one JSON value on the line")
+	}
+	return nil
+}
+
+func parseIP(s string) (netip.Addr, error) {
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("ip: %w", err)
+	}
+	if ip.Zone() != "" || ip.Is4In6() {
+		return netip.Addr{}, fmt.Errorf("ip %q: not a plain IPv4 or IPv6 address", s)
+	}
+	return ip, nil
+}
+
+func parseServiceRef(s string) (ServiceRef, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return ServiceRef{}, fmt.Errorf("%q is not namespace/name", s)
+	}
+	return ServiceRef{Namespace: ns, Name: name}, nil
+}
+
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	return time.Parse(time.RFC3339, s)
+}
+
+// Layout is the decoded shape of a ledger: shards in IP order, the head first.
+type Layout []Shard
+
+// ShardFor returns the position, in the layout the head describes (0 = the
+// head itself), of the shard whose range holds ip.
+func ShardFor(head Shard, ip netip.Addr) int {
+	i, _ := slices.BinarySearchFunc(head.Index, ip, func(e IndexEntry, ip netip.Addr) int {
+		if e.From.Compare(ip) <= 0 {
+			return -1
+		}
+		return 1
+	})
+	return i
+}
+
+// Assemble checks the shards against the head's index and returns the
+// ledger's state. Shards not listed by the head are ignored (an interrupted
+// split, or a stale leader's create that never made it into the index); an
+// entry outside its shard's range is ignored too. A listed shard that is
+// missing is an error.
+func Assemble(shards map[string]Shard) (State, Layout, error) {
+	head, ok := shards[HeadName]
+	if !ok {
+		if len(shards) == 0 {
+			return State{}, nil, nil
+		}
+		return State{}, nil, fmt.Errorf("ledger head %s is missing but %d other shard(s) exist", HeadName, len(shards))
+	}
+	layout := Layout{head}
+	for _, e := range head.Index {
+		s, ok := shards[e.Name]
+		if !ok {
+			return State{}, nil, fmt.Errorf("ledger shard %s listed by %s is missing", e.Name, HeadName)
+		}
+		layout = append(layout, s)
+	}
+	var st State
+	for i, s := range layout {
+		lo, hi := bounds(head, i)
+		for _, a := range s.Allocations {
+			if inRange(a.IP, lo, hi) {
+				st.Allocations = append(st.Allocations, a)
+			}
+		}
+		for _, r := range s.Reservations {
+			if inRange(r.IP, lo, hi) {
+				st.Reservations = append(st.Reservations, r)
+			}
+		}
+	}
+	slices.SortFunc(st.Allocations, CompareAllocations)
+	slices.SortFunc(st.Reservations, compareReservations)
+	return st, layout, nil
+}
+
+// bounds returns the range [lo, hi) of the i-th shard of the layout; an
+// invalid Addr means unbounded.
+func bounds(head Shard, i int) (lo, hi netip.Addr) {
+	if i > 0 {
+		lo = head.Index[i-1].From
+	}
+	if i < len(head.Index) {
+		hi = head.Index[i].From
+	}
+	return lo, hi
+}
+
+func inRange(ip, lo, hi netip.Addr) bool {
+	return (!lo.IsValid() || lo.Compare(ip) <= 0) && (!hi.IsValid() || ip.Compare(hi) < 0)
+}
+
+// Split cuts a shard whose encoding exceeds limit into pieces that each
+// encode to at most about limit/2 bytes, so each has room to grow. The first
+// piece keeps s's name; the others get names from newName and are returned
+// with the lowest IP each covers. IPs are never divided: all entries of one
+// IP stay in one piece. A shard within limit is returned unchanged.
+func Split(s Shard, limit int, newName func() string) (first Shard, rest []Shard, from []netip.Addr) {
+	if Size(Encode(s)) <= limit {
+		return s, nil, nil
+	}
+	type ipEntries struct {
+		ip    netip.Addr
+		size  int
+		alloc []Allocation
+		res   []Reservation
+	}
+	var groups []ipEntries
+	add := func(ip netip.Addr) *ipEntries {
+		if n := len(groups); n > 0 && groups[n-1].ip == ip {
+			return &groups[n-1]
+		}
+		groups = append(groups, ipEntries{ip: ip})
+		return &groups[len(groups)-1]
+	}
+	// Merge the sorted allocations and reservations by IP.
+	allocs := slices.Clone(s.Allocations)
+	slices.SortFunc(allocs, CompareAllocations)
+	res := slices.Clone(s.Reservations)
+	slices.SortFunc(res, compareReservations)
+	i, j := 0, 0
+	for i < len(allocs) || j < len(res) {
+		if j >= len(res) || (i < len(allocs) && allocs[i].IP.Compare(res[j].IP) <= 0) {
+			g := add(allocs[i].IP)
+			g.alloc = append(g.alloc, allocs[i])
+			g.size += lineSize(allocs[i])
+			i++
+		} else {
+			g := add(res[j].IP)
+			g.res = append(g.res, res[j])
+			g.size += reservationSize(res[j])
+			j++
+		}
+	}
+	target := limit / 2
+	pieces := []Shard{{Name: s.Name, Term: s.Term, Index: s.Index}}
+	curSize := Size(Encode(pieces[0]))
+	for _, g := range groups {
+		cur := &pieces[len(pieces)-1]
+		if curSize+g.size > target && len(cur.Allocations)+len(cur.Reservations) > 0 {
+			pieces = append(pieces, Shard{Name: newName(), Term: s.Term})
+			from = append(from, g.ip)
+			cur = &pieces[len(pieces)-1]
+			curSize = Size(Encode(*cur))
+		}
+		cur.Allocations = append(cur.Allocations, g.alloc...)
+		cur.Reservations = append(cur.Reservations, g.res...)
+		curSize += g.size
+	}
+	return pieces[0], pieces[1:], from
+}
+
+func lineSize(a Allocation) int {
+	b, _ := json.Marshal(allocationLine{IP: a.IP.String(), Pool: a.Pool, Service: a.Service.Key(), UID: a.Service.UID,
+		SharingKey: a.SharingKey, AllocatedAt: formatTime(a.AllocatedAt)})
+	return len(b) + 1
+}
+
+func reservationSize(r Reservation) int {
+	l := reservationLine{IP: r.IP.String(), Note: r.Note, CreatedAt: formatTime(r.CreatedAt)}
+	if r.ForService != nil {
+		l.ForService, l.ForUID = r.ForService.Key(), r.ForService.UID
+	}
+	b, _ := json.Marshal(l)
+	return len(b) + 1
+}

@@ -1,0 +1,197 @@
+// Package objects turns the streamed Kubernetes objects (Services,
+// Namespaces, IPPools, ledger ConfigMaps) into the allocator's inputs, the
+// same way on the leader and on every replica answering gRPC reads.
+package objects
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+)
+
+// DefaultLBClass is the loadBalancerClass ipam serves by default.
+const DefaultLBClass = "ipledger.io/lb"
+
+// ConditionType is the Service condition ipam writes.
+const ConditionType = "ipledger.io/AddressAllocated"
+
+// IsOurs reports whether ipam serves the Service: type LoadBalancer with
+// spec.loadBalancerClass unset or equal to class, not being deleted.
+func IsOurs(obj *watcherv1.Object, class string) bool {
+	svc := obj.GetService()
+	if svc == nil || svc.GetType() != "LoadBalancer" || obj.GetMeta().GetDeletionTimestamp() != 0 {
+		return false
+	}
+	c := svc.GetLoadBalancerClass()
+	return c == "" || c == class
+}
+
+// Less orders Services for allocation: oldest first, then namespace/name.
+// The order is deterministic so that a restart decides the same way.
+func Less(a, b *watcherv1.Object) int {
+	ta, tb := a.GetMeta().GetCreationTimestamp(), b.GetMeta().GetCreationTimestamp()
+	if ta != tb {
+		if ta < tb {
+			return -1
+		}
+		return 1
+	}
+	return strings.Compare(Key(a), Key(b))
+}
+
+// Key is "namespace/name".
+func Key(obj *watcherv1.Object) string {
+	return obj.GetMeta().GetNamespace() + "/" + obj.GetMeta().GetName()
+}
+
+// Ref is the ledger's reference to a Service.
+func Ref(obj *watcherv1.Object) ledger.ServiceRef {
+	m := obj.GetMeta()
+	return ledger.ServiceRef{Namespace: m.GetNamespace(), Name: m.GetName(), UID: m.GetUid()}
+}
+
+// StatusIPs returns the IPs in status.loadBalancer.ingress, in order,
+// skipping hostnames and garbage (a person may have typed anything).
+func StatusIPs(obj *watcherv1.Object) []netip.Addr {
+	var out []netip.Addr
+	for _, in := range obj.GetService().GetIngress() {
+		if ip, err := netip.ParseAddr(in.GetIp()); err == nil && ip.Zone() == "" && !ip.Is4In6() && !slices.Contains(out, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// Sharing is the sharing information of a Service with key.
+func Sharing(obj *watcherv1.Object, key string) allocator.Sharing {
+	svc := obj.GetService()
+	sh := allocator.Sharing{Key: key, Local: svc.GetExternalTrafficPolicy() == "Local"}
+	for _, p := range svc.GetPorts() {
+		sh.Ports = append(sh.Ports, allocator.Port{Protocol: p.GetProtocol(), Port: p.GetPort()})
+	}
+	if sh.Local && svc.GetHasSelector() {
+		sh.Selector = svc.GetSelector()
+	}
+	return sh
+}
+
+// Request builds the allocator request of a Service. The error is an
+// *allocator.Error with ReasonInvalidRequest naming the field at fault.
+func Request(obj *watcherv1.Object, ns *watcherv1.Object) (allocator.Request, error) {
+	svc := obj.GetService()
+	sr, err := allocator.ParseServiceRequest(obj.GetMeta().GetAnnotations(), svc.GetLoadBalancerIp())
+	req := allocator.Request{
+		Service:       Key(obj),
+		ServiceLabels: obj.GetMeta().GetLabels(),
+		FamilyPolicy:  allocator.FamilyPolicy(svc.GetIpFamilyPolicy()),
+	}
+	if ns != nil {
+		req.NamespaceLabels = ns.GetMeta().GetLabels()
+	}
+	if err != nil {
+		req.Sharing = Sharing(obj, "")
+		return req, err
+	}
+	req.RequestedIPs, req.Pool = sr.RequestedIPs, sr.Pool
+	req.Sharing = Sharing(obj, sr.SharingKey)
+	for _, f := range svc.GetIpFamilies() {
+		fam, err := allocator.ParseFamily(f)
+		if err != nil {
+			return req, &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: "spec." + err.Error()}
+		}
+		req.Families = append(req.Families, fam)
+	}
+	return req, nil
+}
+
+// PoolSpec converts a streamed IPPool.
+func PoolSpec(obj *watcherv1.Object) allocator.PoolSpec {
+	p := obj.GetIpPool()
+	a := p.GetAllocation()
+	spec := allocator.PoolSpec{
+		Addresses:     slices.Clone(p.GetAddresses()),
+		AutoAssign:    p.GetAutoAssign(),
+		AvoidBuggyIPs: p.GetAvoidBuggyIps(),
+		Priority:      a.GetPriority(),
+		Namespaces:    slices.Clone(a.GetNamespaces()),
+		CreatedAt:     time.Unix(0, obj.GetMeta().GetCreationTimestamp()),
+	}
+	for _, s := range a.GetNamespaceSelectors() {
+		spec.NamespaceSelectors = append(spec.NamespaceSelectors, selector(s))
+	}
+	for _, s := range a.GetServiceSelectors() {
+		spec.ServiceSelectors = append(spec.ServiceSelectors, selector(s))
+	}
+	return spec
+}
+
+func selector(s *watcherv1.LabelSelector) allocator.Selector {
+	out := allocator.Selector{MatchLabels: s.GetMatchLabels()}
+	for _, e := range s.GetMatchExpressions() {
+		out.MatchExpressions = append(out.MatchExpressions, allocator.SelectorRequirement{
+			Key: e.GetKey(), Operator: allocator.SelectorOperator(e.GetOperator()), Values: slices.Clone(e.GetValues()),
+		})
+	}
+	return out
+}
+
+// Pools parses every streamed IPPool, sorted by name. Pools that do not parse
+// are returned in invalid with the error naming the field.
+func Pools(objs []*watcherv1.Object) (pools []*allocator.Pool, invalid map[string]error) {
+	invalid = map[string]error{}
+	objs = slices.Clone(objs)
+	slices.SortFunc(objs, func(a, b *watcherv1.Object) int { return strings.Compare(a.GetMeta().GetName(), b.GetMeta().GetName()) })
+	for _, o := range objs {
+		p, err := allocator.ParsePool(o.GetMeta().GetName(), PoolSpec(o))
+		if err != nil {
+			invalid[o.GetMeta().GetName()] = err
+			continue
+		}
+		pools = append(pools, p)
+	}
+	return pools, invalid
+}
+
+// LedgerData collects the data of streamed ledger ConfigMaps in namespace.
+func LedgerData(objs []*watcherv1.Object, namespace string) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, o := range objs {
+		if o.GetMeta().GetNamespace() == namespace {
+			out[o.GetMeta().GetName()] = o.GetConfigMap().GetData()
+		}
+	}
+	return out
+}
+
+// ByService groups ledger allocations by "namespace/name".
+func ByService(allocs []ledger.Allocation) map[string][]ledger.Allocation {
+	out := map[string][]ledger.Allocation{}
+	for _, a := range allocs {
+		k := a.Service.Key()
+		out[k] = append(out[k], a)
+	}
+	return out
+}
+
+// IPs returns the IPs of allocations.
+func IPs(allocs []ledger.Allocation) []netip.Addr {
+	out := make([]netip.Addr, 0, len(allocs))
+	for _, a := range allocs {
+		out = append(out, a.IP)
+	}
+	return out
+}
+
+// AllocatorReservation converts a ledger reservation.
+func AllocatorReservation(r ledger.Reservation) allocator.Reservation {
+	out := allocator.Reservation{IP: r.IP, Note: r.Note, CreatedAt: r.CreatedAt}
+	if r.ForService != nil {
+		out.ForService = r.ForService.Key()
+	}
+	return out
+}

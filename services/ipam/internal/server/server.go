@@ -1,0 +1,154 @@
+// Package server wires ipledger-ipam together: the stream client, the
+// lease-gated controller, the gRPC API and the ops server, under one errgroup.
+package server
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/ipledger/ipledger/pkg/authz"
+	"github.com/ipledger/ipledger/pkg/cmdmain"
+	"github.com/ipledger/ipledger/pkg/grpcserver"
+	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/pkg/opsserver"
+	"github.com/ipledger/ipledger/pkg/stream"
+	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/api"
+	"github.com/ipledger/ipledger/services/ipam/internal/controller"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+)
+
+// Defaults of Config.
+const (
+	DefaultLeaseName = "ipledger-ipam"
+	DefaultGRPCAddr  = ":8443"
+	// DefaultQPS and DefaultBurst are raised deliberately from client-go's
+	// 5/10: a cold start writes one status per Service (10,000 Services at
+	// 5 QPS would take over half an hour). The API server's own priority
+	// and fairness still protects it.
+	DefaultQPS   = 500
+	DefaultBurst = 1000
+)
+
+// Config is every flag of ipledger-ipam.
+type Config struct {
+	Common     cmdmain.Common
+	Stream     stream.Config
+	Leader     leader.Config
+	GRPC       grpcserver.Config
+	Ops        opsserver.Config
+	Controller controller.Config
+	QPS        float64
+	Burst      int
+}
+
+// Flags registers the flags with their defaults.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	c.Common.Flags(fs)
+	c.Stream.Flags(fs)
+	if c.Leader.LeaseName == "" {
+		c.Leader.LeaseName = DefaultLeaseName
+	}
+	c.Leader.Flags(fs)
+	c.GRPC.Flags(fs, DefaultGRPCAddr)
+	c.Ops.Flags(fs)
+	c.Controller.Defaults()
+	fs.StringVar(&c.Controller.LBClass, "lb-class", c.Controller.LBClass,
+		"spec.loadBalancerClass served, besides unset (type LoadBalancer Services of other classes are left alone)")
+	fs.IntVar(&c.Controller.StatusWorkers, "status-workers", c.Controller.StatusWorkers, "Service status writes in flight at once")
+	fs.IntVar(&c.Controller.BatchSize, "batch-size", c.Controller.BatchSize, "Services decided per ledger write")
+	if c.QPS == 0 {
+		c.QPS, c.Burst = DefaultQPS, DefaultBurst
+	}
+	fs.Float64Var(&c.QPS, "kube-api-qps", c.QPS,
+		"client-side rate limit for Kubernetes API calls, raised deliberately from client-go's 5 so that thousands of status writes are not throttled")
+	fs.IntVar(&c.Burst, "kube-api-burst", c.Burst, "client-side burst for Kubernetes API calls (client-go's default is 10)")
+}
+
+// NewRecorder returns an Event recorder posting to the API server as
+// component ipledger-ipam, and a function that stops it.
+func NewRecorder(client kubernetes.Interface) (record.EventRecorder, func()) {
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ipledger-ipam"}), b.Shutdown
+}
+
+// Run runs ipam until ctx ends.
+func (c *Config) Run(ctx context.Context) error {
+	log := c.Common.Logger()
+	if c.Leader.LeaseNamespace == "" {
+		c.Leader.LeaseNamespace = c.Common.Namespace
+	}
+	if c.Leader.Identity == "" {
+		c.Leader.Identity = leader.DefaultIdentity()
+	}
+	c.Controller.Namespace = c.Common.Namespace
+	if c.Controller.LBClass == "" {
+		c.Controller.LBClass = objects.DefaultLBClass
+	}
+	restCfg, err := c.Common.RESTConfig(float32(c.QPS), c.Burst)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+
+	sc := c.Stream
+	sc.Kinds = []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP}
+	src, err := stream.New(sc, log.With("component", "stream"), reg)
+	if err != nil {
+		return err
+	}
+	recorder, stopRecorder := NewRecorder(client)
+	defer stopRecorder()
+	ctrl := controller.New(c.Controller, client, dyn, src, recorder, log.With("component", "controller"), reg)
+
+	gs, err := grpcserver.New(c.GRPC, authz.New(client, api.Rules(), log.With("component", "authz")), log.With("component", "grpc"), reg)
+	if err != nil {
+		return err
+	}
+	gs.Register(&ipamv1.IPAMService_ServiceDesc, api.New(api.Config{
+		Namespace: c.Common.Namespace, LeaseName: c.Leader.LeaseName, LBClass: c.Controller.LBClass,
+	}, src.Store, client, ctrl, log.With("component", "api")))
+
+	ops := opsserver.New(c.Ops, reg, func() error {
+		if !src.HasSynced() {
+			return fmt.Errorf("the watcher stream has not synced yet")
+		}
+		return nil
+	})
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return src.Run(ctx) })
+	g.Go(func() error {
+		if err := src.WaitForSync(ctx); err != nil {
+			return nil
+		}
+		gs.SetServing(true)
+		return nil
+	})
+	g.Go(func() error { return leader.Run(ctx, client, c.Leader, ctrl.NewWorker, log.With("component", "leader"), reg) })
+	g.Go(func() error { return gs.Serve(ctx) })
+	g.Go(func() error { return ops.Serve(ctx) })
+	log.Info("Starting ipledger-ipam", "namespace", c.Common.Namespace, "lbClass", c.Controller.LBClass,
+		"identity", c.Leader.Identity, "grpcAddr", gs.Addr().String(), "qps", c.QPS, "burst", c.Burst)
+	return g.Wait()
+}

@@ -1,0 +1,242 @@
+// Package informers runs the watcher's Kubernetes informers, the only ones in
+// ipledger, and feeds every change, converted to the compact form, into a Sink.
+package informers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/ipledger/ipledger/pkg/convert"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+)
+
+// Selectors the API server filters on. "Pods carrying any ipledger.io/ label"
+// cannot be expressed as a label selector (keys cannot be matched by prefix),
+// so the watcher asks for the one label consumers need on Pods: eipd counts
+// Pods labelled ipledger.io/externalip=<ip>.
+const (
+	PodLabelSelector           = "ipledger.io/externalip"
+	EndpointSliceLabelSelector = "endpointslice.kubernetes.io/managed-by=endpoints.ipledger.io"
+	LedgerLabelSelector        = "ipledger.io/ledger=true"
+)
+
+var crdKinds = map[watcherv1.Kind]string{
+	watcherv1.Kind_KIND_IP_POOL:           "IPPool",
+	watcherv1.Kind_KIND_EXTERNAL_WORKLOAD: "ExternalWorkload",
+}
+
+// Sink receives converted objects; it must not block.
+type Sink interface {
+	Upsert(obj *watcherv1.Object)
+	Delete(obj *watcherv1.Object)
+}
+
+// Config says where the ledger ConfigMaps live.
+type Config struct {
+	// Namespace holds the ledger ConfigMaps.
+	Namespace string
+}
+
+// Set is the running informers.
+type Set struct {
+	synced []namedSync
+	log    *slog.Logger
+	m      *metrics
+	once   sync.Once
+	done   chan struct{}
+}
+
+type namedSync struct {
+	kind   watcherv1.Kind
+	synced cache.InformerSynced
+}
+
+type metrics struct {
+	synced     *prometheus.GaugeVec
+	convertErr *prometheus.CounterVec
+}
+
+// StripManagedFields is the informers' transform: managedFields are the
+// largest part of most objects and nothing in ipledger reads them.
+func StripManagedFields(obj any) (any, error) {
+	if a, ok := obj.(metav1.Object); ok {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// Start creates and starts the informers; they run until ctx ends.
+func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dynamic.Interface, sink Sink,
+	log *slog.Logger, reg prometheus.Registerer) (*Set, error) {
+	m := &metrics{
+		synced: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ipledger_watcher_informer_synced",
+			Help: "1 once the informer of a kind has synced its initial list."}, []string{"kind"}),
+		convertErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipledger_watcher_convert_errors_total",
+			Help: "Objects that could not be converted to the compact form (skipped)."}, []string{"kind"}),
+	}
+	if reg != nil {
+		if err := reg.Register(m.synced); err != nil {
+			return nil, err
+		}
+		if err := reg.Register(m.convertErr); err != nil {
+			return nil, err
+		}
+	}
+	s := &Set{log: log, m: m, done: make(chan struct{})}
+
+	all := informers.NewSharedInformerFactory(client, 0)
+	pods := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = PodLabelSelector }))
+	slices := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = EndpointSliceLabelSelector }))
+	ledger := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LedgerLabelSelector }))
+	crds := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+
+	type inf struct {
+		kind     watcherv1.Kind
+		informer cache.SharedIndexInformer
+	}
+	list := []inf{
+		{watcherv1.Kind_KIND_SERVICE, all.Core().V1().Services().Informer()},
+		{watcherv1.Kind_KIND_NODE, all.Core().V1().Nodes().Informer()},
+		{watcherv1.Kind_KIND_NAMESPACE, all.Core().V1().Namespaces().Informer()},
+		{watcherv1.Kind_KIND_POD, pods.Core().V1().Pods().Informer()},
+		{watcherv1.Kind_KIND_ENDPOINT_SLICE, slices.Discovery().V1().EndpointSlices().Informer()},
+		{watcherv1.Kind_KIND_LEDGER_CONFIG_MAP, ledger.Core().V1().ConfigMaps().Informer()},
+		{watcherv1.Kind_KIND_IP_POOL, crds.ForResource(convert.IPPoolResource).Informer()},
+		{watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, crds.ForResource(convert.ExternalWorkloadResource).Informer()},
+	}
+	for _, i := range list {
+		transform := StripManagedFields
+		if kindName := crdKinds[i.kind]; kindName != "" {
+			transform = func(obj any) (any, error) {
+				// List items of a dynamic client may lack kind; convert needs it.
+				if u, ok := obj.(*unstructured.Unstructured); ok && u.GetKind() == "" {
+					u.SetKind(kindName)
+				}
+				return StripManagedFields(obj)
+			}
+		}
+		if err := i.informer.SetTransform(transform); err != nil {
+			return nil, fmt.Errorf("informer %v: %w", i.kind, err)
+		}
+		h := &handler{kind: i.kind, sink: sink, log: log, m: m}
+		reg, err := i.informer.AddEventHandler(h)
+		if err != nil {
+			return nil, fmt.Errorf("informer %v: %w", i.kind, err)
+		}
+		// HasSynced of the registration: true once the handler has seen the
+		// initial list, not merely once the cache has it.
+		s.synced = append(s.synced, namedSync{kind: i.kind, synced: reg.HasSynced})
+		m.synced.WithLabelValues(i.kind.String()).Set(0)
+	}
+	all.Start(ctx.Done())
+	pods.Start(ctx.Done())
+	slices.Start(ctx.Done())
+	ledger.Start(ctx.Done())
+	crds.Start(ctx.Done())
+	go s.watchSync(ctx)
+	return s, nil
+}
+
+func (s *Set) watchSync(ctx context.Context) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		all := true
+		for _, n := range s.synced {
+			if n.synced() {
+				s.m.synced.WithLabelValues(n.kind.String()).Set(1)
+			} else {
+				all = false
+			}
+		}
+		if all {
+			s.log.Info("Informers synced", "kinds", len(s.synced))
+			close(s.done)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Synced reports whether every informer has delivered its initial list.
+func (s *Set) Synced() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitForSync blocks until Synced or ctx ends.
+func (s *Set) WaitForSync(ctx context.Context) error {
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type handler struct {
+	kind watcherv1.Kind
+	sink Sink
+	log  *slog.Logger
+	m    *metrics
+}
+
+func (h *handler) convert(obj any) *watcherv1.Object {
+	ro, ok := obj.(runtime.Object)
+	if !ok {
+		h.m.convertErr.WithLabelValues(h.kind.String()).Inc()
+		return nil
+	}
+	o, err := convert.Object(ro)
+	if err != nil {
+		h.m.convertErr.WithLabelValues(h.kind.String()).Inc()
+		h.log.Warn("Skipping an object that does not convert", "kind", h.kind.String(), "err", err)
+		return nil
+	}
+	return o
+}
+
+func (h *handler) OnAdd(obj any, _ bool) {
+	if o := h.convert(obj); o != nil {
+		h.sink.Upsert(o)
+	}
+}
+
+func (h *handler) OnUpdate(_, newObj any) {
+	if o := h.convert(newObj); o != nil {
+		h.sink.Upsert(o)
+	}
+}
+
+func (h *handler) OnDelete(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if o := h.convert(obj); o != nil {
+		h.sink.Delete(o)
+	}
+}

@@ -1,0 +1,264 @@
+// Package server implements ipledger.watcher.v1.WatcherService/Watch on top of
+// the versioned store: validation of the request, the snapshot or resumed
+// start, the delta loop with heartbeats, and closing a subscriber whose queue
+// overflowed with RESOURCE_EXHAUSTED.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/labels"
+
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/watcher/internal/coalesce"
+	"github.com/ipledger/ipledger/services/watcher/internal/store"
+)
+
+// Config tunes the streams.
+type Config struct {
+	// HeartbeatInterval is how long a stream may stay silent before a HEARTBEAT.
+	HeartbeatInterval time.Duration
+	// QueueSize is how many distinct objects may wait for one subscriber before
+	// its stream is closed with RESOURCE_EXHAUSTED.
+	QueueSize int
+}
+
+// Server serves WatcherService from a store.
+type Server struct {
+	watcherv1.UnimplementedWatcherServiceServer
+
+	cfg     Config
+	store   *store.Store
+	synced  func() bool
+	log     *slog.Logger
+	m       *Metrics
+	streams atomic.Uint64
+
+	stopping     chan struct{}
+	shutdownOnce sync.Once
+}
+
+// New returns a server; synced reports whether the informers have synced
+// (before that a snapshot would be incomplete, so Watch is refused).
+func New(cfg Config, st *store.Store, synced func() bool, log *slog.Logger, m *Metrics) *Server {
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = 10 * time.Second
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 10000
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	return &Server{cfg: cfg, store: st, synced: synced, log: log, m: m, stopping: make(chan struct{})}
+}
+
+// Shutdown ends every open stream with UNAVAILABLE and refuses new ones, so
+// that subscribers move to another replica at once.
+func (s *Server) Shutdown() { s.shutdownOnce.Do(func() { close(s.stopping) }) }
+
+// ParseRequest validates a WatchRequest into a store filter.
+func ParseRequest(req *watcherv1.WatchRequest) (store.Filter, error) {
+	f := store.Filter{Kinds: map[watcherv1.Kind]bool{}}
+	if len(req.GetKinds()) == 0 {
+		return f, status.Error(codes.InvalidArgument, "kinds: name at least one kind to watch, e.g. KIND_SERVICE")
+	}
+	for _, k := range req.GetKinds() {
+		if _, known := watcherv1.Kind_name[int32(k)]; !known || k == watcherv1.Kind_KIND_UNSPECIFIED {
+			return f, status.Errorf(codes.InvalidArgument, "kinds: %v is not a kind the watcher serves; use one of KIND_SERVICE … KIND_LEDGER_CONFIG_MAP", k)
+		}
+		f.Kinds[k] = true
+	}
+	if len(req.GetNamespaces()) > 0 {
+		f.Namespaces = map[string]bool{}
+		for _, ns := range req.GetNamespaces() {
+			if ns == "" {
+				return f, status.Error(codes.InvalidArgument, "namespaces: empty namespace name; leave the list empty to watch all namespaces")
+			}
+			f.Namespaces[ns] = true
+		}
+	}
+	if s := req.GetLabelSelector(); s != "" {
+		sel, err := labels.Parse(s)
+		if err != nil {
+			return f, status.Errorf(codes.InvalidArgument, "label_selector %q: %v", s, err)
+		}
+		f.Selector = sel
+	}
+	return f, nil
+}
+
+// Watch implements WatcherService.Watch.
+func (s *Server) Watch(req *watcherv1.WatchRequest, stream grpc.ServerStreamingServer[watcherv1.WatchResponse]) error {
+	filter, err := ParseRequest(req)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-s.stopping:
+		return status.Error(codes.Unavailable, "watcher is shutting down; retry (another replica will serve)")
+	default:
+	}
+	if s.synced != nil && !s.synced() {
+		return status.Error(codes.Unavailable, "watcher informers have not synced yet; retry (another replica may be ready)")
+	}
+	id := strconv.FormatUint(s.streams.Add(1), 10)
+	log := s.log.With("stream", id)
+	if p, ok := peer.FromContext(stream.Context()); ok {
+		log = log.With("peer", p.Addr.String())
+	}
+
+	start := time.Now()
+	sub := s.store.Subscribe(filter, req.GetResume(), s.cfg.QueueSize)
+	defer s.store.Unsubscribe(sub.Sub)
+	s.m.subscribers.Inc()
+	defer s.m.subscribers.Dec()
+	depth := s.m.queueDepth.WithLabelValues(id)
+	defer s.m.queueDepth.DeleteLabelValues(id)
+	log.Debug("Subscriber connected", "resumed", sub.Resumed, "snapshot", len(sub.Snapshot), "revision", sub.Revision)
+
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	// Sending runs on its own goroutine so that a subscriber that stopped
+	// reading (Send blocked on flow control) can still be closed when its
+	// queue overflows: returning from the handler ends the stream.
+	sendErr := make(chan error, 1)
+	go func() { sendErr <- s.send(ctx, stream, sub, depth, start) }()
+	select {
+	case err := <-sendErr:
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	case <-sub.Sub.Overflowed():
+		s.m.overflows.Inc()
+		log.Warn("Closing a subscriber that fell behind", "queueSize", s.cfg.QueueSize)
+		return status.Errorf(codes.ResourceExhausted, "subscriber fell more than %d objects behind; reconnect to resync", s.cfg.QueueSize)
+	case <-stream.Context().Done():
+		return nil
+	case <-s.stopping:
+		return status.Error(codes.Unavailable, "watcher is shutting down; reconnect to another replica")
+	}
+}
+
+func (s *Server) send(ctx context.Context, stream grpc.ServerStreamingServer[watcherv1.WatchResponse], sub store.Subscribed,
+	depth prometheus.Gauge, start time.Time) error {
+	epoch := s.store.Epoch()
+	if !sub.Resumed {
+		for _, o := range sub.Snapshot {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// resume_revision 0: a snapshot cannot be resumed before SYNCED.
+			if err := stream.Send(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Epoch: epoch, Revision: sub.Revision, Object: o}); err != nil {
+				return err
+			}
+			s.m.sent.WithLabelValues(o.GetKind().String(), "UPSERT").Inc()
+		}
+		s.m.snapshotSeconds.Observe(time.Since(start).Seconds())
+	}
+	synced := &watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_SYNCED, Epoch: epoch, Revision: sub.Revision,
+		ResumeRevision: sub.Revision, Resumed: sub.Resumed}
+	if sub.Resumed {
+		synced.ResumeRevision = sub.ResumeRevision
+	}
+	if err := stream.Send(synced); err != nil {
+		return err
+	}
+	s.m.syncs.WithLabelValues(strconv.FormatBool(sub.Resumed)).Inc()
+
+	heartbeat := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer heartbeat.Stop()
+	sentSinceBeat := true
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sub.Sub.Ready():
+			for {
+				ev, ok := sub.Sub.Next()
+				if !ok {
+					break
+				}
+				if err := stream.Send(response(epoch, ev)); err != nil {
+					return err
+				}
+				s.m.sent.WithLabelValues(ev.Object.GetKind().String(), eventTypeLabel(ev.Type)).Inc()
+				depth.Set(float64(sub.Sub.Len()))
+				sentSinceBeat = true
+			}
+		case <-heartbeat.C:
+			if sentSinceBeat {
+				sentSinceBeat = false
+				continue
+			}
+			if err := stream.Send(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_HEARTBEAT, Epoch: epoch,
+				Revision: s.store.Revision(), ResumeRevision: sub.Sub.ResumeRevision()}); err != nil {
+				return err
+			}
+			s.m.sent.WithLabelValues("", "HEARTBEAT").Inc()
+		}
+	}
+}
+
+func response(epoch string, ev coalesce.Event) *watcherv1.WatchResponse {
+	return &watcherv1.WatchResponse{Type: ev.Type, Epoch: epoch, Revision: ev.Revision, ResumeRevision: ev.ResumeRevision,
+		Object: ev.Object, OldObject: ev.Old}
+}
+
+func eventTypeLabel(t watcherv1.EventType) string {
+	switch t {
+	case watcherv1.EventType_EVENT_TYPE_UPSERT:
+		return "UPSERT"
+	case watcherv1.EventType_EVENT_TYPE_DELETE:
+		return "DELETE"
+	}
+	return t.String()
+}
+
+// Metrics are the stream metrics of the watcher.
+type Metrics struct {
+	subscribers     prometheus.Gauge
+	queueDepth      *prometheus.GaugeVec
+	sent            *prometheus.CounterVec
+	overflows       prometheus.Counter
+	snapshotSeconds prometheus.Histogram
+	syncs           *prometheus.CounterVec
+}
+
+// NewMetrics registers the stream metrics on reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		subscribers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipledger_watcher_subscribers",
+			Help: "Watch streams currently open."}),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ipledger_watcher_subscriber_queue_depth",
+			Help: "Distinct objects waiting to be sent, per open stream."}, []string{"stream"}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipledger_watcher_events_sent_total",
+			Help: "Events sent to subscribers, by kind and type."}, []string{"kind", "type"}),
+		overflows: prometheus.NewCounter(prometheus.CounterOpts{Name: "ipledger_watcher_subscriber_overflows_total",
+			Help: "Streams closed with RESOURCE_EXHAUSTED because their queue overflowed."}),
+		snapshotSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ipledger_watcher_snapshot_duration_seconds",
+			Help: "Time to build and send a snapshot, up to SYNCED.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}),
+		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipledger_watcher_syncs_total",
+			Help: "SYNCED events sent, by whether the stream resumed instead of taking a snapshot."}, []string{"resumed"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.subscribers, m.queueDepth, m.sent, m.overflows, m.snapshotSeconds, m.syncs)
+	}
+	return m
+}
+
+// ErrNotSynced is returned by readiness checks before the informers synced.
+var ErrNotSynced = errors.New("informers not synced")
+

@@ -1,0 +1,90 @@
+package store
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+)
+
+func svc(name, rv string, lbls map[string]string) *watcherv1.Object {
+	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_SERVICE, Meta: &watcherv1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: rv, Labels: lbls}}
+}
+
+var services = Filter{Kinds: map[watcherv1.Kind]bool{watcherv1.Kind_KIND_SERVICE: true}}
+
+func drain(sub *Subscription) (out []string) {
+	for {
+		ev, ok := sub.Next()
+		if !ok {
+			return out
+		}
+		out = append(out, ev.Type.String()+" "+ev.Object.GetMeta().GetName()+"@"+ev.Object.GetMeta().GetResourceVersion())
+	}
+}
+
+func TestSubscribeResume(t *testing.T) {
+	st := New("e1", 3)
+	st.Upsert(svc("a", "1", nil)) // rev 1
+	st.Upsert(svc("b", "1", nil)) // rev 2
+	st.Upsert(svc("a", "1", nil)) // equal: not a change
+	st.Upsert(svc("a", "2", nil)) // rev 3
+	st.Delete(svc("b", "1", nil)) // rev 4
+	st.Upsert(svc("c", "1", nil)) // rev 5
+	if st.Revision() != 5 {
+		t.Fatalf("revision %d, want 5", st.Revision())
+	}
+	tests := []struct {
+		name        string
+		resume      *watcherv1.ResumePoint
+		wantResumed bool
+		wantSnap    int
+		wantQueued  []string
+	}{
+		{"no resume point", nil, false, 2, nil},
+		{"same epoch within history", &watcherv1.ResumePoint{Epoch: "e1", Revision: 3}, true, 0,
+			[]string{"EVENT_TYPE_DELETE b@1", "EVENT_TYPE_UPSERT c@1"}},
+		{"same epoch at the head", &watcherv1.ResumePoint{Epoch: "e1", Revision: 5}, true, 0, nil},
+		{"history lost", &watcherv1.ResumePoint{Epoch: "e1", Revision: 1}, false, 2, nil},
+		{"other epoch", &watcherv1.ResumePoint{Epoch: "e0", Revision: 4}, false, 2, nil},
+		{"revision from the future", &watcherv1.ResumePoint{Epoch: "e1", Revision: 9}, false, 2, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := st.Subscribe(services, tt.resume, 10)
+			defer st.Unsubscribe(got.Sub)
+			if got.Resumed != tt.wantResumed || len(got.Snapshot) != tt.wantSnap || got.Revision != 5 {
+				t.Fatalf("resumed=%v snapshot=%d rev=%d, want %v %d 5", got.Resumed, len(got.Snapshot), got.Revision, tt.wantResumed, tt.wantSnap)
+			}
+			q := drain(got.Sub)
+			if len(q) != len(tt.wantQueued) {
+				t.Fatalf("queued %q, want %q", q, tt.wantQueued)
+			}
+			for i := range q {
+				if q[i] != tt.wantQueued[i] {
+					t.Fatalf("queued %q, want %q", q, tt.wantQueued)
+				}
+			}
+		})
+	}
+}
+
+func TestSelectorMovesObjectsInAndOut(t *testing.T) {
+	st := New("e1", 10)
+	f := services
+	f.Selector = labels.SelectorFromSet(labels.Set{"team": "x"})
+	sub := st.Subscribe(f, nil, 10).Sub
+	st.Upsert(svc("a", "1", nil))                           // not selected: nothing
+	st.Upsert(svc("a", "2", map[string]string{"team": "x"})) // enters: UPSERT without old
+	if got := drain(sub); len(got) != 1 || got[0] != "EVENT_TYPE_UPSERT a@2" {
+		t.Fatalf("entering the selector: %q", got)
+	}
+	st.Upsert(svc("a", "3", map[string]string{"team": "y"})) // leaves: DELETE of the last selected state
+	if got := drain(sub); len(got) != 1 || got[0] != "EVENT_TYPE_DELETE a@2" {
+		t.Fatalf("leaving the selector: %q", got)
+	}
+	if rr := sub.ResumeRevision(); rr != 3 {
+		t.Fatalf("resume revision %d, want 3", rr)
+	}
+}

@@ -1,0 +1,197 @@
+// Package watcher assembles ipledger-watcher: informers feeding the versioned
+// store, the WatcherService gRPC server (authorized with `snapshots`/`watch`),
+// and the ops server, under one errgroup.
+package watcher
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/ipledger/ipledger/pkg/authz"
+	"github.com/ipledger/ipledger/pkg/cmdmain"
+	"github.com/ipledger/ipledger/pkg/grpcserver"
+	"github.com/ipledger/ipledger/pkg/opsserver"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/watcher/internal/informers"
+	"github.com/ipledger/ipledger/services/watcher/internal/server"
+	"github.com/ipledger/ipledger/services/watcher/internal/store"
+)
+
+// Rules authorizes the watcher's one RPC.
+var Rules = authz.Rules{
+	"/ipledger.watcher.v1.WatcherService/Watch": {Verb: "watch", Resource: "snapshots"},
+}
+
+// Config is the watcher's configuration.
+type Config struct {
+	Common cmdmain.Common
+	GRPC   grpcserver.Config
+	Ops    opsserver.Config
+	// HeartbeatInterval: a stream silent this long gets a HEARTBEAT.
+	HeartbeatInterval time.Duration
+	// QueueSize: distinct objects that may wait for one subscriber.
+	QueueSize int
+	// HistorySize: changes kept for subscribers that resume.
+	HistorySize int
+	// QPS and Burst limit the watcher's Kubernetes client (lists and watches only).
+	QPS   float32
+	Burst int
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{HeartbeatInterval: 10 * time.Second, QueueSize: 10000, HistorySize: 50000, QPS: 50, Burst: 100}
+}
+
+// Flags registers every flag of the watcher.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	c.Common.Flags(fs)
+	c.GRPC.Flags(fs, ":9443")
+	c.Ops.Flags(fs)
+	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "send a HEARTBEAT on a stream silent this long")
+	fs.IntVar(&c.QueueSize, "subscriber-queue-size", c.QueueSize,
+		"distinct objects that may wait for one subscriber before its stream is closed with RESOURCE_EXHAUSTED")
+	fs.IntVar(&c.HistorySize, "history-size", c.HistorySize, "changes kept so that a reconnecting subscriber can resume without a snapshot")
+	fs.Func("kube-api-qps", fmt.Sprintf("client-side QPS limit towards the API server (default %v)", c.QPS), func(s string) error {
+		var v float64
+		if _, err := fmt.Sscan(s, &v); err != nil {
+			return err
+		}
+		c.QPS = float32(v)
+		return nil
+	})
+	fs.IntVar(&c.Burst, "kube-api-burst", c.Burst, "client-side burst towards the API server")
+}
+
+// Watcher is an assembled, not yet running, watcher.
+type Watcher struct {
+	cfg    Config
+	log    *slog.Logger
+	reg    *prometheus.Registry
+	client kubernetes.Interface
+	dyn    dynamic.Interface
+	store  *store.Store
+	grpc   *grpcserver.Server
+	srv    *server.Server
+	ops    *opsserver.Server
+	inf    atomic.Pointer[informers.Set]
+}
+
+// New builds a watcher from a REST config and listens on the gRPC address.
+func New(cfg Config, restCfg *rest.Config, log *slog.Logger, reg *prometheus.Registry) (*Watcher, error) {
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	w := &Watcher{cfg: cfg, log: log, reg: reg, client: client, dyn: dyn}
+	w.store = store.New(newEpoch(), cfg.HistorySize)
+	revision := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipledger_watcher_revision", Help: "Revision of the watcher's store."})
+	objects := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ipledger_watcher_objects", Help: "Objects in the watcher's store, by kind."}, []string{"kind"})
+	reg.MustRegister(revision, objects)
+	w.store.OnChange(func(rev uint64, kind watcherv1.Kind, n int) {
+		revision.Set(float64(rev))
+		objects.WithLabelValues(kind.String()).Set(float64(n))
+	})
+	w.srv = server.New(server.Config{HeartbeatInterval: cfg.HeartbeatInterval, QueueSize: cfg.QueueSize}, w.store,
+		w.Synced, log, server.NewMetrics(reg))
+	w.grpc, err = grpcserver.New(cfg.GRPC, authz.New(client, Rules, log), log, reg)
+	if err != nil {
+		return nil, err
+	}
+	w.grpc.Register(&watcherv1.WatcherService_ServiceDesc, w.srv)
+	w.ops = opsserver.New(cfg.Ops, reg, func() error {
+		if !w.Synced() {
+			return server.ErrNotSynced
+		}
+		return nil
+	})
+	return w, nil
+}
+
+// Addr is the gRPC listen address.
+func (w *Watcher) Addr() net.Addr { return w.grpc.Addr() }
+
+// Epoch names this process's history.
+func (w *Watcher) Epoch() string { return w.store.Epoch() }
+
+// Synced reports whether the informers have synced (the watcher serves only then).
+func (w *Watcher) Synced() bool {
+	inf := w.inf.Load()
+	return inf != nil && inf.Synced()
+}
+
+// Store is the versioned store (for tests and benchmarks).
+func (w *Watcher) Store() *store.Store { return w.store }
+
+// Run starts the informers and serves until ctx ends.
+func (w *Watcher) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	inf, err := informers.Start(ctx, informers.Config{Namespace: w.cfg.Common.Namespace}, w.client, w.dyn, w.store, w.log, w.reg)
+	if err != nil {
+		return err
+	}
+	w.inf.Store(inf)
+	w.log.Info("Watcher starting", "epoch", w.store.Epoch(), "grpcAddr", w.grpc.Addr().String())
+	g.Go(func() error {
+		if err := inf.WaitForSync(ctx); err != nil {
+			return nil
+		}
+		w.grpc.SetServing(true)
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		// Streams never end by themselves: end them so that subscribers move
+		// to another replica at once instead of waiting for the hard stop.
+		w.srv.Shutdown()
+		return nil
+	})
+	g.Go(func() error { return w.grpc.Serve(ctx) })
+	if w.cfg.Ops.Addr != "" {
+		g.Go(func() error { return w.ops.Serve(ctx) })
+	}
+	return g.Wait()
+}
+
+// Main is the whole program behind cmd/ipledger-watcher.
+func Main(ctx context.Context, cfg Config) error {
+	log := cfg.Common.Logger().With("service", "watcher")
+	restCfg, err := cfg.Common.RESTConfig(cfg.QPS, cfg.Burst)
+	if err != nil {
+		return err
+	}
+	w, err := New(cfg, restCfg, log, prometheus.NewRegistry())
+	if err != nil {
+		return err
+	}
+	return w.Run(ctx)
+}
+
+// newEpoch names this process: the Pod name (when known) and random bits, so
+// a restarted Pod with the same name still gets a new epoch.
+func newEpoch() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		return pod + "-" + hex.EncodeToString(b)
+	}
+	return hex.EncodeToString(b)
+}
