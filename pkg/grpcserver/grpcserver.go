@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -140,6 +141,10 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 		return status.Error(codes.Internal, "internal error: the server recovered from a panic; see its log")
 	}
 	opts = append(opts,
+		// Long-lived streams (Watch): find dead clients, and let clients
+		// ping every 10s or more without being sent away (too_many_pings).
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(
 			metrics.UnaryServerInterceptor(),
 			logging.UnaryServerInterceptor(logger, logOpts...),

@@ -368,10 +368,19 @@ func (c *candidate) lead(leCtx context.Context, lock *observingLock, shutdown <-
 	c.metrics.stopSeconds.Observe(time.Since(begin).Seconds())
 	c.metrics.transition(reason)
 	log.Info("Stopped leading", "reason", reason, "stopDuration", time.Since(begin).String())
-	if workerErr != nil && reason != "worker-returned" {
-		log.Error("Worker failed", "err", workerErr)
+	switch {
+	case workerErr == nil || reason == "worker-returned":
+		return workerErr
+	case reason == "lost":
+		// Errors of a term that was taken away (typically its cancelled
+		// context) do not stop the candidate: it campaigns again.
+		log.Warn("Worker of the lost term returned an error", "err", workerErr)
+		return nil
+	case errors.Is(workerErr, context.Canceled):
+		return nil
+	default:
+		return fmt.Errorf("worker of term %s: %w", id, workerErr)
 	}
-	return workerErr
 }
 
 // observingLock wraps the Lease lock to learn the record of our

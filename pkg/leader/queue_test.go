@@ -26,7 +26,9 @@ func TestConfigValidate(t *testing.T) {
 		wantErr bool
 	}{
 		{"defaults", func(*Config) {}, false},
-		{"short test durations", func(c *Config) { c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 3*time.Second, 2*time.Second, 250*time.Millisecond }, false},
+		{"short test durations", func(c *Config) {
+			c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 3*time.Second, 2*time.Second, 250*time.Millisecond
+		}, false},
 		{"no lease name", func(c *Config) { c.LeaseName = "" }, true},
 		{"no namespace", func(c *Config) { c.LeaseNamespace = "" }, true},
 		{"renew deadline not below lease duration", func(c *Config) { c.RenewDeadline = c.LeaseDuration }, true},

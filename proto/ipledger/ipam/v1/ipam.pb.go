@@ -784,7 +784,8 @@ type PoolVerdict struct {
 	Eligible bool `protobuf:"varint,2,opt,name=eligible,proto3" json:"eligible,omitempty"`
 	// reason is a short code: Selected, NamespaceMismatch, ServiceSelectorMismatch,
 	// AutoAssignOff, Exhausted, Conflicting, NotRequested, RequestedIPNotInPool,
-	// RequestedIPInUse, NotChosen.
+	// RequestedIPInUse, NotChosen, FamilyMismatch (the pool has no addresses of a
+	// family the Service requires).
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// message says it in words.
 	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`

@@ -135,6 +135,7 @@ type harness struct {
 	label   string // every Node of the test carries eipd-test=<label>
 	reg     *prometheus.Registry
 	ctrl    *controller.Controller
+	store   *mirror
 	ns      string
 }
 
@@ -176,6 +177,7 @@ func newHarness(t *testing.T, opts options) *harness {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ipledger-eipd"})
 
 	store := &mirror{objs: map[watcherv1.Kind]map[string]*watcherv1.Object{}}
+	h.store = store
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := opts.cfg
 	if cfg.PendingPoll == 0 {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -58,9 +59,7 @@ func (c *Controller) NewWorker(src Source, reg prometheus.Registerer) func(term 
 	}
 }
 
-func (r *Run) sweepLoop(term *leader.Term, log interface {
-	Warn(string, ...any)
-}) {
+func (r *Run) sweepLoop(term *leader.Term, log *slog.Logger) {
 	ticker := time.NewTicker(r.c.cfg.RequeueInterval)
 	defer ticker.Stop()
 	for {

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -29,7 +28,6 @@ const Region = "us-east-1"
 type Moto struct {
 	URL string
 	cmd *exec.Cmd
-	log string
 }
 
 var (
@@ -95,20 +93,22 @@ func Start() (*Moto, error) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	logPath := filepath.Join(os.TempDir(), fmt.Sprintf("moto-%d-%d.log", os.Getpid(), port))
-	out, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
+	// moto logs every request; keep it only when asked (EIPD_MOTO_LOG=path).
+	logPath := os.Getenv("EIPD_MOTO_LOG")
 	cmd := exec.Command("moto_server", "-H", "127.0.0.1", "-p", fmt.Sprint(port))
-	cmd.Stdout, cmd.Stderr = out, out
+	if logPath != "" {
+		out, err := os.Create(logPath)
+		if err != nil {
+			return nil, err
+		}
+		defer out.Close()
+		cmd.Stdout, cmd.Stderr = out, out
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		out.Close()
 		return nil, fmt.Errorf("start moto_server: %w", err)
 	}
-	out.Close()
-	m := &Moto{URL: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd, log: logPath}
+	m := &Moto{URL: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get(m.URL + "/moto-api/")
@@ -118,8 +118,7 @@ func Start() (*Moto, error) {
 		}
 		if time.Now().After(deadline) {
 			m.Stop()
-			logs, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("moto_server not ready after 60s: %v\n%s", err, logs)
+			return nil, fmt.Errorf("moto_server not ready after 60s (set EIPD_MOTO_LOG=/path to keep its log): %w", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -138,7 +137,6 @@ func (m *Moto) Stop() {
 			<-done
 		}
 	}
-	os.Remove(m.log)
 }
 
 // ClusterID returns a cluster ID unique to this test binary run, so tests

@@ -39,9 +39,17 @@ import (
 // Component is the name Events are reported under.
 const Component = "ipledger-endpoints"
 
-// IndexServiceSlices is the store index of managed EndpointSlices by
-// "namespace/service".
-const IndexServiceSlices = "endpoints.ipledger.io/service"
+// Store indexes the controller reads by.
+const (
+	// IndexServiceSlices finds managed EndpointSlices by "namespace/service".
+	IndexServiceSlices = "endpoints.ipledger.io/service"
+	// IndexWorkloadLabels finds ExternalWorkloads by "namespace/key=value",
+	// one value per label.
+	IndexWorkloadLabels = "endpoints.ipledger.io/labels"
+	// IndexServiceSelector finds Services by "namespace/key=value", one value
+	// per selector term.
+	IndexServiceSelector = "endpoints.ipledger.io/selector"
+)
 
 // Kinds are the kinds the controller streams.
 var Kinds = []watcherv1.Kind{
@@ -92,7 +100,6 @@ func (c *Config) Validate() error {
 // Store is the read side of the stream the controller uses (*stream.Store).
 type Store interface {
 	Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool)
-	ListNamespace(kind watcherv1.Kind, namespace string) []*watcherv1.Object
 	ByIndex(kind watcherv1.Kind, name, value string) []*watcherv1.Object
 }
 
@@ -102,10 +109,20 @@ type Source interface {
 	RemoveHandler(r stream.Registration)
 }
 
-// AddIndexes adds the indexes the controller reads by; call before the
-// stream runs.
+// Indexes are the store indexes the controller reads by, per kind.
+var Indexes = map[watcherv1.Kind]map[string]func(*watcherv1.Object) []string{
+	watcherv1.Kind_KIND_ENDPOINT_SLICE:    {IndexServiceSlices: sliceServiceIndex},
+	watcherv1.Kind_KIND_EXTERNAL_WORKLOAD: {IndexWorkloadLabels: workloadLabelsIndex},
+	watcherv1.Kind_KIND_SERVICE:           {IndexServiceSelector: serviceSelectorIndex},
+}
+
+// AddIndexes adds Indexes to the store; call before the stream runs.
 func AddIndexes(s *stream.Store) {
-	s.AddIndex(watcherv1.Kind_KIND_ENDPOINT_SLICE, IndexServiceSlices, sliceServiceIndex)
+	for kind, idx := range Indexes {
+		for name, fn := range idx {
+			s.AddIndex(kind, name, fn)
+		}
+	}
 }
 
 func sliceServiceIndex(o *watcherv1.Object) []string {
@@ -113,6 +130,29 @@ func sliceServiceIndex(o *watcherv1.Object) []string {
 		return []string{k}
 	}
 	return nil
+}
+
+func labelTerm(ns, k, v string) string { return ns + "/" + k + "=" + v }
+
+func workloadLabelsIndex(o *watcherv1.Object) []string {
+	m := o.GetMeta()
+	out := make([]string, 0, len(m.GetLabels()))
+	for k, v := range m.GetLabels() {
+		out = append(out, labelTerm(m.GetNamespace(), k, v))
+	}
+	return out
+}
+
+func serviceSelectorIndex(o *watcherv1.Object) []string {
+	if !planner.Selects(o.GetService()) {
+		return nil
+	}
+	ns := o.GetMeta().GetNamespace()
+	out := make([]string, 0, len(o.GetService().GetSelector()))
+	for k, v := range o.GetService().GetSelector() {
+		out = append(out, labelTerm(ns, k, v))
+	}
+	return out
 }
 
 // Controller builds one worker per leadership term.
@@ -289,17 +329,40 @@ func (st *termState) onDelete(o *watcherv1.Object) {
 }
 
 // queueSelecting queues every Service in the workload's namespace whose
-// selector matches it.
+// selector matches it, found through the selector index: a Service is
+// indexed under each of its selector terms, so one of the workload's labels
+// leads to it.
 func (st *termState) queueSelecting(w *watcherv1.Object) {
 	if w == nil {
 		return
 	}
 	m := w.GetMeta()
-	for _, s := range st.c.store.ListNamespace(watcherv1.Kind_KIND_SERVICE, m.GetNamespace()) {
-		if planner.SelectorMatches(s.GetService(), m.GetLabels()) {
-			st.queue(stream.Key(s))
+	seen := map[string]bool{}
+	for k, v := range m.GetLabels() {
+		for _, s := range st.c.store.ByIndex(watcherv1.Kind_KIND_SERVICE, IndexServiceSelector, labelTerm(m.GetNamespace(), k, v)) {
+			key := stream.Key(s)
+			if !seen[key] && planner.SelectorMatches(s.GetService(), m.GetLabels()) {
+				seen[key] = true
+				st.queue(key)
+			}
 		}
 	}
+}
+
+// candidates are the workloads that may match the Service: those carrying
+// one of its selector terms (the planner checks the whole selector).
+func (st *termState) candidates(ns string, svc *watcherv1.Service) []*watcherv1.Object {
+	if !planner.Selects(svc) {
+		return nil
+	}
+	sel := svc.GetSelector()
+	var first string
+	for k := range sel {
+		if first == "" || k < first {
+			first = k
+		}
+	}
+	return st.c.store.ByIndex(watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, IndexWorkloadLabels, labelTerm(ns, first, sel[first]))
 }
 
 // errStale says the view lags what this term wrote; the sync is retried.
@@ -349,7 +412,7 @@ func (st *termState) sync(ctx context.Context, key string) (err error) {
 	trigger := st.takeTrigger(key)
 	plan := planner.Compute(planner.Input{
 		Service:              svc,
-		Workloads:            st.c.store.ListNamespace(watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, ns),
+		Workloads:            st.candidates(ns, svc.GetService()),
 		Existing:             existing,
 		MaxEndpointsPerSlice: st.c.cfg.MaxEndpointsPerSlice,
 		TriggerTime:          trigger,

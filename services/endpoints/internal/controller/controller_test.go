@@ -24,6 +24,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/stream"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
@@ -32,6 +33,11 @@ import (
 // controller relies on: AlreadyExists on a taken name, resourceVersion
 // conflicts on update, delete preconditions, generation bumps.
 type fakeAPI struct {
+	// gate, when set, holds every create until it is closed; entered
+	// receives a value each time a create waits on it.
+	gate    chan struct{}
+	entered chan struct{}
+
 	mu     sync.Mutex
 	rv     int
 	uid    int
@@ -50,6 +56,12 @@ func (f *fakeAPI) react(a k8stesting.Action) (bool, runtime.Object, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	gr := discoveryv1.Resource("endpointslices")
+	if a.GetVerb() == "create" && f.gate != nil {
+		f.mu.Unlock()
+		f.entered <- struct{}{}
+		<-f.gate
+		f.mu.Lock()
+	}
 	switch a.GetVerb() {
 	case "create":
 		a := a.(k8stesting.CreateAction)
@@ -166,8 +178,9 @@ func (s *fakeStream) ByIndex(kind watcherv1.Kind, index, value string) []*watche
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*watcherv1.Object
+	fn := Indexes[kind][index]
 	for _, o := range s.objs[kind] {
-		if index == IndexServiceSlices && slices.Contains(sliceServiceIndex(o), value) {
+		if fn != nil && slices.Contains(fn(o), value) {
 			out = append(out, o)
 		}
 	}
@@ -527,7 +540,7 @@ func TestForeignSliceNeverTouched(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "web-foreign", UID: "f", ResourceVersion: "1", Generation: 1,
 			Labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "someone-else"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.1"}, TargetRef: &corev1.ObjectReference{Kind: "ExternalWorkload", Namespace: "a", Name: "vm-1"}}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.1"}, TargetRef: &corev1.ObjectReference{Kind: "ExternalWorkload", Namespace: "a", Name: "vm-1"}}},
 	}
 	h.api.slices["a/web-foreign"] = foreign
 	h.stream.upsert(objectFromSlice(foreign))
@@ -607,5 +620,71 @@ func TestTrackerExpiresLostExpectations(t *testing.T) {
 	now = now.Add(2 * time.Minute)
 	if r := tr.Stale("a/web", nil); r != "" {
 		t.Fatalf("expired expectation still holds syncs back: %s", r)
+	}
+}
+
+// twentyServices gives the harness 20 Services with one workload each.
+func twentyServices(h *harness) {
+	for i := range 20 {
+		name := fmt.Sprintf("s%02d", i)
+		h.stream.upsert(svcObj("a", name))
+		h.stream.upsert(wlObj("a", "vm-"+name, name, fmt.Sprintf("192.0.2.%d", i+1)))
+	}
+}
+
+// A term that loses the Lease with 20 Services queued writes nothing more
+// once its Run has returned: queued items are dropped, not synced.
+func TestLostTermDropsQueuedWork(t *testing.T) {
+	h := newHarness(t)
+	h.api.gate, h.api.entered = make(chan struct{}), make(chan struct{}, 100)
+	twentyServices(h)
+	tm, stop, end := leader.NewTerm(context.Background(), "a", "a/0/test")
+	w, err := h.c.NewWorker(tm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(tm) }()
+	<-h.api.entered // one create in flight, 19 Services queued
+	end()           // the Lease is lost: the term's context ends first,
+	stop()          // then it stops taking work
+	close(h.api.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	after := len(h.api.takeWrites())
+	if after > 1 {
+		t.Fatalf("%d writes from a lost term, want at most the one in flight", after)
+	}
+	if p := h.c.Pending(); p != 0 {
+		t.Fatalf("pending %d after the term", p)
+	}
+	if got := testutil.ToFloat64(h.c.Metrics.EndpointsManaged); got != 0 {
+		t.Fatalf("endpoints managed %v after the term, want 0", got)
+	}
+}
+
+// A term that stops gracefully (SIGTERM) syncs everything queued before
+// its Run returns, so the Lease is released only after the work is done.
+func TestGracefulStopDrainsQueue(t *testing.T) {
+	h := newHarness(t)
+	h.api.gate, h.api.entered = make(chan struct{}), make(chan struct{}, 100)
+	twentyServices(h)
+	tm, stop, end := leader.NewTerm(context.Background(), "a", "a/0/test")
+	defer end()
+	w, err := h.c.NewWorker(tm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(tm) }()
+	<-h.api.entered
+	stop()
+	close(h.api.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.api.list()); n != 20 {
+		t.Fatalf("%d slices after a graceful stop, want 20", n)
 	}
 }

@@ -27,7 +27,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -104,10 +103,18 @@ func Selects(svc *watcherv1.Service) bool {
 // SelectorMatches reports whether the Service selects an object with these
 // labels (both in the same namespace is the caller's check).
 func SelectorMatches(svc *watcherv1.Service, objLabels map[string]string) bool {
-	if !Selects(svc) {
-		return false
+	return Selects(svc) && selectorMatches(svc.GetSelector(), objLabels)
+}
+
+// selectorMatches is labels.SelectorFromSet(sel).Matches without building
+// a selector: every term must be among the labels.
+func selectorMatches(sel, objLabels map[string]string) bool {
+	for k, v := range sel {
+		if lv, ok := objLabels[k]; !ok || lv != v {
+			return false
+		}
 	}
-	return labels.SelectorFromSet(svc.GetSelector()).Matches(labels.Set(objLabels))
+	return true
 }
 
 // Compute plans the writes for in. It never returns a write to a slice that
@@ -187,10 +194,10 @@ func desiredGroups(meta *watcherv1.ObjectMeta, svc *watcherv1.Service, workloads
 	}
 	total := 0
 	var skipped []Skipped
-	sel := labels.SelectorFromSet(svc.GetSelector())
+	sel := svc.GetSelector()
 	for _, w := range workloads {
 		wm, ew := w.GetMeta(), w.GetExternalWorkload()
-		if ew == nil || wm.GetNamespace() != meta.GetNamespace() || !sel.Matches(labels.Set(wm.GetLabels())) {
+		if ew == nil || wm.GetNamespace() != meta.GetNamespace() || !selectorMatches(sel, wm.GetLabels()) {
 			continue
 		}
 		ports, missing := endpointPorts(svc, ew)

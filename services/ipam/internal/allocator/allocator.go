@@ -4,11 +4,15 @@
 // the results. Every decision is deterministic (no random tie-breaks) so that
 // two replicas, or one replica before and after a restart, agree.
 //
-// Restart safety (MetalLB #1984) is the caller's order of calls: after
-// SetPools, Assign every IP named by the ledger, then every IP in a Service's
-// status, then Allocate the Services that *request* IPs (annotation or
-// spec.loadBalancerIP), and only then Allocate pending Services. Assign never
-// moves an IP away from its holder; it reports who holds it instead.
+// Restart safety (MetalLB #1984) is the caller's order of calls, every
+// term: SetPools; Reserve every reservation of the ledger; Assign every IP
+// the ledger names, then every IP in a Service's status (an Assign refused
+// with RequestedIPInUse is a conflict to report, never a move); Claim the
+// requested IPs (ipledger.io/loadBalancerIPs, spec.loadBalancerIP) of every
+// Service; Allocate the Services that request IPs; and only then Allocate
+// pending Services. Auto allocation skips IPs that are held, reserved, or
+// claimed by another Service, so a pending Service never takes an IP that
+// the ledger, a status or a request names.
 //
 // Pools may be huge (an IPv6 /64): taken addresses are kept as a sorted set of
 // intervals, the lowest free address is found by walking those intervals, and
@@ -260,7 +264,11 @@ type Allocator struct {
 	ips     map[netip.Addr]*ipState            // held or reserved addresses
 	bySvc   map[string][]netip.Addr            // Service -> held IPs, IPv4 first
 	byShare map[string]map[netip.Addr]struct{} // sharing key -> IPs held under it
-	used    map[string]*[2]*big.Int            // serving pool -> used IPv4, IPv6
+
+	claimed  addrSet                            // IPs some Service requests
+	claims   map[netip.Addr]map[string]struct{} // IP -> requesting Services
+	claimsOf map[string][]netip.Addr            // Service -> requested IPs
+	used     map[string]*[2]*big.Int            // serving pool -> used IPv4, IPv6
 }
 
 // ipState is what the allocator knows about one held or reserved IP.
@@ -283,6 +291,8 @@ func New() *Allocator {
 		ips:        map[netip.Addr]*ipState{},
 		bySvc:      map[string][]netip.Addr{},
 		byShare:    map[string]map[netip.Addr]struct{}{},
+		claims:     map[netip.Addr]map[string]struct{}{},
+		claimsOf:   map[string][]netip.Addr{},
 		used:       map[string]*[2]*big.Int{},
 	}
 }
@@ -420,10 +430,11 @@ func (a *Allocator) hold(ip netip.Addr, service string, sh Sharing) {
 	sh = cloneSharing(sh)
 	i, found := slices.BinarySearchFunc(st.holders, service, func(h holder, s string) int { return strings.Compare(h.service, s) })
 	if found {
-		if old := st.holders[i].sharing.Key; old != sh.Key {
+		old := st.holders[i].sharing.Key
+		st.holders[i].sharing = sh
+		if old != sh.Key {
 			a.unshare(old, ip, st)
 		}
-		st.holders[i].sharing = sh
 	} else {
 		st.holders = slices.Insert(st.holders, i, holder{service, sh})
 		held := a.bySvc[service]
@@ -605,7 +616,51 @@ func (a *Allocator) Release(service string) []Allocation {
 		a.dropIfFree(ip)
 	}
 	delete(a.bySvc, service)
+	a.Claim(service, nil)
 	return out
+}
+
+// Claim records the IPs a Service requests (ipledger.io/loadBalancerIPs or
+// spec.loadBalancerIP), replacing what it claimed before; nil clears. Auto
+// allocation never picks an IP another Service claims, so a pending Service
+// cannot take an IP that a Service only *requests* while that Service waits
+// for its turn (the half of MetalLB #1984 its fix missed). A claim is not a
+// hold: the first Service to Allocate a requested IP gets it, and a claim
+// does not count as used. Release clears the Service's claims.
+func (a *Allocator) Claim(service string, ips []netip.Addr) {
+	for _, ip := range a.claimsOf[service] {
+		if m := a.claims[ip]; m != nil {
+			delete(m, service)
+			if len(m) == 0 {
+				delete(a.claims, ip)
+				a.claimed.remove(ip)
+			}
+		}
+	}
+	delete(a.claimsOf, service)
+	for _, ip := range ips {
+		if !ip.IsValid() || slices.Contains(a.claimsOf[service], ip) {
+			continue
+		}
+		a.claimsOf[service] = append(a.claimsOf[service], ip)
+		m := a.claims[ip]
+		if m == nil {
+			m = map[string]struct{}{}
+			a.claims[ip] = m
+			a.claimed.add(ip)
+		}
+		m[service] = struct{}{}
+	}
+}
+
+// claimedByOther reports whether a Service other than service claims ip.
+func (a *Allocator) claimedByOther(ip netip.Addr, service string) bool {
+	for s := range a.claims[ip] {
+		if s != service {
+			return true
+		}
+	}
+	return false
 }
 
 // Reserve holds r.IP outside any Service. It fails when a Service other than
@@ -724,4 +779,57 @@ func (a *Allocator) Usage(pool string) (Usage, bool) {
 		u.IPv6.Used.Set(n[1])
 	}
 	return u, true
+}
+
+// List returns allocations in IP order (the holders of one IP by Service),
+// starting after the IP after (the zero Addr: from the lowest), stopping once
+// limit IPs are listed (limit <= 0: no limit). Reserved IPs nobody holds are
+// skipped. To page, pass the last IP of a page as the next after. Each page
+// costs O(log n + page), never a scan from the start.
+func (a *Allocator) List(after netip.Addr, limit int) []Allocation {
+	var out []Allocation
+	start := netip.AddrFrom4([4]byte{})
+	if after.IsValid() {
+		if start = after.Next(); !start.IsValid() {
+			if !after.Is4() {
+				return nil
+			}
+			start = netip.IPv6Unspecified()
+		}
+	}
+	ips := 0
+	for p := a.taken.search(start); p.c < len(a.taken.chunks); {
+		r := a.taken.chunks[p.c][p.i]
+		ip := r.first
+		if ip.Compare(start) < 0 {
+			ip = start
+		}
+		for ; ip.IsValid() && ip.Compare(r.last) <= 0; ip = ip.Next() {
+			if limit > 0 && ips >= limit {
+				return out
+			}
+			if h := a.Holders(ip); len(h) > 0 {
+				out = append(out, h...)
+				ips++
+			}
+		}
+		if p.i++; p.i == len(a.taken.chunks[p.c]) {
+			p = pos{p.c + 1, 0}
+		}
+	}
+	return out
+}
+
+// Reservations returns every reservation in IP order.
+func (a *Allocator) Reservations() []Reservation {
+	var out []Reservation
+	for ip, st := range a.ips {
+		if st.reservation != nil {
+			r := *st.reservation
+			r.IP = ip
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(x, y Reservation) int { return x.IP.Compare(y.IP) })
+	return out
 }

@@ -403,7 +403,16 @@ func TestMetalLB1984(t *testing.T) {
 		if err := a.Assign("ns/a", []netip.Addr{ip1}, Sharing{}); err != nil {
 			t.Fatal(err)
 		}
-		// B only requests IP2 by annotation.
+		// B only requests IP2 by annotation: claimed before anything is
+		// allocated.
+		a.Claim("ns/b", []netip.Addr{ip2})
+		if restart%2 == 1 {
+			// Variant: a pending Service is allocated before B. It must not
+			// take IP2.
+			if _, err := a.Allocate(Request{Service: "ns/c"}); reasonOf(err) != ReasonPoolExhausted {
+				t.Fatalf("restart %d: C before B: err = %v, want PoolExhausted", restart, err)
+			}
+		}
 		if res := mustAllocate(t, a, Request{Service: "ns/b", RequestedIPs: []netip.Addr{ip2}}); res.IPs[0] != ip2 {
 			t.Fatalf("restart %d: B got %v", restart, res.IPs)
 		}
@@ -762,5 +771,127 @@ func TestUsageBigPools(t *testing.T) {
 	}
 	if u, _ := b.Usage("tail"); u.IPv6.Used.Int64() != 3 || new(big.Int).Sub(u.IPv6.Total, u.IPv6.Used).Cmp(new(big.Int).Sub(bigPow2(64), big.NewInt(3))) != 0 {
 		t.Fatalf("usage = %+v", u)
+	}
+}
+
+func TestNamedPoolFullDoesNotSpillOver(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "a", spec("10.0.1.0/24")), mustPool(t, "b", spec("10.0.2.0/32")))
+	mustAllocate(t, a, Request{Service: "ns/first", Pool: "b"})
+	_, err := a.Allocate(Request{Service: "ns/second", Pool: "b"})
+	if reasonOf(err) != ReasonPoolExhausted || !strings.Contains(err.Error(), "pool b has no free IPv4 address (1 of 1 in use)") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestHeldButMissingFamilyExhausted(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "a", spec("10.0.0.0/24", "2001:db8::/128")))
+	mustAllocate(t, a, Request{Service: "ns/other", Families: []Family{IPv6}})
+	mustAllocate(t, a, Request{Service: "ns/s"})
+	req := Request{Service: "ns/s", FamilyPolicy: RequireDualStack, Families: []Family{IPv4, IPv6}}
+	if _, err := a.Allocate(req); reasonOf(err) != ReasonPoolExhausted {
+		t.Fatalf("err = %v", err)
+	}
+	if len(a.Allocations("ns/s")) != 1 {
+		t.Fatal("lost the IPv4")
+	}
+	x := a.Explain(req)
+	if x.Reason != ReasonAllocated || x.Decision != "The Service keeps 10.0.0.0, but pool a has no free IPv6 address (1 of 1 in use)." {
+		t.Fatalf("explain = %+v", x)
+	}
+	// PreferDualStack is content with what it has
+	if res := mustAllocate(t, a, Request{Service: "ns/s", FamilyPolicy: PreferDualStack, Families: []Family{IPv4, IPv6}}); res.New {
+		t.Fatalf("res = %+v", res)
+	}
+}
+
+func TestListAndReservations(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "p", spec("10.0.0.0/24", "2001:db8::/64")))
+	for i := range 5 {
+		mustAllocate(t, a, Request{Service: fmt.Sprintf("ns/s%d", i), FamilyPolicy: RequireDualStack, Families: []Family{IPv4, IPv6}, Sharing: Sharing{Key: "k", Ports: []Port{{Port: int32(80 + i)}}}})
+	}
+	// s0..s4 share 10.0.0.0 and 2001:db8:: (same key, different ports)
+	mustAllocate(t, a, Request{Service: "ns/solo", RequestedIPs: addrs("10.0.0.200")})
+	a.Reserve(Reservation{IP: netip.MustParseAddr("10.0.0.100"), Note: "spare"})
+	a.Reserve(Reservation{IP: netip.MustParseAddr("10.0.0.7"), Note: "hold"})
+	all := a.List(netip.Addr{}, 0)
+	if len(all) != 11 || all[0].IP.String() != "10.0.0.0" || all[5].IP.String() != "10.0.0.200" || all[10].IP.String() != "2001:db8::" {
+		t.Fatalf("List = %+v", all)
+	}
+	var paged []Allocation
+	var after netip.Addr
+	for {
+		page := a.List(after, 1)
+		if len(page) == 0 {
+			break
+		}
+		paged = append(paged, page...)
+		after = page[len(page)-1].IP
+	}
+	if fmt.Sprint(paged) != fmt.Sprint(all) {
+		t.Fatalf("paged = %v\nall = %v", paged, all)
+	}
+	if last := a.List(netip.MustParseAddr("255.255.255.255"), 0); len(last) != 5 {
+		t.Fatalf("after the last IPv4: %v", last)
+	}
+	rs := a.Reservations()
+	if len(rs) != 2 || rs[0].Note != "hold" || rs[1].Note != "spare" {
+		t.Fatalf("reservations = %+v", rs)
+	}
+}
+
+// TestSharingKeyChange: a Service re-assigned with a new sharing key is no
+// longer found under the old one.
+func TestSharingKeyChange(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "p", spec("10.0.0.0/24")))
+	ip := addrs("10.0.0.3")
+	if err := a.Assign("ns/a", ip, Sharing{Key: "old", Ports: []Port{{Port: 80}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Assign("ns/a", ip, Sharing{Key: "new", Ports: []Port{{Port: 80}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.byShare["old"]; ok {
+		t.Fatal("IP still listed under the old key")
+	}
+	if got := mustAllocate(t, a, Request{Service: "ns/b", Sharing: Sharing{Key: "old", Ports: []Port{{Port: 443}}}}).IPs[0]; got == ip[0] {
+		t.Fatal("shared under a key its holder no longer has")
+	}
+	if got := mustAllocate(t, a, Request{Service: "ns/c", Sharing: Sharing{Key: "new", Ports: []Port{{Port: 443}}}}).IPs[0]; got != ip[0] {
+		t.Fatalf("got %s, want the shared %s", got, ip[0])
+	}
+}
+
+// TestClaimsProtectRequestedIPs: the half of MetalLB #1984 its fix missed.
+// B only requests IP2; a dual-stack Service allocated before B must not take
+// IP2 for its auto-assigned family, nor may a pending Service.
+func TestClaimsProtectRequestedIPs(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "p", spec("192.0.2.1-192.0.2.2", "2001:db8::1-2001:db8::2")))
+	a.Claim("ns/b", addrs("192.0.2.1"))
+	a.Claim("ns/e", addrs("2001:db8::1"))
+	// E requests its IPv6 and needs an IPv4 too: it must skip B's IP.
+	res := mustAllocate(t, a, Request{Service: "ns/e", FamilyPolicy: RequireDualStack, Families: []Family{IPv4, IPv6}, RequestedIPs: addrs("2001:db8::1")})
+	if res.IPs[0] != netip.MustParseAddr("192.0.2.2") {
+		t.Fatalf("E got %v, want 192.0.2.2 (192.0.2.1 is requested by B)", res.IPs)
+	}
+	_, err := a.Allocate(Request{Service: "ns/pending"})
+	if reasonOf(err) != ReasonPoolExhausted || !strings.Contains(err.Error(), "the others are requested by other Services") {
+		t.Fatalf("pending: err = %v", err)
+	}
+	if got := mustAllocate(t, a, Request{Service: "ns/b", RequestedIPs: addrs("192.0.2.1")}); got.IPs[0] != netip.MustParseAddr("192.0.2.1") {
+		t.Fatalf("B got %v", got.IPs)
+	}
+	// B stops requesting (and is released): the IP is free for anyone.
+	a.Release("ns/b")
+	if got := mustAllocate(t, a, Request{Service: "ns/pending"}); got.IPs[0] != netip.MustParseAddr("192.0.2.1") {
+		t.Fatalf("pending got %v", got.IPs)
+	}
+	// Claim replaces; nil clears.
+	a.Claim("ns/x", addrs("2001:db8::2"))
+	a.Claim("ns/x", nil)
+	if got := mustAllocate(t, a, Request{Service: "ns/v6", Families: []Family{IPv6}}); got.IPs[0] != netip.MustParseAddr("2001:db8::2") {
+		t.Fatalf("got %v", got.IPs)
+	}
+	if a.claimed.len() != 1 {
+		t.Fatalf("claimed = %v, want only E's", a.claimed.ranges())
 	}
 }

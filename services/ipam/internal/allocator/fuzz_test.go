@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -179,7 +180,9 @@ func runOps(t *testing.T, ops []byte) {
 	for i := 0; i+2 < len(ops); i += 3 {
 		op, x, y := ops[i], ops[i+1], ops[i+2]
 		svc := fmt.Sprintf("ns/s%d", x&7)
-		switch op % 7 {
+		switch op % 8 {
+		case 7:
+			a.Claim(svc, []netip.Addr{ip(y)})
 		case 0, 1:
 			req := Request{Service: svc, FamilyPolicy: pols[int(y)%3], Families: []Family{IPv4, IPv6}, Sharing: sharing(y >> 2)}
 			if x&8 != 0 {
@@ -212,6 +215,11 @@ func runOps(t *testing.T, ops []byte) {
 				}
 				if len(res.IPs) == 0 {
 					t.Fatal("allocated nothing")
+				}
+				for _, got := range res.IPs {
+					if res.New && !slices.Contains(req.RequestedIPs, got) && !slices.Contains(before.IPs, got) && a.claimedByOther(got, svc) && len(a.Holders(got)) == 1 {
+						t.Fatalf("%s auto-allocated %s, which another Service requests", svc, got)
+					}
 				}
 			}
 		case 2:
@@ -274,6 +282,45 @@ func checkInvariants(t *testing.T, a *Allocator) {
 		}
 		if st.pool != name {
 			t.Fatalf("%s attributed to %q, lies in %q", addr, st.pool, name)
+		}
+	}
+	for key, set := range a.byShare {
+		for addr := range set {
+			st := a.ips[addr]
+			ok := false
+			for _, h := range st.holders {
+				ok = ok || h.sharing.Key == key
+			}
+			if !ok {
+				t.Fatalf("%s listed under sharing key %q that no holder has", addr, key)
+			}
+		}
+	}
+	for addr, st := range a.ips {
+		for _, h := range st.holders {
+			if _, ok := a.byShare[h.sharing.Key][addr]; h.sharing.Key != "" && !ok {
+				t.Fatalf("%s held by %s with key %q, missing from byShare", addr, h.service, h.sharing.Key)
+			}
+		}
+	}
+	for addr, m := range a.claims {
+		if len(m) == 0 || !a.claimed.contains(addr) {
+			t.Fatalf("claim of %s: %v, in set %v", addr, m, a.claimed.contains(addr))
+		}
+		for svc := range m {
+			if !slices.Contains(a.claimsOf[svc], addr) {
+				t.Fatalf("claim of %s by %s missing from claimsOf", addr, svc)
+			}
+		}
+	}
+	for _, r := range a.claimed.ranges() {
+		for addr := r.first; ; addr = addr.Next() {
+			if a.claims[addr] == nil {
+				t.Fatalf("%s in the claimed set without a claim", addr)
+			}
+			if addr == r.last {
+				break
+			}
 		}
 	}
 	if a.taken.len() > len(a.ips) {

@@ -169,7 +169,11 @@ func (a *Allocator) evaluate(p *Pool, req Request, n need) eval {
 			if f == IPv6 {
 				fu = u.IPv6
 			}
-			return no(VerdictExhausted, "pool %s has no free %s address (%s of %s in use)", p.name, f, fu.Used, fu.Total)
+			more := ""
+			if fu.Used.Cmp(fu.Total) < 0 {
+				more = ", the others are requested by other Services"
+			}
+			return no(VerdictExhausted, "pool %s has no free %s address (%s of %s in use%s)", p.name, f, fu.Used, fu.Total, more)
 		}
 		e.ips = append(e.ips, ip)
 	}
@@ -215,7 +219,7 @@ func (a *Allocator) pick(p *Pool, f Family, chosen []netip.Addr, req Request) (n
 			if FamilyOf(ip) != f || !p.allocatable(ip) || (best.IsValid() && ip.Compare(best) >= 0) {
 				continue
 			}
-			if a.usable(ip, req.Service, req.Sharing) == nil {
+			if a.usable(ip, req.Service, req.Sharing) == nil && !a.claimedByOther(ip, req.Service) {
 				best = ip
 			}
 		}
@@ -223,14 +227,15 @@ func (a *Allocator) pick(p *Pool, f Family, chosen []netip.Addr, req Request) (n
 			return best, true
 		}
 	}
-	return a.lowestFree(p, f)
+	return a.lowestFree(p, f, req.Service)
 }
 
 // lowestFree returns the lowest address of family f in p that is neither
-// held nor reserved (nor skipped by avoidBuggyIPs). It hops over taken
-// intervals, so its cost depends on how fragmented the taken set is, never
-// on the pool's size.
-func (a *Allocator) lowestFree(p *Pool, f Family) (netip.Addr, bool) {
+// held, reserved, claimed by a Service other than service, nor skipped by
+// avoidBuggyIPs. It hops over taken intervals, so its cost depends on how
+// fragmented the taken set is and on the claims in the way, never on the
+// pool's size.
+func (a *Allocator) lowestFree(p *Pool, f Family, service string) (netip.Addr, bool) {
 	for _, r := range p.ranges {
 		if FamilyOf(r.first) != f {
 			continue
@@ -241,7 +246,7 @@ func (a *Allocator) lowestFree(p *Pool, f Family) (netip.Addr, bool) {
 			if !ok {
 				break
 			}
-			if !(p.spec.AvoidBuggyIPs && buggy(c)) {
+			if !(p.spec.AvoidBuggyIPs && buggy(c)) && !(a.claimed.contains(c) && a.claimedByOther(c, service)) {
 				return c, true
 			}
 			if lo = c.Next(); !lo.IsValid() {
@@ -376,7 +381,7 @@ func (a *Allocator) planHeld(req Request, n need, d decision) decision {
 				d.chosen = e
 			case e.verdict.Reason == VerdictExhausted:
 				// It keeps what it holds; the missing family waits.
-				d.err = &Error{Reason: ReasonPoolExhausted, Message: fmt.Sprintf("the Service holds %s, but %s", addrList(d.held), e.verdict.Message)}
+				d.err = &Error{Reason: ReasonPoolExhausted, Message: fmt.Sprintf("the Service keeps %s, but %s", addrList(d.held), e.verdict.Message)}
 			default:
 				d.unfit = fmt.Sprintf("it holds %s, but %s", addrList(d.held), e.verdict.Message)
 			}
@@ -527,7 +532,7 @@ func (a *Allocator) Explain(req Request) Explanation {
 		x.Decision = fmt.Sprintf("The Service holds %s, but %s; ipam will release it and choose again.", addrList(d.held), strings.TrimPrefix(d.unfit, "it holds "+addrList(d.held)+", but "))
 	case d.err != nil && len(d.held) > 0:
 		x.Reason = ReasonAllocated
-		x.Decision = fmt.Sprintf("The Service keeps %s. %s.", addrList(d.held), capitalize(d.err.Message))
+		x.Decision = capitalize(d.err.Message) + "."
 	case d.err != nil:
 		x.Reason = d.err.Reason
 		x.Decision = fmt.Sprintf("The Service gets no IP (%s): %s.", d.err.Reason, d.err.Message)

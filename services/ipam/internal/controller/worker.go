@@ -346,7 +346,7 @@ func (w *worker) pass(ctx context.Context) {
 			if !errors.As(err, &ae) {
 				ae = &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: err.Error()}
 			}
-			want.cond.status, want.cond.reason, want.cond.message = "False", string(ae.Reason), capitalize(ae.Message)
+			want.cond.status, want.cond.reason, want.cond.message = "False", string(ae.Reason), ae.Message
 			w.c.metrics.failures.WithLabelValues(string(ae.Reason)).Inc()
 		} else {
 			want.cond.status, want.cond.reason = "True", string(allocator.ReasonAllocated)
@@ -531,12 +531,6 @@ func poolOf(held []allocator.Allocation) string {
 	return ""
 }
 
-func capitalize(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
-}
 
 // ipsOf parses ingress strings.
 func ipsOf(ss []string) []netip.Addr {

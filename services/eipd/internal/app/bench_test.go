@@ -1,0 +1,147 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/services/eipd/internal/controller"
+	"github.com/ipledger/ipledger/services/eipd/internal/decide"
+	"github.com/ipledger/ipledger/services/eipd/internal/ec2test"
+	"github.com/ipledger/ipledger/services/eipd/internal/faultproxy"
+)
+
+// BenchmarkColdStart: N labelled Nodes exist, each on its own moto
+// instance; eipd starts and the clock runs until every Node carries its
+// label. The floor, measured in the same run against the same moto and API
+// server, is the least work that result needs, done by a plain client with
+// as many workers as eipd: per Node one tag lookup, one AllocateAddress,
+// one DescribeInstances, one AssociateAddress and one Node patch.
+//
+//	go test ./internal/app -run '^$' -bench ColdStart -benchtime 1x
+func BenchmarkColdStart(b *testing.B) {
+	const n = 40
+	env := testenv.Get(b)
+	moto := ec2test.Get(b)
+	for i := range b.N {
+		cluster, lease, prefix := names(b)
+		prefix = fmt.Sprintf("%s-%d", prefix, i)
+		var insts []ec2test.Instance
+		for range 2 * n {
+			insts = append(insts, moto.RunInstance(b))
+		}
+		for j := range n {
+			createNode(b, env, fmt.Sprintf("%s-e%d", prefix, j), insts[j])
+		}
+
+		start := time.Now()
+		r := startReplica(b, env, startWatcher(b, env), "bench", replicaOpts{cluster: cluster, lease: lease, minInterval: 10 * time.Second})
+		testenv.Eventually(b, 5*time.Minute, func() error {
+			nodes, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			done := 0
+			for _, nd := range nodes.Items {
+				if nd.Labels[controller.LabelExternalIP] != "" && nd.Labels[controller.LabelAutoAssign] == "true" {
+					done++
+				}
+			}
+			if done < n {
+				return fmt.Errorf("%d/%d nodes labelled", done, n)
+			}
+			return nil
+		})
+		eipd := time.Since(start)
+		for j := range n {
+			if got := addressesFor(b, cluster, fmt.Sprintf("%s-e%d", prefix, j)); len(got) != 1 {
+				b.Fatalf("node e%d has %d addresses", j, len(got))
+			}
+		}
+		calls := r.proxy.Counts()
+		r.stop()
+
+		floor := floorRun(b, env, moto, cluster+"-floor", prefix, insts[n:], controller.DefaultConfig().Workers)
+		b.ReportMetric(eipd.Seconds(), "eipd-s")
+		b.ReportMetric(floor.Seconds(), "floor-s")
+		b.ReportMetric(eipd.Seconds()/floor.Seconds(), "ratio")
+		b.Logf("%d nodes: eipd %s, floor %s (ratio %.2f); eipd's EC2 calls %v", n, eipd, floor, eipd.Seconds()/floor.Seconds(), calls)
+	}
+}
+
+func floorRun(b *testing.B, env *testenv.Env, moto *ec2test.Moto, cluster, prefix string, insts []ec2test.Instance, workers int) time.Duration {
+	proxy, err := faultproxy.Start(moto.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer proxy.Close()
+	c := ec2.New(ec2.Options{Region: ec2test.Region, BaseEndpoint: aws.String(proxy.URL()), Credentials: moto.Client().Options().Credentials})
+	var names []string
+	for j, inst := range insts {
+		name := fmt.Sprintf("%s-f%d", prefix, j)
+		names = append(names, name)
+		_, err := env.Client.CoreV1().Nodes().Create(context.Background(), &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: inst.ProviderID()},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { deleteNode(b, env, name) })
+	}
+	ctx := context.Background()
+	work := make(chan int)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for j := range work {
+				inst, name := insts[j], names[j]
+				if _, err := c.DescribeAddresses(ctx, &ec2.DescribeAddressesInput{Filters: []types.Filter{
+					{Name: aws.String("tag:" + decide.TagCluster), Values: []string{cluster}},
+					{Name: aws.String("tag:" + decide.TagNode), Values: []string{name}},
+				}}); err != nil {
+					b.Error(err)
+					return
+				}
+				out, err := c.AllocateAddress(ctx, &ec2.AllocateAddressInput{Domain: types.DomainTypeVpc, TagSpecifications: []types.TagSpecification{{
+					ResourceType: types.ResourceTypeElasticIp,
+					Tags:         []types.Tag{{Key: aws.String(decide.TagCluster), Value: aws.String(cluster)}, {Key: aws.String(decide.TagNode), Value: aws.String(name)}},
+				}}})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{inst.ID}}); err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := c.AssociateAddress(ctx, &ec2.AssociateAddressInput{AllocationId: out.AllocationId,
+					NetworkInterfaceId: aws.String(inst.NetworkInterfaceID), PrivateIpAddress: aws.String(inst.PrivateIP)}); err != nil {
+					b.Error(err)
+					return
+				}
+				patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, controller.LabelExternalIP, aws.ToString(out.PublicIp))
+				if _, err := env.Client.CoreV1().Nodes().Patch(ctx, name, k8stypes.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	for j := range insts {
+		work <- j
+	}
+	close(work)
+	wg.Wait()
+	return time.Since(start)
+}

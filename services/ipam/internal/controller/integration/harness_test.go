@@ -1,0 +1,300 @@
+// Package integration tests ipam's controller against a real API server and
+// a real watcher: the controller runs in-process (so it can be restarted many
+// times quickly) behind pkg/leader, reading through pkg/stream.
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/pkg/stream"
+	"github.com/ipledger/ipledger/pkg/testenv"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/controller"
+	"github.com/ipledger/ipledger/services/ipam/internal/server"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+var (
+	watcherOnce sync.Once
+	watcherAddr string
+	watcherTok  string
+)
+
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startWatcher runs one watcher for the whole test binary's first test that
+// needs it; it lives until that test ends, so each test starts its own.
+func startWatcher(t *testing.T) (addr, tokenFile string) {
+	env := testenv.Get(t)
+	addr = freePort(t)
+	p := testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
+		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", addr, "--grpc-plaintext", "--ops-addr", freePort(t), "--log-format", "text")
+	_ = p
+	return addr, env.TokenFile(t, testenv.SystemNamespace, "ipledger-ipam")
+}
+
+// ipam is one in-process ipam replica: a stream client, the controller and
+// leader.Run.
+type ipam struct {
+	ctrl   *controller.Controller
+	src    *stream.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type harness struct {
+	t         *testing.T
+	env       *testenv.Env
+	ns        string // the test's Services
+	ledgerNS  string
+	class     string
+	lease     string
+	addr, tok string
+}
+
+func newHarness(t *testing.T) *harness {
+	env := testenv.Get(t)
+	h := &harness{t: t, env: env, ns: env.Namespace(t, nil), ledgerNS: env.Namespace(t, map[string]string{"purpose": "ledger"})}
+	b := make([]byte, 4)
+	rand.Read(b)
+	h.class = "test.ipledger.io/" + hex.EncodeToString(b)
+	h.lease = "ipam-" + hex.EncodeToString(b)
+	h.addr, h.tok = startWatcher(t)
+	return h
+}
+
+// start runs an ipam replica until stop (or the test's end).
+func (h *harness) start(identity string) *ipam {
+	t := h.t
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("replica", identity)
+	reg := prometheus.NewRegistry()
+	src, err := stream.New(stream.Config{
+		Target: h.addr, Plaintext: true, TokenFile: h.tok,
+		Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP},
+	}, log, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorder, stopRec := server.NewRecorder(h.env.Client)
+	ctrl := controller.New(controller.Config{Namespace: h.ledgerNS, LBClass: h.class}, h.env.Client, h.env.Dynamic, src, recorder, log, reg)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &ipam{ctrl: ctrl, src: src, cancel: cancel, done: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = src.Run(ctx) }()
+	go func() {
+		defer wg.Done()
+		err := leader.Run(ctx, h.env.Client, leader.Config{
+			LeaseName: h.lease, LeaseNamespace: h.ledgerNS, Identity: identity,
+			LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond, StopTimeout: 20 * time.Second,
+		}, ctrl.NewWorker, log, reg)
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("leader.Run: %v", err)
+		}
+	}()
+	go func() { wg.Wait(); stopRec(); close(r.done) }()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *ipam) stop() {
+	r.cancel()
+	<-r.done
+}
+
+func (h *harness) pool(name string, addrs ...string) {
+	h.t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"addresses": toAny(addrs)},
+	}}
+	if _, err := h.env.Dynamic.Resource(controller.PoolGVR).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() {
+		_ = h.env.Dynamic.Resource(controller.PoolGVR).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+func (h *harness) service(name string, annotations map[string]string, mutate ...func(*corev1.Service)) *corev1.Service {
+	h.t.Helper()
+	class := h.class
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns, Annotations: annotations},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	for _, m := range mutate {
+		m(s)
+	}
+	out, err := h.env.Client.CoreV1().Services(h.ns).Create(context.Background(), s, metav1.CreateOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return out
+}
+
+func (h *harness) setStatus(name string, ips ...string) {
+	h.t.Helper()
+	ctx := context.Background()
+	s, err := h.env.Client.CoreV1().Services(h.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	s.Status.LoadBalancer.Ingress = nil
+	for _, ip := range ips {
+		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	if _, err := h.env.Client.CoreV1().Services(h.ns).UpdateStatus(ctx, s, metav1.UpdateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// state is what the Services of the test show: name -> IPs, and name ->
+// condition reason.
+type state struct {
+	ips    map[string][]string
+	reason map[string]string
+	msg    map[string]string
+}
+
+func (h *harness) state() state {
+	list, err := h.env.Client.CoreV1().Services(h.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	st := state{ips: map[string][]string{}, reason: map[string]string{}, msg: map[string]string{}}
+	for _, s := range list.Items {
+		for _, in := range s.Status.LoadBalancer.Ingress {
+			st.ips[s.Name] = append(st.ips[s.Name], in.IP)
+		}
+		for _, c := range s.Status.Conditions {
+			if c.Type == "ipledger.io/AddressAllocated" {
+				st.reason[s.Name], st.msg[s.Name] = c.Reason, c.Message
+			}
+		}
+	}
+	return st
+}
+
+// duplicates returns IPs shown by more than one Service.
+func (st state) duplicates() []string {
+	by := map[string][]string{}
+	for name, ips := range st.ips {
+		for _, ip := range ips {
+			by[ip] = append(by[ip], name)
+		}
+	}
+	var out []string
+	for ip, names := range by {
+		if len(names) > 1 {
+			sort.Strings(names)
+			out = append(out, ip+" on "+strings.Join(names, ","))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// watchDuplicates polls the Services until the test ends and fails it if an
+// IP is ever shown by two of them.
+func (h *harness) watchDuplicates() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			list, err := h.env.Client.CoreV1().Services(h.ns).List(ctx, metav1.ListOptions{})
+			if err == nil {
+				st := state{ips: map[string][]string{}}
+				for _, s := range list.Items {
+					for _, in := range s.Status.LoadBalancer.Ingress {
+						st.ips[s.Name] = append(st.ips[s.Name], in.IP)
+					}
+				}
+				if d := st.duplicates(); len(d) > 0 {
+					h.t.Errorf("an IP is on two Services: %v", d)
+					return
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(30 * time.Millisecond):
+			}
+		}
+	}()
+	h.t.Cleanup(func() { cancel(); <-done })
+}
+
+func (h *harness) expect(timeout time.Duration, want map[string]string) {
+	h.t.Helper()
+	testenv.Eventually(h.t, timeout, func() error {
+		st := h.state()
+		for name, w := range want {
+			got := strings.Join(st.ips[name], ",")
+			if got == "" {
+				got = st.reason[name]
+			}
+			if got != w {
+				return fmt.Errorf("%s shows %q, want %q (all: ips %v reasons %v)", name, got, w, st.ips, st.reason)
+			}
+		}
+		return nil
+	})
+}
+
+func (h *harness) ledgerTerm() string {
+	cm, err := h.env.Client.CoreV1().ConfigMaps(h.ledgerNS).Get(context.Background(), "ipledger-ledger-0", metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return ""
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return cm.Data["term"]
+}
+
+func poolGVR() schema.GroupVersionResource { return controller.PoolGVR }
+
+func unstructuredSlice(obj map[string]any, fields ...string) ([]any, bool, error) {
+	return unstructured.NestedSlice(obj, fields...)
+}
