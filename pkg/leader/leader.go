@@ -47,7 +47,8 @@ const (
 
 // Config configures the election.
 type Config struct {
-	// LeaseName and LeaseNamespace name the coordination.k8s.io Lease.
+	// LeaseName and LeaseNamespace name the coordination.k8s.io Lease
+	// (LeaseNamespace defaults to ipledger-system).
 	LeaseName, LeaseNamespace string
 	// Identity names this candidate; it must be unique among candidates
 	// (default: hostname plus a random suffix).
@@ -66,6 +67,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	c.defaults()
 	fs.StringVar(&c.LeaseName, "leader-elect-lease-name", c.LeaseName, "name of the Lease used for leader election")
 	fs.StringVar(&c.LeaseNamespace, "leader-elect-namespace", c.LeaseNamespace, "namespace of the leader election Lease")
+	fs.StringVar(&c.LeaseNamespace, "leader-elect-lease-namespace", c.LeaseNamespace, "alias of --leader-elect-namespace")
 	fs.StringVar(&c.Identity, "leader-elect-identity", c.Identity, "unique identity of this candidate (default <hostname>_<random>)")
 	fs.DurationVar(&c.LeaseDuration, "leader-elect-lease-duration", c.LeaseDuration, "how long a non-leader waits after the last observed renewal before taking over")
 	fs.DurationVar(&c.RenewDeadline, "leader-elect-renew-deadline", c.RenewDeadline, "how long the leader retries renewing before it gives up its term")
@@ -73,7 +75,13 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", c.StopTimeout, "bound on stopping a term (drain); overrunning it exits the process")
 }
 
+// DefaultNamespace is where ipledger keeps its Leases.
+const DefaultNamespace = "ipledger-system"
+
 func (c *Config) defaults() {
+	if c.LeaseNamespace == "" {
+		c.LeaseNamespace = DefaultNamespace
+	}
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = DefaultLeaseDuration
 	}

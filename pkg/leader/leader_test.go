@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -330,7 +329,7 @@ func TestLostLeaseStopsWrites(t *testing.T) {
 	}
 	close(w.gate) // the in-flight write now runs with the ended term's context
 	testenv.Eventually(t, 5*time.Second, func() error {
-		if testutil.ToFloat64(transitions(r.reg, "lost")) != 1 {
+		if transitions(r.reg, "lost") != 1 {
 			return errors.New("term not stopped yet")
 		}
 		return nil
@@ -357,7 +356,8 @@ func TestLostLeaseStopsWrites(t *testing.T) {
 	}
 }
 
-func transitions(reg *prometheus.Registry, event string) prometheus.Collector {
+// transitions is the count of term transitions of kind event.
+func transitions(reg *prometheus.Registry, event string) float64 {
 	v := 0.0
 	mfs, _ := reg.Gather()
 	for _, mf := range mfs {
@@ -372,9 +372,7 @@ func transitions(reg *prometheus.Registry, event string) prometheus.Collector {
 			}
 		}
 	}
-	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x", Help: "x"})
-	c.Add(v)
-	return c
+	return v
 }
 
 // trackingWorker keeps per-term state; a worker reused across terms, or
@@ -615,4 +613,32 @@ func TestPartitionedLeaderStopsBeforeTheNextLeads(t *testing.T) {
 		t.Errorf("standby led %s after the cut, want within LeaseDuration + RetryPeriod", took)
 	}
 	cut.Store(false)
+}
+
+func TestWorkerErrors(t *testing.T) {
+	env := testenv.Get(t)
+	boom := errors.New("boom")
+	tests := []struct {
+		name      string
+		newWorker func(*Term) (Worker, error)
+	}{
+		{"newWorker fails", func(*Term) (Worker, error) { return nil, boom }},
+		{"worker returns before its term ends", func(*Term) (Worker, error) {
+			return WorkerFunc(func(*Term) error { return boom }), nil
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ns := env.Namespace(t, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			err := Run(ctx, env.Client, testConfig(ns, "x"), tt.newWorker, slog.New(slog.DiscardHandler), nil)
+			if !errors.Is(err, boom) {
+				t.Fatalf("Run = %v, want the worker's error", err)
+			}
+			if got := holder(t, env.Client, ns, "test-lease"); got != "" {
+				t.Errorf("Lease still held by %q after the term failed; want released", got)
+			}
+		})
+	}
 }

@@ -30,7 +30,7 @@ func TestConfigValidate(t *testing.T) {
 			c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 3*time.Second, 2*time.Second, 250*time.Millisecond
 		}, false},
 		{"no lease name", func(c *Config) { c.LeaseName = "" }, true},
-		{"no namespace", func(c *Config) { c.LeaseNamespace = "" }, true},
+		{"no namespace", func(c *Config) { c.LeaseNamespace = "" }, true}, // Validate does not apply defaults
 		{"renew deadline not below lease duration", func(c *Config) { c.RenewDeadline = c.LeaseDuration }, true},
 		{"retry period too close to renew deadline", func(c *Config) { c.RetryPeriod = 9 * time.Second }, true},
 		{"lease duration below a second", func(c *Config) { c.LeaseDuration = 500 * time.Millisecond }, true},
@@ -45,14 +45,17 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestFlags(t *testing.T) {
-	c := Config{LeaseName: "ipledger-ipam", LeaseNamespace: "ipledger-system"}
+	c := Config{LeaseName: "ipledger-ipam"}
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c.Flags(fs)
-	if err := fs.Parse([]string{"--leader-elect-retry-period=1s", "--stop-timeout=5s", "--leader-elect-identity=me"}); err != nil {
+	if c.LeaseNamespace != "ipledger-system" {
+		t.Errorf("default namespace %q", c.LeaseNamespace)
+	}
+	if err := fs.Parse([]string{"--leader-elect-retry-period=1s", "--stop-timeout=5s", "--leader-elect-identity=me", "--leader-elect-lease-namespace=ns"}); err != nil {
 		t.Fatal(err)
 	}
-	want := Config{LeaseName: "ipledger-ipam", LeaseNamespace: "ipledger-system", Identity: "me",
+	want := Config{LeaseName: "ipledger-ipam", LeaseNamespace: "ns", Identity: "me",
 		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: time.Second, StopTimeout: 5 * time.Second}
 	if c != want {
 		t.Fatalf("got %+v, want %+v", c, want)

@@ -70,8 +70,8 @@ func DefaultConfig() Config {
 		Leader:     leader.Config{LeaseName: LeaseName},
 		Controller: controller.DefaultConfig(),
 		EC2:        awsec2.DefaultConfig(),
-		KubeQPS:    20,
-		KubeBurst:  40,
+		KubeQPS:    50,
+		KubeBurst:  100,
 	}
 }
 
@@ -120,7 +120,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		a.cfg.Leader.LeaseNamespace = cfg.Common.Namespace
 	}
 	if a.cfg.KubeQPS == 0 {
-		a.cfg.KubeQPS, a.cfg.KubeBurst = 20, 40
+		a.cfg.KubeQPS, a.cfg.KubeBurst = 50, 100
 	}
 	restCfg, err := cfg.Common.RESTConfig(float32(a.cfg.KubeQPS), a.cfg.KubeBurst)
 	if err != nil {

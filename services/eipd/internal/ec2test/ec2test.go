@@ -166,29 +166,38 @@ func (i Instance) ProviderID() string { return "aws:///" + i.Zone + "/" + i.ID }
 // RunInstance launches one instance in moto.
 func (m *Moto) RunInstance(t testing.TB) Instance {
 	t.Helper()
+	return m.RunInstances(t, 1)[0]
+}
+
+// RunInstances launches count instances in moto with one call.
+func (m *Moto) RunInstances(t testing.TB, count int) []Instance {
+	t.Helper()
 	c := m.Client()
 	ctx := context.Background()
 	imgs, err := c.DescribeImages(ctx, &ec2.DescribeImagesInput{})
 	if err != nil || len(imgs.Images) == 0 {
-		t.Fatalf("describe images: %v (%d images)", err, len(imgs.Images))
+		t.Fatalf("describe images: %v", err)
 	}
 	out, err := c.RunInstances(ctx, &ec2.RunInstancesInput{
-		ImageId: imgs.Images[0].ImageId, MinCount: aws.Int32(1), MaxCount: aws.Int32(1), InstanceType: types.InstanceTypeT3Micro,
+		ImageId: imgs.Images[0].ImageId, MinCount: aws.Int32(int32(count)), MaxCount: aws.Int32(int32(count)), InstanceType: types.InstanceTypeT3Micro,
 	})
 	if err != nil {
-		t.Fatalf("run instance: %v", err)
+		t.Fatalf("run instances: %v", err)
 	}
-	inst := out.Instances[0]
-	i := Instance{ID: aws.ToString(inst.InstanceId), Zone: aws.ToString(inst.Placement.AvailabilityZone)}
-	for _, ni := range inst.NetworkInterfaces {
-		if ni.Attachment != nil && aws.ToInt32(ni.Attachment.DeviceIndex) == 0 {
-			i.NetworkInterfaceID, i.PrivateIP = aws.ToString(ni.NetworkInterfaceId), aws.ToString(ni.PrivateIpAddress)
+	var insts []Instance
+	for _, inst := range out.Instances {
+		i := Instance{ID: aws.ToString(inst.InstanceId), Zone: aws.ToString(inst.Placement.AvailabilityZone)}
+		for _, ni := range inst.NetworkInterfaces {
+			if ni.Attachment != nil && aws.ToInt32(ni.Attachment.DeviceIndex) == 0 {
+				i.NetworkInterfaceID, i.PrivateIP = aws.ToString(ni.NetworkInterfaceId), aws.ToString(ni.PrivateIpAddress)
+			}
 		}
+		if i.NetworkInterfaceID == "" {
+			t.Fatalf("instance %s has no primary interface", i.ID)
+		}
+		insts = append(insts, i)
 	}
-	if i.NetworkInterfaceID == "" {
-		t.Fatalf("instance %s has no primary interface", i.ID)
-	}
-	return i
+	return insts
 }
 
 // Addresses returns the addresses tagged for cluster, straight from moto.

@@ -35,12 +35,6 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-var (
-	watcherOnce sync.Once
-	watcherAddr string
-	watcherTok  string
-)
-
 func freePort(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -50,13 +44,13 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// startWatcher runs one watcher for the whole test binary's first test that
-// needs it; it lives until that test ends, so each test starts its own.
-func startWatcher(t *testing.T) (addr, tokenFile string) {
+// startWatcher runs a watcher for one test; it streams the ledger of the
+// test's own ledger namespace.
+func startWatcher(t *testing.T, ledgerNS string) (addr, tokenFile string) {
 	env := testenv.Get(t)
 	addr = freePort(t)
 	p := testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
-		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", addr, "--grpc-plaintext", "--ops-addr", freePort(t), "--log-format", "text")
+		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", addr, "--grpc-plaintext", "--namespace", ledgerNS, "--ops-addr", freePort(t), "--log-format", "text")
 	_ = p
 	return addr, env.TokenFile(t, testenv.SystemNamespace, "ipledger-ipam")
 }
@@ -87,7 +81,7 @@ func newHarness(t *testing.T) *harness {
 	rand.Read(b)
 	h.class = "test.ipledger.io/" + hex.EncodeToString(b)
 	h.lease = "ipam-" + hex.EncodeToString(b)
-	h.addr, h.tok = startWatcher(t)
+	h.addr, h.tok = startWatcher(t, h.ledgerNS)
 	return h
 }
 
