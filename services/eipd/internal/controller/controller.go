@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ipledger/ipledger/pkg/stream"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -180,6 +181,7 @@ type Run struct {
 
 // NewRun starts a term's state on a fresh queue.
 func (c *Controller) NewRun(queue Queue) *Run {
+	c.status.Reset() // the last term's outcomes say nothing about this one
 	return &Run{c: c, queue: queue, exp: expect.New(c.cfg.ConsistencyTimeout, nil), lastSync: map[string]time.Time{}}
 }
 
@@ -193,7 +195,7 @@ func (r *Run) Handler() stream.HandlerFuncs {
 			}
 		},
 		UpdateFunc: func(old, o *watcherv1.Object) {
-			if o.GetKind() == watcherv1.Kind_KIND_NODE && (Wants(o) || Wants(old) || hasEIP(o)) {
+			if o.GetKind() == watcherv1.Kind_KIND_NODE && (Wants(o) || Wants(old) || hasEIP(o)) && changed(old, o) {
 				r.enqueue(o.GetMeta().GetName())
 			}
 		},
@@ -203,6 +205,24 @@ func (r *Run) Handler() stream.HandlerFuncs {
 			}
 		},
 	}
+}
+
+// changed reports whether an update touches anything eipd reads. Kubelet
+// heartbeats only bump the resourceVersion of the compact Node: syncing on
+// each would cost two EC2 calls per Node every few seconds, and a throttled
+// account. Drift is caught by the periodic requeue instead.
+func changed(old, o *watcherv1.Object) bool {
+	if old == nil {
+		return true
+	}
+	strip := func(x *watcherv1.Object) *watcherv1.Object {
+		c := proto.Clone(x).(*watcherv1.Object)
+		if c.Meta != nil {
+			c.Meta.ResourceVersion, c.Meta.Generation = "", 0
+		}
+		return c
+	}
+	return !proto.Equal(strip(old), strip(o))
 }
 
 func hasEIP(node *watcherv1.Object) bool {
@@ -236,6 +256,17 @@ func (r *Run) Sweep(ctx context.Context) error {
 		return ok && Wants(o)
 	}) {
 		r.queue.Add(a.Node)
+	}
+	// Nodes whose last sync failed may sit behind a long per-item backoff
+	// after a throttling storm: retry them now, so that recovery takes at
+	// most one interval.
+	for _, o := range r.c.store.List(watcherv1.Kind_KIND_NODE) {
+		if !Wants(o) {
+			continue
+		}
+		if st, ok := r.c.status.Get(o.GetMeta().GetName()); !ok || st.State == StateError {
+			r.queue.Add(o.GetMeta().GetName())
+		}
 	}
 	return nil
 }
@@ -278,6 +309,12 @@ func (r *Run) sync(ctx context.Context, log *slog.Logger, node string, obj *watc
 		log.Debug("Waiting for EC2 to list the Node's address")
 		r.c.status.Set(node, StatePending, "waiting for EC2 to list an address whose allocation had no answer")
 		r.queue.AddAfter(node, r.c.cfg.PendingPoll)
+		return nil
+	}
+	if obj.GetNode().GetProviderId() == "" {
+		// The cloud controller sets it shortly after the Node registers;
+		// that update requeues the Node.
+		r.c.status.Set(node, StatePending, "waiting for spec.providerID")
 		return nil
 	}
 	instanceID, err := decide.InstanceID(obj.GetNode().GetProviderId())

@@ -99,7 +99,7 @@ func TestNoDuplicateWithDroppedAllocateDelayedVisibilityAndBurst(t *testing.T) {
 	start := time.Now()
 	h.createNode(node, inst, true)
 	for i := range 50 {
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{"test/burst":"%d"}}}`, i)
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"ipledger.io/test-burst":"%d"}}}`, i)
 		if _, err := h.env.Client.CoreV1().Nodes().Patch(h.ctx(), node, k8stypes.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +108,7 @@ func TestNoDuplicateWithDroppedAllocateDelayedVisibilityAndBurst(t *testing.T) {
 	t.Logf("converged in %s (visibility delay %s)", time.Since(start), delay)
 	// Keep the burst going past the delay, then check nothing more appeared.
 	for i := range 20 {
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{"test/burst":"after-%d"}}}`, i)
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"ipledger.io/test-burst":"after-%d"}}}`, i)
 		if _, err := h.env.Client.CoreV1().Nodes().Patch(h.ctx(), node, k8stypes.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -127,6 +127,12 @@ func TestNoDuplicateWithDroppedAllocateDelayedVisibilityAndBurst(t *testing.T) {
 	}
 	if d := counterValue(t, h.reg, "ipledger_eipd_duplicates_removed_total", nil); d != 0 {
 		t.Errorf("duplicates removed = %v: one was created", d)
+	}
+	// The burst must really have driven syncs, or this test proves nothing.
+	syncs := counterValue(t, h.reg, "ipledger_eipd_node_syncs_total", nil)
+	t.Logf("%v syncs during the burst; %d DescribeAddresses", syncs, h.proxy.Count("DescribeAddresses"))
+	if syncs < 5 {
+		t.Errorf("only %v syncs: the burst did not exercise the controller", syncs)
 	}
 }
 

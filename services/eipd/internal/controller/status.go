@@ -47,3 +47,10 @@ func (b *StatusBook) Get(node string) (NodeStatus, bool) {
 	s, ok := b.nodes[node]
 	return s, ok
 }
+
+// Reset forgets every Node.
+func (b *StatusBook) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	clear(b.nodes)
+}

@@ -76,6 +76,9 @@ type replicaOpts struct {
 	lease         string
 	maxPerSlice   int
 	leaseDuration time.Duration
+	retryPeriod   time.Duration
+	qps           float64 // 0: 200
+	workers       int     // 0: 4
 }
 
 func startReplica(t *testing.T, env *testenv.Env, watcherAddr, name string, o replicaOpts) *replica {
@@ -88,16 +91,28 @@ func startReplica(t *testing.T, env *testenv.Env, watcherAddr, name string, o re
 	if o.leaseDuration == 0 {
 		o.leaseDuration = 4 * time.Second
 	}
+	if o.retryPeriod == 0 {
+		o.retryPeriod = 200 * time.Millisecond
+	}
+	burst := 400
+	if o.qps == 0 {
+		o.qps = 200
+	} else {
+		burst = 1
+	}
+	if o.workers == 0 {
+		o.workers = 4
+	}
 	cfg := app.Config{
 		Common: cmdmain.Common{Kubeconfig: env.KubeconfigFor(t, string(token)), LogLevel: "info", LogFormat: "text", Namespace: system},
 		Stream: stream.Config{Target: watcherAddr, TokenFile: tokenFile, Plaintext: true},
 		Leader: leader.Config{
 			LeaseName: o.lease, LeaseNamespace: system, Identity: name,
-			LeaseDuration: o.leaseDuration, RenewDeadline: o.leaseDuration * 2 / 3, RetryPeriod: 200 * time.Millisecond,
+			LeaseDuration: o.leaseDuration, RenewDeadline: o.leaseDuration * 2 / 3, RetryPeriod: o.retryPeriod,
 			StopTimeout: 20 * time.Second,
 		},
-		Controller: controller.Config{MaxEndpointsPerSlice: o.maxPerSlice, Workers: 4, ExpectationTimeout: time.Minute},
-		KubeQPS:    200, KubeBurst: 400,
+		Controller: controller.Config{MaxEndpointsPerSlice: o.maxPerSlice, Workers: o.workers, ExpectationTimeout: time.Minute},
+		KubeQPS:    o.qps, KubeBurst: burst,
 	}
 	if cfg.Controller.MaxEndpointsPerSlice == 0 {
 		cfg.Controller.MaxEndpointsPerSlice = planner.DefaultMaxEndpointsPerSlice
@@ -142,6 +157,25 @@ func (r *replica) leader() float64 {
 		}
 	}
 	return -1
+}
+
+// termsStopped is how many terms have fully stopped (worker returned,
+// writes cut off): the count of ipledger_leader_term_stop_duration_seconds.
+func (r *replica) termsStopped() uint64 {
+	mfs, err := r.Registry.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "ipledger_leader_term_stop_duration_seconds" {
+			n := uint64(0)
+			for _, m := range mf.GetMetric() {
+				n += m.GetHistogram().GetSampleCount()
+			}
+			return n
+		}
+	}
+	return 0
 }
 
 func (r *replica) staleRetries() float64 {
@@ -519,16 +553,7 @@ func TestReacquireAfterLosingLease(t *testing.T) {
 
 	// Someone else takes the Lease: A cannot renew and stops leading.
 	ctx := context.Background()
-	l, err := env.Client.CoordinationV1().Leases(system).Get(ctx, lease, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	intruder, dur := "intruder", int32(3)
-	now := metav1.NewMicroTime(time.Now())
-	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.AcquireTime, l.Spec.RenewTime = &intruder, &dur, &now, &now
-	if _, err := env.Client.CoordinationV1().Leases(system).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	takeLease(t, env, lease, 3*time.Second)
 	// Only once A has stopped leading (its handlers are gone, so its tracker
 	// never hears of the delete) is the slice deleted.
 	testenv.Eventually(t, 30*time.Second, func() error {
@@ -555,6 +580,72 @@ func TestReacquireAfterLosingLease(t *testing.T) {
 	waitQuiet(t, a)
 	if a.staleRetries() != 0 {
 		t.Fatalf("A retried %v times on a stale view after re-acquiring", a.staleRetries())
+	}
+}
+
+// takeLease makes "intruder" hold the Lease for d, as another replica would.
+func takeLease(t *testing.T, env *testenv.Env, lease string, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := env.Client.CoordinationV1().Leases(system).Get(ctx, lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	intruder, secs := "intruder", int32(d.Seconds())
+	now := metav1.NewMicroTime(time.Now())
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.AcquireTime, l.Spec.RenewTime = &intruder, &secs, &now, &now
+	if _, err := env.Client.CoordinationV1().Leases(system).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLostLeaseStopsWrites: a leader with 20 Services queued behind a
+// throttled client loses the Lease; once its term has stopped, it writes
+// nothing more.
+func TestLostLeaseStopsWrites(t *testing.T) {
+	env := testenv.Get(t)
+	addr := startWatcher(t, env)
+	ns := env.Namespace(t, nil)
+	lease := leaseName(t)
+	a := startReplica(t, env, addr, "a", replicaOpts{lease: lease, qps: 3, workers: 1, retryPeriod: time.Second})
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if a.leader() != 1 {
+			return fmt.Errorf("A does not lead yet")
+		}
+		return nil
+	})
+	for i := range 20 {
+		name := fmt.Sprintf("s%02d", i)
+		createService(t, env, ns, name, svcSpec{})
+		createWorkload(t, env, ns, "vm-"+name, wlSpec{app: name, ips: []string{fmt.Sprintf("192.0.2.%d", i+1)}, ready: true})
+	}
+	count := func() int {
+		list, err := env.Client.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list.Items)
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if count() == 0 {
+			return fmt.Errorf("no slice yet")
+		}
+		return nil
+	})
+	takeLease(t, env, lease, time.Hour)
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if a.termsStopped() == 0 {
+			return fmt.Errorf("A's term has not stopped")
+		}
+		return nil
+	})
+	atStop, writesAtStop := count(), a.writes("create")
+	if atStop >= 20 {
+		t.Fatalf("all 20 slices written before the Lease was lost: the throttle is too weak for this test to prove anything")
+	}
+	a.stop()
+	if n, w := count(), a.writes("create"); n != atStop || w != writesAtStop {
+		t.Fatalf("after its term stopped A still wrote: slices %d -> %d, creates %v -> %v", atStop, n, writesAtStop, w)
 	}
 }
 

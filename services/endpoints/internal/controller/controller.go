@@ -65,7 +65,8 @@ type Config struct {
 	// Workers is the number of Services synced concurrently.
 	Workers int
 	// ExpectationTimeout bounds how long a sync waits for the stream to show
-	// this term's own write before it stops waiting (see tracker).
+	// this term's own write before it stops waiting (see tracker); zero
+	// waits forever.
 	ExpectationTimeout time.Duration
 }
 
@@ -197,7 +198,7 @@ func New(cfg Config, client kubernetes.Interface, source Source, store Store, lo
 
 // NewWorker builds the fresh state of one term; it is leader.Run's newWorker.
 func (c *Controller) NewWorker(term *leader.Term) (leader.Worker, error) {
-	q := leader.NewQueue[string]("endpoints", c.reg)
+	q := leader.NewQueue[string]("endpoints", c.reg).WithLogger(c.log)
 	st := c.newTermState(c.log.With("term", term.ID()))
 	st.enqueue = q.Add
 	return &worker{st: st, queue: q}, nil
@@ -416,6 +417,7 @@ func (st *termState) sync(ctx context.Context, key string) (err error) {
 		Existing:             existing,
 		MaxEndpointsPerSlice: st.c.cfg.MaxEndpointsPerSlice,
 		TriggerTime:          trigger,
+		TakenNames:           st.tracker.TakenNames(key),
 	})
 	if plan.Writes() > 0 {
 		ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Service", Namespace: ns, Name: name, UID: types.UID(svc.GetMeta().GetUid())}

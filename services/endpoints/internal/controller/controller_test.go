@@ -162,18 +162,6 @@ func (s *fakeStream) Get(kind watcherv1.Kind, ns, name string) (*watcherv1.Objec
 	return o, ok
 }
 
-func (s *fakeStream) ListNamespace(kind watcherv1.Kind, ns string) []*watcherv1.Object {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []*watcherv1.Object
-	for _, o := range s.objs[kind] {
-		if o.GetMeta().GetNamespace() == ns {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
 func (s *fakeStream) ByIndex(kind watcherv1.Kind, index, value string) []*watcherv1.Object {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -686,5 +674,40 @@ func TestGracefulStopDrainsQueue(t *testing.T) {
 	}
 	if n := len(h.api.list()); n != 20 {
 		t.Fatalf("%d slices after a graceful stop, want 20", n)
+	}
+}
+
+// A name taken by a slice the stream never shows (another manager's) holds
+// the Service back only until the expectation expires; then the slice is
+// created under another name, and the foreign one is never written.
+func TestTakenNameByInvisibleSlice(t *testing.T) {
+	h := newHarness(t)
+	now := time.Unix(0, 0)
+	h.c.now = func() time.Time { return now }
+	h.stream.upsert(svcObj("a", "web"))
+	h.stream.upsert(wlObj("a", "vm-1", "web", "192.0.2.1"))
+	// Learn the name the planner picks, then have someone else hold it.
+	probe := h.startTerm()
+	probe.drain(t)
+	h.endTerm(probe)
+	name := h.api.list()[0].Name
+	h.api.slices["a/"+name].Labels[discoveryv1.LabelManagedBy] = "someone-else"
+	h.api.takeWrites()
+
+	tm := h.startTerm()
+	if errs := tm.drain(t); errs["a/web"] == nil {
+		t.Fatalf("create over a taken name succeeded")
+	}
+	now = now.Add(2 * time.Hour) // past ExpectationTimeout
+	tm.queued = []string{"a/web"}
+	if errs := tm.drain(t); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	writes := h.api.takeWrites()
+	if len(writes) != 2 || writes[1] == "create a/"+name || !strings.HasPrefix(writes[1], "create ") {
+		t.Fatalf("writes %v, want a refused create, then a create under another name", writes)
+	}
+	if h.api.slices["a/"+name].Labels[discoveryv1.LabelManagedBy] != "someone-else" {
+		t.Fatalf("foreign slice changed")
 	}
 }

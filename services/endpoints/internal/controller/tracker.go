@@ -29,6 +29,7 @@ type tracker struct {
 	mu       sync.Mutex
 	services map[string]map[string]expectation // service key -> slice name -> what we expect
 	waiting  map[string]bool                   // services whose last sync found a stale view
+	taken    map[string]map[string]bool        // service key -> names a create found taken
 }
 
 // expectation is what the view must show for a slice before we act again.
@@ -42,7 +43,7 @@ type expectation struct {
 }
 
 func newTracker(expire time.Duration, now func() time.Time) *tracker {
-	return &tracker{expire: expire, now: now, services: map[string]map[string]expectation{}, waiting: map[string]bool{}}
+	return &tracker{expire: expire, now: now, services: map[string]map[string]expectation{}, waiting: map[string]bool{}, taken: map[string]map[string]bool{}}
 }
 
 func (t *tracker) set(svc, name string, e expectation) {
@@ -71,6 +72,25 @@ func (t *tracker) Deleted(svc, name string, uid types.UID) {
 // missed a slice that exists.
 func (t *tracker) Taken(svc, name string) {
 	t.set(svc, name, expectation{exists: true})
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.taken[svc] == nil {
+		t.taken[svc] = map[string]bool{}
+	}
+	t.taken[svc][name] = true
+}
+
+// TakenNames are the names creates found taken for the Service. New slices
+// avoid them, so a name held by a slice the view never shows (another
+// manager's) does not block the Service once its expectation expired.
+func (t *tracker) TakenNames(svc string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.taken[svc]))
+	for n := range t.taken[svc] {
+		out = append(out, n)
+	}
+	return out
 }
 
 // Stale compares the view of a Service's slices with what this term wrote.
@@ -158,4 +178,5 @@ func (t *tracker) Forget(svc string) {
 	defer t.mu.Unlock()
 	delete(t.services, svc)
 	delete(t.waiting, svc)
+	delete(t.taken, svc)
 }

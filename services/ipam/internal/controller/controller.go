@@ -44,6 +44,11 @@ type Config struct {
 	BatchSize int
 	// ShardLimit is the ledger shard size limit (0 = default).
 	ShardLimit int
+	// SkipPoolAnnotation leaves ipledger.io/allocated-from-pool unwritten.
+	// The annotation is metadata, which a status write cannot change, so it
+	// costs a second write per newly allocated Service; the condition
+	// message names the pool either way.
+	SkipPoolAnnotation bool
 }
 
 // Defaults fills unset fields.
@@ -70,6 +75,7 @@ type Controller struct {
 	log      *slog.Logger
 	metrics  *metrics
 	ledgerM  *ledger.Metrics
+	reg      prometheus.Registerer
 
 	mu      sync.Mutex
 	current *worker // the term's worker once it has rebuilt, else nil
@@ -81,7 +87,7 @@ func New(cfg Config, client kubernetes.Interface, dyn dynamic.Interface, source 
 	cfg.Defaults()
 	return &Controller{
 		cfg: cfg, client: client, dynamic: dyn, source: source, recorder: recorder, log: log,
-		metrics: newMetrics(reg), ledgerM: ledger.NewMetrics(reg),
+		metrics: newMetrics(reg), ledgerM: ledger.NewMetrics(reg), reg: reg,
 	}
 }
 
@@ -150,6 +156,9 @@ func (w *worker) Run(term *leader.Term) error {
 		"services", len(w.ledgerBySvc), "conflicts", len(w.conflicts))
 	w.c.setActive(w)
 	defer w.c.setActive(nil)
+	annotDone := make(chan struct{})
+	go func() { defer close(annotDone); w.annotations.Run(term, 4, w.syncAnnotation) }()
 	w.loop(ctx, term)
+	<-annotDone
 	return nil
 }

@@ -75,4 +75,3 @@ func (m *metrics) setPoolUsage(a *allocator.Allocator, pools []*watcherv1.Object
 		m.addresses.WithLabelValues(name, "IPv6", "used").Set(f(u.IPv6.Used))
 	}
 }
-

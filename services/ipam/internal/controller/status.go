@@ -140,16 +140,15 @@ type ingressJSON struct {
 	IPMode string `json:"ipMode"`
 }
 
-// writeService writes a Service's status in one status-subresource patch,
-// then — only when it differs — the allocated-from-pool annotation in a
-// metadata patch (a status write cannot change metadata). It returns the
-// resourceVersion after the last write.
+// writeService writes a Service's status in one status-subresource patch and
+// returns the resourceVersion after it. (The allocated-from-pool annotation
+// has its own queue: see worker.annotate.)
 func (c *Controller) writeService(ctx context.Context, wr *write) (string, error) {
 	ns, name := wr.obj.GetMeta().GetNamespace(), wr.obj.GetMeta().GetName()
 	svcs := c.client.CoreV1().Services(ns)
 	rv := wr.obj.GetMeta().GetResourceVersion()
 	statusChanged := wr.cur.foreign != wr.want.foreign || !slices.Equal(wr.cur.ingress, wr.want.ingress) || !condEqual(wr.cur.cond, wr.want.cond)
-	if statusChanged || wr.release {
+	if statusChanged {
 		var ingress any // null clears the list
 		if len(wr.want.ingress) > 0 {
 			list := make([]ingressJSON, 0, len(wr.want.ingress))
@@ -184,18 +183,6 @@ func (c *Controller) writeService(ctx context.Context, wr *write) (string, error
 		out, err := svcs.Patch(ctx, name, types.StrategicMergePatchType, body, metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status")
 		if err != nil {
 			return "", fmt.Errorf("patch status of Service %s/%s: %w", ns, name, err)
-		}
-		rv = out.ResourceVersion
-	}
-	if wr.cur.pool != wr.want.pool {
-		var v any
-		if wr.want.pool != "" {
-			v = wr.want.pool
-		}
-		body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{allocator.AnnotationAllocatedFromPool: v}}})
-		out, err := svcs.Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ipledger-ipam"})
-		if err != nil {
-			return "", fmt.Errorf("patch annotation %s of Service %s/%s: %w", allocator.AnnotationAllocatedFromPool, ns, name, err)
 		}
 		rv = out.ResourceVersion
 	}

@@ -51,6 +51,8 @@ type Config struct {
 	Controller controller.Config
 	QPS        float64
 	Burst      int
+	// PoolAnnotation writes ipledger.io/allocated-from-pool on each Service.
+	PoolAnnotation bool
 }
 
 // Flags registers the flags with their defaults.
@@ -68,6 +70,9 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 		"spec.loadBalancerClass served, besides unset (type LoadBalancer Services of other classes are left alone)")
 	fs.IntVar(&c.Controller.StatusWorkers, "status-workers", c.Controller.StatusWorkers, "Service status writes in flight at once")
 	fs.IntVar(&c.Controller.BatchSize, "batch-size", c.Controller.BatchSize, "Services decided per ledger write")
+	c.PoolAnnotation = true
+	fs.BoolVar(&c.PoolAnnotation, "pool-annotation", c.PoolAnnotation,
+		"write the ipledger.io/allocated-from-pool annotation; it is metadata, which a status write cannot change, so it costs one more write per newly allocated Service (the AddressAllocated condition names the pool either way)")
 	if c.QPS == 0 {
 		c.QPS, c.Burst = DefaultQPS, DefaultBurst
 	}
@@ -94,6 +99,7 @@ func (c *Config) Run(ctx context.Context) error {
 		c.Leader.Identity = leader.DefaultIdentity()
 	}
 	c.Controller.Namespace = c.Common.Namespace
+	c.Controller.SkipPoolAnnotation = !c.PoolAnnotation
 	if c.Controller.LBClass == "" {
 		c.Controller.LBClass = objects.DefaultLBClass
 	}
@@ -145,7 +151,9 @@ func (c *Config) Run(ctx context.Context) error {
 		gs.SetServing(true)
 		return nil
 	})
-	g.Go(func() error { return leader.Run(ctx, client, c.Leader, ctrl.NewWorker, log.With("component", "leader"), reg) })
+	g.Go(func() error {
+		return leader.Run(ctx, client, c.Leader, ctrl.NewWorker, log.With("component", "leader"), reg)
+	})
 	g.Go(func() error { return gs.Serve(ctx) })
 	g.Go(func() error { return ops.Serve(ctx) })
 	log.Info("Starting ipledger-ipam", "namespace", c.Common.Namespace, "lbClass", c.Controller.LBClass,

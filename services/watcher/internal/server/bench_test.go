@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
+	"strings"
 	"sort"
 	"strconv"
 	"sync"
@@ -13,8 +15,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ipledger/ipledger/pkg/convert"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/watcher/internal/store"
 )
@@ -172,4 +179,61 @@ func BenchmarkDeltaLatency(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 	b.ReportMetric(float64(len(lat))/float64(b.N*benchSubscribers), "delivered/sent")
+}
+
+// BenchmarkStoreMemory reports the heap held per object by the watcher's
+// compact store, beside the heap of the same Services as typed client-go
+// objects (what each consumer's own informer cache would hold), measured in
+// the same run.
+func BenchmarkStoreMemory(b *testing.B) {
+	for range b.N {
+		compact := heapDelta(func() any {
+			st := store.New("mem", 0)
+			for i := range benchObjects {
+				st.Upsert(convert.Service(benchService(i)))
+			}
+			return st
+		})
+		typed := heapDelta(func() any {
+			objs := make([]*corev1.Service, benchObjects)
+			for i := range objs {
+				objs[i] = benchService(i)
+			}
+			return objs
+		})
+		b.ReportMetric(compact/benchObjects, "compact-B/obj")
+		b.ReportMetric(typed/benchObjects, "typed-B/obj")
+	}
+}
+
+var keep any
+
+func heapDelta(build func() any) float64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	keep = build()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	keep = nil
+	return float64(after.HeapAlloc) - float64(before.HeapAlloc)
+}
+
+// benchService is a typical LoadBalancer Service as the API server returns it
+// (managedFields stripped, as the watcher's informers do).
+func benchService(i int) *corev1.Service {
+	ipv4 := corev1.IPv4Protocol
+	single := corev1.IPFamilyPolicySingleStack
+	vip := corev1.LoadBalancerIPModeVIP
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprintf("ns-%d", i%100), Name: fmt.Sprintf("svc-%d", i), UID: types.UID(fmt.Sprintf("3f2a9c1e-0000-4000-8000-%012d", i)),
+			ResourceVersion: strconv.Itoa(100000 + i), Generation: 1, CreationTimestamp: metav1.Now(),
+			Labels:      map[string]string{"app": fmt.Sprintf("app-%d", i), "team": "payments"},
+			Annotations: map[string]string{"ipledger.io/allocated-from-pool": "default", "kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 400)}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+			IPFamilies: []corev1.IPFamily{ipv4}, IPFamilyPolicy: &single, Selector: map[string]string{"app": fmt.Sprintf("app-%d", i)},
+			Ports:                 []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080), NodePort: 30080}},
+			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyCluster, SessionAffinity: corev1.ServiceAffinityNone},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "192.0.2.10", IPMode: &vip}}}},
+	}
 }

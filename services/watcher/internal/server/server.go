@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
-	"github.com/ipledger/ipledger/services/watcher/internal/coalesce"
 	"github.com/ipledger/ipledger/services/watcher/internal/store"
 )
 
@@ -161,7 +160,7 @@ func (s *Server) send(ctx context.Context, stream grpc.ServerStreamingServer[wat
 				return ctx.Err()
 			}
 			// resume_revision 0: a snapshot cannot be resumed before SYNCED.
-			if err := stream.Send(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Epoch: epoch, Revision: sub.Revision, Object: o}); err != nil {
+			if err := stream.Send(s.withObjects(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Epoch: epoch, Revision: sub.Revision}, o, nil)); err != nil {
 				return err
 			}
 			s.m.sent.WithLabelValues(o.GetKind().String(), "UPSERT").Inc()
@@ -191,7 +190,8 @@ func (s *Server) send(ctx context.Context, stream grpc.ServerStreamingServer[wat
 				if !ok {
 					break
 				}
-				if err := stream.Send(response(epoch, ev)); err != nil {
+				resp := &watcherv1.WatchResponse{Type: ev.Type, Epoch: epoch, Revision: ev.Revision, ResumeRevision: ev.ResumeRevision}
+				if err := stream.Send(s.withObjects(resp, ev.Object, ev.Old)); err != nil {
 					return err
 				}
 				s.m.sent.WithLabelValues(ev.Object.GetKind().String(), eventTypeLabel(ev.Type)).Inc()
@@ -212,9 +212,11 @@ func (s *Server) send(ctx context.Context, stream grpc.ServerStreamingServer[wat
 	}
 }
 
-func response(epoch string, ev coalesce.Event) *watcherv1.WatchResponse {
-	return &watcherv1.WatchResponse{Type: ev.Type, Epoch: epoch, Revision: ev.Revision, ResumeRevision: ev.ResumeRevision,
-		Object: ev.Object, OldObject: ev.Old}
+// withObjects attaches obj and old to r in their pre-encoded form (see
+// store.AppendObjects): every subscriber shares one encoding of an object.
+func (s *Server) withObjects(r *watcherv1.WatchResponse, obj, old *watcherv1.Object) *watcherv1.WatchResponse {
+	r.ProtoReflect().SetUnknown(s.store.AppendObjects(nil, obj, old))
+	return r
 }
 
 func eventTypeLabel(t watcherv1.EventType) string {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/watcher/internal/store"
@@ -45,8 +46,18 @@ func (f *fakeStream) Send(r *watcherv1.WatchResponse) error {
 	case <-f.ctx.Done():
 		return f.ctx.Err()
 	}
+	// Round-trip through the wire format, as gRPC does: objects travel as
+	// pre-encoded fields.
+	b, err := proto.Marshal(r)
+	if err != nil {
+		return err
+	}
+	var got watcherv1.WatchResponse
+	if err := proto.Unmarshal(b, &got); err != nil {
+		return err
+	}
 	f.mu.Lock()
-	f.got = append(f.got, r)
+	f.got = append(f.got, &got)
 	f.mu.Unlock()
 	select {
 	case f.sent <- struct{}{}:
@@ -187,5 +198,28 @@ func TestParseRequest(t *testing.T) {
 				t.Fatalf("code %v, want InvalidArgument", status.Code(err))
 			}
 		})
+	}
+}
+
+func TestPreEncodedObjectsDecodeAsFields(t *testing.T) {
+	st := store.New("e", 10)
+	cur := pod("a", "2")
+	cur.Meta.Labels = map[string]string{"x": "y"}
+	st.Upsert(pod("a", "1"))
+	st.Upsert(cur)
+	srv := New(Config{}, st, nil, slog.New(slog.DiscardHandler), nil)
+	old := pod("a", "1")
+	r := srv.withObjects(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Revision: 2}, cur, old)
+	b, err := proto.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got watcherv1.WatchResponse
+	if err := proto.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := &watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Revision: 2, Object: cur, OldObject: old}
+	if !proto.Equal(&got, want) {
+		t.Fatalf("decoded %v, want %v", &got, want)
 	}
 }

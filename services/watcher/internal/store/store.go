@@ -11,6 +11,7 @@ package store
 import (
 	"sync"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -46,6 +47,10 @@ type Store struct {
 	histLen int
 	subs    map[*Subscription]struct{}
 	onRev   func(rev uint64, kind watcherv1.Kind, objects int)
+
+	// wire holds the encoding of every current object as field `object` of a
+	// WatchResponse, made once per change instead of once per subscriber.
+	wire sync.Map // *watcherv1.Object -> []byte
 }
 
 // New returns an empty store for a process with the given epoch, keeping the
@@ -92,6 +97,7 @@ func (s *Store) Len() int {
 // wake every subscriber.
 func (s *Store) Upsert(obj *watcherv1.Object) {
 	key := Key(obj)
+	wire := appendObjectField(nil, objectField, obj)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.objects[obj.GetKind()]
@@ -104,6 +110,10 @@ func (s *Store) Upsert(obj *watcherv1.Object) {
 		return
 	}
 	m[key] = obj
+	if old != nil {
+		s.wire.Delete(old)
+	}
+	s.wire.Store(obj, wire)
 	s.record(Change{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Key: key, Object: obj, Old: old})
 }
 
@@ -119,6 +129,7 @@ func (s *Store) Delete(obj *watcherv1.Object) {
 		return
 	}
 	delete(m, key)
+	s.wire.Delete(old)
 	s.record(Change{Type: watcherv1.EventType_EVENT_TYPE_DELETE, Key: key, Object: old})
 }
 
@@ -138,6 +149,46 @@ func (s *Store) record(c Change) {
 	if s.onRev != nil {
 		s.onRev(s.rev, c.Object.GetKind(), len(s.objects[c.Object.GetKind()]))
 	}
+}
+
+// Field numbers of WatchResponse that carry objects.
+const (
+	objectField    protowire.Number = 5
+	oldObjectField protowire.Number = 6
+)
+
+// AppendObjects appends obj as WatchResponse field `object` and old as field
+// `old_object` (each when not nil) in wire format. Set on a WatchResponse as
+// unknown fields, they are marshalled verbatim and parsed by every client as
+// the ordinary fields: a snapshot to 50 subscribers encodes each object once.
+func (s *Store) AppendObjects(b []byte, obj, old *watcherv1.Object) []byte {
+	b = s.appendCached(b, objectField, obj)
+	return s.appendCached(b, oldObjectField, old)
+}
+
+func (s *Store) appendCached(b []byte, field protowire.Number, o *watcherv1.Object) []byte {
+	if o == nil {
+		return b
+	}
+	if field == objectField {
+		if w, ok := s.wire.Load(o); ok {
+			return append(b, w.([]byte)...)
+		}
+	}
+	// A replaced state (old objects, deletes queued before): encode now.
+	return appendObjectField(b, field, o)
+}
+
+func appendObjectField(b []byte, field protowire.Number, o *watcherv1.Object) []byte {
+	enc, err := proto.MarshalOptions{}.Marshal(o)
+	if err != nil {
+		// Marshal fails only on invalid UTF-8 in a string field, which the API
+		// server does not produce; send the object without that field rather
+		// than not at all.
+		enc = nil
+	}
+	b = protowire.AppendTag(b, field, protowire.BytesType)
+	return protowire.AppendBytes(b, enc)
 }
 
 // Filter selects what a subscriber sees.

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipledger/ipledger/pkg/stream"
@@ -116,35 +116,44 @@ func TestStalledSubscriberIsClosedAloneAndConverges(t *testing.T) {
 	m.mu.Lock()
 	m.gate = gate
 	m.mu.Unlock()
-	// 5,000 changes to 2,500 distinct objects: far more than the stuck
-	// stream's flow-control window and queue hold.
-	const changes = 5000
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	t.Cleanup(open) // runs before the client's cleanup, which waits for the handler
+
+	// 5,000 changes to 2,500 distinct objects carrying 2 KiB each: far more
+	// than the stuck stream's flow-control window and queue hold. They are
+	// made in batches the healthy subscriber receives before the next one, as
+	// a subscriber that keeps up does.
+	const changes, batch = 5000, 100
 	sentAt := map[string]time.Time{}
-	for i := range changes {
-		o := fakePod(ns, fmt.Sprintf("q%d", i%2500), i)
-		sentAt[stream.Key(o)+"@"+o.GetMeta().GetResourceVersion()] = time.Now()
-		w.Store().Upsert(o)
-	}
 	var lat []time.Duration
-	for len(lat) < changes {
-		ev := healthy.next(t)
-		if at, ok := sentAt[stream.Key(ev.GetObject())+"@"+ev.GetObject().GetMeta().GetResourceVersion()]; ok {
-			lat = append(lat, time.Since(at))
+	for start := 0; start < changes; start += batch {
+		for i := start; i < start+batch; i++ {
+			o := fakePod(ns, fmt.Sprintf("q%d", i%2500), i)
+			o.Meta.Annotations = map[string]string{"ipledger.io/padding": padding}
+			sentAt[stream.Key(o)+"@"+o.GetMeta().GetResourceVersion()] = time.Now()
+			w.Store().Upsert(o)
 		}
-		if ev.GetObject().GetMeta().GetResourceVersion() == fmt.Sprint(changes-1) {
-			break // coalescing may fold earlier changes of a key into later ones
+		for {
+			ev := healthy.next(t)
+			if at, ok := sentAt[stream.Key(ev.GetObject())+"@"+ev.GetObject().GetMeta().GetResourceVersion()]; ok {
+				lat = append(lat, time.Since(at))
+			}
+			if ev.GetObject().GetMeta().GetResourceVersion() == fmt.Sprint(start+batch-1) {
+				break
+			}
 		}
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	t.Logf("healthy subscriber: %d deliveries, p50 %v p99 %v during the stall", len(lat), lat[len(lat)/2], lat[len(lat)*99/100])
+	t.Logf("healthy subscriber: %d deliveries, p50 %v p99 %v while the other one was stuck", len(lat), lat[len(lat)/2], lat[len(lat)*99/100])
 
 	testenv.Eventually(t, 30*time.Second, func() error {
-		if got := testutil.ToFloat64(mustCollector(t, reg, "ipledger_watcher_subscriber_overflows_total")); got != 1 {
+		if got := counterValue(t, reg, "ipledger_watcher_subscriber_overflows_total"); got != 1 {
 			return fmt.Errorf("overflows %v, want 1", got)
 		}
 		return nil
 	})
-	close(gate)
+	open()
 	want := func() []string {
 		var out []string
 		for _, o := range storeObjects(w, ns) {
@@ -188,19 +197,22 @@ func storeObjects(w *Watcher, ns string) []*watcherv1.Object {
 	return sub.Snapshot
 }
 
-func mustCollector(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+// counterValue reads an unlabelled counter from reg (0 when absent).
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
-			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x", Help: "x"}, func() float64 { return mf.GetMetric()[0].GetCounter().GetValue() })
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
-	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x", Help: "x"}, func() float64 { return 0 })
+	return 0
 }
+
+var padding = strings.Repeat("x", 2048)
 
 // TestFailoverBetweenReplicaProcessesEndsWithTheLiveObjects kills the watcher
 // process a client is streaming from while Services are deleted; the client
@@ -223,15 +235,17 @@ func TestFailoverBetweenReplicaProcessesEndsWithTheLiveObjects(t *testing.T) {
 	}
 	addr1, addr2 := freeAddr(t), freeAddr(t)
 	r1 := start("watcher-1", addr1)
+	reg := prometheus.NewRegistry()
 	c := runStream(t, stream.Config{Target: "static:///" + addr1 + "," + addr2, Plaintext: true, TokenFile: subscriberToken(t, env),
-		Kinds: servicesOnly, Namespaces: []string{ns}, MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second}, nil)
+		Kinds: servicesOnly, Namespaces: []string{ns}, MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second}, reg)
 	m := newMirror()
 	c.AddHandler(m)
 	if got := len(m.keys()); got != n {
 		t.Fatalf("replay gave %d services, want %d", got, n)
 	}
-	start("watcher-2", addr2)
 
+	// The replica dies; Services are deleted while the client has nowhere to
+	// go; then the other replica (a new epoch) comes up.
 	r1.Kill()
 	deleted := map[string]bool{}
 	for i := 0; i < n; i += 3 {
@@ -241,6 +255,7 @@ func TestFailoverBetweenReplicaProcessesEndsWithTheLiveObjects(t *testing.T) {
 		}
 		deleted[ns+"/"+name] = true
 	}
+	start("watcher-2", addr2)
 	testenv.Eventually(t, 60*time.Second, func() error {
 		live, err := env.Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -272,5 +287,8 @@ func TestFailoverBetweenReplicaProcessesEndsWithTheLiveObjects(t *testing.T) {
 	}
 	if len(m.deletes) != len(deleted) {
 		t.Errorf("%d OnDelete calls, want %d", len(m.deletes), len(deleted))
+	}
+	if got := counterValue(t, reg, "ipledger_stream_synthetic_deletes_total"); got != float64(len(deleted)) {
+		t.Errorf("synthetic deletes %v, want %d (all deletes happened while disconnected)", got, len(deleted))
 	}
 }

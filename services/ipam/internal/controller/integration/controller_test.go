@@ -223,3 +223,57 @@ func TestReservationSurvivesRestart(t *testing.T) {
 	}
 	h.expect(wait, map[string]string{"waiting": "10.77.5.1"})
 }
+
+// A Service that stops being our LoadBalancer has its status cleared first
+// and its ledger entry removed after; a deleted one is released too; the
+// pending Service then takes the IP.
+func TestReleaseOnTypeChangeAndDelete(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.pool("trel-one", "10.77.8.1/32")
+	h.service("a", nil)
+	h.watchDuplicates()
+	h.start("ipam-0")
+	h.expect(wait, map[string]string{"a": "10.77.8.1"})
+	testenv.Eventually(t, wait, func() error {
+		s, err := h.env.Client.CoreV1().Services(h.ns).Get(ctx, "a", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got := s.Annotations["ipledger.io/allocated-from-pool"]; got != "trel-one" {
+			return fmt.Errorf("allocated-from-pool = %q", got)
+		}
+		return nil
+	})
+	h.service("b", nil)
+	h.expect(wait, map[string]string{"a": "10.77.8.1", "b": "PoolExhausted"})
+
+	// a becomes a ClusterIP Service.
+	patch := []byte(`{"spec":{"type":"ClusterIP","loadBalancerClass":null,"externalTrafficPolicy":null,"allocateLoadBalancerNodePorts":null,"ports":[{"name":"http","port":80,"targetPort":8080,"protocol":"TCP","nodePort":null}]}}`)
+	if _, err := h.env.Client.CoreV1().Services(h.ns).Patch(ctx, "a", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.expect(wait, map[string]string{"b": "10.77.8.1"})
+	testenv.Eventually(t, wait, func() error {
+		s, err := h.env.Client.CoreV1().Services(h.ns).Get(ctx, "a", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(s.Status.Conditions) > 0 || len(s.Status.LoadBalancer.Ingress) > 0 || s.Annotations["ipledger.io/allocated-from-pool"] != "" {
+			return fmt.Errorf("a still shows ipam's marks: %+v %v", s.Status, s.Annotations)
+		}
+		return nil
+	})
+
+	// b is deleted: c takes the IP, and the ledger names only c.
+	h.service("c", nil)
+	h.expect(wait, map[string]string{"b": "10.77.8.1", "c": "PoolExhausted"})
+	if err := h.env.Client.CoreV1().Services(h.ns).Delete(ctx, "b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.expect(wait, map[string]string{"c": "10.77.8.1"})
+	st, err := ledger.Read(ctx, h.env.Client, h.ledgerNS)
+	if err != nil || len(st.Allocations) != 1 || st.Allocations[0].Service.Name != "c" {
+		t.Fatalf("ledger = %+v, %v", st.Allocations, err)
+	}
+}

@@ -1,0 +1,236 @@
+// Package bench measures ipam's headline benchmark (BENCHMARKS.md): N
+// LoadBalancer Services with empty status, ipam started cold, time until
+// every Service has an IP — against two floors measured in the same run on
+// the same API server: N status writes from one client worker and from 32.
+//
+//	go test -run XXX -bench ColdStart ./internal/bench/                          # N = 1,000
+//	IPLEDGER_BENCH_N=10000 go test -run XXX -bench ColdStart -timeout 60m ./internal/bench/
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/services/ipam/internal/controller"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func freePort(b testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// parallel runs fn(i) for i in [0, n) on workers goroutines.
+func parallel(n, workers int, fn func(i int) error) error {
+	var next atomic.Int64
+	var first error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+func BenchmarkColdStart(b *testing.B) {
+	n := 1000
+	if v, err := strconv.Atoi(os.Getenv("IPLEDGER_BENCH_N")); err == nil && v > 0 {
+		n = v
+	}
+	env := testenv.Get(b)
+	ctx := context.Background()
+	// The benchmark's own client: rate limits raised like ipam's.
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = 5000, 10000
+	client := kubernetes.NewForConfigOrDie(cfg)
+	ns := env.Namespace(b, nil)
+	class := "bench.ipledger.io/lb"
+	name := func(i int) string { return fmt.Sprintf("s%05d", i) }
+
+	pool := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool", "metadata": map[string]any{"name": "bench"},
+		"spec": map[string]any{"addresses": []any{"10.96.0.0/16"}},
+	}}
+	if _, err := env.Dynamic.Resource(controller.PoolGVR).Create(ctx, pool, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Now()
+	objs := make([]*corev1.Service, n)
+	if err := parallel(n, 32, func(i int) error {
+		s := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: ns},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
+				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
+		}
+		out, err := client.CoreV1().Services(ns).Create(ctx, s, metav1.CreateOptions{})
+		objs[i] = out
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("created %d Services in %s", n, time.Since(t0).Round(time.Millisecond))
+
+	setStatus := func(workers int, ip func(i int) string) time.Duration {
+		start := time.Now()
+		if err := parallel(n, workers, func(i int) error {
+			s := objs[i]
+			s.Status.LoadBalancer.Ingress = nil
+			if v := ip(i); v != "" {
+				vip := corev1.LoadBalancerIPModeVIP
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: v, IPMode: &vip}}
+			}
+			out, err := client.CoreV1().Services(ns).UpdateStatus(ctx, s, metav1.UpdateOptions{})
+			if err == nil {
+				objs[i] = out
+			}
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	ipOf := func(base byte) func(i int) string {
+		return func(i int) string { return fmt.Sprintf("10.%d.%d.%d", base, i/250, i%250+1) }
+	}
+	// Floors: one UpdateStatus per Service (the object kept from the last
+	// write, so no read), as a plain loop would do.
+	floor1 := setStatus(1, ipOf(200))
+	floor32 := setStatus(32, ipOf(201))
+	setStatus(32, func(int) string { return "" })
+	b.Logf("floors: 1 worker %s, 32 workers %s", floor1.Round(time.Millisecond), floor32.Round(time.Millisecond))
+
+	// ipam, cold.
+	watcherAddr := freePort(b)
+	testenv.StartProcess(b, "watcher", env.Binary(b, "watcher"), nil,
+		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", watcherAddr, "--grpc-plaintext", "--namespace", ns,
+		"--ops-addr", freePort(b), "--log-format", "text")
+	tokenFile := env.TokenFile(b, testenv.SystemNamespace, "ipledger-ipam")
+	opsAddr := freePort(b)
+	bin := env.Binary(b, "ipam")
+	b.ResetTimer()
+	start := time.Now()
+	args := strings.Fields(os.Getenv("IPLEDGER_BENCH_ARGS"))
+	testenv.StartProcess(b, "ipam", bin, nil, append(args,
+		"--kubeconfig", env.CP.KubeconfigPath, "--namespace", ns, "--lb-class", class, "--log-format", "text", "--log-level", "warn",
+		"--watcher-addr", watcherAddr, "--watcher-token-file", tokenFile, "--watcher-plaintext",
+		"--grpc-addr", freePort(b), "--grpc-plaintext", "--ops-addr", opsAddr)...)
+	var rssMax float64
+	testenv.Eventually(b, 30*time.Minute, func() error {
+		if v := scrape(opsAddr, "process_resident_memory_bytes"); v > rssMax {
+			rssMax = v
+		}
+		list, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return err
+		}
+		done := 0
+		for _, s := range list.Items {
+			if len(s.Status.LoadBalancer.Ingress) > 0 {
+				done++
+			}
+		}
+		if done < n {
+			return fmt.Errorf("%d of %d Services have an IP", done, n)
+		}
+		return nil
+	})
+	ipam := time.Since(start)
+	b.StopTimer()
+
+	// Verify: no IP twice, the ledger equals the statuses.
+	list, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, s := range list.Items {
+		ip := s.Status.LoadBalancer.Ingress[0].IP
+		if other, dup := seen[ip]; dup {
+			b.Fatalf("%s on %s and %s", ip, other, s.Name)
+		}
+		seen[ip] = s.Name
+	}
+	st, err := ledger.Read(ctx, client, ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, a := range st.Allocations {
+		if seen[a.IP.String()] != a.Service.Name {
+			b.Fatalf("ledger %s=%s, status says %q", a.IP, a.Service.Name, seen[a.IP.String()])
+		}
+	}
+	if len(st.Allocations) != n {
+		b.Fatalf("ledger holds %d allocations, want %d", len(st.Allocations), n)
+	}
+	writes := scrape(opsAddr, `ipledger_ipam_ledger_writes_total{result="ok"}`)
+	b.ReportMetric(ipam.Seconds(), "ipam-s")
+	b.ReportMetric(floor1.Seconds(), "floor1-s")
+	b.ReportMetric(floor32.Seconds(), "floor32-s")
+	b.ReportMetric(ipam.Seconds()/floor32.Seconds(), "x-floor32")
+	b.ReportMetric(ipam.Seconds()/floor1.Seconds(), "x-floor1")
+	b.ReportMetric(rssMax/1e6, "rss-MB")
+	b.ReportMetric(writes, "ledger-writes")
+	b.Logf("N=%d ipam %s = %.2f× the 32-worker floor (%s), %.2f× the 1-worker floor (%s); RSS max %.0f MB; %v ledger writes",
+		n, ipam.Round(time.Millisecond), ipam.Seconds()/floor32.Seconds(), floor32.Round(time.Millisecond),
+		ipam.Seconds()/floor1.Seconds(), floor1.Round(time.Millisecond), rssMax/1e6, writes)
+}
+
+// scrape reads one sample from a Prometheus text endpoint (0 if absent).
+func scrape(addr, metric string) float64 {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, metric+" ") {
+			v, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, metric)), 64)
+			return v
+		}
+	}
+	return 0
+}

@@ -1,0 +1,59 @@
+package objects
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+)
+
+func service(typ, class string, deleting bool) *watcherv1.Object {
+	o := &watcherv1.Object{Kind: watcherv1.Kind_KIND_SERVICE, Meta: &watcherv1.ObjectMeta{Namespace: "n", Name: "s"},
+		Body: &watcherv1.Object_Service{Service: &watcherv1.Service{Type: typ, LoadBalancerClass: class}}}
+	if deleting {
+		o.Meta.DeletionTimestamp = 1
+	}
+	return o
+}
+
+func TestIsOurs(t *testing.T) {
+	for _, tc := range []struct {
+		obj  *watcherv1.Object
+		want bool
+	}{
+		{service("LoadBalancer", "", false), true},
+		{service("LoadBalancer", DefaultLBClass, false), true},
+		{service("LoadBalancer", "example.com/other", false), false},
+		{service("ClusterIP", "", false), false},
+		{service("LoadBalancer", "", true), false},
+	} {
+		if got := IsOurs(tc.obj, DefaultLBClass); got != tc.want {
+			t.Errorf("IsOurs(%v) = %v", tc.obj, got)
+		}
+	}
+}
+
+func TestRequestErrorsNameTheField(t *testing.T) {
+	o := service("LoadBalancer", "", false)
+	o.GetService().IpFamilies = []string{"IPv5"}
+	_, err := Request(o, nil)
+	var ae *allocator.Error
+	if !errors.As(err, &ae) || ae.Reason != allocator.ReasonInvalidRequest || !strings.Contains(ae.Message, "spec.ipFamilies") {
+		t.Fatalf("Request() error = %v", err)
+	}
+}
+
+func TestSharingUsesSelectorOnlyForLocal(t *testing.T) {
+	o := service("LoadBalancer", "", false)
+	o.GetService().Selector, o.GetService().HasSelector = map[string]string{"app": "x"}, true
+	o.GetService().Ports = []*watcherv1.ServicePort{{Protocol: "UDP", Port: 53}}
+	if sh := Sharing(o, "k"); sh.Local || sh.Selector != nil || len(sh.Ports) != 1 || sh.Key != "k" {
+		t.Errorf("Cluster policy sharing = %+v", sh)
+	}
+	o.GetService().ExternalTrafficPolicy = "Local"
+	if sh := Sharing(o, "k"); !sh.Local || sh.Selector["app"] != "x" {
+		t.Errorf("Local policy sharing = %+v", sh)
+	}
+}
