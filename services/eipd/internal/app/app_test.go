@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -418,5 +419,29 @@ func TestOrphansPodsAndPreventDeallocationThroughTheStream(t *testing.T) {
 	}
 	if n := r.proxy.Count("ReleaseAddress") + r.proxy.Count("AllocateAddress"); n != 0 {
 		t.Errorf("%d Allocate/Release calls with orphans available and --prevent-eip-deallocation", n)
+	}
+}
+
+func TestTermStartSweepsAddressesOfVanishedNodes(t *testing.T) {
+	env := testenv.Get(t)
+	cluster, lease, prefix := names(t)
+	moto := ec2test.Get(t)
+	// A Node deleted while no eipd was running left its address behind.
+	ghost := moto.AllocateOrphan(t, cluster, types.Tag{Key: aws.String(decide.TagNode), Value: aws.String(prefix + "-ghost")})
+	kept := moto.AllocateOrphan(t, cluster) // an orphan is not stale: it stays
+	r := startReplica(t, env, startWatcher(t, env), "solo", replicaOpts{cluster: cluster, lease: lease, minInterval: time.Second})
+	testenv.Eventually(t, 30*time.Second, func() error {
+		for _, a := range moto.Addresses(t, cluster) {
+			if aws.ToString(a.AllocationId) == aws.ToString(ghost.AllocationId) {
+				return fmt.Errorf("address of the vanished node still allocated")
+			}
+		}
+		return nil
+	})
+	if got := moto.Addresses(t, cluster); len(got) != 1 || aws.ToString(got[0].AllocationId) != aws.ToString(kept.AllocationId) {
+		t.Errorf("moto has %d addresses, want only the orphan %s", len(got), aws.ToString(kept.AllocationId))
+	}
+	if n := r.proxy.Count("ReleaseAddress"); n != 1 {
+		t.Errorf("ReleaseAddress sent %d times, want 1", n)
 	}
 }

@@ -133,7 +133,7 @@ func (w *worker) Run(term *leader.Term) error {
 
 	backoff := time.Second
 	for {
-		err := w.open(ctx)
+		err := w.open(ctx, false)
 		if err == nil {
 			break
 		}
@@ -141,6 +141,11 @@ func (w *worker) Run(term *leader.Term) error {
 			return nil
 		}
 		var ce *ledger.CorruptError
+		if errors.Is(err, ledger.ErrFenced) {
+			log.Error("A newer term already owns the ledger; this term writes nothing", "err", err)
+			<-term.Stopping()
+			return nil
+		}
 		if errors.As(err, &ce) {
 			w.reportCorrupt(ctx, ce)
 			backoff = 10 * time.Second

@@ -83,6 +83,9 @@ func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
 	if w.fenced {
 		return mutationResult{err: ErrNotLeader}
 	}
+	if w.ldg == nil {
+		return mutationResult{err: errors.New("the ledger is being re-read after a failed write")}
+	}
 	if r := m.reserve; r != nil {
 		ar := objects.AllocatorReservation(*r)
 		if old, ok := w.alloc.Reservation(r.IP); ok && old.Note == ar.Note && old.ForService == ar.ForService {
@@ -134,7 +137,8 @@ func (w *worker) afterCommitError(err error) {
 		w.fenced = true
 		return
 	}
-	w.rebuild()
+	w.ldg = nil
+	w.reopen(w.term.Context())
 }
 
 var _ = allocator.Error{}

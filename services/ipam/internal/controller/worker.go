@@ -40,6 +40,7 @@ type worker struct {
 	conflicts    []Conflict
 	corrupt      *ledger.CorruptError
 	fenced       bool
+	reopenAt     time.Time // when w.ldg is nil: the next attempt to re-read it
 
 	// expect is what this term wrote to each Service, until the stream
 	// shows it (a lagging stream must never make us decide again).
@@ -132,10 +133,10 @@ func (w *worker) requeue(key string, failed bool) {
 
 // open fences the ledger and rebuilds every allocation from it, the pools
 // and the Services, before anything is allocated.
-func (w *worker) open(ctx context.Context) error {
+func (w *worker) open(ctx context.Context, reopen bool) error {
 	l, err := ledger.Open(ctx, w.c.client, ledger.Options{
 		Namespace: w.c.cfg.Namespace, Term: w.term.ID(), ShardLimit: w.c.cfg.ShardLimit,
-		Metrics: w.c.ledgerM, Log: w.log,
+		Metrics: w.c.ledgerM, Log: w.log, Reopen: reopen,
 	})
 	if err != nil {
 		return err
@@ -222,9 +223,36 @@ func (w *worker) loop(ctx context.Context, term *leader.Term) {
 }
 
 func (w *worker) hasWork() bool {
+	if w.ldg == nil {
+		return time.Now().After(w.reopenAt)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.dirty) > 0 || w.poolsDirty
+}
+
+// reopen reads and fences the ledger again after a failed write. Until it
+// succeeds nothing is decided; a corrupt ledger is reported and retried.
+func (w *worker) reopen(ctx context.Context) {
+	err := w.open(ctx, true)
+	if err == nil {
+		return
+	}
+	w.ldg = nil
+	delay := 2 * time.Second
+	var ce *ledger.CorruptError
+	switch {
+	case errors.As(err, &ce):
+		w.reportCorrupt(ctx, ce)
+		delay = 10 * time.Second
+	case errors.Is(err, ledger.ErrFenced):
+		w.fenced = true
+		return
+	default:
+		w.log.Error("Cannot re-read the ledger; retrying", "err", err, "retryIn", delay)
+	}
+	w.reopenAt = time.Now().Add(delay)
+	time.AfterFunc(delay, w.poke)
 }
 
 // take returns up to n dirty Services in allocation order, and every dirty
@@ -273,6 +301,10 @@ type eventSpec struct{ typ, reason, msg string }
 // pass decides a batch, commits the ledger once, then writes the statuses.
 func (w *worker) pass(ctx context.Context) {
 	start := time.Now()
+	if w.ldg == nil {
+		w.reopen(ctx)
+		return
+	}
 	present, absent, poolsChanged := w.take(w.c.cfg.BatchSize)
 	if poolsChanged {
 		w.setPools()
@@ -401,8 +433,11 @@ func (w *worker) pass(ctx context.Context) {
 				w.log.Error("A newer term fenced the ledger; this term writes nothing more", "err", err)
 				return
 			}
-			w.log.Error("Ledger commit failed; rebuilding from the ledger as stored", "err", err)
-			w.rebuild()
+			// Some shards may be written and others not: start over from
+			// the ledger as stored (fenced again under this same term).
+			w.log.Error("Ledger commit failed; re-reading the ledger", "err", err)
+			w.ldg = nil
+			w.reopen(ctx)
 			return
 		}
 		for _, a := range change.Release {

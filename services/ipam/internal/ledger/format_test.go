@@ -222,3 +222,23 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestCompareTerms(t *testing.T) {
+	for _, tc := range []struct {
+		a, b   string
+		want   int
+		wantOK bool
+	}{
+		{"a/1/2026-11-30T12:00:00Z", "b/2/2026-11-30T11:00:00Z", -1, true},
+		{"b/2/2026-11-30T11:00:00Z", "a/1/2026-11-30T12:00:00Z", 1, true},
+		{"a/3/2026-11-30T12:00:00.5Z", "a/3/2026-11-30T12:00:00.25Z", 1, true},
+		{"ipam_x/3/2026-11-30T12:00:00Z", "ipam_x/3/2026-11-30T12:00:00Z", 0, true},
+		{"a/1/t", "b/2/2026-11-30T11:00:00Z", 0, false},
+		{"", "b/2/2026-11-30T11:00:00Z", 0, false},
+	} {
+		got, ok := CompareTerms(tc.a, tc.b)
+		if got != tc.want || ok != tc.wantOK {
+			t.Errorf("CompareTerms(%q, %q) = %d, %v; want %d, %v", tc.a, tc.b, got, ok, tc.want, tc.wantOK)
+		}
+	}
+}

@@ -8,7 +8,10 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +23,54 @@ import (
 // ErrFenced means a newer term has rewritten the ledger: this writer's term is
 // over and it must not write again.
 var ErrFenced = errors.New("ledger was fenced by a newer lease term")
+
+// CompareTerms orders two lease term IDs ("<identity>/<leaseTransitions>/<acquireTime>"):
+// by lease transitions, then acquire time. ok is false when either does not
+// parse.
+func CompareTerms(a, b string) (c int, ok bool) {
+	ta, okA := parseTerm(a)
+	tb, okB := parseTerm(b)
+	if !okA || !okB {
+		return 0, false
+	}
+	if ta.transitions != tb.transitions {
+		if ta.transitions < tb.transitions {
+			return -1, true
+		}
+		return 1, true
+	}
+	return ta.acquired.Compare(tb.acquired), true
+}
+
+type termID struct {
+	transitions int64
+	acquired    time.Time
+}
+
+func parseTerm(s string) (termID, bool) {
+	i := strings.LastIndexByte(s, '/')
+	if i < 0 {
+		return termID{}, false
+	}
+	j := strings.LastIndexByte(s[:i], '/')
+	if j < 0 {
+		return termID{}, false
+	}
+	n, err := strconv.ParseInt(s[j+1:i], 10, 64)
+	if err != nil {
+		return termID{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, s[i+1:])
+	if err != nil {
+		return termID{}, false
+	}
+	return termID{transitions: n, acquired: t}, true
+}
+
+// ErrStaleWrite means an older term wrote the ledger after this term fenced
+// it (it was paused before its own fence). The ledger is still this term's to
+// write: open it again with Options.Reopen, which fences it anew.
+var ErrStaleWrite = errors.New("an older lease term wrote the ledger after this term fenced it")
 
 // CorruptError is a ledger that cannot be read. Allocation stops until a
 // person repairs or removes the named shard; ipam never overwrites it.
@@ -124,6 +175,10 @@ type Options struct {
 	ShardLimit int
 	Metrics    *Metrics
 	Log        *slog.Logger
+	// Reopen is set when the same term opens the ledger again after a
+	// failed write: a shard stamped by any other term that is not provably
+	// older then means this term was fenced.
+	Reopen bool
 }
 
 // Ledger is one term's writer. Build it with Open at the start of a term and
@@ -224,6 +279,13 @@ func (l *Ledger) fence(ctx context.Context) error {
 		l.shards = []*liveShard{head}
 		l.setState(snap.state)
 		return nil
+	}
+	for _, s := range snap.layout {
+		c, ok := CompareTerms(s.Term, l.opts.Term)
+		if (ok && c > 0) || (!ok && l.opts.Reopen && s.Term != l.opts.Term) {
+			l.opts.Metrics.write("fenced")
+			return fmt.Errorf("shard %s was written by term %q, newer than ours %q: %w", s.Name, s.Term, l.opts.Term, ErrFenced)
+		}
 	}
 	head := snap.layout[0]
 	for i, s := range snap.layout {
@@ -374,6 +436,11 @@ func (l *Ledger) reload(ctx context.Context) error {
 	shards := make([]*liveShard, 0, len(snap.layout))
 	for _, s := range snap.layout {
 		if s.Term != l.opts.Term {
+			if c, ok := CompareTerms(s.Term, l.opts.Term); ok && c < 0 {
+				// An older term, paused before its own fence, wrote after
+				// ours: fence again (Open with Reopen) rather than give up.
+				return fmt.Errorf("shard %s was written by the older term %q after this term %q fenced it: %w", s.Name, s.Term, l.opts.Term, ErrStaleWrite)
+			}
 			l.opts.Metrics.write("fenced")
 			return fmt.Errorf("shard %s was written by term %q, ours is %q: %w", s.Name, s.Term, l.opts.Term, ErrFenced)
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,10 +71,28 @@ type metrics struct {
 }
 
 // StripManagedFields is the informers' transform: managedFields are the
-// largest part of most objects and nothing in ipledger reads them.
+// largest part of most objects and nothing in ipledger reads them; neither are
+// annotations outside the prefixes the compact form carries (such as
+// kubectl's last-applied-configuration, a copy of the whole object).
 func StripManagedFields(obj any) (any, error) {
-	if a, ok := obj.(metav1.Object); ok {
-		a.SetManagedFields(nil)
+	a, ok := obj.(metav1.Object)
+	if !ok {
+		return obj, nil
+	}
+	a.SetManagedFields(nil)
+	if ann := a.GetAnnotations(); len(ann) > 0 {
+		kept := map[string]string{}
+		for k, v := range ann {
+			for _, p := range convert.AnnotationPrefixes {
+				if strings.HasPrefix(k, p) {
+					kept[k] = v
+					break
+				}
+			}
+		}
+		if len(kept) != len(ann) {
+			a.SetAnnotations(kept)
+		}
 	}
 	return obj, nil
 }

@@ -134,20 +134,28 @@ func (s *Server) Watch(req *watcherv1.WatchRequest, stream grpc.ServerStreamingS
 	// queue overflows: returning from the handler ends the stream.
 	sendErr := make(chan error, 1)
 	go func() { sendErr <- s.send(ctx, stream, sub, depth, start) }()
-	select {
-	case err := <-sendErr:
-		if ctx.Err() != nil {
+	// The queue depth is sampled here too: the sender cannot report it while
+	// it is blocked on a subscriber that stopped reading.
+	sample := time.NewTicker(time.Second)
+	defer sample.Stop()
+	for {
+		select {
+		case err := <-sendErr:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		case <-sample.C:
+			depth.Set(float64(sub.Sub.Len()))
+		case <-sub.Sub.Overflowed():
+			s.m.overflows.Inc()
+			log.Warn("Closing a subscriber that fell behind", "queueSize", s.cfg.QueueSize)
+			return status.Errorf(codes.ResourceExhausted, "subscriber fell more than %d objects behind; reconnect to resync", s.cfg.QueueSize)
+		case <-stream.Context().Done():
 			return nil
+		case <-s.stopping:
+			return status.Error(codes.Unavailable, "watcher is shutting down; reconnect to another replica")
 		}
-		return err
-	case <-sub.Sub.Overflowed():
-		s.m.overflows.Inc()
-		log.Warn("Closing a subscriber that fell behind", "queueSize", s.cfg.QueueSize)
-		return status.Errorf(codes.ResourceExhausted, "subscriber fell more than %d objects behind; reconnect to resync", s.cfg.QueueSize)
-	case <-stream.Context().Done():
-		return nil
-	case <-s.stopping:
-		return status.Error(codes.Unavailable, "watcher is shutting down; reconnect to another replica")
 	}
 }
 
@@ -263,4 +271,3 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // ErrNotSynced is returned by readiness checks before the informers synced.
 var ErrNotSynced = errors.New("informers not synced")
-

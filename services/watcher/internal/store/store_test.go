@@ -75,7 +75,7 @@ func TestSelectorMovesObjectsInAndOut(t *testing.T) {
 	f := services
 	f.Selector = labels.SelectorFromSet(labels.Set{"team": "x"})
 	sub := st.Subscribe(f, nil, 10).Sub
-	st.Upsert(svc("a", "1", nil))                           // not selected: nothing
+	st.Upsert(svc("a", "1", nil))                            // not selected: nothing
 	st.Upsert(svc("a", "2", map[string]string{"team": "x"})) // enters: UPSERT without old
 	if got := drain(sub); len(got) != 1 || got[0] != "EVENT_TYPE_UPSERT a@2" {
 		t.Fatalf("entering the selector: %q", got)

@@ -26,7 +26,9 @@ type mirror struct {
 	gate    chan struct{} // handler calls wait on it while non-nil
 }
 
-func newMirror() *mirror { return &mirror{live: map[string]*watcherv1.Object{}, deletes: map[string]int{}} }
+func newMirror() *mirror {
+	return &mirror{live: map[string]*watcherv1.Object{}, deletes: map[string]int{}}
+}
 
 func (m *mirror) wait() {
 	m.mu.Lock()

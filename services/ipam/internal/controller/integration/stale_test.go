@@ -94,12 +94,12 @@ func TestPausedLeaderCannotWrite(t *testing.T) {
 	// a notices it lost the Lease (or is fenced) and stops its term.
 	testenv.Eventually(t, wait, func() error {
 		logs := a.Logs()
-		if strings.Contains(logs, "Stopped leading") || strings.Contains(logs, "fenced") {
+		if strings.Contains(logs, "Stopped leading") || strings.Contains(logs, "A newer term fenced the ledger") {
 			return nil
 		}
 		return fmt.Errorf("paused leader has not stopped its term yet")
 	})
-	if strings.Contains(a.Logs(), "fenced") {
+	if strings.Contains(a.Logs(), "A newer term fenced the ledger") {
 		t.Logf("the resumed leader tried to write and was fenced")
 	}
 	h.expect(wait, want)

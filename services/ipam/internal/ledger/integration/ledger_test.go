@@ -211,3 +211,22 @@ func TestConcurrentOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A term that starts late (its leader was paused between winning the Lease
+// and opening the ledger) finds a newer term's fence and writes nothing.
+func TestLateOlderTermDoesNotRefence(t *testing.T) {
+	ctx := context.Background()
+	client, ns := namespace(t)
+	const older, newer = "a/1/2026-11-30T12:00:00Z", "b/2/2026-11-30T12:00:30Z"
+	if _, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: newer}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := client.CoreV1().ConfigMaps(ns).Get(ctx, ledger.HeadName, metav1.GetOptions{})
+	if _, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: older}); !errors.Is(err, ledger.ErrFenced) {
+		t.Fatalf("late Open of an older term: %v, want ErrFenced", err)
+	}
+	after, _ := client.CoreV1().ConfigMaps(ns).Get(ctx, ledger.HeadName, metav1.GetOptions{})
+	if before.ResourceVersion != after.ResourceVersion || after.Data["term"] != newer {
+		t.Fatalf("the older term rewrote the ledger: term %q", after.Data["term"])
+	}
+}
