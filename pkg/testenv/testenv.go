@@ -52,8 +52,12 @@ var (
 )
 
 // Main starts the control plane, runs the tests, stops it and exits.
-func Main(m *testing.M) {
-	code := func() int {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main without the exit, for a TestMain that has fixtures of its own
+// to stop afterwards; it returns the exit code.
+func Run(m *testing.M) int {
+	return func() int {
 		dir, err := os.MkdirTemp("", "ipledger-testenv-")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "testenv:", err)
@@ -70,7 +74,6 @@ func Main(m *testing.M) {
 		defer shared.CP.Stop()
 		return m.Run()
 	}()
-	os.Exit(code)
 }
 
 // Get returns the shared environment; it fails the test if Main did not run.

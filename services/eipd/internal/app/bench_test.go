@@ -17,8 +17,8 @@ import (
 	"github.com/ipledger/ipledger/pkg/testenv"
 	"github.com/ipledger/ipledger/services/eipd/internal/controller"
 	"github.com/ipledger/ipledger/services/eipd/internal/decide"
-	"github.com/ipledger/ipledger/services/eipd/internal/ec2test"
-	"github.com/ipledger/ipledger/services/eipd/internal/faultproxy"
+	"github.com/ipledger/ipledger/pkg/ec2test"
+	"github.com/ipledger/ipledger/pkg/faultproxy"
 )
 
 // BenchmarkColdStart: N labelled Nodes exist, each on its own moto

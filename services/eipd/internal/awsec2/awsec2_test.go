@@ -13,8 +13,8 @@ import (
 
 	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
 	"github.com/ipledger/ipledger/services/eipd/internal/decide"
-	"github.com/ipledger/ipledger/services/eipd/internal/ec2test"
-	"github.com/ipledger/ipledger/services/eipd/internal/faultproxy"
+	"github.com/ipledger/ipledger/pkg/ec2test"
+	"github.com/ipledger/ipledger/pkg/faultproxy"
 )
 
 func TestMain(m *testing.M) { ec2test.Main(m) }

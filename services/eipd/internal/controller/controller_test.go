@@ -16,8 +16,8 @@ import (
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/eipd/internal/controller"
 	"github.com/ipledger/ipledger/services/eipd/internal/decide"
-	"github.com/ipledger/ipledger/services/eipd/internal/ec2test"
-	"github.com/ipledger/ipledger/services/eipd/internal/faultproxy"
+	"github.com/ipledger/ipledger/pkg/ec2test"
+	"github.com/ipledger/ipledger/pkg/faultproxy"
 )
 
 func TestLabelledNodeGetsAssociatedTaggedEIP(t *testing.T) {

@@ -32,8 +32,8 @@ import (
 	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
 	"github.com/ipledger/ipledger/services/eipd/internal/controller"
 	"github.com/ipledger/ipledger/services/eipd/internal/decide"
-	"github.com/ipledger/ipledger/services/eipd/internal/ec2test"
-	"github.com/ipledger/ipledger/services/eipd/internal/faultproxy"
+	"github.com/ipledger/ipledger/pkg/ec2test"
+	"github.com/ipledger/ipledger/pkg/faultproxy"
 )
 
 // TestMain runs moto_server (killed with the test binary, by Pdeathsig, since
@@ -43,7 +43,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	testenv.Main(m)
+	code := testenv.Run(m)
+	ec2test.StopShared()
+	os.Exit(code)
 }
 
 // mirror stands in for the watcher stream in these tests: an informer on

@@ -100,7 +100,7 @@ func BenchmarkColdStart(b *testing.B) {
 	if err := parallel(n, 32, func(i int) error {
 		s := &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: ns},
-			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
 				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
 		}
 		out, err := client.CoreV1().Services(ns).Create(ctx, s, metav1.CreateOptions{})

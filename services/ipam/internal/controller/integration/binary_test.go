@@ -81,7 +81,7 @@ func TestKillLeaderWhileAllocating(t *testing.T) {
 			for i := range jobs {
 				s := &corev1.Service{
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%04d", i), Namespace: svcNS},
-					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
+					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
 						Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
 				}
 				if _, err := env.Client.CoreV1().Services(svcNS).Create(ctx, s, metav1.CreateOptions{}); err != nil {

@@ -53,14 +53,20 @@ func Main(m *testing.M) {
 }
 
 // StartShared starts the moto that Get returns, for a TestMain that must
-// hand control to another Main (testenv.Main exits the process; moto then
-// dies with it through Pdeathsig).
+// run another fixture's Run (testenv.Run) too; stop it with StopShared.
 func StartShared() error {
 	shared, sharedErr = Start()
 	if sharedErr != nil {
 		return fmt.Errorf("ec2test: %w", sharedErr)
 	}
 	return nil
+}
+
+// StopShared stops the moto started by StartShared.
+func StopShared() {
+	if shared != nil {
+		shared.Stop()
+	}
 }
 
 // Get returns the moto started by Main or StartShared.
