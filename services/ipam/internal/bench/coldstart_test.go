@@ -151,10 +151,13 @@ func BenchmarkColdStart(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	args := strings.Fields(os.Getenv("IPLEDGER_BENCH_ARGS"))
-	testenv.StartProcess(b, "ipam", bin, nil, append(args,
-		"--kubeconfig", env.CP.KubeconfigPath, "--namespace", ns, "--lb-class", class, "--log-format", "text", "--log-level", "warn",
-		"--watcher-addr", watcherAddr, "--watcher-token-file", tokenFile, "--watcher-plaintext",
-		"--grpc-addr", freePort(b), "--grpc-plaintext", "--ops-addr", opsAddr)...)
+	startIPAM := func(name, opsAddr string) *testenv.Process {
+		return testenv.StartProcess(b, name, bin, nil, append(args,
+			"--kubeconfig", env.CP.KubeconfigPath, "--namespace", ns, "--lb-class", class, "--log-format", "text", "--log-level", "warn",
+			"--watcher-addr", watcherAddr, "--watcher-token-file", tokenFile, "--watcher-plaintext",
+			"--grpc-addr", freePort(b), "--grpc-plaintext", "--ops-addr", opsAddr)...)
+	}
+	first := startIPAM("ipam", opsAddr)
 	var rssMax float64
 	testenv.Eventually(b, 30*time.Minute, func() error {
 		if v := scrape(opsAddr, "process_resident_memory_bytes"); v > rssMax {
@@ -204,6 +207,47 @@ func BenchmarkColdStart(b *testing.B) {
 		b.Fatalf("ledger holds %d allocations, want %d", len(st.Allocations), n)
 	}
 	writes := scrape(opsAddr, `ipledger_ipam_ledger_writes_total{result="ok"}`)
+
+	// Restart with N ledger entries: time from process start to the first
+	// new allocation, and how many status writes the new process makes
+	// (exactly one — the new Service's — when nothing is re-decided).
+	if err := first.Stop(30 * time.Second); err != nil {
+		b.Logf("first ipam exited: %v", err)
+	}
+	if _, err := client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "after-restart", Namespace: ns},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
+	}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	ops2 := freePort(b)
+	restartBegin := time.Now()
+	startIPAM("ipam-restarted", ops2)
+	testenv.Eventually(b, 10*time.Minute, func() error {
+		s, err := client.CoreV1().Services(ns).Get(ctx, "after-restart", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(s.Status.LoadBalancer.Ingress) == 0 {
+			return fmt.Errorf("no IP yet")
+		}
+		return nil
+	})
+	restart := time.Since(restartBegin)
+	// Let the restarted process finish its first passes, then count.
+	var statusWrites float64
+	testenv.Eventually(b, time.Minute, func() error {
+		statusWrites = scrape(ops2, `ipledger_ipam_status_writes_total{result="ok"}`)
+		if scrape(ops2, "ipledger_ipam_pending_services") != 0 {
+			return fmt.Errorf("pending")
+		}
+		return nil
+	})
+	b.ReportMetric(restart.Seconds(), "restart-first-alloc-s")
+	b.ReportMetric(statusWrites-1, "restart-redundant-writes")
+	b.Logf("restart with %d ledger entries: first new allocation after %s; %v status writes besides the new Service's",
+		n, restart.Round(time.Millisecond), statusWrites-1)
 	b.ReportMetric(ipam.Seconds(), "ipam-s")
 	b.ReportMetric(floor1.Seconds(), "floor1-s")
 	b.ReportMetric(floor32.Seconds(), "floor32-s")

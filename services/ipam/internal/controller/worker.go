@@ -455,6 +455,13 @@ func (w *worker) pass(ctx context.Context) {
 	}
 	for _, key := range releases {
 		w.alloc.Release(key)
+		delete(w.pending, key)
+	}
+	if len(releases) > 0 {
+		// Freed addresses: pending Services may take them now.
+		for k := range w.pending {
+			reask = append(reask, k)
+		}
 	}
 	w.mark(reask...)
 

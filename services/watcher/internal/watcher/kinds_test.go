@@ -1,0 +1,91 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/ipledger/ipledger/pkg/convert"
+	"github.com/ipledger/ipledger/pkg/testenv"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+)
+
+// TestEveryKindIsServedWithItsServerSideFilter creates objects of every kind,
+// some outside the watcher's selectors, and checks what a snapshot holds.
+func TestEveryKindIsServedWithItsServerSideFilter(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t, nil)
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := func(name string, labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+	}
+	must(env.Client.CoreV1().Pods(ns).Create(ctx, pod("labelled", map[string]string{"ipledger.io/externalip": "198.51.100.7"}), metav1.CreateOptions{}))
+	must(env.Client.CoreV1().Pods(ns).Create(ctx, pod("plain", nil), metav1.CreateOptions{}))
+	slice := func(name, manager string) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Labels: map[string]string{"endpointslice.kubernetes.io/managed-by": manager, "kubernetes.io/service-name": "web"}},
+			AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.9"}}}}
+	}
+	must(env.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice("ours", "endpoints.ipledger.io"), metav1.CreateOptions{}))
+	must(env.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice("theirs", "endpointslice-controller.k8s.io"), metav1.CreateOptions{}))
+	ledgerName := "ledger-" + ns
+	must(env.Client.CoreV1().ConfigMaps(testenv.SystemNamespace).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: ledgerName, Labels: map[string]string{"ipledger.io/ledger": "true"}},
+		Data:       map[string]string{"format": "v1"}}, metav1.CreateOptions{}))
+	t.Cleanup(func() {
+		env.Client.CoreV1().ConfigMaps(testenv.SystemNamespace).Delete(ctx, ledgerName, metav1.DeleteOptions{})
+	})
+	must(env.Client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "not-a-ledger", Labels: map[string]string{"ipledger.io/ledger": "true"}}}, metav1.CreateOptions{}))
+	poolName := "pool-" + ns
+	must(env.Dynamic.Resource(convert.IPPoolResource).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool", "metadata": map[string]any{"name": poolName},
+		"spec": map[string]any{"addresses": []any{"203.0.113.0/28"}}}}, metav1.CreateOptions{}))
+	t.Cleanup(func() { env.Dynamic.Resource(convert.IPPoolResource).Delete(ctx, poolName, metav1.DeleteOptions{}) })
+	must(env.Dynamic.Resource(convert.ExternalWorkloadResource).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ipledger.io/v1alpha1", "kind": "ExternalWorkload", "metadata": map[string]any{"name": "vm1", "namespace": ns},
+		"spec": map[string]any{"workloadIPs": []any{map[string]any{"ip": "192.0.2.50"}}, "ports": []any{map[string]any{"port": int64(80)}}}}},
+		metav1.CreateOptions{}))
+
+	w, _ := startWatcher(t, env, nil)
+	s := watch(t, dial(t, w.Addr().String(), subscriberToken(t, env)), &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{
+		watcherv1.Kind_KIND_POD, watcherv1.Kind_KIND_ENDPOINT_SLICE, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP,
+		watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, watcherv1.Kind_KIND_NAMESPACE}})
+	snap, _ := s.untilSynced(t)
+	got := map[string]*watcherv1.Object{}
+	for _, ev := range snap {
+		o := ev.GetObject()
+		got[fmt.Sprintf("%v %s/%s", o.GetKind(), o.GetMeta().GetNamespace(), o.GetMeta().GetName())] = o
+	}
+	for _, want := range []string{
+		"KIND_POD " + ns + "/labelled", "KIND_ENDPOINT_SLICE " + ns + "/ours", "KIND_LEDGER_CONFIG_MAP " + testenv.SystemNamespace + "/" + ledgerName,
+		"KIND_IP_POOL /" + poolName, "KIND_EXTERNAL_WORKLOAD " + ns + "/vm1", "KIND_NAMESPACE /" + ns,
+	} {
+		if got[want] == nil {
+			t.Errorf("snapshot lacks %s", want)
+		}
+	}
+	for _, unwanted := range []string{"KIND_POD " + ns + "/plain", "KIND_ENDPOINT_SLICE " + ns + "/theirs", "KIND_LEDGER_CONFIG_MAP " + ns + "/not-a-ledger"} {
+		if got[unwanted] != nil {
+			t.Errorf("snapshot holds %s, outside the watcher's selectors", unwanted)
+		}
+	}
+	if p := got["KIND_IP_POOL /"+poolName].GetIpPool(); len(p.GetAddresses()) != 1 || !p.GetAutoAssign() {
+		t.Errorf("IPPool body %v", p)
+	}
+	if e := got["KIND_EXTERNAL_WORKLOAD "+ns+"/vm1"].GetExternalWorkload(); len(e.GetWorkloadIps()) != 1 || e.GetPorts()[0].GetProtocol() != "TCP" {
+		t.Errorf("ExternalWorkload body %v", e)
+	}
+}
