@@ -113,6 +113,17 @@ func (p *Proxy) Faults(action string) int {
 	return p.faults[action]
 }
 
+// TotalFaults returns how many requests, of any action, the proxy failed on purpose.
+func (p *Proxy) TotalFaults() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.faults {
+		n += c
+	}
+	return n
+}
+
 // Counts returns a copy of the per-action request counts.
 func (p *Proxy) Counts() map[string]int {
 	p.mu.Lock()

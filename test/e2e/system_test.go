@@ -49,6 +49,8 @@ type SystemOptions struct {
 	Watchers, IPAM, Endpoints, EIPD int
 	EC2Endpoint                     string
 	ClusterID                       string
+	// WatcherArgs are extra flags for every watcher.
+	WatcherArgs []string
 }
 
 // Leader election durations short enough for tests, and said once.
@@ -64,7 +66,7 @@ func StartSystem(t *testing.T, opts SystemOptions) *System {
 	t.Helper()
 	s := &System{t: t, env: testenv.Get(t), EC2Endpoint: opts.EC2Endpoint}
 	for r := range opts.Watchers {
-		s.Watchers = append(s.Watchers, s.start("watcher", r, nil))
+		s.Watchers = append(s.Watchers, s.start("watcher", r, opts.WatcherArgs))
 	}
 	for r := range opts.IPAM {
 		s.IPAM = append(s.IPAM, s.start("ipam", r, nil))

@@ -52,6 +52,10 @@ type worker struct {
 	// The allocated-from-pool annotation is metadata: written by its own
 	// queue, after and beside the statuses, so it never delays an IP.
 	annotations *leader.Queue[string]
+	// statusGate holds annotation writes back while statuses are written:
+	// an IP matters to users, the annotation is bookkeeping, and a Service
+	// update costs the API server more than a status write.
+	statusGate  sync.RWMutex
 	annotMu     sync.Mutex
 	annotIntent map[string]annotation
 
@@ -528,6 +532,8 @@ func (w *worker) writeStatuses(ctx context.Context, writes []*write) {
 		rv  string
 		err error
 	}
+	w.statusGate.Lock()
+	defer w.statusGate.Unlock()
 	results := make([]result, len(writes))
 	jobs := make(chan int)
 	var wg sync.WaitGroup
@@ -639,6 +645,8 @@ func (w *worker) syncAnnotation(ctx context.Context, key string) error {
 	if !ok || obj.GetMeta().GetAnnotations()[allocator.AnnotationAllocatedFromPool] == in.value {
 		return nil
 	}
+	w.statusGate.RLock()
+	defer w.statusGate.RUnlock()
 	var v any
 	if in.value != "" {
 		v = in.value

@@ -49,8 +49,12 @@ func benchServer(b *testing.B) (*store.Store, watcherv1.WatcherServiceClient) {
 		st.Upsert(benchPod(i, 1, 0))
 	}
 	srv := New(Config{HeartbeatInterval: time.Minute, QueueSize: 100000}, st, nil, slog.New(slog.DiscardHandler), nil)
+	return st, serve(b, srv)
+}
+
+func serve(b *testing.B, impl watcherv1.WatcherServiceServer) watcherv1.WatcherServiceClient {
 	gs := grpc.NewServer()
-	watcherv1.RegisterWatcherServiceServer(gs, srv)
+	watcherv1.RegisterWatcherServiceServer(gs, impl)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -62,15 +66,46 @@ func benchServer(b *testing.B) (*store.Store, watcherv1.WatcherServiceClient) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { conn.Close() })
-	return st, watcherv1.NewWatcherServiceClient(conn)
+	return watcherv1.NewWatcherServiceClient(conn)
 }
 
 var benchReq = &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_POD}}
 
 // BenchmarkSnapshotFanout: one op = 50 subscribers each receive a snapshot of
-// 10,000 objects up to SYNCED.
+// 10,000 objects up to SYNCED. The floor is the same 50 streams served by a
+// bare gRPC handler sending the same responses, already built, with no store,
+// filter or queue: what the transport and the clients' decoding cost alone.
 func BenchmarkSnapshotFanout(b *testing.B) {
-	_, client := benchServer(b)
+	b.Run("watcher", func(b *testing.B) {
+		_, client := benchServer(b)
+		fanout(b, client)
+	})
+	b.Run("floor", func(b *testing.B) {
+		var resps []*watcherv1.WatchResponse
+		for i := range benchObjects {
+			resps = append(resps, &watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Epoch: "floor", Revision: 1, Object: benchPod(i, 1, 0)})
+		}
+		resps = append(resps, &watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_SYNCED, Epoch: "floor", Revision: 1})
+		fanout(b, serve(b, floorServer{resps: resps}))
+	})
+}
+
+type floorServer struct {
+	watcherv1.UnimplementedWatcherServiceServer
+	resps []*watcherv1.WatchResponse
+}
+
+func (f floorServer) Watch(_ *watcherv1.WatchRequest, s grpc.ServerStreamingServer[watcherv1.WatchResponse]) error {
+	for _, r := range f.resps {
+		if err := s.Send(r); err != nil {
+			return err
+		}
+	}
+	<-s.Context().Done()
+	return nil
+}
+
+func fanout(b *testing.B, client watcherv1.WatcherServiceClient) {
 	b.ResetTimer()
 	for range b.N {
 		var wg sync.WaitGroup
