@@ -255,7 +255,7 @@ func (c *Client) RemoveHandler(r Registration) {
 
 // Run connects, takes the snapshot, applies deltas and reconnects with backoff
 // (resuming where it left off) until ctx ends; then it closes the connection
-// and returns nil.
+// and returns nil. Call it once.
 func (c *Client) Run(ctx context.Context) error {
 	defer c.conn.Close()
 	backoff := c.cfg.MinBackoff

@@ -97,7 +97,7 @@ func (c *Controller) NewWorker(term *leader.Term) (leader.Worker, error) {
 	return newWorker(c, term), nil
 }
 
-// retryDelay backs off a failing step without ever sleeping past the term.
+// sleep waits d, or less when the term stops; it reports whether d passed.
 func sleep(term *leader.Term, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

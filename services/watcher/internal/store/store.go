@@ -97,6 +97,10 @@ func (s *Store) Len() int {
 // wake every subscriber.
 func (s *Store) Upsert(obj *watcherv1.Object) {
 	key := Key(obj)
+	if s.unchanged(key, obj) {
+		return
+	}
+	// Encoded outside the lock; the check is repeated under it.
 	wire := appendObjectField(nil, objectField, obj)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -115,6 +119,13 @@ func (s *Store) Upsert(obj *watcherv1.Object) {
 	}
 	s.wire.Store(obj, wire)
 	s.record(Change{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Key: key, Object: obj, Old: old})
+}
+
+func (s *Store) unchanged(key string, obj *watcherv1.Object) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.objects[obj.GetKind()][key]
+	return old != nil && proto.Equal(old, obj)
 }
 
 // Delete removes the object with obj's kind and key; obj is its last known

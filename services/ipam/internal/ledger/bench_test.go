@@ -1,0 +1,44 @@
+package ledger
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+)
+
+// shardsOf builds a ledger of n allocations split like the Ledger splits it.
+func shardsOf(n int) map[string]map[string]string {
+	head := Shard{Name: HeadName, Term: "t"}
+	for i := range n {
+		ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		head.Allocations = append(head.Allocations, Allocation{IP: ip, Pool: "pool", Service: ServiceRef{Namespace: "ns", Name: fmt.Sprintf("svc-%06d", i), UID: "0b0f3a3e-6c1b-4d8e-9a55-3f1f6a1d2c3b"}, AllocatedAt: t0})
+	}
+	next := 0
+	first, rest, from := Split(head, DefaultShardLimit, func() string { next++; return ShardName(next) })
+	for i, r := range rest {
+		first.Index = append(first.Index, IndexEntry{Name: r.Name, From: from[i]})
+	}
+	out := map[string]map[string]string{HeadName: Encode(first)}
+	for _, r := range rest {
+		out[r.Name] = Encode(r)
+	}
+	return out
+}
+
+// BenchmarkParse50k is what a replica does when the streamed ledger changes
+// (then cached until it changes again): decode and assemble 50,000 entries.
+func BenchmarkParse50k(b *testing.B) {
+	cms := shardsOf(50000)
+	total := 0
+	for _, d := range cms {
+		total += Size(d)
+	}
+	for b.Loop() {
+		st, _, err := Parse(cms)
+		if err != nil || len(st.Allocations) != 50000 {
+			b.Fatal(err, len(st.Allocations))
+		}
+	}
+	b.ReportMetric(float64(len(cms)), "shards")
+	b.ReportMetric(float64(total)/float64(len(cms))/1024, "KiB/shard")
+}
