@@ -23,6 +23,8 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/cmdmain"
+	"github.com/ipledger/ipledger/pkg/ec2test"
+	"github.com/ipledger/ipledger/pkg/faultproxy"
 	"github.com/ipledger/ipledger/pkg/grpcserver"
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/stream"
@@ -32,8 +34,6 @@ import (
 	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
 	"github.com/ipledger/ipledger/services/eipd/internal/controller"
 	"github.com/ipledger/ipledger/services/eipd/internal/decide"
-	"github.com/ipledger/ipledger/pkg/ec2test"
-	"github.com/ipledger/ipledger/pkg/faultproxy"
 )
 
 // TestMain runs moto_server (it dies with the test binary through

@@ -11,10 +11,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
-	"github.com/ipledger/ipledger/services/eipd/internal/decide"
 	"github.com/ipledger/ipledger/pkg/ec2test"
 	"github.com/ipledger/ipledger/pkg/faultproxy"
+	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
+	"github.com/ipledger/ipledger/services/eipd/internal/decide"
 )
 
 func TestMain(m *testing.M) { ec2test.Main(m) }

@@ -26,14 +26,14 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/ipledger/ipledger/pkg/convert"
+	"github.com/ipledger/ipledger/pkg/ec2test"
+	"github.com/ipledger/ipledger/pkg/faultproxy"
 	"github.com/ipledger/ipledger/pkg/stream"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
 	"github.com/ipledger/ipledger/services/eipd/internal/controller"
 	"github.com/ipledger/ipledger/services/eipd/internal/decide"
-	"github.com/ipledger/ipledger/pkg/ec2test"
-	"github.com/ipledger/ipledger/pkg/faultproxy"
 )
 
 // TestMain runs moto_server (killed with the test binary, by Pdeathsig, since

@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -158,6 +159,23 @@ func BenchmarkColdStart(b *testing.B) {
 			"--grpc-addr", freePort(b), "--grpc-plaintext", "--ops-addr", opsAddr)...)
 	}
 	first := startIPAM("ipam", opsAddr)
+	if path := os.Getenv("IPLEDGER_BENCH_PPROF"); path != "" {
+		// A CPU profile of ipam while it allocates, for go tool pprof.
+		go func() {
+			time.Sleep(time.Second)
+			resp, err := http.Get("http://" + opsAddr + "/debug/pprof/profile?seconds=8")
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			f, err := os.Create(path)
+			if err != nil {
+				return
+			}
+			defer f.Close()
+			_, _ = io.Copy(f, resp.Body)
+		}()
+	}
 	var rssMax float64
 	testenv.Eventually(b, 30*time.Minute, func() error {
 		if v := scrape(opsAddr, "process_resident_memory_bytes"); v > rssMax {
