@@ -36,7 +36,7 @@ var workloadGVR = schema.GroupVersionResource{Group: "ipledger.io", Version: "v1
 const system = testenv.SystemNamespace
 
 // freeAddr returns a loopback address with a port nobody listens on.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -48,19 +48,27 @@ func freeAddr(t *testing.T) string {
 
 // startWatcher runs the real watcher binary with its own ServiceAccount and
 // returns its gRPC address.
-func startWatcher(t *testing.T, env *testenv.Env) string {
+func startWatcher(t testing.TB, env *testenv.Env) string {
+	t.Helper()
+	_, addr := startWatcherProcess(t, env)
+	return addr
+}
+
+// startWatcherProcess is startWatcher that also returns the process, for a
+// caller that stops it before the test ends.
+func startWatcherProcess(t testing.TB, env *testenv.Env) (*testenv.Process, string) {
 	t.Helper()
 	token, err := env.ServiceAccountToken(context.Background(), system, "ipledger-watcher")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
+	p := testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
 		"--kubeconfig", env.KubeconfigFor(t, token),
 		"--grpc-addr", addr, "--grpc-plaintext",
 		"--ops-addr", freeAddr(t),
 		"--log-format", "text")
-	return addr
+	return p, addr
 }
 
 // replica is one in-process ipledger-endpoints, authenticated as its own
@@ -182,7 +190,7 @@ func (r *replica) staleRetries() float64 {
 	return testutil.ToFloat64(r.Controller.Metrics.StaleRetries)
 }
 
-func leaseName(t *testing.T) string {
+func leaseName(t testing.TB) string {
 	return "ep-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 }
 
@@ -191,7 +199,7 @@ type svcSpec struct {
 	families []corev1.IPFamily
 }
 
-func createService(t *testing.T, env *testenv.Env, ns, name string, spec svcSpec) *corev1.Service {
+func createService(t testing.TB, env *testenv.Env, ns, name string, spec svcSpec) *corev1.Service {
 	t.Helper()
 	if spec.ports == nil {
 		spec.ports = []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}
@@ -223,7 +231,7 @@ type wlSpec struct {
 	zone  string
 }
 
-func createWorkload(t *testing.T, env *testenv.Env, ns, name string, spec wlSpec) {
+func createWorkload(t testing.TB, env *testenv.Env, ns, name string, spec wlSpec) {
 	t.Helper()
 	ctx := context.Background()
 	ips := make([]any, 0, len(spec.ips))
@@ -255,7 +263,7 @@ func createWorkload(t *testing.T, env *testenv.Env, ns, name string, spec wlSpec
 	setReady(t, env, created, spec.ready)
 }
 
-func setReady(t *testing.T, env *testenv.Env, u *unstructured.Unstructured, ready bool) {
+func setReady(t testing.TB, env *testenv.Env, u *unstructured.Unstructured, ready bool) {
 	t.Helper()
 	status := "False"
 	if ready {
@@ -293,7 +301,7 @@ func endpointCount(ss []discoveryv1.EndpointSlice) int {
 
 // waitSlices waits until the Service has exactly the wanted number of
 // slices holding want endpoints in all.
-func waitSlices(t *testing.T, env *testenv.Env, ns, svc string, slicesWant, endpointsWant int) []discoveryv1.EndpointSlice {
+func waitSlices(t testing.TB, env *testenv.Env, ns, svc string, slicesWant, endpointsWant int) []discoveryv1.EndpointSlice {
 	t.Helper()
 	var got []discoveryv1.EndpointSlice
 	testenv.Eventually(t, 60*time.Second, func() error {

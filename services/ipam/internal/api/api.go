@@ -189,23 +189,19 @@ func (s *Server) ListAllocations(ctx context.Context, req *ipamv1.ListAllocation
 		}
 	}
 	resp := &ipamv1.ListAllocationsResponse{}
+	var last ledger.Allocation
 	for i := start; i < len(allocs); i++ {
 		a := allocs[i]
 		if (req.GetPool() != "" && a.Pool != req.GetPool()) || (req.GetNamespace() != "" && a.Service.Namespace != req.GetNamespace()) {
 			continue
 		}
 		if len(resp.Allocations) == size {
-			resp.NextPageToken = pageToken(allocs[i-1])
+			// More match: the token names the last one returned.
+			resp.NextPageToken = pageToken(last)
 			break
 		}
 		resp.Allocations = append(resp.Allocations, toProto(a))
-	}
-	if resp.NextPageToken != "" && len(resp.Allocations) > 0 {
-		// The token names the last allocation returned (filters may have
-		// skipped entries after it).
-		last := resp.Allocations[len(resp.Allocations)-1]
-		ip, _ := netip.ParseAddr(last.Ip)
-		resp.NextPageToken = pageToken(ledger.Allocation{IP: ip, Service: ledger.ServiceRef{Namespace: last.Service.Namespace, Name: last.Service.Name}})
+		last = a
 	}
 	return resp, nil
 }

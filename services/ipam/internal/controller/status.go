@@ -158,29 +158,48 @@ func (c *Controller) writeService(ctx context.Context, wr *write) (string, error
 			ingress = list
 		}
 		status := map[string]any{"loadBalancer": map[string]any{"ingress": ingress}}
-		switch {
-		case wr.want.cond != nil:
-			cond := wr.want.cond
+		// A JSON merge patch replaces the conditions list, so it carries the
+		// other controllers' conditions as streamed, guarded by the
+		// resourceVersion they were read at. (A merge patch costs the API
+		// server much less than a strategic merge patch.)
+		var conds []map[string]any
+		for _, c := range wr.obj.GetService().GetConditions() {
+			if c.GetType() == objects.ConditionType {
+				continue
+			}
+			conds = append(conds, map[string]any{
+				"type": c.GetType(), "status": c.GetStatus(), "reason": c.GetReason(), "message": c.GetMessage(),
+				"observedGeneration": c.GetObservedGeneration(),
+				"lastTransitionTime": time.Unix(0, c.GetLastTransitionTime()).UTC().Format(time.RFC3339),
+			})
+		}
+		guard := wr.release || len(conds) > 0
+		if cond := wr.want.cond; cond != nil {
 			ltt := time.Now().UTC()
 			if wr.cur.cond != nil && wr.cur.cond.status == cond.status && !wr.cur.cond.lastTransition.IsZero() {
 				ltt = wr.cur.cond.lastTransition.UTC()
 			}
 			cond.lastTransition = ltt
-			status["conditions"] = []map[string]any{{
+			conds = append(conds, map[string]any{
 				"type": objects.ConditionType, "status": cond.status, "reason": cond.reason, "message": cond.message,
 				"observedGeneration": cond.observedGeneration, "lastTransitionTime": ltt.Format(time.RFC3339),
-			}}
+			})
+		}
+		switch {
+		case len(conds) > 0:
+			status["conditions"] = conds
 		case wr.cur.cond != nil:
-			status["conditions"] = []map[string]any{{"type": objects.ConditionType, "$patch": "delete"}}
+			status["conditions"] = nil
 		}
 		patch := map[string]any{"status": status}
-		if wr.release {
-			// Another controller may own this Service now: only clear
-			// what we saw, never what it just wrote.
+		if guard {
+			// Only replace what we saw: another writer's newer conditions
+			// (or, on release, another controller's ingress) make this
+			// write fail and be decided again.
 			patch["metadata"] = map[string]any{"resourceVersion": rv}
 		}
 		body, _ := json.Marshal(patch)
-		out, err := svcs.Patch(ctx, name, types.StrategicMergePatchType, body, metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status")
+		out, err := svcs.Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status")
 		if err != nil {
 			return "", fmt.Errorf("patch status of Service %s/%s: %w", ns, name, err)
 		}
