@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -355,11 +356,12 @@ func (d *Dev) spawn(p Proc, path string, env []string, args ...string) (Proc, er
 	return p, nil
 }
 
-// Down stops every process and deletes the control plane's data.
+// Down stops every process and deletes the control plane's data. The
+// services stop first (they release their Leases through the API server),
+// then the infrastructure.
 func (d *Dev) Down() error {
-	for _, p := range append(append([]Proc{}, d.state.Services...), d.state.Infra...) {
-		stopPID(p.PID)
-	}
+	stopAll(d.state.Services)
+	stopAll(d.state.Infra)
 	d.state = State{}
 	_ = os.Remove(d.path("state.json"))
 	return os.RemoveAll(d.path("cp"))
@@ -457,6 +459,15 @@ func (d *Dev) Control(action, component string, replica int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	return errors.Join(d.startServices(ctx), d.save())
+}
+
+// stopAll stops the processes concurrently.
+func stopAll(procs []Proc) {
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Go(func() { stopPID(p.PID) })
+	}
+	wg.Wait()
 }
 
 func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
