@@ -227,6 +227,9 @@ func BenchmarkColdStart(b *testing.B) {
 		b.Fatalf("ledger holds %d allocations, want %d", len(st.Allocations), n)
 	}
 	writes := scrape(opsAddr, `ipledger_ipam_ledger_writes_total{result="ok"}`)
+	coldStatusWrites := scrape(opsAddr, `ipledger_ipam_status_writes_total{result="ok"}`)
+	b.ReportMetric(coldStatusWrites, "status-writes")
+	b.Logf("cold start: %v status writes for %d Services, %v passes", coldStatusWrites, n, scrape(opsAddr, "ipledger_ipam_reconcile_duration_seconds_count"))
 
 	// Restart with N ledger entries: time from process start to the first
 	// new allocation, and how many status writes the new process makes

@@ -138,6 +138,19 @@ func Rebuild(in Inputs) Rebuilt {
 		r.Sources[k] = FromStatus
 	}
 
+	// Every IP one of our Services requests is claimed before anything is
+	// allocated, so that no allocation of step 3 (a dual-stack requester's
+	// auto-filled family) nor a pending Service afterwards takes an IP that
+	// a Service further down the list asks for.
+	for _, s := range services {
+		if ours[objects.Key(s)] == nil {
+			continue
+		}
+		if req, err := objects.Request(s, in.Namespaces[s.GetMeta().GetNamespace()]); err == nil && len(req.RequestedIPs) > 0 {
+			r.Alloc.Claim(objects.Key(s), req.RequestedIPs)
+		}
+	}
+
 	// 3. Requests of our Services that hold nothing yet.
 	for _, s := range services {
 		k := objects.Key(s)

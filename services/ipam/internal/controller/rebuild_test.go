@@ -197,3 +197,35 @@ func TestCaughtUp(t *testing.T) {
 		}
 	}
 }
+
+// A dual-stack requester asking only for its IPv4 address has its IPv6
+// address filled from the pool; that fill must skip the IPv6 address a
+// younger Service requests, or the younger one would find it taken.
+func TestRebuildFillsAroundRequestedIPs(t *testing.T) {
+	p, err := allocator.ParsePool("dual", allocator.PoolSpec{
+		Addresses: []string{"10.0.0.0/30", "fd00::/126"}, AutoAssign: true, CreatedAt: time.Unix(1, 0),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dualStack := func(o *watcherv1.Object) {
+		o.GetService().IpFamilyPolicy = "RequireDualStack"
+		o.GetService().IpFamilies = []string{"IPv4", "IPv6"}
+	}
+	older := svc("older", 1, dualStack, withAnnotation("ipledger.io/loadBalancerIPs", "10.0.0.1"))
+	younger := svc("younger", 2, withAnnotation("ipledger.io/loadBalancerIPs", "fd00::"), func(o *watcherv1.Object) {
+		o.GetService().IpFamilies = []string{"IPv6"}
+	})
+	r := Rebuild(Inputs{Pools: []*allocator.Pool{p}, Services: []*watcherv1.Object{older, younger}, LBClass: "ipledger.io/lb"})
+	if len(r.Conflicts) != 0 {
+		t.Fatalf("conflicts: %+v", r.Conflicts)
+	}
+	for _, a := range r.Alloc.Allocations("ns/older") {
+		if a.IP == netip.MustParseAddr("fd00::") {
+			t.Fatalf("older was filled with fd00::, which younger requests")
+		}
+	}
+	if got := r.Alloc.Allocations("ns/younger"); len(got) != 1 || got[0].IP != netip.MustParseAddr("fd00::") {
+		t.Fatalf("younger holds %+v, want fd00::", got)
+	}
+}

@@ -346,6 +346,19 @@ func (w *worker) pass(ctx context.Context) {
 		}
 	}
 
+	// Claim what every Service of the batch requests before allocating any
+	// of them, so an older pending Service is never handed an IP that a
+	// younger one in the same batch asks for (Rebuild does the same for all
+	// Services at the start of a term).
+	for _, obj := range present {
+		if !objects.IsOurs(obj, w.c.cfg.LBClass) {
+			continue
+		}
+		if req, err := objects.Request(obj, w.namespace(obj)); err == nil {
+			w.alloc.Claim(objects.Key(obj), req.RequestedIPs)
+		}
+	}
+
 	for _, obj := range present {
 		key := objects.Key(obj)
 		cur := w.current(obj)
