@@ -176,7 +176,13 @@ func (s *Server) ListAllocations(ctx context.Context, req *ipamv1.ListAllocation
 	if err != nil {
 		return nil, err
 	}
-	allocs := st.Allocations
+	return listPage(st.Allocations, req, size)
+}
+
+// listPage returns one page of allocs (sorted by ledger.CompareAllocations):
+// a binary search to the page token, then at most size matching entries, so
+// its cost follows the page size, not the ledger's.
+func listPage(allocs []ledger.Allocation, req *ipamv1.ListAllocationsRequest, size int) (*ipamv1.ListAllocationsResponse, error) {
 	start := 0
 	if tok := req.GetPageToken(); tok != "" {
 		after, err := parsePageToken(tok)
