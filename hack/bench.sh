@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs ipledger's benchmarks (see BENCHMARKS.md) and writes their output to
+# .dev/bench/<date>.txt. Sizes are the small defaults; the headline sizes:
+#   IPLEDGER_BENCH_N=10000 hack/bench.sh ipam        (ipam cold start, ~10 min)
+# With no argument every suite runs; name suites to pick: micro watcher ipam endpoints eipd.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export IPLEDGER_TOOLS_BIN=${IPLEDGER_TOOLS_BIN:-$(hack/build-tools.sh)}
+out=.dev/bench/$(date -u +%Y%m%dT%H%M%SZ).txt
+mkdir -p .dev/bench
+suites=${*:-micro watcher ipam endpoints eipd}
+run() { echo "== $*" | tee -a "$out"; "$@" 2>&1 | grep -E '^(Benchmark|ok|FAIL|---|    bench)' | tee -a "$out"; }
+for s in $suites; do
+  case $s in
+    micro)
+      run go test -run XXX -bench . -benchmem -count 5 ./services/ipam/internal/allocator/ ./services/ipam/internal/ledger/ ./services/ipam/internal/api/ ./services/endpoints/internal/planner/ ;;
+    watcher)
+      run go test -run XXX -bench 'SnapshotFanout|StoreMemory' -benchtime 3x ./services/watcher/internal/server/
+      run go test -run XXX -bench DeltaLatency -benchtime 3000x ./services/watcher/internal/server/ ;;
+    ipam)
+      run go test -run XXX -bench ColdStart -benchtime 1x -timeout 60m ./services/ipam/internal/bench/ ;;
+    endpoints)
+      run go test -run XXX -bench . -benchtime 1x -timeout 30m ./services/endpoints/internal/app/ ;;
+    eipd)
+      run go test -run XXX -bench ColdStart -benchtime 1x -timeout 30m ./services/eipd/internal/app/ ;;
+    *) echo "unknown suite $s (micro watcher ipam endpoints eipd)" >&2; exit 2 ;;
+  esac
+done
+echo "bench: results in $out"
