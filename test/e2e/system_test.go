@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
@@ -30,6 +31,34 @@ type System struct {
 
 	// EC2Endpoint is where eipd sends EC2 calls (moto, or a fault proxy).
 	EC2Endpoint string
+
+	// tolerated are time windows in which RBAC denials are expected: an API
+	// server that just restarted refuses requests until its RBAC cache is
+	// filled.
+	tolerated [][2]time.Time
+}
+
+// TolerateDenials runs f (which disturbs the API server) and ignores RBAC
+// denials logged while it runs and for two seconds after.
+func (s *System) TolerateDenials(f func()) {
+	start := time.Now()
+	f()
+	s.tolerated = append(s.tolerated, [2]time.Time{start, time.Now().Add(2 * time.Second)})
+}
+
+func (s *System) tolerates(line string) bool {
+	var entry struct {
+		Time time.Time `json:"time"`
+	}
+	if err := json.Unmarshal([]byte(line), &entry); err != nil {
+		return false
+	}
+	for _, w := range s.tolerated {
+		if !entry.Time.Before(w[0]) && !entry.Time.After(w[1]) {
+			return true
+		}
+	}
+	return false
 }
 
 // Service is one replica of a binary.
@@ -87,7 +116,25 @@ func StartSystem(t *testing.T, opts SystemOptions) *System {
 			svc.WaitReady(t)
 		}
 	}
+	t.Cleanup(s.checkNoRBACDenials)
 	return s
+}
+
+// checkNoRBACDenials fails the test when any component was refused by the
+// API server's RBAC. client-go hides some missing verbs (a reflector
+// without `watch` falls back to relisting), so the suite would otherwise
+// pass with a ClusterRole that is missing a rule the component needs.
+func (s *System) checkNoRBACDenials() {
+	for _, group := range [][]*Service{s.Watchers, s.IPAM, s.Endpoints, s.EIPD} {
+		for _, svc := range group {
+			for _, line := range strings.Split(svc.Logs(), "\n") {
+				if strings.Contains(line, "is forbidden") && !s.tolerates(line) {
+					s.t.Errorf("%s-%d was refused by RBAC (deploy/kustomize/base/rbac lacks a rule): %s", svc.Component, svc.Replica, tail(line, 400))
+					break
+				}
+			}
+		}
+	}
 }
 
 func (s *System) watcherTarget() string {

@@ -209,6 +209,9 @@ func BenchmarkColdStart(b *testing.B) {
 	seen := map[string]string{}
 	for _, s := range list.Items {
 		ip := s.Status.LoadBalancer.Ingress[0].IP
+		if pool := s.Annotations["ipledger.io/allocated-from-pool"]; pool != "bench" {
+			b.Fatalf("%s has an IP but allocated-from-pool %q, want bench (it is written with the status)", s.Name, pool)
+		}
 		if other, dup := seen[ip]; dup {
 			b.Fatalf("%s on %s and %s", ip, other, s.Name)
 		}

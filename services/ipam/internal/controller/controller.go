@@ -44,11 +44,6 @@ type Config struct {
 	BatchSize int
 	// ShardLimit is the ledger shard size limit (0 = default).
 	ShardLimit int
-	// SkipPoolAnnotation leaves ipledger.io/allocated-from-pool unwritten.
-	// The annotation is metadata, which a status write cannot change, so it
-	// costs a second write per newly allocated Service; the condition
-	// message names the pool either way.
-	SkipPoolAnnotation bool
 }
 
 // Defaults fills unset fields.
@@ -161,9 +156,6 @@ func (w *worker) Run(term *leader.Term) error {
 		"services", len(w.ledgerBySvc), "conflicts", len(w.conflicts))
 	w.c.setActive(w)
 	defer w.c.setActive(nil)
-	annotDone := make(chan struct{})
-	go func() { defer close(annotDone); w.annotations.Run(term, 4, w.syncAnnotation) }()
 	w.loop(ctx, term)
-	<-annotDone
 	return nil
 }

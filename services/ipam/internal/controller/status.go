@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
@@ -140,13 +139,24 @@ type ingressJSON struct {
 	IPMode string `json:"ipMode"`
 }
 
-// writeService writes a Service's status in one status-subresource patch and
-// returns the resourceVersion after it. (The allocated-from-pool annotation
-// has its own queue: see worker.annotate.)
+// writeService writes what differs of a Service's status and its
+// allocated-from-pool annotation in one merge patch on the status
+// subresource, and returns the resourceVersion after it. The API server keeps
+// metadata.annotations from a Service status write (it resets only spec), so
+// the annotation costs no second write.
 func (c *Controller) writeService(ctx context.Context, wr *write) (string, error) {
 	ns, name := wr.obj.GetMeta().GetNamespace(), wr.obj.GetMeta().GetName()
-	svcs := c.client.CoreV1().Services(ns)
 	rv := wr.obj.GetMeta().GetResourceVersion()
+	patch := map[string]any{}
+	meta := map[string]any{}
+	guard := wr.release
+	if wr.cur.pool != wr.want.pool {
+		var pool any // null removes the annotation
+		if wr.want.pool != "" {
+			pool = wr.want.pool
+		}
+		meta["annotations"] = map[string]any{allocator.AnnotationAllocatedFromPool: pool}
+	}
 	statusChanged := wr.cur.foreign != wr.want.foreign || !slices.Equal(wr.cur.ingress, wr.want.ingress) || !condEqual(wr.cur.cond, wr.want.cond)
 	if statusChanged {
 		var ingress any // null clears the list
@@ -173,7 +183,7 @@ func (c *Controller) writeService(ctx context.Context, wr *write) (string, error
 				"lastTransitionTime": time.Unix(0, c.GetLastTransitionTime()).UTC().Format(time.RFC3339),
 			})
 		}
-		guard := wr.release || len(conds) > 0
+		guard = guard || len(conds) > 0
 		if cond := wr.want.cond; cond != nil {
 			ltt := time.Now().UTC()
 			if wr.cur.cond != nil && wr.cur.cond.status == cond.status && !wr.cur.cond.lastTransition.IsZero() {
@@ -191,21 +201,26 @@ func (c *Controller) writeService(ctx context.Context, wr *write) (string, error
 		case wr.cur.cond != nil:
 			status["conditions"] = nil
 		}
-		patch := map[string]any{"status": status}
-		if guard {
-			// Only replace what we saw: another writer's newer conditions
-			// (or, on release, another controller's ingress) make this
-			// write fail and be decided again.
-			patch["metadata"] = map[string]any{"resourceVersion": rv}
-		}
-		body, _ := json.Marshal(patch)
-		out, err := svcs.Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status")
-		if err != nil {
-			return "", fmt.Errorf("patch status of Service %s/%s: %w", ns, name, err)
-		}
-		rv = out.ResourceVersion
+		patch["status"] = status
 	}
-	return rv, nil
+	if !statusChanged && len(meta) == 0 {
+		return rv, nil
+	}
+	if guard {
+		// Only replace what we saw: another writer's newer conditions
+		// (or, on release, another controller's ingress) make this write
+		// fail and be decided again.
+		meta["resourceVersion"] = rv
+	}
+	if len(meta) > 0 {
+		patch["metadata"] = meta
+	}
+	body, _ := json.Marshal(patch)
+	out, err := c.client.CoreV1().Services(ns).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status")
+	if err != nil {
+		return "", fmt.Errorf("patch status of Service %s/%s: %w", ns, name, err)
+	}
+	return out.ResourceVersion, nil
 }
 
 func condEqual(a, b *condition) bool {
@@ -368,5 +383,3 @@ func messageOf(status map[string]any) string {
 	}
 	return ""
 }
-
-var _ = netip.Addr{}

@@ -2,12 +2,10 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -15,7 +13,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/stream"
@@ -49,16 +46,6 @@ type worker struct {
 	retries     map[string]int
 	pending     map[string]bool
 
-	// The allocated-from-pool annotation is metadata: written by its own
-	// queue, after and beside the statuses, so it never delays an IP.
-	annotations *leader.Queue[string]
-	// statusGate holds annotation writes back while statuses are written:
-	// an IP matters to users, the annotation is bookkeeping, and a Service
-	// update costs the API server more than a status write.
-	statusGate  sync.RWMutex
-	annotMu     sync.Mutex
-	annotIntent map[string]annotation
-
 	mu         sync.Mutex
 	dirty      map[string]struct{}
 	poolsDirty bool
@@ -71,7 +58,6 @@ func newWorker(c *Controller, term *leader.Term) *worker {
 		c: c, term: term, log: c.log.With("term", term.ID()),
 		expect: map[string]expectation{}, poolWritten: map[string]string{},
 		retries: map[string]int{}, pending: map[string]bool{},
-		annotations: leader.NewQueue[string]("ipam_pool_annotation", c.reg).WithLogger(c.log), annotIntent: map[string]annotation{},
 		dirty: map[string]struct{}{}, wake: make(chan struct{}, 1), mutations: make(chan mutation),
 	}
 }
@@ -290,7 +276,8 @@ func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, pool
 	return present, absent, poolsChanged
 }
 
-// write is one Service's status (and annotation) write of a pass.
+// write is one Service's write of a pass: status and allocated-from-pool
+// annotation in one status-subresource patch.
 type write struct {
 	obj     *watcherv1.Object
 	key     string
@@ -365,14 +352,11 @@ func (w *worker) pass(ctx context.Context) {
 		held := w.alloc.Allocations(key)
 		if !objects.IsOurs(obj, w.c.cfg.LBClass) {
 			delete(w.pending, key)
-			if cur.pool != "" {
-				w.annotate(obj, "")
-			}
 			switch {
-			case cur.showsAny(held) || cur.cond != nil:
-				// Clear the status first; the ledger entry goes after.
+			case cur.showsAny(held) || cur.cond != nil || cur.pool != "":
+				// Clear the status and annotation first; the ledger entry
+				// goes after.
 				want := cur.without(held)
-				want.pool = cur.pool
 				writes = append(writes, &write{obj: obj, key: key, cur: cur, release: true, want: want})
 			case len(held) > 0 || len(w.ledgerBySvc[key]) > 0:
 				release(key)
@@ -391,7 +375,7 @@ func (w *worker) pass(ctx context.Context) {
 		if allocator.IsUnfit(err) {
 			if cur.showsAny(held) {
 				want = cur.without(held)
-				want.cond, want.pool = cur.cond, cur.pool
+				want.cond = cur.cond
 				w.log.Info("Service holds an address that no longer fits; clearing its status before releasing", "service", key, "reason", err.Error())
 				writes = append(writes, &write{obj: obj, key: key, cur: cur, want: want})
 			} else {
@@ -402,10 +386,7 @@ func (w *worker) pass(ctx context.Context) {
 		}
 		held = w.alloc.Allocations(key)
 		want.ingress = ingressOf(held)
-		want.pool = cur.pool // written by the annotation queue
-		if !w.c.cfg.SkipPoolAnnotation {
-			w.annotate(obj, poolOf(held))
-		}
+		want.pool = poolOf(held)
 		if err != nil {
 			var ae *allocator.Error
 			if !errors.As(err, &ae) {
@@ -534,8 +515,8 @@ func (w *worker) setPools() {
 }
 
 // writeStatuses writes the statuses with a bounded pool of workers, each
-// Service in one status-subresource write (plus a metadata patch when the
-// allocated-from-pool annotation differs).
+// Service in one status-subresource write that carries its
+// allocated-from-pool annotation too.
 func (w *worker) writeStatuses(ctx context.Context, writes []*write) {
 	if len(writes) == 0 {
 		return
@@ -545,8 +526,6 @@ func (w *worker) writeStatuses(ctx context.Context, writes []*write) {
 		rv  string
 		err error
 	}
-	w.statusGate.Lock()
-	defer w.statusGate.Unlock()
 	results := make([]result, len(writes))
 	jobs := make(chan int)
 	var wg sync.WaitGroup
@@ -606,71 +585,4 @@ func poolOf(held []allocator.Allocation) string {
 		}
 	}
 	return ""
-}
-
-// ipsOf parses ingress strings.
-func ipsOf(ss []string) []netip.Addr {
-	var out []netip.Addr
-	for _, s := range ss {
-		if ip, err := netip.ParseAddr(s); err == nil {
-			out = append(out, ip)
-		}
-	}
-	return out
-}
-
-// annotation is a value of ipledger.io/allocated-from-pool being written.
-type annotation struct {
-	value string
-	at    time.Time
-}
-
-// annotate asks the annotation queue to make the Service's
-// allocated-from-pool annotation say pool ("" removes it), unless the stream
-// already shows it or the same write is on its way.
-func (w *worker) annotate(obj *watcherv1.Object, pool string) {
-	key := objects.Key(obj)
-	shown := obj.GetMeta().GetAnnotations()[allocator.AnnotationAllocatedFromPool]
-	w.annotMu.Lock()
-	defer w.annotMu.Unlock()
-	if shown == pool {
-		delete(w.annotIntent, key)
-		return
-	}
-	if in, ok := w.annotIntent[key]; ok && in.value == pool && time.Since(in.at) < 2*time.Minute {
-		return
-	}
-	w.annotIntent[key] = annotation{value: pool, at: time.Now()}
-	w.annotations.Add(key)
-}
-
-// syncAnnotation writes one Service's allocated-from-pool annotation with a
-// metadata merge patch (a status write cannot change metadata).
-func (w *worker) syncAnnotation(ctx context.Context, key string) error {
-	w.annotMu.Lock()
-	in, ok := w.annotIntent[key]
-	w.annotMu.Unlock()
-	if !ok {
-		return nil
-	}
-	ns, name, _ := strings.Cut(key, "/")
-	obj, ok := w.store().Get(watcherv1.Kind_KIND_SERVICE, ns, name)
-	if !ok || obj.GetMeta().GetAnnotations()[allocator.AnnotationAllocatedFromPool] == in.value {
-		return nil
-	}
-	w.statusGate.RLock()
-	defer w.statusGate.RUnlock()
-	var v any
-	if in.value != "" {
-		v = in.value
-	}
-	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{allocator.AnnotationAllocatedFromPool: v}}})
-	_, err := w.c.client.CoreV1().Services(ns).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ipledger-ipam"})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("patch annotation %s of Service %s: %w", allocator.AnnotationAllocatedFromPool, key, err)
-	}
-	return nil
 }

@@ -52,8 +52,6 @@ type Config struct {
 	Controller controller.Config
 	QPS        float64
 	Burst      int
-	// PoolAnnotation writes ipledger.io/allocated-from-pool on each Service.
-	PoolAnnotation bool
 }
 
 // Flags registers the flags with their defaults.
@@ -71,9 +69,6 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 		"spec.loadBalancerClass served, besides unset (type LoadBalancer Services of other classes are left alone)")
 	fs.IntVar(&c.Controller.StatusWorkers, "status-workers", c.Controller.StatusWorkers, "Service status writes in flight at once")
 	fs.IntVar(&c.Controller.BatchSize, "batch-size", c.Controller.BatchSize, "Services decided per ledger write")
-	c.PoolAnnotation = true
-	fs.BoolVar(&c.PoolAnnotation, "pool-annotation", c.PoolAnnotation,
-		"write the ipledger.io/allocated-from-pool annotation; it is metadata, which a status write cannot change, so it costs one more write per newly allocated Service (the AddressAllocated condition names the pool either way)")
 	if c.QPS == 0 {
 		c.QPS, c.Burst = DefaultQPS, DefaultBurst
 	}
@@ -100,7 +95,6 @@ func (c *Config) Run(ctx context.Context) error {
 		c.Leader.Identity = leader.DefaultIdentity()
 	}
 	c.Controller.Namespace = c.Common.Namespace
-	c.Controller.SkipPoolAnnotation = !c.PoolAnnotation
 	if c.Controller.LBClass == "" {
 		c.Controller.LBClass = objects.DefaultLBClass
 	}
