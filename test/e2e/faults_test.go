@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -141,7 +142,7 @@ func holderOf(lease *coordinationv1.Lease) string {
 func TestIPAMLeaderKilledDuringBurst(t *testing.T) {
 	env := testenv.Get(t)
 	sys := StartSystem(t, SystemOptions{Watchers: 1, IPAM: 2})
-	createPool(t, "leader-kill", "10.211.0.0/23")
+	createPool(t, "leader-kill", 23)
 	ns := env.Namespace(t, nil)
 	leader := ipamLeader(t, sys)
 	const n = 300
@@ -158,7 +159,7 @@ func TestIPAMLeaderKilledDuringBurst(t *testing.T) {
 func TestWatchersKilledWhileObjectsChange(t *testing.T) {
 	env := testenv.Get(t)
 	sys := StartSystem(t, SystemOptions{Watchers: 3, IPAM: 1})
-	createPool(t, "watcher-kill", "10.212.0.0/24")
+	createPool(t, "watcher-kill", 24)
 	ns := env.Namespace(t, nil)
 	const n = 150
 	burst(t, ns, "svc", n, func() {
@@ -173,7 +174,7 @@ func TestWatchersKilledWhileObjectsChange(t *testing.T) {
 func TestAPIServerRestart(t *testing.T) {
 	env := testenv.Get(t)
 	sys := StartSystem(t, SystemOptions{Watchers: 2, IPAM: 2})
-	createPool(t, "apiserver-restart", "10.213.0.0/24")
+	createPool(t, "apiserver-restart", 24)
 	ns := env.Namespace(t, nil)
 	const n = 150
 	burst(t, ns, "svc", n, func() {
@@ -206,9 +207,7 @@ func TestEC2ThrottlingStorm(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "storm-" + strings.ToLower(inst.ID), Labels: map[string]string{"ipledger.io/externalip-auto-assign": "true"}},
 			Spec:       corev1.NodeSpec{ProviderID: inst.ProviderID()},
 		}
-		if _, err := env.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createNode(t, node)
 	}
 	testenv.Eventually(t, 30*time.Second, func() error {
 		if n := proxy.TotalFaults(); n < 10 {
@@ -258,7 +257,10 @@ func TestStalledSubscriber(t *testing.T) {
 	w := sys.Watchers[0]
 	before := w.Metric(t, "ipledger_watcher_subscriber_overflows_total")
 
-	conn := sys.Dial(t, w.GRPCAddr, "ipledger-ipam")
+	// Fixed HTTP/2 windows (which also turn off grpc-go's window growth):
+	// a client that stops reading then stops the server's sends within
+	// 64 KiB, and the watcher's queue for it fills.
+	conn := sys.Dial(t, w.GRPCAddr, "ipledger-ipam", grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stream, err := watcherv1.NewWatcherServiceClient(conn).Watch(ctx, &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE}})
@@ -275,7 +277,7 @@ func TestStalledSubscriber(t *testing.T) {
 			break
 		}
 	}
-	createPool(t, "stalled", "10.214.0.0/23")
+	createPool(t, "stalled", 23)
 	ns := env.Namespace(t, nil)
 	const n = 300
 	burst(t, ns, "svc", n, nil)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func TestUserJourney(t *testing.T) {
 	cluster := ec2test.ClusterID(t)
 	sys := StartSystem(t, SystemOptions{Watchers: 2, IPAM: 2, Endpoints: 1, EIPD: 1, EC2Endpoint: moto.URL, ClusterID: cluster})
 
-	createPool(t, "journey", "10.210.0.0/29")
+	pool := createPool(t, "journey", 29)
 	ns := env.Namespace(t, nil)
 	web := createLoadBalancer(t, ns, "web", nil, corev1.ProtocolTCP, 80)
 	createLoadBalancer(t, ns, "dns-tcp", map[string]string{sharedIPAnnotation: "dns"}, corev1.ProtocolTCP, 53)
@@ -90,7 +91,7 @@ func TestUserJourney(t *testing.T) {
 		}
 		for _, name := range []string{"web", "dns-tcp", "dns-udp"} {
 			svc, _ := env.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-			statuses = append(statuses, name+"="+svc.Status.LoadBalancer.Ingress[0].IP+"@journey")
+			statuses = append(statuses, name+"="+svc.Status.LoadBalancer.Ingress[0].IP+"@"+pool)
 		}
 		sort.Strings(listed)
 		sort.Strings(statuses)
@@ -139,9 +140,7 @@ func TestUserJourney(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "journey-" + strings.ToLower(inst.ID), Labels: map[string]string{"ipledger.io/externalip-auto-assign": "true"}},
 			Spec:       corev1.NodeSpec{ProviderID: inst.ProviderID()},
 		}
-		if _, err := env.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createNode(t, node)
 		var publicIP string
 		testenv.Eventually(t, 30*time.Second, func() error {
 			n, err := env.Client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
@@ -169,20 +168,26 @@ func TestUserJourney(t *testing.T) {
 	})
 }
 
-func createPool(t *testing.T, name string, addresses ...string) {
+// poolCount makes every pool of this test binary unique, so tests can run
+// with -count=N on one API server (pools overlapping an older one would be
+// Conflicting).
+var poolCount atomic.Int32
+
+// createPool creates an IPPool named prefix-<n> over its own 10.<100+n>.0.0/bits
+// and returns its name.
+func createPool(t *testing.T, prefix string, bits int) string {
 	t.Helper()
-	var list []any
-	for _, a := range addresses {
-		list = append(list, a)
-	}
+	n := poolCount.Add(1)
+	name := fmt.Sprintf("%s-%d", prefix, n)
 	pool := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
 		"metadata": map[string]any{"name": name},
-		"spec":     map[string]any{"addresses": list},
+		"spec":     map[string]any{"addresses": []any{fmt.Sprintf("10.%d.0.0/%d", 100+n, bits)}},
 	}}
 	if _, err := testenv.Get(t).Dynamic.Resource(poolsGVR).Create(context.Background(), pool, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pool %s: %v", name, err)
 	}
+	return name
 }
 
 func createLoadBalancer(t *testing.T, ns, name string, annotations map[string]string, proto corev1.Protocol, port int32) *corev1.Service {
@@ -233,6 +238,18 @@ func createWorkload(t *testing.T, ns, name, ip string, labels map[string]string,
 	if _, err := res.UpdateStatus(context.Background(), created, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("workload %s status: %v", name, err)
 	}
+}
+
+// createNode creates a Node and deletes it when the test ends (before the
+// system stops, so eipd releases its EIP): Nodes are cluster-wide and would
+// otherwise be served again by the next test's eipd.
+func createNode(t *testing.T, node *corev1.Node) {
+	t.Helper()
+	nodes := testenv.Get(t).Client.CoreV1().Nodes()
+	if _, err := nodes.Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nodes.Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
 }
 
 // viewerToken returns a token of ServiceAccount e2e-viewer of

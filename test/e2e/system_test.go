@@ -249,13 +249,13 @@ func (svc *Service) Metric(t *testing.T, name string, labels ...string) float64 
 
 // Dial opens a gRPC connection to addr authenticated as the given
 // ServiceAccount of ipledger-system.
-func (s *System) Dial(t *testing.T, addr, serviceAccount string) *grpc.ClientConn {
+func (s *System) Dial(t *testing.T, addr, serviceAccount string, extra ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	opts, err := authz.DialOptions(s.env.TokenFile(t, testenv.SystemNamespace, serviceAccount), "", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(addr, opts...)
+	conn, err := grpc.NewClient(addr, append(opts, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,10 @@
 //
 //	go test -run XXX -bench ColdStart ./internal/bench/                          # N = 1,000
 //	IPLEDGER_BENCH_N=10000 go test -run XXX -bench ColdStart -timeout 60m ./internal/bench/
+//
+// IPLEDGER_BENCH_ARGS adds ipam flags, IPLEDGER_BENCH_IPAM_ENV ipam's
+// environment (GOMEMLIMIT=…), IPLEDGER_BENCH_PPROF a CPU profile's path,
+// IPLEDGER_BENCH_HEAP the path of a heap profile taken after the cold start.
 package bench
 
 import (
@@ -154,8 +158,10 @@ func BenchmarkColdStart(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	args := strings.Fields(os.Getenv("IPLEDGER_BENCH_ARGS"))
+	// Environment for ipam alone, e.g. IPLEDGER_BENCH_IPAM_ENV="GOMEMLIMIT=64MiB".
+	ipamEnv := strings.Fields(os.Getenv("IPLEDGER_BENCH_IPAM_ENV"))
 	startIPAM := func(name, opsAddr string) *testenv.Process {
-		return testenv.StartProcess(b, name, bin, nil, append(args,
+		return testenv.StartProcess(b, name, bin, ipamEnv, append(args,
 			"--kubeconfig", env.CP.KubeconfigPath, "--namespace", ns, "--lb-class", class, "--log-format", "text", "--log-level", "warn",
 			"--watcher-addr", watcherAddr, "--watcher-token-file", tokenFile, "--watcher-plaintext",
 			"--grpc-addr", freePort(b), "--grpc-plaintext", "--ops-addr", opsAddr)...)
@@ -200,6 +206,16 @@ func BenchmarkColdStart(b *testing.B) {
 	})
 	ipam := time.Since(start)
 	b.StopTimer()
+	if path := os.Getenv("IPLEDGER_BENCH_HEAP"); path != "" {
+		// ipam's heap right after the cold start, for go tool pprof.
+		if resp, err := http.Get("http://" + opsAddr + "/debug/pprof/heap"); err == nil {
+			if f, err := os.Create(path); err == nil {
+				_, _ = io.Copy(f, resp.Body)
+				f.Close()
+			}
+			resp.Body.Close()
+		}
+	}
 
 	// Verify: no IP twice, the ledger equals the statuses.
 	list, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})

@@ -142,8 +142,9 @@ type ingressJSON struct {
 // writeService writes what differs of a Service's status and its
 // allocated-from-pool annotation in one merge patch on the status
 // subresource, and returns the resourceVersion after it. The API server keeps
-// metadata.annotations from a Service status write (it resets only spec), so
-// the annotation costs no second write.
+// metadata.annotations from a Service status write (its status strategy
+// resets spec, not metadata; TestOneWritePerAllocation checks it), so the
+// annotation costs no second write.
 func (c *Controller) writeService(ctx context.Context, wr *write) (string, error) {
 	ns, name := wr.obj.GetMeta().GetNamespace(), wr.obj.GetMeta().GetName()
 	rv := wr.obj.GetMeta().GetResourceVersion()
@@ -219,6 +220,13 @@ func (c *Controller) writeService(ctx context.Context, wr *write) (string, error
 	out, err := c.client.CoreV1().Services(ns).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status")
 	if err != nil {
 		return "", fmt.Errorf("patch status of Service %s/%s: %w", ns, name, err)
+	}
+	if got := out.Annotations[allocator.AnnotationAllocatedFromPool]; got != wr.want.pool {
+		// An API server that ignores metadata in status writes would
+		// otherwise make every pass write this Service again: fail, so the
+		// retry backs off and the log says why.
+		return "", fmt.Errorf("the API server did not keep annotation %s=%q from the status write of Service %s/%s (it shows %q)",
+			allocator.AnnotationAllocatedFromPool, wr.want.pool, ns, name, got)
 	}
 	return out.ResourceVersion, nil
 }

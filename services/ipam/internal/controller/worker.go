@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -82,10 +83,30 @@ func (w *worker) handler() stream.Handler {
 		}
 	}
 	return stream.HandlerFuncs{
-		AddFunc:    on,
-		UpdateFunc: func(_, n *watcherv1.Object) { on(n) },
+		AddFunc: on,
+		UpdateFunc: func(o, n *watcherv1.Object) {
+			// Every pass writes the pools' usage into their status: its
+			// echo changes nothing the allocator reads, and must not make
+			// every Service be decided again.
+			if n.GetKind() == watcherv1.Kind_KIND_IP_POOL && !poolSpecChanged(o, n) {
+				return
+			}
+			on(n)
+		},
 		DeleteFunc: on,
 	}
+}
+
+// poolSpecChanged reports whether an IPPool update changes what the
+// allocator reads (objects.PoolSpec): anything but the status.
+func poolSpecChanged(o, n *watcherv1.Object) bool {
+	if o.GetIpPool() == nil || n.GetIpPool() == nil || o.GetMeta().GetName() != n.GetMeta().GetName() ||
+		o.GetMeta().GetCreationTimestamp() != n.GetMeta().GetCreationTimestamp() {
+		return true
+	}
+	a, b := proto.Clone(o.GetIpPool()).(*watcherv1.IPPool), proto.Clone(n.GetIpPool()).(*watcherv1.IPPool)
+	a.Conditions, b.Conditions = nil, nil
+	return !proto.Equal(a, b)
 }
 
 func (w *worker) mark(keys ...string) {

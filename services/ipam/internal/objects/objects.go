@@ -41,7 +41,20 @@ func Less(a, b *watcherv1.Object) int {
 		}
 		return 1
 	}
-	return strings.Compare(Key(a), Key(b))
+	return compareKeys(a.GetMeta().GetNamespace(), a.GetMeta().GetName(), b.GetMeta().GetNamespace(), b.GetMeta().GetName())
+}
+
+// compareKeys compares the Keys ns1+"/"+name1 and ns2+"/"+name2, building
+// them only when one namespace is a prefix of the other (sorting 10,000
+// Services built millions of keys).
+func compareKeys(ns1, name1, ns2, name2 string) int {
+	switch {
+	case ns1 == ns2:
+		return strings.Compare(name1, name2)
+	case !strings.HasPrefix(ns1, ns2) && !strings.HasPrefix(ns2, ns1):
+		return strings.Compare(ns1, ns2) // they differ before either ends
+	}
+	return strings.Compare(ns1+"/"+name1, ns2+"/"+name2)
 }
 
 // Key is "namespace/name".

@@ -57,3 +57,20 @@ func TestSharingUsesSelectorOnlyForLocal(t *testing.T) {
 		t.Errorf("Local policy sharing = %+v", sh)
 	}
 }
+
+func TestLessOrdersByKey(t *testing.T) {
+	parts := []string{"a", "a-b", "a0", "ab", "b", "", "a/"}
+	for _, ns1 := range parts {
+		for _, n1 := range parts {
+			for _, ns2 := range parts {
+				for _, n2 := range parts {
+					a := &watcherv1.Object{Meta: &watcherv1.ObjectMeta{Namespace: ns1, Name: n1}}
+					b := &watcherv1.Object{Meta: &watcherv1.ObjectMeta{Namespace: ns2, Name: n2}}
+					if got, want := Less(a, b), strings.Compare(Key(a), Key(b)); got != want {
+						t.Errorf("Less(%s, %s) = %d, want %d", Key(a), Key(b), got, want)
+					}
+				}
+			}
+		}
+	}
+}
