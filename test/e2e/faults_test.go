@@ -142,8 +142,8 @@ func holderOf(lease *coordinationv1.Lease) string {
 func TestIPAMLeaderKilledDuringBurst(t *testing.T) {
 	env := testenv.Get(t)
 	sys := StartSystem(t, SystemOptions{Watchers: 1, IPAM: 2})
-	createPool(t, "leader-kill", 23)
 	ns := env.Namespace(t, nil)
+	createPool(t, "leader-kill", 23, ns)
 	leader := ipamLeader(t, sys)
 	const n = 300
 	burst(t, ns, "svc", n, func() { leader.Kill() })
@@ -159,8 +159,8 @@ func TestIPAMLeaderKilledDuringBurst(t *testing.T) {
 func TestWatchersKilledWhileObjectsChange(t *testing.T) {
 	env := testenv.Get(t)
 	sys := StartSystem(t, SystemOptions{Watchers: 3, IPAM: 1})
-	createPool(t, "watcher-kill", 24)
 	ns := env.Namespace(t, nil)
+	createPool(t, "watcher-kill", 24, ns)
 	const n = 150
 	burst(t, ns, "svc", n, func() {
 		sys.Watchers[0].Kill()
@@ -174,8 +174,8 @@ func TestWatchersKilledWhileObjectsChange(t *testing.T) {
 func TestAPIServerRestart(t *testing.T) {
 	env := testenv.Get(t)
 	sys := StartSystem(t, SystemOptions{Watchers: 2, IPAM: 2})
-	createPool(t, "apiserver-restart", 24)
 	ns := env.Namespace(t, nil)
+	createPool(t, "apiserver-restart", 24, ns)
 	const n = 150
 	burst(t, ns, "svc", n, func() {
 		sys.TolerateDenials(func() {
@@ -277,8 +277,8 @@ func TestStalledSubscriber(t *testing.T) {
 			break
 		}
 	}
-	createPool(t, "stalled", 23)
 	ns := env.Namespace(t, nil)
+	createPool(t, "stalled", 23, ns)
 	const n = 300
 	burst(t, ns, "svc", n, nil)
 	checkIPAMConverged(t, sys, ns, n, 90*time.Second, sys.IPAM[0])

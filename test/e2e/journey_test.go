@@ -38,8 +38,8 @@ func TestUserJourney(t *testing.T) {
 	cluster := ec2test.ClusterID(t)
 	sys := StartSystem(t, SystemOptions{Watchers: 2, IPAM: 2, Endpoints: 1, EIPD: 1, EC2Endpoint: moto.URL, ClusterID: cluster})
 
-	pool := createPool(t, "journey", 29)
 	ns := env.Namespace(t, nil)
+	pool := createPool(t, "journey", 29, ns)
 	web := createLoadBalancer(t, ns, "web", nil, corev1.ProtocolTCP, 80)
 	createLoadBalancer(t, ns, "dns-tcp", map[string]string{sharedIPAnnotation: "dns"}, corev1.ProtocolTCP, 53)
 	createLoadBalancer(t, ns, "dns-udp", map[string]string{sharedIPAnnotation: "dns"}, corev1.ProtocolUDP, 53)
@@ -173,16 +173,21 @@ func TestUserJourney(t *testing.T) {
 // Conflicting).
 var poolCount atomic.Int32
 
-// createPool creates an IPPool named prefix-<n> over its own 10.<100+n>.0.0/bits
+// createPool creates an IPPool named prefix-<n> over its own
+// 10.<100+n>.0.0/bits that serves only namespace (so no other test's
+// Services take its addresses, nor this test's Services another pool's),
 // and returns its name.
-func createPool(t *testing.T, prefix string, bits int) string {
+func createPool(t *testing.T, prefix string, bits int, namespace string) string {
 	t.Helper()
 	n := poolCount.Add(1)
 	name := fmt.Sprintf("%s-%d", prefix, n)
 	pool := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
 		"metadata": map[string]any{"name": name},
-		"spec":     map[string]any{"addresses": []any{fmt.Sprintf("10.%d.0.0/%d", 100+n, bits)}},
+		"spec": map[string]any{
+			"addresses":  []any{fmt.Sprintf("10.%d.0.0/%d", 100+n, bits)},
+			"allocation": map[string]any{"namespaces": []any{namespace}},
+		},
 	}}
 	if _, err := testenv.Get(t).Dynamic.Resource(poolsGVR).Create(context.Background(), pool, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pool %s: %v", name, err)

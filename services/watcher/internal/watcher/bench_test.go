@@ -75,9 +75,21 @@ func BenchmarkBinarySnapshotAndDeltaLatency(b *testing.B) {
 	ews := env.Dynamic.Resource(externalWorkloads).Namespace(ns)
 	// Registered first, so it runs last: after the watcher and the
 	// subscribers are gone (no namespace controller runs to do it).
+	// A DeleteCollection of 50,000 objects outlives the API server's request
+	// timeout (and goes on): repeat it until none is left, within a deadline.
 	b.Cleanup(func() {
-		if err := ews.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-			b.Errorf("delete the benchmark's ExternalWorkloads: %v", err)
+		deadline := time.Now().Add(5 * time.Minute)
+		for {
+			err := ews.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+			l, lerr := ews.List(context.Background(), metav1.ListOptions{Limit: 1})
+			if err == nil && lerr == nil && len(l.Items) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				b.Errorf("delete the benchmark's ExternalWorkloads: %v, %v", err, lerr)
+				return
+			}
+			time.Sleep(time.Second) // polling the deletion, not synchronising
 		}
 	})
 
