@@ -14,6 +14,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -38,7 +39,15 @@ import (
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+// TestMain starts a control plane only when benchmarks run: the package
+// holds no tests, and `make test` should not pay for an API server here.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if flag.Lookup("test.bench").Value.String() == "" {
+		os.Exit(m.Run())
+	}
+	testenv.Main(m)
+}
 
 func freePort(b testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
