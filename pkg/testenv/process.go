@@ -94,6 +94,9 @@ func (p *Process) Exited() bool {
 	}
 }
 
+// PID is the process ID (for reading /proc: RSS, CPU time).
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
 // Done is closed when the process ends.
 func (p *Process) Done() <-chan struct{} { return p.done }
 

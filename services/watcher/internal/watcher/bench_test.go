@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -100,14 +99,14 @@ func BenchmarkBinarySnapshotAndDeltaLatency(b *testing.B) {
 		b.Fatal(err)
 	}
 	grpcAddr, opsAddr := benchFreeAddr(b), benchFreeAddr(b)
-	testenv.StartProcess(b, "watcher", bin, nil, "--kubeconfig", env.KubeconfigFor(b, token), "--grpc-plaintext",
+	proc := testenv.StartProcess(b, "watcher", bin, nil, "--kubeconfig", env.KubeconfigFor(b, token), "--grpc-plaintext",
 		"--grpc-addr", grpcAddr, "--ops-addr", opsAddr, "--log-format", "text")
 	ops := "http://" + opsAddr
 	testenv.Eventually(b, 60*time.Second, func() error {
 		_, err := httpGet(ops + "/readyz")
 		return err
 	})
-	pid := childPID(b, bin)
+	pid := proc.PID()
 	rss0 := procStatusKB(b, pid, "VmRSS")
 
 	// N objects through the API server.
@@ -614,31 +613,6 @@ func metricValue(ops, sample string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %s in /metrics yet", sample)
-}
-
-// childPID finds the running child of this test process whose executable is
-// bin (testenv.Process does not expose its PID).
-func childPID(b *testing.B, bin string) int {
-	b.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		if err != nil || exe != bin {
-			continue
-		}
-		if f := procStatFields(pid); len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
-			return pid
-		}
-	}
-	b.Fatalf("no child process running %s", bin)
-	return 0
 }
 
 // procStatFields are the fields of /proc/<pid>/stat after the command name:
