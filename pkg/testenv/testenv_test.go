@@ -118,6 +118,7 @@ func TestServiceAccountsAreLeastPrivileged(t *testing.T) {
 		{"ipam", "watch", "ipledger.io", "snapshots", "", "", true},
 		{"ipam", "list", "", "services", "", "", false},
 		{"ipam", "delete", "", "services", "", "default", false},
+		{"ipam", "patch", "", "services", "", "default", false}, // the annotation travels in the status patch
 		{"endpoints", "create", "discovery.k8s.io", "endpointslices", "", "default", true},
 		{"endpoints", "patch", "", "services", "status", "default", false},
 		{"endpoints", "update", "coordination.k8s.io", "leases", "", testenv.SystemNamespace, true},
