@@ -85,14 +85,16 @@ func checkIPAMConverged(t *testing.T, sys *System, ns string, n int, timeout tim
 		if err != nil {
 			return err
 		}
-		done := 0
+		done, example := 0, ""
 		for _, svc := range list.Items {
 			if len(svc.Status.LoadBalancer.Ingress) == 1 {
 				done++
+			} else if example == "" {
+				example = fmt.Sprintf("%s: ingress %v, conditions %+v", svc.Name, svc.Status.LoadBalancer.Ingress, svc.Status.Conditions)
 			}
 		}
 		if done != n {
-			return fmt.Errorf("%d of %d Services in %s have one IP", done, n, ns)
+			return fmt.Errorf("%d of %d Services in %s have one IP (e.g. %s)", done, n, ns, example)
 		}
 		return nil
 	})

@@ -174,6 +174,13 @@ func (w *worker) open(ctx context.Context, reopen bool) error {
 // rebuild resets the allocator from the ledger writer's state and the
 // stream, and marks every Service for a pass.
 func (w *worker) rebuild() {
+	// Clear the flag before reading the pools, never after: a pool event
+	// that lands while the rebuild runs must leave it set, or that pool
+	// would be ignored until the next pool change (seen in e2e: a pool
+	// created during a slow rebuild served nothing).
+	w.mu.Lock()
+	w.poolsDirty = false
+	w.mu.Unlock()
 	st := w.ldg.State()
 	pools, invalid := objects.Pools(w.store().List(watcherv1.Kind_KIND_IP_POOL))
 	nss := map[string]*watcherv1.Object{}
@@ -191,9 +198,6 @@ func (w *worker) rebuild() {
 	for k := range w.ledgerBySvc {
 		keys = append(keys, k)
 	}
-	w.mu.Lock()
-	w.poolsDirty = false
-	w.mu.Unlock()
 	w.mark(keys...)
 	clear(w.poolWritten)
 }
