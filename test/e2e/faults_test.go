@@ -22,6 +22,10 @@ import (
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
 
+// noNodePorts: the suite creates thousands of LoadBalancer Services with
+// -count=N, more than the 2,768 NodePorts of the default range.
+var noNodePorts = false
+
 // burst creates n LoadBalancer Services in ns with 8 concurrent clients and
 // returns once all exist. onHalf runs once half of them are created.
 func burst(t *testing.T, ns, prefix string, n int, onHalf func()) {
@@ -41,7 +45,8 @@ func burst(t *testing.T, ns, prefix string, n int, onHalf func()) {
 				svc := &corev1.Service{
 					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%04d", prefix, i), Namespace: ns},
 					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "x"},
-						Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
+						AllocateLoadBalancerNodePorts: &noNodePorts,
+						Ports:                         []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
 				}
 				// Creation may fail while the API server restarts: retry until it takes.
 				var err error

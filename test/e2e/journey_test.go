@@ -200,9 +200,10 @@ func createLoadBalancer(t *testing.T, ns, name string, annotations map[string]st
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: annotations},
 		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeLoadBalancer,
-			Selector: map[string]string{"app": name},
-			Ports:    []corev1.ServicePort{{Name: "p", Protocol: proto, Port: port, TargetPort: intstr.FromInt32(port)}},
+			Type:                          corev1.ServiceTypeLoadBalancer,
+			AllocateLoadBalancerNodePorts: &noNodePorts,
+			Selector:                      map[string]string{"app": name},
+			Ports:                         []corev1.ServicePort{{Name: "p", Protocol: proto, Port: port, TargetPort: intstr.FromInt32(port)}},
 		},
 	}
 	created, err := testenv.Get(t).Client.CoreV1().Services(ns).Create(context.Background(), svc, metav1.CreateOptions{})
