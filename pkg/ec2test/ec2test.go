@@ -19,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
 // Region is the region every test uses.
@@ -60,6 +62,18 @@ func StartShared() error {
 		return fmt.Errorf("ec2test: %w", sharedErr)
 	}
 	return nil
+}
+
+// MainWithKubernetes is TestMain for packages that need both moto and the
+// testenv control plane: it starts both, runs the tests, stops both and exits.
+func MainWithKubernetes(m *testing.M) {
+	if err := StartShared(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := testenv.Run(m)
+	StopShared()
+	os.Exit(code)
 }
 
 // StopShared stops the moto started by StartShared.

@@ -40,15 +40,7 @@ import (
 // Pdeathsig, since testenv.Main exits the process) and a real API server.
 // The tests of this package run one at a time: every replica sees every
 // Node of the API server.
-func TestMain(m *testing.M) {
-	if err := ec2test.StartShared(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := testenv.Run(m)
-	ec2test.StopShared()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { ec2test.MainWithKubernetes(m) }
 
 const system = testenv.SystemNamespace
 

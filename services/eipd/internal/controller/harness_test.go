@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -38,15 +37,7 @@ import (
 
 // TestMain runs moto_server (killed with the test binary, by Pdeathsig, since
 // testenv.Main exits the process) and a real API server.
-func TestMain(m *testing.M) {
-	if err := ec2test.StartShared(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := testenv.Run(m)
-	ec2test.StopShared()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { ec2test.MainWithKubernetes(m) }
 
 // mirror stands in for the watcher stream in these tests: an informer on
 // the test's own Nodes (and Pods) converted with pkg/convert, exactly the
