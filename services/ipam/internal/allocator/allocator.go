@@ -95,6 +95,9 @@ const (
 	ReasonRequestedIPInUse     Reason = "RequestedIPInUse"
 	ReasonRequestedIPNotInPool Reason = "RequestedIPNotInPool"
 	ReasonInvalidRequest       Reason = "InvalidRequest"
+	// ReasonHeldOutsidePool: the Service keeps addresses its pool no longer
+	// offers (the pool shrank, was deleted or changed); ipam never moves them.
+	ReasonHeldOutsidePool Reason = "HeldOutsidePool"
 )
 
 // VerdictReason says what one pool had to say about a Service
@@ -113,6 +116,8 @@ const (
 	VerdictNotRequested            VerdictReason = "NotRequested"
 	VerdictRequestedIPNotInPool    VerdictReason = "RequestedIPNotInPool"
 	VerdictRequestedIPInUse        VerdictReason = "RequestedIPInUse"
+	// VerdictTerminating: the pool is being deleted and hands out nothing new.
+	VerdictTerminating VerdictReason = "Terminating"
 	// VerdictFamilyMismatch: the pool has no addresses of a family the
 	// Service requires (not in the proto comment's list yet).
 	VerdictFamilyMismatch VerdictReason = "FamilyMismatch"
@@ -190,6 +195,9 @@ type Result struct {
 	Pool string
 	// New is false when the Service already held exactly these IPs.
 	New bool
+	// Outside, when set, says why the Service keeps IPs outside its pool's
+	// rules (Pool is then ""): see ReasonHeldOutsidePool.
+	Outside string
 }
 
 // Reservation holds an IP outside any Service.
@@ -273,7 +281,11 @@ type Allocator struct {
 
 // ipState is what the allocator knows about one held or reserved IP.
 type ipState struct {
-	pool        string   // serving pool containing the IP, "" = orphan
+	pool string // serving pool containing the IP, "" = orphan
+	// origin is the pool the IP was last attributed to: pool while there is
+	// one, kept when the IP becomes an orphan (NoteOrigin sets it after a
+	// restart, from the ledger).
+	origin      string
 	holders     []holder // sorted by service
 	reservation *Reservation
 }
@@ -335,6 +347,9 @@ func (a *Allocator) SetPools(pools []*Pool) PoolUpdate {
 		name := ""
 		if p := a.index.lookup(ip); p != nil {
 			name = p.name
+		}
+		if name != "" {
+			st.origin = name
 		}
 		if name != st.pool {
 			for _, h := range st.holders {
@@ -405,7 +420,7 @@ func (a *Allocator) state(ip netip.Addr) *ipState {
 	}
 	st := &ipState{}
 	if p := a.index.lookup(ip); p != nil {
-		st.pool = p.name
+		st.pool, st.origin = p.name, p.name
 	}
 	a.ips[ip] = st
 	a.taken.add(ip)
@@ -616,18 +631,64 @@ func (a *Allocator) Release(service string) []Allocation {
 		a.dropIfFree(ip)
 	}
 	delete(a.bySvc, service)
-	a.Claim(service, nil)
+	a.setClaims(service, nil)
 	return out
 }
 
-// Claim records the IPs a Service requests (ipledger.io/loadBalancerIPs or
-// spec.loadBalancerIP), replacing what it claimed before; nil clears. Auto
+// Claim records the IPs req requests (ipledger.io/loadBalancerIPs or
+// spec.loadBalancerIP), replacing what the Service claimed before. Auto
 // allocation never picks an IP another Service claims, so a pending Service
 // cannot take an IP that a Service only *requests* while that Service waits
 // for its turn (the half of MetalLB #1984 its fix missed). A claim is not a
 // hold: the first Service to Allocate a requested IP gets it, and a claim
 // does not count as used. Release clears the Service's claims.
-func (a *Allocator) Claim(service string, ips []netip.Addr) {
+//
+// A claim follows the rules of allocation: an IP is claimed only when the
+// serving pool holding it would serve req (its namespaces, selectors, the
+// named pool, not being deleted). Otherwise a Service in a namespace a pool
+// does not serve could block that pool's addresses, one Service per IP. The
+// refused claims are returned as an *Error naming the pool and the rule; an
+// IP outside every serving pool is not claimed and is not an error here
+// (Allocate says RequestedIPNotInPool).
+func (a *Allocator) Claim(req Request) error {
+	var ok []netip.Addr
+	var refused []string
+	for _, ip := range req.RequestedIPs {
+		p := a.index.lookup(ip)
+		if p == nil {
+			continue
+		}
+		if why := a.claimRefusal(p, req); why != "" {
+			refused = append(refused, fmt.Sprintf("%s: %s", ip, why))
+			continue
+		}
+		ok = append(ok, ip)
+	}
+	a.setClaims(req.Service, ok)
+	if len(refused) > 0 {
+		return &Error{Reason: ReasonNoMatchingPool, Message: "the requested IP is not reserved for this Service, because " + strings.Join(refused, "; ")}
+	}
+	return nil
+}
+
+// claimRefusal says why pool p may not serve req's request, "" when it may.
+func (a *Allocator) claimRefusal(p *Pool, req Request) string {
+	ns, _, _ := strings.Cut(req.Service, "/")
+	switch {
+	case req.Pool != "" && req.Pool != p.name:
+		return fmt.Sprintf("it is in pool %s, and the Service asks for pool %s (%s)", p.name, req.Pool, AnnotationAddressPool)
+	case p.spec.Terminating:
+		return fmt.Sprintf("pool %s is being deleted", p.name)
+	case !p.servesNamespace(ns, req.NamespaceLabels):
+		return fmt.Sprintf("pool %s serves only %s; the Service is in namespace %s", p.name, describeNamespaces(p.spec), ns)
+	case !p.servesService(req.ServiceLabels):
+		return fmt.Sprintf("pool %s serves only Services matching its serviceSelectors, and this Service's labels match none", p.name)
+	}
+	return ""
+}
+
+// setClaims replaces the IPs service claims; nil clears.
+func (a *Allocator) setClaims(service string, ips []netip.Addr) {
 	for _, ip := range a.claimsOf[service] {
 		if m := a.claims[ip]; m != nil {
 			delete(m, service)
@@ -744,6 +805,41 @@ func (a *Allocator) Allocations(service string) []Allocation {
 			if h.Service == service {
 				out = append(out, h)
 			}
+		}
+	}
+	return out
+}
+
+// NoteOrigin records, for a held IP that lies outside every serving pool,
+// the pool it was handed out from (the ledger's pool of the entry): an
+// orphan is still counted in, and named by, the pool it came from.
+func (a *Allocator) NoteOrigin(ip netip.Addr, pool string) {
+	if st := a.ips[ip]; st != nil && st.pool == "" && pool != "" {
+		st.origin = pool
+	}
+}
+
+// Origin returns the pool a held IP was handed out from: its serving pool,
+// or for an orphan the pool it came from ("" when unknown).
+func (a *Allocator) Origin(ip netip.Addr) string {
+	if st := a.ips[ip]; st != nil {
+		return st.origin
+	}
+	return ""
+}
+
+// HeldOutside counts, by the pool they came from, the held IPs that their
+// pool no longer offers (outside every serving pool, or inside one that no
+// longer hands them out): see ReasonHeldOutsidePool. IPs of unknown origin
+// are counted under "".
+func (a *Allocator) HeldOutside() map[string]int {
+	out := map[string]int{}
+	for ip, st := range a.ips {
+		if len(st.holders) == 0 {
+			continue
+		}
+		if st.pool == "" || !a.pools[st.pool].allocatable(ip) {
+			out[st.origin]++
 		}
 	}
 	return out

@@ -285,11 +285,11 @@ func TestDualStack(t *testing.T) {
 		want       []string
 		wantReason Reason
 	}{
-		{"SingleStack IPv6", []*Pool{v4(), v6(), dual()}, Request{FamilyPolicy: SingleStack, Families: []Family{IPv6, IPv4}}, []string{"2001:db8:1::"}, ""},
+		{"SingleStack IPv6", []*Pool{v4(), v6(), dual()}, Request{FamilyPolicy: SingleStack, Families: []Family{IPv6, IPv4}}, []string{"2001:db8:1::1"}, ""},
 		{"empty policy is SingleStack", []*Pool{dual()}, Request{Families: []Family{IPv4, IPv6}}, []string{"10.0.2.0"}, ""},
-		{"RequireDualStack takes the pool with both", []*Pool{v4(), v6(), dual()}, Request{FamilyPolicy: RequireDualStack, Families: []Family{IPv6, IPv4}}, []string{"2001:db8:2::", "10.0.2.0"}, ""},
+		{"RequireDualStack takes the pool with both", []*Pool{v4(), v6(), dual()}, Request{FamilyPolicy: RequireDualStack, Families: []Family{IPv6, IPv4}}, []string{"2001:db8:2::1", "10.0.2.0"}, ""},
 		{"RequireDualStack without such a pool", []*Pool{v4(), v6()}, Request{FamilyPolicy: RequireDualStack, Families: []Family{IPv4, IPv6}}, nil, ReasonNoMatchingPool},
-		{"PreferDualStack prefers a pool with both over a better ranked one", []*Pool{v4(), dual()}, Request{FamilyPolicy: PreferDualStack, Families: []Family{IPv4, IPv6}}, []string{"10.0.2.0", "2001:db8:2::"}, ""},
+		{"PreferDualStack prefers a pool with both over a better ranked one", []*Pool{v4(), dual()}, Request{FamilyPolicy: PreferDualStack, Families: []Family{IPv4, IPv6}}, []string{"10.0.2.0", "2001:db8:2::1"}, ""},
 		{"PreferDualStack falls back to one family", []*Pool{v4(), v6()}, Request{FamilyPolicy: PreferDualStack, Families: []Family{IPv4, IPv6}}, []string{"10.0.1.0"}, ""},
 		{"PreferDualStack in a single-stack cluster stays single", []*Pool{dual()}, Request{FamilyPolicy: PreferDualStack, Families: []Family{IPv4}}, []string{"10.0.2.0"}, ""},
 		{"requested IPv6 fixes the family, IPv4 auto from the same pool", []*Pool{v4(), dual()}, Request{FamilyPolicy: RequireDualStack, Families: []Family{IPv4, IPv6}, RequestedIPs: addrs("2001:db8:2::9")}, []string{"10.0.2.0", "2001:db8:2::9"}, ""},
@@ -405,7 +405,7 @@ func TestMetalLB1984(t *testing.T) {
 		}
 		// B only requests IP2 by annotation: claimed before anything is
 		// allocated.
-		a.Claim("ns/b", []netip.Addr{ip2})
+		a.Claim(Request{Service: "ns/b", RequestedIPs: []netip.Addr{ip2}})
 		if restart%2 == 1 {
 			// Variant: a pending Service is allocated before B. It must not
 			// take IP2.
@@ -560,13 +560,18 @@ func TestPoolChanges(t *testing.T) {
 		if got := mustAllocate(t, a, Request{Service: "ns/d"}).IPs[0]; got != ip("10.0.0.3") {
 			t.Fatalf("got %s", got)
 		}
-		// an orphan no longer fits: the controller releases and re-allocates
+		// an orphan is kept, held outside its pool: never moved, never given away
 		a.SetPools([]*Pool{mustPool(t, "p", spec("10.0.0.0/31")), mustPool(t, "q", spec("10.0.1.0/30"))})
-		if _, err := a.Allocate(Request{Service: "ns/c"}); !IsUnfit(err) {
-			t.Fatalf("err = %v, want ErrHeldAddressUnfit", err)
+		res, err := a.Allocate(Request{Service: "ns/c"})
+		if err != nil || res.Outside == "" || res.New || len(res.IPs) != 1 || res.IPs[0] != ip("10.0.0.2") {
+			t.Fatalf("res = %+v, err = %v; want 10.0.0.2 kept outside its pool", res, err)
 		}
-		if x := a.Explain(Request{Service: "ns/c"}); !strings.Contains(x.Decision, "no longer in any serving IPPool") {
-			t.Fatalf("decision = %s", x.Decision)
+		if x := a.Explain(Request{Service: "ns/c"}); x.Reason != ReasonHeldOutsidePool || !strings.Contains(x.Decision, "10.0.0.2 is no longer in any serving IPPool") {
+			t.Fatalf("explain = %+v", x)
+		}
+		// the owner asks for something else: now it moves
+		if _, err := a.Allocate(Request{Service: "ns/c", Pool: "q"}); !IsUnfit(err) {
+			t.Fatalf("err = %v, want ErrHeldAddressUnfit", err)
 		}
 	})
 	t.Run("rename", func(t *testing.T) {
@@ -748,28 +753,29 @@ func TestUsageBigPools(t *testing.T) {
 		mustAllocate(t, a, Request{Service: fmt.Sprintf("ns/s%d", i), FamilyPolicy: RequireDualStack, Families: []Family{IPv6, IPv4}})
 	}
 	u, _ := a.Usage("big")
-	if u.IPv6.Total.Cmp(bigPow2(64)) != 0 || u.IPv6.Used.Int64() != 3 || u.IPv4.Total.Int64() != 1<<24 || u.IPv4.Used.Int64() != 3 {
+	v6Total := new(big.Int).Sub(bigPow2(64), big.NewInt(1)) // without the Subnet-Router anycast
+	if u.IPv6.Total.Cmp(v6Total) != 0 || u.IPv6.Used.Int64() != 3 || u.IPv4.Total.Int64() != 1<<24 || u.IPv4.Used.Int64() != 3 {
 		t.Fatalf("usage = v4 %s/%s v6 %s/%s", u.IPv4.Used, u.IPv4.Total, u.IPv6.Used, u.IPv6.Total)
 	}
 	// the returned numbers are copies
 	u.IPv6.Total.SetInt64(0)
-	if u2, _ := a.Usage("big"); u2.IPv6.Total.Cmp(bigPow2(64)) != 0 {
+	if u2, _ := a.Usage("big"); u2.IPv6.Total.Cmp(v6Total) != 0 {
 		t.Fatal("Usage returned shared big.Ints")
 	}
 	// exhausting the tail of a /64 without scanning it
 	tail := mustPool(t, "tail", spec("2001:db8:1::/64"))
 	b := newAllocator(t, tail)
 	last := netip.MustParseAddr("2001:db8:1::ffff:ffff:ffff:ffff")
-	if err := b.Assign("ns/first", addrs("2001:db8:1::"), Sharing{}); err != nil {
+	if err := b.Assign("ns/first", addrs("2001:db8:1::1"), Sharing{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := mustAllocate(t, b, Request{Service: "ns/x", Families: []Family{IPv6}}).IPs[0]; got != netip.MustParseAddr("2001:db8:1::1") {
+	if got := mustAllocate(t, b, Request{Service: "ns/x", Families: []Family{IPv6}}).IPs[0]; got != netip.MustParseAddr("2001:db8:1::2") {
 		t.Fatalf("got %s", got)
 	}
 	if _, err := b.Allocate(Request{Service: "ns/y", RequestedIPs: []netip.Addr{last}}); err != nil {
 		t.Fatal(err)
 	}
-	if u, _ := b.Usage("tail"); u.IPv6.Used.Int64() != 3 || new(big.Int).Sub(u.IPv6.Total, u.IPv6.Used).Cmp(new(big.Int).Sub(bigPow2(64), big.NewInt(3))) != 0 {
+	if u, _ := b.Usage("tail"); u.IPv6.Used.Int64() != 3 || new(big.Int).Sub(u.IPv6.Total, u.IPv6.Used).Cmp(new(big.Int).Sub(bigPow2(64), big.NewInt(4))) != 0 { // 3 used, the anycast never
 		t.Fatalf("usage = %+v", u)
 	}
 }
@@ -809,12 +815,12 @@ func TestListAndReservations(t *testing.T) {
 	for i := range 5 {
 		mustAllocate(t, a, Request{Service: fmt.Sprintf("ns/s%d", i), FamilyPolicy: RequireDualStack, Families: []Family{IPv4, IPv6}, Sharing: Sharing{Key: "k", Ports: []Port{{Port: int32(80 + i)}}}})
 	}
-	// s0..s4 share 10.0.0.0 and 2001:db8:: (same key, different ports)
+	// s0..s4 share 10.0.0.0 and 2001:db8::1 (same key, different ports)
 	mustAllocate(t, a, Request{Service: "ns/solo", RequestedIPs: addrs("10.0.0.200")})
 	a.Reserve(Reservation{IP: netip.MustParseAddr("10.0.0.100"), Note: "spare"})
 	a.Reserve(Reservation{IP: netip.MustParseAddr("10.0.0.7"), Note: "hold"})
 	all := a.List(netip.Addr{}, 0)
-	if len(all) != 11 || all[0].IP.String() != "10.0.0.0" || all[5].IP.String() != "10.0.0.200" || all[10].IP.String() != "2001:db8::" {
+	if len(all) != 11 || all[0].IP.String() != "10.0.0.0" || all[5].IP.String() != "10.0.0.200" || all[10].IP.String() != "2001:db8::1" {
 		t.Fatalf("List = %+v", all)
 	}
 	var paged []Allocation
@@ -866,8 +872,8 @@ func TestSharingKeyChange(t *testing.T) {
 // IP2 for its auto-assigned family, nor may a pending Service.
 func TestClaimsProtectRequestedIPs(t *testing.T) {
 	a := newAllocator(t, mustPool(t, "p", spec("192.0.2.1-192.0.2.2", "2001:db8::1-2001:db8::2")))
-	a.Claim("ns/b", addrs("192.0.2.1"))
-	a.Claim("ns/e", addrs("2001:db8::1"))
+	a.Claim(Request{Service: "ns/b", RequestedIPs: addrs("192.0.2.1")})
+	a.Claim(Request{Service: "ns/e", RequestedIPs: addrs("2001:db8::1")})
 	// E requests its IPv6 and needs an IPv4 too: it must skip B's IP.
 	res := mustAllocate(t, a, Request{Service: "ns/e", FamilyPolicy: RequireDualStack, Families: []Family{IPv4, IPv6}, RequestedIPs: addrs("2001:db8::1")})
 	if res.IPs[0] != netip.MustParseAddr("192.0.2.2") {
@@ -886,8 +892,8 @@ func TestClaimsProtectRequestedIPs(t *testing.T) {
 		t.Fatalf("pending got %v", got.IPs)
 	}
 	// Claim replaces; nil clears.
-	a.Claim("ns/x", addrs("2001:db8::2"))
-	a.Claim("ns/x", nil)
+	a.Claim(Request{Service: "ns/x", RequestedIPs: addrs("2001:db8::2")})
+	a.Claim(Request{Service: "ns/x"})
 	if got := mustAllocate(t, a, Request{Service: "ns/v6", Families: []Family{IPv6}}); got.IPs[0] != netip.MustParseAddr("2001:db8::2") {
 		t.Fatalf("got %v", got.IPs)
 	}

@@ -13,6 +13,9 @@ type need struct {
 	required  []Family // in the Service's order
 	optional  Family   // 0: none; PreferDualStack's second family
 	requested map[Family]netip.Addr
+	// held: requested are the addresses the Service already holds (planHeld
+	// checks that its pool still serves it), not addresses it asks for.
+	held bool
 }
 
 func (n need) wants(f Family) bool { return slices.Contains(n.required, f) || n.optional == f }
@@ -134,8 +137,11 @@ func (a *Allocator) evaluate(p *Pool, req Request, n need) eval {
 		if !p.Contains(ip) {
 			return no(VerdictRequestedIPNotInPool, "pool %s does not contain the requested IP %s", p.name, ip)
 		}
-		if p.spec.AvoidBuggyIPs && buggy(ip) {
+		if p.spec.AvoidBuggyIPs && buggy(ip) && !n.held {
 			return no(VerdictRequestedIPNotInPool, "pool %s has avoidBuggyIPs set, so it never hands out %s (an address ending in .0 or .255); request another IP", p.name, ip)
+		}
+		if why := p.unusableWhy(ip); why != "" && !n.held {
+			return no(VerdictRequestedIPNotInPool, "pool %s never hands out %s: it is %s; request another IP", p.name, ip, why)
 		}
 	}
 	ns, _, _ := strings.Cut(req.Service, "/")
@@ -147,6 +153,9 @@ func (a *Allocator) evaluate(p *Pool, req Request, n need) eval {
 	}
 	if req.Pool == "" && len(n.requested) == 0 && !p.spec.AutoAssign {
 		return no(VerdictAutoAssignOff, "pool %s has autoAssign false: it serves only Services that name it in %s or request one of its IPs", p.name, AnnotationAddressPool)
+	}
+	if p.spec.Terminating && !n.held {
+		return no(VerdictTerminating, "pool %s is being deleted: it hands out no new address", p.name)
 	}
 	for _, f := range n.required {
 		if !p.HasFamily(f) {
@@ -163,6 +172,9 @@ func (a *Allocator) evaluate(p *Pool, req Request, n need) eval {
 			continue
 		}
 		ip, ok := a.pick(p, f, e.ips, req)
+		if !ok && p.spec.Terminating {
+			return no(VerdictExhausted, "pool %s is being deleted and hands out no new address", p.name)
+		}
 		if !ok {
 			u, _ := a.Usage(p.name)
 			fu := u.IPv4
@@ -213,6 +225,9 @@ func (a *Allocator) pick(p *Pool, f Family, chosen []netip.Addr, req Request) (n
 			return ip, true
 		}
 	}
+	if p.spec.Terminating {
+		return netip.Addr{}, false
+	}
 	if key := req.Sharing.Key; key != "" {
 		var best netip.Addr
 		for ip := range a.byShare[key] {
@@ -246,10 +261,14 @@ func (a *Allocator) lowestFree(p *Pool, f Family, service string) (netip.Addr, b
 			if !ok {
 				break
 			}
-			if !(p.spec.AvoidBuggyIPs && buggy(c)) && !(a.claimed.contains(c) && a.claimedByOther(c, service)) {
+			next := c.Next()
+			switch u := p.unusableRange(c); {
+			case u != nil:
+				next = u.last.Next() // hop over a whole block (127.0.0.0/8)
+			case !(p.spec.AvoidBuggyIPs && buggy(c)) && !(a.claimed.contains(c) && a.claimedByOther(c, service)):
 				return c, true
 			}
-			if lo = c.Next(); !lo.IsValid() {
+			if lo = next; !lo.IsValid() || lo.Compare(r.last) > 0 {
 				break
 			}
 		}
@@ -263,7 +282,10 @@ type decision struct {
 	chosen *eval
 	held   []netip.Addr // what the Service holds now
 	unfit  string       // why held addresses no longer fit ("" = they fit)
-	err    *Error
+	// outside says why the held addresses are kept outside their pool's
+	// rules ("" = they are not): the Service keeps them, nothing is added.
+	outside string
+	err     *Error
 }
 
 // plan works out what Allocate would do, changing nothing.
@@ -336,10 +358,14 @@ func (a *Allocator) markChosen(d *decision, selectedMsg string) {
 	}
 }
 
-// planHeld plans for a Service that already holds addresses: keep them when
-// they still fit, add missing families from the same pool.
+// planHeld plans for a Service that already holds addresses. An address
+// moves only when the Service itself asks for something else: other
+// families, other requested IPs, another named pool, or sharing its address
+// no longer allows. Whatever an operator does to the pools — shrink, delete,
+// invalidate, re-select, avoidBuggyIPs — the Service keeps what it holds
+// ("held outside its pool", d.outside) and nothing else is handed its IP.
 func (a *Allocator) planHeld(req Request, n need, d decision) decision {
-	var pool string
+	pool := ""
 	for i, ip := range d.held {
 		f := FamilyOf(ip)
 		st := a.ips[ip]
@@ -348,63 +374,62 @@ func (a *Allocator) planHeld(req Request, n need, d decision) decision {
 			d.unfit = fmt.Sprintf("it holds %s, but it now asks only for %s", ip, familyList(n.required))
 		case n.requested[f].IsValid() && n.requested[f] != ip:
 			d.unfit = fmt.Sprintf("it holds %s, but it now requests %s", ip, n.requested[f])
+		case req.Pool != "" && st != nil && st.origin != "" && st.origin != req.Pool:
+			d.unfit = fmt.Sprintf("it holds %s from pool %s, but it now asks for pool %s (%s)", ip, st.origin, req.Pool, AnnotationAddressPool)
 		case st == nil || st.pool == "":
-			d.unfit = fmt.Sprintf("it holds %s, which is no longer in any serving IPPool", ip)
-		case i > 0 && st.pool != pool:
-			d.unfit = fmt.Sprintf("it holds %s from pool %s and %s from pool %s; one Service takes its IPs from one pool", d.held[0], pool, ip, st.pool)
+			d.outside = fmt.Sprintf("%s is no longer in any serving IPPool", ip)
+		case !a.pools[st.pool].allocatable(ip) && d.outside == "":
+			d.outside = fmt.Sprintf("%s is in pool %s, which no longer hands it out (%s)", ip, st.pool, a.whyNotAllocatable(st.pool, ip))
+		case i > 0 && st.pool != pool && d.outside == "":
+			d.outside = fmt.Sprintf("%s is in pool %s and %s in pool %s, and one Service takes its addresses from one pool", d.held[0], pool, ip, st.pool)
 		}
 		if d.unfit != "" {
-			break
+			d.outside = "" // the Service's own change wins: it is released
+			return d
 		}
-		pool = st.pool
+		if st != nil && pool == "" {
+			pool = st.pool
+		}
 	}
-	if d.unfit == "" {
-		// Evaluate the holding pool as if the held IPs were requested: that
-		// checks the pool name, namespace, selectors and sharing again.
-		hn := need{required: slices.Clone(n.required), optional: n.optional, requested: map[Family]netip.Addr{}}
-		for _, ip := range d.held {
-			f := FamilyOf(ip)
-			hn.requested[f] = ip
-			if hn.optional == f {
-				hn.required = append(hn.required, f)
-				hn.optional = 0
-			}
+	// Evaluate the holding pool as if the held IPs were requested: that
+	// checks the pool name, namespace, selectors and sharing again.
+	hn := need{required: slices.Clone(n.required), optional: n.optional, requested: map[Family]netip.Addr{}, held: true}
+	for _, ip := range d.held {
+		f := FamilyOf(ip)
+		hn.requested[f] = ip
+		if hn.optional == f {
+			hn.required = append(hn.required, f)
+			hn.optional = 0
 		}
-		d.evals = a.evaluateAll(req, hn)
-		for i := range d.evals {
-			e := &d.evals[i]
-			if e.pool.name != pool {
-				continue
-			}
-			switch {
-			case e.verdict.Eligible:
-				d.chosen = e
-			case e.verdict.Reason == VerdictExhausted:
-				// It keeps what it holds; the missing family waits.
-				d.err = &Error{Reason: ReasonPoolExhausted, Message: fmt.Sprintf("the Service keeps %s, but %s", addrList(d.held), e.verdict.Message)}
-			default:
-				d.unfit = fmt.Sprintf("it holds %s, but %s", addrList(d.held), e.verdict.Message)
-			}
+	}
+	d.evals = a.evaluateAll(req, hn)
+	fresh := a.evaluateAll(req, n)
+	var holding *eval
+	for i := range d.evals {
+		if d.evals[i].pool.name == pool && pool != "" {
+			holding = &d.evals[i]
+			continue
 		}
 		// Evaluated as requested IPs, the other pools said "does not contain
 		// the requested IP"; say instead what they would say on their own.
-		fresh := a.evaluateAll(req, n)
-		for i := range d.evals {
-			if d.evals[i].pool.name != pool {
-				d.evals[i] = fresh[i]
-			}
-		}
+		d.evals[i] = fresh[i]
 	}
-	if d.unfit == "" && d.chosen == nil && d.err == nil {
-		d.unfit = fmt.Sprintf("it holds %s, which pool %s no longer offers", addrList(d.held), pool)
-	}
-	if d.unfit != "" {
-		d.chosen = nil
-		d.err = nil
+	if d.outside != "" {
 		return d
 	}
-	if d.chosen != nil {
+	switch v := holding.verdict; {
+	case v.Eligible:
+		d.chosen = holding
 		a.markChosen(&d, fmt.Sprintf("the Service holds %s from pool %s", addrList(d.chosen.ips), pool))
+	case v.Reason == VerdictExhausted:
+		// It keeps what it holds; the missing family waits.
+		d.err = &Error{Reason: ReasonPoolExhausted, Message: fmt.Sprintf("the Service keeps %s, but %s", addrList(d.held), v.Message)}
+	case v.Reason == VerdictNotRequested || v.Reason == VerdictFamilyMismatch || v.Reason == VerdictRequestedIPInUse:
+		// The Service's own request changed: it asked for it.
+		d.unfit = fmt.Sprintf("it holds %s, but %s", addrList(d.held), v.Message)
+	default:
+		// The pool changed (selectors, avoidBuggyIPs): never a reason to move.
+		d.outside = v.Message
 	}
 	return d
 }
@@ -505,6 +530,9 @@ func (a *Allocator) Allocate(req Request) (Result, error) {
 	if d.unfit != "" {
 		return Result{}, fmt.Errorf("service %s: %s: %w", req.Service, d.unfit, ErrHeldAddressUnfit)
 	}
+	if d.outside != "" {
+		return Result{IPs: slices.Clone(d.held), Outside: d.outside}, nil
+	}
 	if d.err != nil {
 		return Result{}, d.err
 	}
@@ -527,6 +555,10 @@ func (a *Allocator) Explain(req Request) Explanation {
 		x.Verdicts = append(x.Verdicts, e.verdict)
 	}
 	switch {
+	case d.outside != "":
+		x.Reason = ReasonHeldOutsidePool
+		x.Decision = fmt.Sprintf("The Service keeps %s, held outside its pool: %s. ipam never moves an address a Service holds; "+
+			"to move it, request an address (%s) or name a pool (%s).", addrList(d.held), d.outside, AnnotationLoadBalancerIPs, AnnotationAddressPool)
 	case d.unfit != "":
 		x.Reason = ReasonAllocated
 		x.Decision = fmt.Sprintf("The Service holds %s, but %s; ipam will release it and choose again.", addrList(d.held), strings.TrimPrefix(d.unfit, "it holds "+addrList(d.held)+", but "))
@@ -561,3 +593,12 @@ func capitalize(s string) string {
 
 // IsUnfit reports whether err says a held address no longer fits.
 func IsUnfit(err error) bool { return errors.Is(err, ErrHeldAddressUnfit) }
+
+// whyNotAllocatable says why pool no longer hands out ip, which it contains.
+func (a *Allocator) whyNotAllocatable(pool string, ip netip.Addr) string {
+	p := a.pools[pool]
+	if why := p.unusableWhy(ip); why != "" {
+		return "it is " + why
+	}
+	return "avoidBuggyIPs skips addresses ending in .0 or .255"
+}

@@ -27,6 +27,9 @@ type PoolSpec struct {
 	ServiceSelectors   []Selector
 	// CreatedAt decides overlaps: the newer pool is Conflicting.
 	CreatedAt time.Time
+	// Terminating is set while the IPPool is being deleted: the Services
+	// holding its addresses keep them, and it hands out nothing new.
+	Terminating bool
 }
 
 // Pool is a parsed IPPool. It is immutable.
@@ -34,7 +37,10 @@ type Pool struct {
 	name   string
 	spec   PoolSpec
 	ranges []addrRange // sorted, disjoint, not adjacent; IPv4 before IPv6
-	total  [2]*big.Int // allocatable IPv4, IPv6
+	// unusable are the addresses of ranges that are never handed out (see
+	// unusableBlocks and subnetRouterAnycast): sorted, disjoint.
+	unusable []addrRange
+	total    [2]*big.Int // allocatable IPv4, IPv6
 }
 
 func famIdx(f Family) int {
@@ -57,17 +63,20 @@ func ParsePool(name string, spec PoolSpec) (*Pool, error) {
 	if spec.Priority < 0 {
 		return nil, fmt.Errorf("spec.allocation.priority: %d is negative; use 0 (unset) or a positive number", spec.Priority)
 	}
-	var ranges []addrRange
+	var ranges, anycast []addrRange
 	for i, s := range spec.Addresses {
 		r, err := parseAddressEntry(s)
 		if err != nil {
 			return nil, fmt.Errorf("spec.addresses[%d] %q: %w", i, s, err)
 		}
 		ranges = append(ranges, r)
+		if a, ok := subnetRouterAnycast(s); ok {
+			anycast = append(anycast, addrRange{a, a})
+		}
 	}
 	for i, ns := range spec.Namespaces {
-		if strings.TrimSpace(ns) == "" {
-			return nil, fmt.Errorf("spec.allocation.namespaces[%d]: empty namespace name", i)
+		if !isDNSLabel(ns) {
+			return nil, fmt.Errorf("spec.allocation.namespaces[%d] %q: not a namespace name; use lowercase letters, digits and '-' (at most 63, starting and ending with a letter or digit)", i, ns)
 		}
 	}
 	for i, s := range spec.NamespaceSelectors {
@@ -81,6 +90,7 @@ func ParsePool(name string, spec PoolSpec) (*Pool, error) {
 		}
 	}
 	p := &Pool{name: name, spec: clonePoolSpec(spec), ranges: mergeRanges(ranges)}
+	p.unusable = unusableIn(p.ranges, anycast)
 	p.total = [2]*big.Int{new(big.Int), new(big.Int)}
 	for _, r := range p.ranges {
 		n := r.size()
@@ -89,6 +99,16 @@ func ParsePool(name string, spec PoolSpec) (*Pool, error) {
 		}
 		t := p.total[famIdx(FamilyOf(r.first))]
 		t.Add(t, n)
+	}
+	for _, r := range p.unusable {
+		// Unusable ranges lie inside the pool's ranges; their buggy
+		// addresses were already subtracted above.
+		n := r.size()
+		if spec.AvoidBuggyIPs {
+			n.Sub(n, buggyCount(r))
+		}
+		t := p.total[famIdx(FamilyOf(r.first))]
+		t.Sub(t, n)
 	}
 	return p, nil
 }
@@ -225,8 +245,20 @@ func (p *Pool) Total(f Family) *big.Int { return new(big.Int).Set(p.total[famIdx
 
 // allocatable reports whether ip may be handed out by this pool at all.
 func (p *Pool) allocatable(ip netip.Addr) bool {
-	return p.Contains(ip) && !(p.spec.AvoidBuggyIPs && buggy(ip))
+	return p.Contains(ip) && !(p.spec.AvoidBuggyIPs && buggy(ip)) && p.unusableRange(ip) == nil
 }
+
+// unusableRange returns the unusable range of the pool containing ip.
+func (p *Pool) unusableRange(ip netip.Addr) *addrRange {
+	i := sort.Search(len(p.unusable), func(i int) bool { return p.unusable[i].last.Compare(ip) >= 0 })
+	if i < len(p.unusable) && p.unusable[i].first.Compare(ip) <= 0 {
+		return &p.unusable[i]
+	}
+	return nil
+}
+
+// Terminating reports whether the IPPool is being deleted.
+func (p *Pool) Terminating() bool { return p.spec.Terminating }
 
 // servesNamespace reports whether the pool serves the namespace.
 func (p *Pool) servesNamespace(ns string, nsLabels map[string]string) bool {

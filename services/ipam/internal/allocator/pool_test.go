@@ -10,6 +10,10 @@ import (
 func bigPow2(n uint) *big.Int { return new(big.Int).Lsh(big.NewInt(1), n) }
 
 func TestParsePool(t *testing.T) {
+	// ::/0 without ::, ::1, fe80::/10 and ff00::/8 (its anycast is ::).
+	v6All := new(big.Int).Sub(bigPow2(128), big.NewInt(2))
+	v6All.Sub(v6All, bigPow2(118))
+	v6All.Sub(v6All, bigPow2(120))
 	tests := []struct {
 		name      string
 		spec      PoolSpec
@@ -21,15 +25,21 @@ func TestParsePool(t *testing.T) {
 		{name: "cidr v4", spec: PoolSpec{Addresses: []string{"10.0.0.0/24"}}, wantV4: big.NewInt(256), wantV6: big.NewInt(0), wantRange: "10.0.0.0-10.0.0.255"},
 		{name: "single address /32", spec: PoolSpec{Addresses: []string{"10.0.0.7/32"}}, wantV4: big.NewInt(1), wantV6: big.NewInt(0), wantRange: "10.0.0.7"},
 		{name: "range", spec: PoolSpec{Addresses: []string{"10.0.0.10 - 10.0.0.20"}}, wantV4: big.NewInt(11), wantV6: big.NewInt(0), wantRange: "10.0.0.10-10.0.0.20"},
-		{name: "ipv6 /64 counted exactly", spec: PoolSpec{Addresses: []string{"2001:db8::/64"}}, wantV4: big.NewInt(0), wantV6: bigPow2(64)},
-		{name: "ipv6 /0 counted exactly", spec: PoolSpec{Addresses: []string{"::/0"}}, wantV4: big.NewInt(0), wantV6: bigPow2(128)},
-		{name: "mixed families", spec: PoolSpec{Addresses: []string{"2001:db8::/126", "10.0.0.0/30"}}, wantV4: big.NewInt(4), wantV6: big.NewInt(4), wantRange: "10.0.0.0-10.0.0.3 2001:db8::-2001:db8::3"},
+		{name: "ipv6 /64 counted exactly", spec: PoolSpec{Addresses: []string{"2001:db8::/64"}}, wantV4: big.NewInt(0), wantV6: new(big.Int).Sub(bigPow2(64), big.NewInt(1))}, // the Subnet-Router anycast,
+		{name: "ipv6 /0 counted exactly", spec: PoolSpec{Addresses: []string{"::/0"}}, wantV4: big.NewInt(0), wantV6: v6All},
+		{name: "mixed families", spec: PoolSpec{Addresses: []string{"2001:db8::/126", "10.0.0.0/30"}}, wantV4: big.NewInt(4), wantV6: big.NewInt(3), wantRange: "10.0.0.0-10.0.0.3 2001:db8::-2001:db8::3"},
 		{name: "overlapping and adjacent entries merge", spec: PoolSpec{Addresses: []string{"10.0.0.0/25", "10.0.0.100-10.0.0.200", "10.0.0.201-10.0.0.255"}}, wantV4: big.NewInt(256), wantV6: big.NewInt(0), wantRange: "10.0.0.0-10.0.0.255"},
 		{name: "avoidBuggyIPs /24", spec: PoolSpec{Addresses: []string{"10.0.0.0/24"}, AvoidBuggyIPs: true}, wantV4: big.NewInt(254), wantV6: big.NewInt(0)},
 		{name: "avoidBuggyIPs /16", spec: PoolSpec{Addresses: []string{"10.1.0.0/16"}, AvoidBuggyIPs: true}, wantV4: big.NewInt(65536 - 512), wantV6: big.NewInt(0)},
 		{name: "avoidBuggyIPs range across a boundary", spec: PoolSpec{Addresses: []string{"10.0.0.250-10.0.1.5"}, AvoidBuggyIPs: true}, wantV4: big.NewInt(10), wantV6: big.NewInt(0)},
-		{name: "avoidBuggyIPs whole IPv4 space", spec: PoolSpec{Addresses: []string{"0.0.0.0/0"}, AvoidBuggyIPs: true}, wantV4: big.NewInt(1<<32 - 2<<24), wantV6: big.NewInt(0)},
-		{name: "avoidBuggyIPs ignores IPv6", spec: PoolSpec{Addresses: []string{"2001:db8::/120"}, AvoidBuggyIPs: true}, wantV4: big.NewInt(0), wantV6: big.NewInt(256)},
+		{name: "avoidBuggyIPs whole IPv4 space", spec: PoolSpec{Addresses: []string{"0.0.0.0/0"}, AvoidBuggyIPs: true}, wantV4: big.NewInt(1<<32 - 2<<24 - (1<<24 - 1<<17) - (1<<16 - 1<<9) - (1<<28 - 1<<21)), wantV6: big.NewInt(0)},
+		{name: "avoidBuggyIPs ignores IPv6", spec: PoolSpec{Addresses: []string{"2001:db8::/120"}, AvoidBuggyIPs: true}, wantV4: big.NewInt(0), wantV6: big.NewInt(255)},
+		{name: "unspecified skipped", spec: PoolSpec{Addresses: []string{"0.0.0.0/30"}}, wantV4: big.NewInt(3), wantV6: big.NewInt(0)},
+		{name: "whole IPv4 space without unusable blocks", spec: PoolSpec{Addresses: []string{"0.0.0.0/0"}}, wantV4: big.NewInt(1<<32 - 1 - 1<<24 - 1<<16 - 1<<28 - 1), wantV6: big.NewInt(0)},
+		{name: "loopback only", spec: PoolSpec{Addresses: []string{"127.0.0.1-127.0.0.9"}}, wantV4: big.NewInt(0), wantV6: big.NewInt(0)},
+		{name: "IPv6 range has no anycast", spec: PoolSpec{Addresses: []string{"2001:db8::-2001:db8::3"}}, wantV4: big.NewInt(0), wantV6: big.NewInt(4)},
+		{name: "IPv6 /127 has no anycast", spec: PoolSpec{Addresses: []string{"2001:db8::/127"}}, wantV4: big.NewInt(0), wantV6: big.NewInt(2)},
+		{name: "link-local and multicast v6", spec: PoolSpec{Addresses: []string{"fe80::-fe80::ff", "ff02::1-ff02::2", "2001:db8::5/128"}}, wantV4: big.NewInt(0), wantV6: big.NewInt(1)},
 		{name: "no addresses", spec: PoolSpec{}, wantErr: "spec.addresses: empty"},
 		{name: "host bits", spec: PoolSpec{Addresses: []string{"10.0.0.1/24"}}, wantErr: `spec.addresses[0] "10.0.0.1/24": host bits set; the CIDR is 10.0.0.0/24`},
 		{name: "bare address", spec: PoolSpec{Addresses: []string{"10.0.0.1"}}, wantErr: "10.0.0.7/32 for one address"},
@@ -41,6 +51,7 @@ func TestParsePool(t *testing.T) {
 		{name: "4in6", spec: PoolSpec{Addresses: []string{"::ffff:10.0.0.1-::ffff:10.0.0.9"}}, wantErr: "write 10.0.0.1"},
 		{name: "negative priority", spec: PoolSpec{Addresses: []string{"10.0.0.0/24"}, Priority: -1}, wantErr: "priority"},
 		{name: "empty namespace", spec: PoolSpec{Addresses: []string{"10.0.0.0/24"}, Namespaces: []string{""}}, wantErr: "spec.allocation.namespaces[0]"},
+		{name: "uppercase namespace", spec: PoolSpec{Addresses: []string{"10.0.0.0/24"}, Namespaces: []string{"Team"}}, wantErr: `spec.allocation.namespaces[0] "Team": not a namespace name`},
 		{name: "bad operator", spec: PoolSpec{Addresses: []string{"10.0.0.0/24"}, ServiceSelectors: []Selector{{MatchExpressions: []SelectorRequirement{{Key: "a", Operator: "Gt"}}}}}, wantErr: "spec.allocation.serviceSelectors[0].matchExpressions[0]: unknown operator"},
 		{name: "In without values", spec: PoolSpec{Addresses: []string{"10.0.0.0/24"}, NamespaceSelectors: []Selector{{MatchExpressions: []SelectorRequirement{{Key: "a", Operator: OpIn}}}}}, wantErr: "needs at least one value"},
 		{name: "Exists with values", spec: PoolSpec{Addresses: []string{"10.0.0.0/24"}, NamespaceSelectors: []Selector{{MatchExpressions: []SelectorRequirement{{Key: "a", Operator: OpExists, Values: []string{"x"}}}}}}, wantErr: "takes no values"},
