@@ -118,6 +118,11 @@ func Rebuild(in Inputs) Rebuilt {
 		if len(r.Alloc.Allocations(k)) > 0 {
 			r.Sources[k] = FromLedger
 		}
+		// An address its pool no longer offers stays counted in, and named
+		// by, the pool the ledger says it came from.
+		for _, e := range entries {
+			r.Alloc.NoteOrigin(e.IP, e.Pool)
+		}
 	}
 
 	// 2. Statuses of our Services that the ledger does not name.
@@ -147,7 +152,7 @@ func Rebuild(in Inputs) Rebuilt {
 			continue
 		}
 		if req, err := objects.Request(s, in.Namespaces[s.GetMeta().GetNamespace()]); err == nil && len(req.RequestedIPs) > 0 {
-			r.Alloc.Claim(objects.Key(s), req.RequestedIPs)
+			_ = r.Alloc.Claim(req) // a refused claim: Allocate says why
 		}
 	}
 

@@ -367,7 +367,7 @@ func (w *worker) pass(ctx context.Context) {
 			continue
 		}
 		if req, err := objects.Request(obj, w.namespace(obj)); err == nil {
-			w.alloc.Claim(objects.Key(obj), req.RequestedIPs)
+			_ = w.alloc.Claim(req) // a refused claim: Allocate says why
 		}
 	}
 
@@ -419,6 +419,15 @@ func (w *worker) pass(ctx context.Context) {
 			}
 			want.cond.status, want.cond.reason, want.cond.message = "False", string(ae.Reason), ae.Message
 			w.c.metrics.failures.WithLabelValues(string(ae.Reason)).Inc()
+		} else if res.Outside != "" {
+			// The pool no longer offers what the Service holds: it keeps it,
+			// and says so (never re-allocated behind the operator's back).
+			want.cond.status, want.cond.reason = "True", string(allocator.ReasonHeldOutsidePool)
+			want.cond.message = fmt.Sprintf("Keeps %s, held outside its pool: %s. ipam never moves an address a Service holds; "+
+				"to move it, request an address (%s) or name a pool (%s)", addrs(res.IPs), res.Outside, allocator.AnnotationLoadBalancerIPs, allocator.AnnotationAddressPool)
+			if want.pool == "" {
+				want.pool = cur.pool
+			}
 		} else {
 			want.cond.status, want.cond.reason = "True", string(allocator.ReasonAllocated)
 			want.cond.message = fmt.Sprintf("Allocated %s from pool %s", addrs(res.IPs), res.Pool)
@@ -438,7 +447,7 @@ func (w *worker) pass(ctx context.Context) {
 			wr := &write{obj: obj, key: key, cur: cur, want: want}
 			if cur.cond == nil || cur.cond.reason != want.cond.reason || cur.cond.status != want.cond.status || !slices.Equal(cur.ingress, want.ingress) {
 				typ := "Normal"
-				if want.cond.status != "True" {
+				if want.cond.status != "True" || want.cond.reason == string(allocator.ReasonHeldOutsidePool) {
 					typ = "Warning"
 				}
 				msg := want.cond.message
