@@ -73,6 +73,9 @@ func Meta(m metav1.Object) *watcherv1.ObjectMeta {
 	if dt := m.GetDeletionTimestamp(); dt != nil {
 		out.DeletionTimestamp = dt.UnixNano()
 	}
+	if f := m.GetFinalizers(); len(f) > 0 {
+		out.Finalizers = append([]string(nil), f...)
+	}
 	if l := m.GetLabels(); len(l) > 0 {
 		out.Labels = make(map[string]string, len(l))
 		for k, v := range l {

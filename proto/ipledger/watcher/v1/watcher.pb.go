@@ -615,8 +615,11 @@ type ObjectMeta struct {
 	// deletion_timestamp in Unix nanoseconds, 0 when not being deleted.
 	DeletionTimestamp int64             `protobuf:"varint,9,opt,name=deletion_timestamp,json=deletionTimestamp,proto3" json:"deletion_timestamp,omitempty"`
 	OwnerReferences   []*OwnerReference `protobuf:"bytes,10,rep,name=owner_references,json=ownerReferences,proto3" json:"owner_references,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// finalizers are the object's metadata.finalizers (ipam reads its own on
+	// IPPools).
+	Finalizers    []string `protobuf:"bytes,11,rep,name=finalizers,proto3" json:"finalizers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ObjectMeta) Reset() {
@@ -715,6 +718,13 @@ func (x *ObjectMeta) GetDeletionTimestamp() int64 {
 func (x *ObjectMeta) GetOwnerReferences() []*OwnerReference {
 	if x != nil {
 		return x.OwnerReferences
+	}
+	return nil
+}
+
+func (x *ObjectMeta) GetFinalizers() []string {
+	if x != nil {
+		return x.Finalizers
 	}
 	return nil
 }
@@ -2100,7 +2110,7 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x11external_workload\x18\x10 \x01(\v2%.ipledger.watcher.v1.ExternalWorkloadH\x00R\x10externalWorkload\x12?\n" +
 	"\n" +
 	"config_map\x18\x11 \x01(\v2\x1e.ipledger.watcher.v1.ConfigMapH\x00R\tconfigMapB\x06\n" +
-	"\x04body\"\xdd\x04\n" +
+	"\x04body\"\xfd\x04\n" +
 	"\n" +
 	"ObjectMeta\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
@@ -2115,7 +2125,10 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x12creation_timestamp\x18\b \x01(\x03R\x11creationTimestamp\x12-\n" +
 	"\x12deletion_timestamp\x18\t \x01(\x03R\x11deletionTimestamp\x12N\n" +
 	"\x10owner_references\x18\n" +
-	" \x03(\v2#.ipledger.watcher.v1.OwnerReferenceR\x0fownerReferences\x1a9\n" +
+	" \x03(\v2#.ipledger.watcher.v1.OwnerReferenceR\x0fownerReferences\x12\x1e\n" +
+	"\n" +
+	"finalizers\x18\v \x03(\tR\n" +
+	"finalizers\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
