@@ -5,14 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -259,135 +256,3 @@ func (c *Controller) event(ref *corev1.ObjectReference, typ, reason, msg string)
 	}
 }
 
-// PoolGVR is the IPPool resource.
-var PoolGVR = schema.GroupVersionResource{Group: "ipledger.io", Version: "v1alpha1", Resource: "ippools"}
-
-// writePoolStatuses writes each IPPool's counts and Ready/Conflicting/Invalid
-// conditions when they differ from what this term last wrote.
-func (w *worker) writePoolStatuses(ctx context.Context) {
-	if w.c.dynamic == nil {
-		return
-	}
-	objs := w.store().List(watcherv1.Kind_KIND_IP_POOL)
-	sort.Slice(objs, func(i, j int) bool { return objs[i].GetMeta().GetName() < objs[j].GetMeta().GetName() })
-	seen := map[string]bool{}
-	for _, obj := range objs {
-		name := obj.GetMeta().GetName()
-		seen[name] = true
-		status := w.poolStatus(obj)
-		body, _ := json.Marshal(map[string]any{"status": status})
-		key := string(body)
-		if w.poolWritten[name] == key {
-			continue
-		}
-		// Transition times are added only now, so they do not make every
-		// pass look like a change.
-		now := time.Now().UTC().Format(time.RFC3339)
-		prev := map[string]*watcherv1.Condition{}
-		for _, c := range obj.GetIpPool().GetConditions() {
-			prev[c.GetType()] = c
-		}
-		for _, c := range status["conditions"].([]map[string]any) {
-			c["lastTransitionTime"] = now
-			if p := prev[c["type"].(string)]; p != nil && p.GetStatus() == c["status"] && p.GetLastTransitionTime() != 0 {
-				c["lastTransitionTime"] = time.Unix(0, p.GetLastTransitionTime()).UTC().Format(time.RFC3339)
-			}
-		}
-		full, _ := json.Marshal(map[string]any{"status": status})
-		_, err := w.c.dynamic.Resource(PoolGVR).Patch(ctx, name, types.MergePatchType, full, metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status")
-		if err != nil {
-			w.log.Warn("Cannot write IPPool status", "pool", name, "err", err)
-			continue
-		}
-		old, had := w.poolWritten[name]
-		w.poolWritten[name] = key
-		if cond := readyOf(status); !had || !strings.Contains(old, cond) {
-			if strings.Contains(cond, `"False"`) {
-				w.c.event(poolRef(obj), "Warning", reasonOf(status), messageOf(status))
-			}
-		}
-	}
-	for name := range w.poolWritten {
-		if !seen[name] {
-			delete(w.poolWritten, name)
-		}
-	}
-	w.c.metrics.setPoolUsage(w.alloc, objs)
-}
-
-func (w *worker) poolStatus(obj *watcherv1.Object) map[string]any {
-	name := obj.GetMeta().GetName()
-	gen := obj.GetMeta().GetGeneration()
-	cond := func(typ string, ok bool, reason, msg string) map[string]any {
-		s := "False"
-		if ok {
-			s = "True"
-		}
-		return map[string]any{"type": typ, "status": s, "reason": reason, "message": msg, "observedGeneration": gen}
-	}
-	status := map[string]any{}
-	var conds []map[string]any
-	if err, bad := w.invalidPools[name]; bad {
-		conds = []map[string]any{
-			cond("Ready", false, "Invalid", "The pool serves nothing: "+err.Error()),
-			cond("Conflicting", false, "NoOverlap", "The pool overlaps no other pool"),
-			cond("Invalid", true, "Invalid", err.Error()),
-		}
-		status["conditions"] = conds
-		return status
-	}
-	if w.alloc != nil {
-		if u, ok := w.alloc.Usage(name); ok {
-			status["ipv4"] = map[string]any{"total": u.IPv4.Total.String(), "used": u.IPv4.Used.String()}
-			status["ipv6"] = map[string]any{"total": u.IPv6.Total.String(), "used": u.IPv6.Used.String()}
-		}
-	}
-	conflict, conflicting := allocator.Conflict{}, false
-	if w.alloc != nil {
-		conflict, conflicting = w.alloc.Conflicting(name)
-	}
-	switch {
-	case w.corrupt != nil:
-		conds = append(conds, cond("Ready", false, "LedgerUnreadable", w.corrupt.Error()))
-	case conflicting:
-		conds = append(conds, cond("Ready", false, "Conflicting", conflict.Message))
-	default:
-		conds = append(conds, cond("Ready", true, "Serving", "The pool serves Services"))
-	}
-	if conflicting {
-		conds = append(conds, cond("Conflicting", true, "Overlap", conflict.Message))
-	} else {
-		conds = append(conds, cond("Conflicting", false, "NoOverlap", "The pool overlaps no older pool"))
-	}
-	conds = append(conds, cond("Invalid", false, "Valid", "The pool's spec is valid"))
-	status["conditions"] = conds
-	return status
-}
-
-func readyOf(status map[string]any) string {
-	for _, c := range status["conditions"].([]map[string]any) {
-		if c["type"] == "Ready" {
-			b, _ := json.Marshal(c)
-			return string(b)
-		}
-	}
-	return ""
-}
-
-func reasonOf(status map[string]any) string {
-	for _, c := range status["conditions"].([]map[string]any) {
-		if c["type"] == "Ready" {
-			return c["reason"].(string)
-		}
-	}
-	return ""
-}
-
-func messageOf(status map[string]any) string {
-	for _, c := range status["conditions"].([]map[string]any) {
-		if c["type"] == "Ready" {
-			return c["message"].(string)
-		}
-	}
-	return ""
-}
