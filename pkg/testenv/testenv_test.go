@@ -119,6 +119,9 @@ func TestServiceAccountsAreLeastPrivileged(t *testing.T) {
 		{"ipam", "list", "", "services", "", "", false},
 		{"ipam", "delete", "", "services", "", "default", false},
 		{"ipam", "patch", "", "services", "", "default", false}, // the annotation travels in the status patch
+		{"ipam", "patch", "ipledger.io", "ippools", "", "", true}, // the pool-protection finalizer
+		{"ipam", "delete", "ipledger.io", "ippools", "", "", false},
+		{"ipam", "update", "ipledger.io", "ippools", "", "", false},
 		{"endpoints", "create", "discovery.k8s.io", "endpointslices", "", "default", true},
 		{"endpoints", "patch", "", "services", "status", "default", false},
 		{"endpoints", "update", "coordination.k8s.io", "leases", "", testenv.SystemNamespace, true},

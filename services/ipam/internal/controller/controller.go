@@ -72,6 +72,9 @@ type Controller struct {
 	ledgerM  *ledger.Metrics
 	reg      prometheus.Registerer
 
+	// pools remembers each IPPool's last valid spec across terms.
+	pools objects.PoolSet
+
 	mu      sync.Mutex
 	current *worker // the term's worker once it has rebuilt, else nil
 }

@@ -3,16 +3,20 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 )
 
 // PoolGVR is the IPPool resource.
@@ -27,10 +31,14 @@ func (w *worker) writePoolStatuses(ctx context.Context) {
 	objs := w.store().List(watcherv1.Kind_KIND_IP_POOL)
 	sort.Slice(objs, func(i, j int) bool { return objs[i].GetMeta().GetName() < objs[j].GetMeta().GetName() })
 	seen := map[string]bool{}
+	var heldOutside map[string]int
+	if w.alloc != nil {
+		heldOutside = w.alloc.HeldOutside()
+	}
 	for _, obj := range objs {
 		name := obj.GetMeta().GetName()
 		seen[name] = true
-		status := w.poolStatus(obj)
+		status := w.poolStatus(obj, heldOutside)
 		body, _ := json.Marshal(map[string]any{"status": status})
 		key := string(body)
 		if w.poolWritten[name] == key {
@@ -71,7 +79,7 @@ func (w *worker) writePoolStatuses(ctx context.Context) {
 	w.c.metrics.setPoolUsage(w.alloc, objs)
 }
 
-func (w *worker) poolStatus(obj *watcherv1.Object) map[string]any {
+func (w *worker) poolStatus(obj *watcherv1.Object, heldOutside map[string]int) map[string]any {
 	name := obj.GetMeta().GetName()
 	gen := obj.GetMeta().GetGeneration()
 	cond := func(typ string, ok bool, reason, msg string) map[string]any {
@@ -83,20 +91,24 @@ func (w *worker) poolStatus(obj *watcherv1.Object) map[string]any {
 	}
 	status := map[string]any{}
 	var conds []map[string]any
-	if err, bad := w.invalidPools[name]; bad {
+	served := false
+	if w.alloc != nil {
+		var u allocator.Usage
+		if u, served = w.alloc.Usage(name); served {
+			status["ipv4"] = map[string]any{"total": u.IPv4.Total.String(), "used": u.IPv4.Used.String()}
+			status["ipv6"] = map[string]any{"total": u.IPv6.Total.String(), "used": u.IPv6.Used.String()}
+		}
+		status["heldOutside"] = heldOutside[name]
+	}
+	err, invalid := w.invalidPools[name]
+	if invalid && !served {
 		conds = []map[string]any{
-			cond("Ready", false, "Invalid", "The pool serves nothing: "+err.Error()),
+			cond("Ready", false, "Invalid", "The pool serves nothing: "+err.Error()+". Services holding its addresses keep them"),
 			cond("Conflicting", false, "NoOverlap", "The pool overlaps no other pool"),
 			cond("Invalid", true, "Invalid", err.Error()),
 		}
 		status["conditions"] = conds
 		return status
-	}
-	if w.alloc != nil {
-		if u, ok := w.alloc.Usage(name); ok {
-			status["ipv4"] = map[string]any{"total": u.IPv4.Total.String(), "used": u.IPv4.Used.String()}
-			status["ipv6"] = map[string]any{"total": u.IPv6.Total.String(), "used": u.IPv6.Used.String()}
-		}
 	}
 	conflict, conflicting := allocator.Conflict{}, false
 	if w.alloc != nil {
@@ -105,8 +117,18 @@ func (w *worker) poolStatus(obj *watcherv1.Object) map[string]any {
 	switch {
 	case w.corrupt != nil:
 		conds = append(conds, cond("Ready", false, "LedgerUnreadable", w.corrupt.Error()))
+	case obj.GetMeta().GetDeletionTimestamp() != 0:
+		n := 0
+		if w.alloc != nil {
+			n = w.alloc.ServicesFrom(name)
+		}
+		conds = append(conds, cond("Ready", false, "Terminating", fmt.Sprintf(
+			"The pool is being deleted and hands out no new address; %d Services hold its addresses and keep them. "+
+				"It is removed when the last of them is released (finalizer %s)", n, objects.PoolFinalizer)))
 	case conflicting:
 		conds = append(conds, cond("Ready", false, "Conflicting", conflict.Message))
+	case invalid:
+		conds = append(conds, cond("Ready", true, "ServingLastValidSpec", "The pool serves its last valid spec; the current one does not take effect: "+err.Error()))
 	default:
 		conds = append(conds, cond("Ready", true, "Serving", "The pool serves Services"))
 	}
@@ -115,7 +137,11 @@ func (w *worker) poolStatus(obj *watcherv1.Object) map[string]any {
 	} else {
 		conds = append(conds, cond("Conflicting", false, "NoOverlap", "The pool overlaps no older pool"))
 	}
-	conds = append(conds, cond("Invalid", false, "Valid", "The pool's spec is valid"))
+	if invalid {
+		conds = append(conds, cond("Invalid", true, "Invalid", err.Error()))
+	} else {
+		conds = append(conds, cond("Invalid", false, "Valid", "The pool's spec is valid"))
+	}
 	status["conditions"] = conds
 	return status
 }
@@ -146,4 +172,37 @@ func messageOf(status map[string]any) string {
 		}
 	}
 	return ""
+}
+
+// syncPoolFinalizers protects every IPPool with objects.PoolFinalizer, and
+// lets a Terminating pool go once no Service holds an address from it. Each
+// patch carries the resourceVersion it was decided on: a pool changed since
+// is decided again on its next event.
+func (w *worker) syncPoolFinalizers(ctx context.Context) {
+	if w.c.dynamic == nil || w.alloc == nil || w.corrupt != nil {
+		return
+	}
+	for _, obj := range w.store().List(watcherv1.Kind_KIND_IP_POOL) {
+		m := obj.GetMeta()
+		has := objects.HasFinalizer(obj, objects.PoolFinalizer)
+		var want []string
+		switch terminating := m.GetDeletionTimestamp() != 0; {
+		case !terminating && !has:
+			want = append(slices.Clone(m.GetFinalizers()), objects.PoolFinalizer)
+		case terminating && has && w.alloc.ServicesFrom(m.GetName()) == 0:
+			want = slices.DeleteFunc(slices.Clone(m.GetFinalizers()), func(f string) bool { return f == objects.PoolFinalizer })
+		default:
+			continue
+		}
+		body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": want, "resourceVersion": m.GetResourceVersion()}})
+		_, err := w.c.dynamic.Resource(PoolGVR).Patch(ctx, m.GetName(), types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ipledger-ipam"})
+		switch {
+		case err == nil && has:
+			w.log.Info("IPPool released: no Service holds its addresses any more", "pool", m.GetName())
+		case err == nil, apierrors.IsConflict(err), apierrors.IsNotFound(err):
+			// Conflict: the stream brings the newer pool, and with it another pass.
+		default:
+			w.log.Warn("Cannot update the IPPool's finalizers", "pool", m.GetName(), "err", err)
+		}
+	}
 }

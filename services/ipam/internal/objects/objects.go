@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -19,6 +20,15 @@ const DefaultLBClass = "ipledger.io/lb"
 
 // ConditionType is the Service condition ipam writes.
 const ConditionType = "ipledger.io/AddressAllocated"
+
+// PoolFinalizer keeps a deleted IPPool (Terminating) while Services hold its
+// addresses; ipam removes it when the last one is released.
+const PoolFinalizer = "ipledger.io/pool-protection"
+
+// HasFinalizer reports whether obj carries the finalizer f.
+func HasFinalizer(obj *watcherv1.Object, f string) bool {
+	return slices.Contains(obj.GetMeta().GetFinalizers(), f)
+}
 
 // IsOurs reports whether ipam serves the Service: type LoadBalancer with
 // spec.loadBalancerClass unset or equal to class, not being deleted.
@@ -133,6 +143,7 @@ func PoolSpec(obj *watcherv1.Object) allocator.PoolSpec {
 		Priority:      a.GetPriority(),
 		Namespaces:    slices.Clone(a.GetNamespaces()),
 		CreatedAt:     time.Unix(0, obj.GetMeta().GetCreationTimestamp()),
+		Terminating:   obj.GetMeta().GetDeletionTimestamp() != 0,
 	}
 	for _, s := range a.GetNamespaceSelectors() {
 		spec.NamespaceSelectors = append(spec.NamespaceSelectors, selector(s))
@@ -157,9 +168,7 @@ func selector(s *watcherv1.LabelSelector) allocator.Selector {
 // are returned in invalid with the error naming the field.
 func Pools(objs []*watcherv1.Object) (pools []*allocator.Pool, invalid map[string]error) {
 	invalid = map[string]error{}
-	objs = slices.Clone(objs)
-	slices.SortFunc(objs, func(a, b *watcherv1.Object) int { return strings.Compare(a.GetMeta().GetName(), b.GetMeta().GetName()) })
-	for _, o := range objs {
+	for _, o := range sortedByName(objs) {
 		p, err := allocator.ParsePool(o.GetMeta().GetName(), PoolSpec(o))
 		if err != nil {
 			invalid[o.GetMeta().GetName()] = err
@@ -168,6 +177,68 @@ func Pools(objs []*watcherv1.Object) (pools []*allocator.Pool, invalid map[strin
 		pools = append(pools, p)
 	}
 	return pools, invalid
+}
+
+// PoolSet parses IPPools and remembers each one's last valid spec, so that
+// an edit ipam refuses (it got past the CRD's validation, or the CRD is
+// older) never takes effect: the pool keeps serving as it last parsed, and is
+// reported Invalid. A PoolSet lives as long as the process; a pool first seen
+// invalid serves nothing (the Services holding its addresses keep them,
+// held outside their pool). Safe for concurrent use.
+type PoolSet struct {
+	mu        sync.Mutex
+	lastValid map[string]validPool // by pool name
+}
+
+type validPool struct {
+	uid  string
+	spec allocator.PoolSpec
+}
+
+// Parse parses every streamed IPPool, sorted by name. A pool that does not
+// parse is in invalid with the error naming the field; when its last valid
+// spec (same UID) is known, that spec is in pools instead, with the current
+// deletion state.
+func (s *PoolSet) Parse(objs []*watcherv1.Object) (pools []*allocator.Pool, invalid map[string]error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastValid == nil {
+		s.lastValid = map[string]validPool{}
+	}
+	invalid = map[string]error{}
+	seen := map[string]bool{}
+	for _, o := range sortedByName(objs) {
+		name, uid := o.GetMeta().GetName(), o.GetMeta().GetUid()
+		seen[name] = true
+		spec := PoolSpec(o)
+		p, err := allocator.ParsePool(name, spec)
+		if err == nil {
+			s.lastValid[name] = validPool{uid: uid, spec: spec}
+			pools = append(pools, p)
+			continue
+		}
+		invalid[name] = err
+		last, ok := s.lastValid[name]
+		if !ok || last.uid != uid {
+			continue
+		}
+		last.spec.Terminating = spec.Terminating
+		if p, err := allocator.ParsePool(name, last.spec); err == nil {
+			pools = append(pools, p)
+		}
+	}
+	for name := range s.lastValid {
+		if !seen[name] {
+			delete(s.lastValid, name)
+		}
+	}
+	return pools, invalid
+}
+
+func sortedByName(objs []*watcherv1.Object) []*watcherv1.Object {
+	objs = slices.Clone(objs)
+	slices.SortFunc(objs, func(a, b *watcherv1.Object) int { return strings.Compare(a.GetMeta().GetName(), b.GetMeta().GetName()) })
+	return objs
 }
 
 // LedgerData collects the data of streamed ledger ConfigMaps in namespace.

@@ -74,3 +74,40 @@ func TestLessOrdersByKey(t *testing.T) {
 		}
 	}
 }
+
+func TestPoolSetKeepsTheLastValidSpec(t *testing.T) {
+	pool := func(uid string, addresses ...string) *watcherv1.Object {
+		return &watcherv1.Object{
+			Kind: watcherv1.Kind_KIND_IP_POOL,
+			Meta: &watcherv1.ObjectMeta{Name: "p", Uid: uid},
+			Body: &watcherv1.Object_IpPool{IpPool: &watcherv1.IPPool{Addresses: addresses, AutoAssign: true}},
+		}
+	}
+	var set PoolSet
+	total := func(pools []*allocator.Pool) string {
+		if len(pools) != 1 {
+			return "none"
+		}
+		return pools[0].Total(allocator.IPv4).String()
+	}
+	steps := []struct {
+		name        string
+		obj         *watcherv1.Object
+		wantTotal   string
+		wantInvalid string
+	}{
+		{"first valid", pool("u1", "10.0.0.0/30"), "4", ""},
+		{"mistyped range keeps the last valid spec", pool("u1", "10.0.1.20-10.0.1.10"), "4", `spec.addresses[0] "10.0.1.20-10.0.1.10": range starts after it ends; write it as 10.0.1.10-10.0.1.20`},
+		{"fixed", pool("u1", "10.0.0.0/29"), "8", ""},
+		{"re-created (new UID) invalid serves nothing", pool("u2", "10.0.0.1"), "none", "spec.addresses[0]"},
+	}
+	for _, st := range steps {
+		pools, invalid := set.Parse([]*watcherv1.Object{st.obj})
+		if got := total(pools); got != st.wantTotal {
+			t.Fatalf("%s: total = %s, want %s", st.name, got, st.wantTotal)
+		}
+		if err := invalid["p"]; (err == nil) != (st.wantInvalid == "") || err != nil && !strings.Contains(err.Error(), st.wantInvalid) {
+			t.Fatalf("%s: invalid = %v, want %q", st.name, err, st.wantInvalid)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/services/ipam/internal/controller"
+)
+
+// TestPoolEditsNeverMoveAnAddress edits an IPPool the way operators do —
+// a mistyped range, a shrink below addresses in use, a delete — and checks
+// that no Service's address ever moves or vanishes: a 30 ms poller fails the
+// test on any IP shown by two Services, and every Service keeps exactly the
+// IP it was given until it is deleted itself.
+func TestPoolEditsNeverMoveAnAddress(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	pool := "tedit-" + h.lease[len("ipam-"):]
+	h.pool(pool, "10.78.1.0/29")
+	given := map[string]string{"a": "10.78.1.0", "b": "10.78.1.1", "c": "10.78.1.2", "d": "10.78.1.3"}
+	h.watchDuplicates()
+	h.start("ipam-0")
+	for _, name := range []string{"a", "b", "c", "d"} {
+		h.service(name, nil)
+		h.expect(wait, map[string]string{name: given[name]}) // one by one: the order fixes the IPs
+	}
+
+	// 1. A mistyped range is refused by the API server; nothing changes.
+	err := h.patchPool(pool, `{"spec":{"addresses":["10.78.1.20-10.78.1.10"]}}`)
+	if err == nil || !strings.Contains(err.Error(), "starts after it ends") {
+		t.Fatalf("a reversed range was accepted: %v", err)
+	}
+
+	// 2. Shrunk below c and d: they keep their addresses, held outside the
+	// pool, counted in its status; a new Service gets nothing outside the
+	// new range.
+	if err := h.patchPool(pool, `{"spec":{"addresses":["10.78.1.0/31"]}}`); err != nil {
+		t.Fatal(err)
+	}
+	h.service("e", nil)
+	h.expect(wait, map[string]string{"e": "PoolExhausted"})
+	testenv.Eventually(t, wait, func() error {
+		st := h.state()
+		for _, name := range []string{"c", "d"} {
+			if st.reason[name] != "HeldOutsidePool" || !strings.Contains(st.msg[name], "no longer in any serving IPPool") {
+				return fmt.Errorf("%s: condition %s %q, want HeldOutsidePool", name, st.reason[name], st.msg[name])
+			}
+		}
+		if n := h.poolStatusInt(pool, "heldOutside"); n != 2 {
+			return fmt.Errorf("pool status heldOutside = %d, want 2", n)
+		}
+		return nil
+	})
+	h.expect(wait, given)
+	h.expectEvent("c", "HeldOutsidePool")
+
+	// 3. Deleted while Services hold its addresses: Terminating, nothing
+	// released, nothing new handed out; gone with the last holder.
+	if err := h.env.Dynamic.Resource(controller.PoolGVR).Delete(ctx, pool, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, wait, func() error {
+		p, err := h.env.Dynamic.Resource(controller.PoolGVR).Get(ctx, pool, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if c := poolCondition(p, "Ready"); !strings.Contains(c, "Terminating") || !strings.Contains(c, "4 Services hold its addresses") {
+			return fmt.Errorf("Ready condition = %s", c)
+		}
+		return nil
+	})
+	h.expect(wait, given)
+	h.expect(wait, map[string]string{"e": "NoMatchingPool"})
+	for _, name := range []string{"a", "b", "c", "d"} {
+		if err := h.env.Client.CoreV1().Services(h.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, wait, func() error {
+		_, err := h.env.Dynamic.Resource(controller.PoolGVR).Get(ctx, pool, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pool still there after its last Service went: %v", err)
+		}
+		return nil
+	})
+}
+
+// TestClaimNeedsAnEligiblePool: a Service in a namespace the pool does not
+// serve cannot block the pool's address by requesting it.
+func TestClaimNeedsAnEligiblePool(t *testing.T) {
+	h := newHarness(t)
+	intruders := h.env.Namespace(t, nil)
+	pool := "tclaim-" + h.lease[len("ipam-"):]
+	h.poolIn(pool, []string{h.ns}, "10.78.2.1/32")
+	h.serviceIn(intruders, "intruder", map[string]string{"ipledger.io/loadBalancerIPs": "10.78.2.1"})
+	h.service("pending", nil)
+	h.watchDuplicates()
+	h.start("ipam-0")
+	h.expect(wait, map[string]string{"pending": "10.78.2.1"})
+}
+
+func (h *harness) patchPool(name, patch string) error {
+	_, err := h.env.Dynamic.Resource(controller.PoolGVR).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+func (h *harness) poolStatusInt(name, field string) int64 {
+	p, err := h.env.Dynamic.Resource(controller.PoolGVR).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return -1
+	}
+	n, _, _ := unstructured.NestedInt64(p.Object, "status", field)
+	return n
+}
+
+func poolCondition(p *unstructured.Unstructured, typ string) string {
+	conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == typ {
+			return fmt.Sprintf("%v %v: %v", m["status"], m["reason"], m["message"])
+		}
+	}
+	return ""
+}
+
+func (h *harness) expectEvent(service, reason string) {
+	h.t.Helper()
+	testenv.Eventually(h.t, wait, func() error {
+		evs, err := h.env.Client.CoreV1().Events(h.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + service})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == reason {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s Event on Service %s (%d events)", reason, service, len(evs.Items))
+	})
+}
+
+// poolIn creates an IPPool serving only namespaces; the cleanup lets it go
+// even when no ipam is left to remove the pool-protection finalizer.
+func (h *harness) poolIn(name string, namespaces []string, addrs ...string) {
+	h.t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"addresses": toAny(addrs), "allocation": map[string]any{"namespaces": toAny(namespaces)}},
+	}}
+	if _, err := h.env.Dynamic.Resource(controller.PoolGVR).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() {
+		_ = h.patchPool(name, `{"metadata":{"finalizers":null}}`)
+		_ = h.env.Dynamic.Resource(controller.PoolGVR).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
+func (h *harness) serviceIn(namespace, name string, annotations map[string]string) {
+	h.t.Helper()
+	class := h.class
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: annotations},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	if _, err := h.env.Client.CoreV1().Services(namespace).Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+}

@@ -1,0 +1,136 @@
+// Package crdtest checks, against the real API server, that the IPPool CRD
+// refuses exactly what ipam's parser refuses: one set of rules, enforced
+// where the operator types (kubectl apply) and again where ipam reads.
+package crdtest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/ipledger/ipledger/pkg/convert"
+	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+var poolsGVR = schema.GroupVersionResource{Group: "ipledger.io", Version: "v1alpha1", Resource: "ippools"}
+
+func expr(key, op string, values ...any) map[string]any {
+	e := map[string]any{"key": key, "operator": op}
+	if values != nil {
+		e["values"] = values
+	}
+	return e
+}
+
+// TestCRDAndParserAgree: every spec is created (dry run) at the API server
+// and parsed by ipam; both accept it, or both refuse it naming the field.
+func TestCRDAndParserAgree(t *testing.T) {
+	env := testenv.Get(t)
+	sel := func(exprs ...map[string]any) map[string]any {
+		var list []any
+		for _, e := range exprs {
+			list = append(list, e)
+		}
+		return map[string]any{"allocation": map[string]any{"namespaceSelectors": []any{map[string]any{"matchExpressions": list}}}}
+	}
+	cases := []struct {
+		name  string
+		spec  map[string]any
+		field string // "" = valid; else the field both must name
+	}{
+		{"ipv4 cidr", addr("192.0.2.0/24"), ""},
+		{"ipv6 cidr", addr("2001:db8::/64"), ""},
+		{"ipv4 range", addr("198.51.100.10-198.51.100.20"), ""},
+		{"ipv4 range, one address", addr("198.51.100.10-198.51.100.10"), ""},
+		{"ipv4 range across octets", addr("10.0.0.250-10.0.1.5"), ""},
+		{"ipv4 range, spaces", addr("10.0.0.1 - 10.0.0.9"), ""},
+		{"ipv4 cidr, spaces", addr(" 10.0.0.0/24 "), ""},
+		{"ipv6 range", addr("2001:db8:1::-2001:db8:1::ff"), ""},
+		{"ipv6 range, compressed differently", addr("2001:db8::ffff-2001:db8::1:0"), ""},
+		{"ipv6 range, long", addr("::1:0-ffff::"), ""},
+		{"unusable addresses are valid (and never handed out)", addr("0.0.0.0/30", "127.0.0.0/30"), ""},
+		{"reversed ipv4 range", addr("10.0.1.20-10.0.1.10"), "spec.addresses[0]"},
+		{"reversed ipv4 range, second entry", addr("10.0.0.0/24", "10.0.1.20-10.0.1.9"), "spec.addresses[1]"},
+		{"reversed ipv4 range by one", addr("10.0.0.2-10.0.0.1"), "spec.addresses[0]"},
+		{"reversed across octet widths", addr("10.0.0.100-10.0.0.99"), "spec.addresses[0]"},
+		{"reversed ipv6 range", addr("2001:db8::ff-2001:db8::1"), "spec.addresses[0]"},
+		{"reversed ipv6 range across groups", addr("2001:db8::1:0-2001:db8::ffff"), "spec.addresses[0]"},
+		{"reversed ipv6 compressed", addr("ffff::-::1:0"), "spec.addresses[0]"},
+		{"host bits", addr("192.0.2.1/24"), "spec.addresses[0]"},
+		{"not an address", addr("banana"), "spec.addresses[0]"},
+		{"bare address", addr("10.0.0.1"), "spec.addresses[0]"},
+		{"range across families", addr("192.0.2.1-2001:db8::1"), "spec.addresses[0]"},
+		{"three-part range", addr("192.0.2.1-192.0.2.2-192.0.2.3"), "spec.addresses[0]"},
+		{"zone", addr("fe80::1%eth0-fe80::9"), "spec.addresses[0]"},
+		{"IPv4-mapped", addr("::ffff:10.0.0.1-::ffff:10.0.0.9"), "spec.addresses[0]"},
+		{"leading zeros", addr("010.0.0.1-10.0.0.9"), "spec.addresses[0]"},
+		{"empty list", map[string]any{"addresses": []any{}}, "spec.addresses"},
+		{"negative priority", with(addr("10.0.0.0/24"), "allocation", map[string]any{"priority": int64(-1)}), "spec.allocation.priority"},
+		{"namespace names", with(addr("10.0.0.0/24"), "allocation", map[string]any{"namespaces": []any{"team-a", "b2"}}), ""},
+		{"empty namespace", with(addr("10.0.0.0/24"), "allocation", map[string]any{"namespaces": []any{""}}), "spec.allocation.namespaces[0]"},
+		{"uppercase namespace", with(addr("10.0.0.0/24"), "allocation", map[string]any{"namespaces": []any{"Team"}}), "spec.allocation.namespaces[0]"},
+		{"In with values", merge(addr("10.0.0.0/24"), sel(expr("tier", "In", "web"))), ""},
+		{"Exists", merge(addr("10.0.0.0/24"), sel(expr("tier", "Exists"))), ""},
+		{"In without values", merge(addr("10.0.0.0/24"), sel(expr("tier", "In"))), "spec.allocation.namespaceSelectors[0].matchExpressions[0]"},
+		{"NotIn with empty values", merge(addr("10.0.0.0/24"), sel(expr("tier", "NotIn", []any{}...))), "spec.allocation.namespaceSelectors[0].matchExpressions[0]"},
+		{"Exists with values", merge(addr("10.0.0.0/24"), sel(expr("tier", "Exists", "x"))), "spec.allocation.namespaceSelectors[0].matchExpressions[0]"},
+		{"empty key", merge(addr("10.0.0.0/24"), sel(expr("", "Exists"))), "spec.allocation.namespaceSelectors[0].matchExpressions[0]"},
+		{"unknown operator", merge(addr("10.0.0.0/24"), sel(expr("tier", "Gt", "1"))), "spec.allocation.namespaceSelectors[0].matchExpressions[0]"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			u := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
+				"metadata": map[string]any{"name": fmt.Sprintf("parity-%d", i)},
+				"spec":     tc.spec,
+			}}
+			_, apiErr := env.Dynamic.Resource(poolsGVR).Create(context.Background(), u, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			obj, err := convert.IPPool(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, parseErr := allocator.ParsePool(u.GetName(), objects.PoolSpec(obj))
+			if tc.field == "" {
+				if apiErr != nil || parseErr != nil {
+					t.Fatalf("valid spec refused: API server: %v; ipam: %v", apiErr, parseErr)
+				}
+				return
+			}
+			if apiErr == nil || parseErr == nil {
+				t.Fatalf("invalid spec accepted: API server: %v; ipam: %v", apiErr, parseErr)
+			}
+			if !strings.Contains(apiErr.Error(), tc.field) || !strings.HasPrefix(parseErr.Error(), tc.field) {
+				t.Fatalf("errors do not both name %s:\n  API server: %v\n  ipam: %v", tc.field, apiErr, parseErr)
+			}
+		})
+	}
+}
+
+func addr(entries ...string) map[string]any {
+	var list []any
+	for _, e := range entries {
+		list = append(list, e)
+	}
+	return map[string]any{"addresses": list}
+}
+
+func with(spec map[string]any, key string, v any) map[string]any {
+	spec[key] = v
+	return spec
+}
+
+func merge(a, b map[string]any) map[string]any {
+	for k, v := range b {
+		a[k] = v
+	}
+	return a
+}
