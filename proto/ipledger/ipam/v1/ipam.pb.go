@@ -595,14 +595,17 @@ func (x *PoolCondition) GetMessage() string {
 
 // Pool is an IPPool with its usage.
 type Pool struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Addresses     []string               `protobuf:"bytes,2,rep,name=addresses,proto3" json:"addresses,omitempty"`
-	Ipv4          *FamilyUsage           `protobuf:"bytes,3,opt,name=ipv4,proto3" json:"ipv4,omitempty"`
-	Ipv6          *FamilyUsage           `protobuf:"bytes,4,opt,name=ipv6,proto3" json:"ipv6,omitempty"`
-	Conditions    []*PoolCondition       `protobuf:"bytes,5,rep,name=conditions,proto3" json:"conditions,omitempty"`
-	AutoAssign    bool                   `protobuf:"varint,6,opt,name=auto_assign,json=autoAssign,proto3" json:"auto_assign,omitempty"`
-	Priority      int32                  `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Addresses  []string               `protobuf:"bytes,2,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	Ipv4       *FamilyUsage           `protobuf:"bytes,3,opt,name=ipv4,proto3" json:"ipv4,omitempty"`
+	Ipv6       *FamilyUsage           `protobuf:"bytes,4,opt,name=ipv6,proto3" json:"ipv6,omitempty"`
+	Conditions []*PoolCondition       `protobuf:"bytes,5,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	AutoAssign bool                   `protobuf:"varint,6,opt,name=auto_assign,json=autoAssign,proto3" json:"auto_assign,omitempty"`
+	Priority   int32                  `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	// held_outside counts addresses Services keep that the pool no longer offers
+	// (it shrank, was deleted or changed); they are never moved or reused.
+	HeldOutside   int64 `protobuf:"varint,8,opt,name=held_outside,json=heldOutside,proto3" json:"held_outside,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -682,6 +685,13 @@ func (x *Pool) GetAutoAssign() bool {
 func (x *Pool) GetPriority() int32 {
 	if x != nil {
 		return x.Priority
+	}
+	return 0
+}
+
+func (x *Pool) GetHeldOutside() int64 {
+	if x != nil {
+		return x.HeldOutside
 	}
 	return 0
 }
@@ -785,7 +795,8 @@ type PoolVerdict struct {
 	// reason is a short code: Selected, NamespaceMismatch, ServiceSelectorMismatch,
 	// AutoAssignOff, Exhausted, Conflicting, NotRequested, RequestedIPNotInPool,
 	// RequestedIPInUse, NotChosen, FamilyMismatch (the pool has no addresses of a
-	// family the Service requires).
+	// family the Service requires), Terminating (the pool is being deleted and
+	// hands out no new address).
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// message says it in words.
 	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
@@ -856,7 +867,8 @@ type ExplainServiceResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// decision is the final outcome in words.
 	Decision string `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
-	// reason is the AddressAllocated condition reason the controller would set.
+	// reason is the AddressAllocated condition reason the controller would set
+	// (HeldOutsidePool: the Service keeps an address its pool no longer offers).
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// ips are the IPs the Service holds now.
 	Ips           []string       `protobuf:"bytes,3,rep,name=ips,proto3" json:"ips,omitempty"`
@@ -1236,7 +1248,7 @@ const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\x9c\x02\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xbf\x02\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\taddresses\x18\x02 \x03(\tR\taddresses\x121\n" +
@@ -1247,7 +1259,8 @@ const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
 	"conditions\x12\x1f\n" +
 	"\vauto_assign\x18\x06 \x01(\bR\n" +
 	"autoAssign\x12\x1a\n" +
-	"\bpriority\x18\a \x01(\x05R\bpriority\"A\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriority\x12!\n" +
+	"\fheld_outside\x18\b \x01(\x03R\vheldOutside\"A\n" +
 	"\x11ListPoolsResponse\x12,\n" +
 	"\x05pools\x18\x01 \x03(\v2\x16.ipledger.ipam.v1.PoolR\x05pools\"O\n" +
 	"\x15ExplainServiceRequest\x126\n" +
