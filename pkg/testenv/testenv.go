@@ -23,6 +23,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -112,16 +114,39 @@ func start(ctx context.Context, dir string) (*Env, error) {
 }
 
 // Install applies ipledger's CRDs and RBAC from deploy/kustomize and waits
-// for the CRDs to be served.
+// for the CRDs to be served and the IPPool admission policy to be enforced
+// (the API server loads policies asynchronously).
 func (e *Env) Install(ctx context.Context) error {
 	for _, dir := range []string{"deploy/kustomize/base/crds", "deploy/kustomize/base/rbac"} {
 		if _, err := e.Kubectl(ctx, "apply", "--server-side", "-k", filepath.Join(e.Root, dir)); err != nil {
 			return err
 		}
 	}
-	_, err := e.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/ippools.ipledger.io", "crd/externalworkloads.ipledger.io")
-	return err
+	if _, err := e.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s",
+		"crd/ippools.ipledger.io", "crd/externalworkloads.ipledger.io"); err != nil {
+		return err
+	}
+	reversed := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
+		"metadata": map[string]any{"name": "ipledger-policy-probe"},
+		"spec":     map[string]any{"addresses": []any{"192.0.2.9-192.0.2.1"}},
+	}}
+	gvr := schema.GroupVersionResource{Group: "ipledger.io", Version: "v1alpha1", Resource: "ippools"}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, err := e.Dynamic.Resource(gvr).Create(ctx, reversed, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), "ipledger-ippool-ranges") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the ValidatingAdmissionPolicy ipledger-ippool-ranges is not enforced after 60s (last answer: %v)", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Kubectl runs the pinned kubectl against the control plane as admin.
