@@ -41,7 +41,37 @@ func TestPoolEditsNeverMoveAnAddress(t *testing.T) {
 		t.Fatalf("a reversed range was accepted: %v", err)
 	}
 
-	// 2. Shrunk below c and d: they keep their addresses, held outside the
+	// 1b. An install without the admission policy (an older one) lets the
+	// mistyped range through: ipam keeps serving the last valid spec and
+	// says so; no Service moves.
+	if err := h.env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, "ipledger-ippool-ranges", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := h.env.Install(context.Background()); err != nil {
+			t.Errorf("restore the admission policy: %v", err)
+		}
+	})
+	testenv.Eventually(t, wait, func() error {
+		return h.patchPool(pool, `{"spec":{"addresses":["10.78.1.20-10.78.1.10"]}}`)
+	})
+	testenv.Eventually(t, wait, func() error {
+		p, err := h.env.Dynamic.Resource(controller.PoolGVR).Get(ctx, pool, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ready, invalid := poolCondition(p, "Ready"), poolCondition(p, "Invalid")
+		if !strings.HasPrefix(ready, "True ServingLastValidSpec") || !strings.Contains(invalid, `spec.addresses[0] "10.78.1.20-10.78.1.10": range starts after it ends; write it as 10.78.1.10-10.78.1.20`) {
+			return fmt.Errorf("Ready = %s; Invalid = %s", ready, invalid)
+		}
+		return nil
+	})
+	h.service("f", nil)
+	h.expect(wait, map[string]string{"f": "10.78.1.4"}) // still allocating from the last valid spec
+	given["f"] = "10.78.1.4"
+	h.expect(wait, given)
+
+	// 2. Shrunk below c, d and f: they keep their addresses, held outside the
 	// pool, counted in its status; a new Service gets nothing outside the
 	// new range.
 	if err := h.patchPool(pool, `{"spec":{"addresses":["10.78.1.0/31"]}}`); err != nil {
@@ -51,13 +81,13 @@ func TestPoolEditsNeverMoveAnAddress(t *testing.T) {
 	h.expect(wait, map[string]string{"e": "PoolExhausted"})
 	testenv.Eventually(t, wait, func() error {
 		st := h.state()
-		for _, name := range []string{"c", "d"} {
+		for _, name := range []string{"c", "d", "f"} {
 			if st.reason[name] != "HeldOutsidePool" || !strings.Contains(st.msg[name], "no longer in any serving IPPool") {
 				return fmt.Errorf("%s: condition %s %q, want HeldOutsidePool", name, st.reason[name], st.msg[name])
 			}
 		}
-		if n := h.poolStatusInt(pool, "heldOutside"); n != 2 {
-			return fmt.Errorf("pool status heldOutside = %d, want 2", n)
+		if n := h.poolStatusInt(pool, "heldOutside"); n != 3 {
+			return fmt.Errorf("pool status heldOutside = %d, want 3 (c, d, f)", n)
 		}
 		return nil
 	})
@@ -74,14 +104,14 @@ func TestPoolEditsNeverMoveAnAddress(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if c := poolCondition(p, "Ready"); !strings.Contains(c, "Terminating") || !strings.Contains(c, "4 Services hold its addresses") {
+		if c := poolCondition(p, "Ready"); !strings.Contains(c, "Terminating") || !strings.Contains(c, "5 Services hold its addresses") {
 			return fmt.Errorf("Ready condition = %s", c)
 		}
 		return nil
 	})
 	h.expect(wait, given)
 	h.expect(wait, map[string]string{"e": "NoMatchingPool"})
-	for _, name := range []string{"a", "b", "c", "d"} {
+	for _, name := range []string{"a", "b", "c", "d", "f"} {
 		if err := h.env.Client.CoreV1().Services(h.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
