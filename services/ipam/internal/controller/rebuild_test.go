@@ -203,7 +203,7 @@ func TestCaughtUp(t *testing.T) {
 // younger Service requests, or the younger one would find it taken.
 func TestRebuildFillsAroundRequestedIPs(t *testing.T) {
 	p, err := allocator.ParsePool("dual", allocator.PoolSpec{
-		Addresses: []string{"10.0.0.0/30", "fd00::/126"}, AutoAssign: true, CreatedAt: time.Unix(1, 0),
+		Addresses: []string{"10.0.0.0/30", "fd00::-fd00::3"}, AutoAssign: true, CreatedAt: time.Unix(1, 0),
 	})
 	if err != nil {
 		t.Fatal(err)
