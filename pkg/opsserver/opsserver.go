@@ -1,6 +1,8 @@
 // Package opsserver serves a process's operational HTTP endpoints: Prometheus
 // metrics from the process's injected registry, /healthz (liveness),
-// /readyz (readiness) and /debug/pprof.
+// /readyz (readiness) and, only when asked for (--enable-pprof), /debug/pprof:
+// profiles expose memory contents and cost CPU, and the ops port is not
+// authenticated.
 package opsserver
 
 import (
@@ -29,6 +31,8 @@ const shutdownTimeout = 5 * time.Second
 type Config struct {
 	// Addr is the listen address, e.g. ":9090" or "127.0.0.1:0".
 	Addr string
+	// Pprof serves /debug/pprof. Off by default.
+	Pprof bool
 }
 
 // Flags registers --ops-addr; a preset Addr becomes the flag's default.
@@ -36,7 +40,9 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}
-	fs.StringVar(&c.Addr, "ops-addr", c.Addr, "listen address for /metrics, /healthz, /readyz and /debug/pprof")
+	fs.StringVar(&c.Addr, "ops-addr", c.Addr, "listen address for /metrics, /healthz, /readyz (and /debug/pprof with --enable-pprof)")
+	fs.BoolVar(&c.Pprof, "enable-pprof", c.Pprof,
+		"serve /debug/pprof on the ops port; off by default because the port is not authenticated and profiles expose memory contents")
 }
 
 // Server is the ops HTTP server.
@@ -70,11 +76,13 @@ func New(cfg Config, reg *prometheus.Registry, ready func() error) *Server {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return &Server{cfg: cfg, handler: mux}
 }
 

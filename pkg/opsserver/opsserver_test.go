@@ -3,9 +3,11 @@ package opsserver
 import (
 	"context"
 	"errors"
+	"flag"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,7 +22,7 @@ func TestEndpoints(t *testing.T) {
 	c.Inc()
 	var notReady atomic.Bool
 	notReady.Store(true)
-	srv := New(Config{}, reg, func() error {
+	srv := New(Config{Pprof: true}, reg, func() error {
 		if notReady.Load() {
 			return errors.New("stream not synced")
 		}
@@ -70,6 +72,24 @@ func TestEndpoints(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Serve after cancel: %v", err)
+	}
+}
+
+// TestPprofIsOffByDefault: the ops port is not authenticated, so profiles
+// are served only when asked for.
+func TestPprofIsOffByDefault(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		rec := httptest.NewRecorder()
+		New(Config{Pprof: on}, prometheus.NewRegistry(), nil).Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pprof/", nil))
+		if want := map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[on]; rec.Code != want {
+			t.Errorf("Pprof %v: GET /debug/pprof/ = %d, want %d", on, rec.Code, want)
+		}
+	}
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	var c Config
+	c.Flags(fs)
+	if err := fs.Parse(nil); err != nil || c.Pprof {
+		t.Fatalf("--enable-pprof defaults to %v (err %v), want false", c.Pprof, err)
 	}
 }
 

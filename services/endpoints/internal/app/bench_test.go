@@ -101,7 +101,7 @@ func startBinary(tb testing.TB, env *testenv.Env, watcherAddr, lease string, ext
 		"--kubeconfig", env.KubeconfigFor(tb, string(token)),
 		"--watcher-addr", watcherAddr, "--watcher-plaintext", "--watcher-token-file", tokenFile,
 		"--leader-elect-lease-name", lease, "--leader-elect-identity", "bench",
-		"--ops-addr", ops, "--log-format", "text", "--log-level", "warn",
+		"--ops-addr", ops, "--enable-pprof", "--log-format", "text", "--log-level", "warn",
 	}, extra...)
 	return testenv.StartProcess(tb, "endpoints", env.Binary(tb, "endpoints"), nil, args...), ops
 }

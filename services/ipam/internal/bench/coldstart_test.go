@@ -173,7 +173,7 @@ func BenchmarkColdStart(b *testing.B) {
 		return testenv.StartProcess(b, name, bin, ipamEnv, append(args,
 			"--kubeconfig", env.CP.KubeconfigPath, "--namespace", ns, "--lb-class", class, "--log-format", "text", "--log-level", "warn",
 			"--watcher-addr", watcherAddr, "--watcher-token-file", tokenFile, "--watcher-plaintext",
-			"--grpc-addr", freePort(b), "--grpc-plaintext", "--ops-addr", opsAddr)...)
+			"--grpc-addr", freePort(b), "--grpc-plaintext", "--ops-addr", opsAddr, "--enable-pprof")...)
 	}
 	first := startIPAM("ipam", opsAddr)
 	if path := os.Getenv("IPLEDGER_BENCH_PPROF"); path != "" {
