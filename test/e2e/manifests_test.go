@@ -15,7 +15,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files of rendered manifests")
 
-var kustomizations = []string{"base", "overlays/dev", "overlays/production"}
+var kustomizations = []string{"base", "overlays/dev", "overlays/production", "overlays/cloud"}
 
 // TestManifestsMatchGoldenFiles renders every kustomization with the pinned
 // kubectl and compares it with testdata/golden, so every change to what users

@@ -36,8 +36,11 @@ type Source interface {
 type Config struct {
 	// Namespace holds the ledger.
 	Namespace string
-	// LBClass is the loadBalancerClass served (besides unset).
+	// LBClass is the loadBalancerClass served (besides unset, unless
+	// RequireLBClass).
 	LBClass string
+	// RequireLBClass serves only Services of LBClass, never class-less ones.
+	RequireLBClass bool
 	// StatusWorkers write Service statuses concurrently.
 	StatusWorkers int
 	// BatchSize caps the Services decided per ledger write.
@@ -87,6 +90,11 @@ func New(cfg Config, client kubernetes.Interface, dyn dynamic.Interface, source 
 		cfg: cfg, client: client, dynamic: dyn, source: source, recorder: recorder, log: log,
 		metrics: newMetrics(reg), ledgerM: ledger.NewMetrics(reg), reg: reg,
 	}
+}
+
+// class is the set of Services served.
+func (c *Controller) class() objects.Class {
+	return objects.Class{Name: c.cfg.LBClass, Required: c.cfg.RequireLBClass}
 }
 
 // NewWorker is the leader.Run factory: a fresh worker (allocator, ledger

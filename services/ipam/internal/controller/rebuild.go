@@ -20,6 +20,8 @@ type Inputs struct {
 	// Namespaces by name (their labels select pools).
 	Namespaces map[string]*watcherv1.Object
 	LBClass    string
+	// RequireLBClass: class-less Services are not ours (objects.Class).
+	RequireLBClass bool
 }
 
 // ClaimSource says where a registered IP was found.
@@ -75,7 +77,7 @@ func Rebuild(in Inputs) Rebuilt {
 	slices.SortFunc(services, objects.Less)
 	ours := map[string]*watcherv1.Object{}
 	for _, s := range services {
-		if objects.IsOurs(s, in.LBClass) {
+		if (objects.Class{Name: in.LBClass, Required: in.RequireLBClass}).Serves(s) {
 			ours[objects.Key(s)] = s
 		}
 	}

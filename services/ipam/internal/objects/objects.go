@@ -30,16 +30,31 @@ func HasFinalizer(obj *watcherv1.Object, f string) bool {
 	return slices.Contains(obj.GetMeta().GetFinalizers(), f)
 }
 
-// IsOurs reports whether ipam serves the Service: type LoadBalancer with
-// spec.loadBalancerClass unset or equal to class, not being deleted.
-func IsOurs(obj *watcherv1.Object, class string) bool {
+// Class says which LoadBalancer Services ipam serves: those whose
+// spec.loadBalancerClass is Name and, unless Required, those with none. On
+// bare metal ipam is usually the only load-balancer controller, and serving
+// class-less Services is what users expect; where another controller serves
+// them too (a cloud provider's, MetalLB during a migration), Required keeps
+// ipam to its own class so that two controllers never write one status.
+type Class struct {
+	Name     string
+	Required bool
+}
+
+// Serves reports whether ipam serves the Service: type LoadBalancer, not
+// being deleted, of class c.Name (or of no class, unless c.Required).
+func (c Class) Serves(obj *watcherv1.Object) bool {
 	svc := obj.GetService()
 	if svc == nil || svc.GetType() != "LoadBalancer" || obj.GetMeta().GetDeletionTimestamp() != 0 {
 		return false
 	}
-	c := svc.GetLoadBalancerClass()
-	return c == "" || c == class
+	lbc := svc.GetLoadBalancerClass()
+	return lbc == c.Name || (lbc == "" && !c.Required)
 }
+
+// IsOurs reports whether ipam serves the Service with class, class-less
+// Services included (Class{Name: class}.Serves).
+func IsOurs(obj *watcherv1.Object, class string) bool { return Class{Name: class}.Serves(obj) }
 
 // Less orders Services for allocation: oldest first, then namespace/name.
 // The order is deterministic so that a restart decides the same way.

@@ -66,7 +66,10 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	c.Ops.Flags(fs)
 	c.Controller.Defaults()
 	fs.StringVar(&c.Controller.LBClass, "lb-class", c.Controller.LBClass,
-		"spec.loadBalancerClass served, besides unset (type LoadBalancer Services of other classes are left alone)")
+		"spec.loadBalancerClass served (type LoadBalancer Services of other classes are left alone)")
+	fs.BoolVar(&c.Controller.RequireLBClass, "require-lb-class", c.Controller.RequireLBClass,
+		"serve only Services whose spec.loadBalancerClass is --lb-class; by default Services without a class are served too. "+
+			"Set it where another load-balancer controller (the cloud provider's, MetalLB during a migration) serves class-less Services")
 	fs.IntVar(&c.Controller.StatusWorkers, "status-workers", c.Controller.StatusWorkers, "Service status writes in flight at once")
 	fs.IntVar(&c.Controller.BatchSize, "batch-size", c.Controller.BatchSize, "Services decided per ledger write")
 	if c.QPS == 0 {
