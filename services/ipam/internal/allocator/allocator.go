@@ -845,6 +845,20 @@ func (a *Allocator) HeldOutside() map[string]int {
 	return out
 }
 
+// ServicesFrom counts the Services holding an address that came from pool
+// (see Origin). It scans every held IP: call it for pools being deleted.
+func (a *Allocator) ServicesFrom(pool string) int {
+	svcs := map[string]struct{}{}
+	for _, st := range a.ips {
+		if st.origin == pool {
+			for _, h := range st.holders {
+				svcs[h.service] = struct{}{}
+			}
+		}
+	}
+	return len(svcs)
+}
+
 // PoolOf returns the serving pool containing ip.
 func (a *Allocator) PoolOf(ip netip.Addr) (string, bool) {
 	if p := a.index.lookup(ip); p != nil {

@@ -18,19 +18,24 @@ func service(typ, class string, deleting bool) *watcherv1.Object {
 	return o
 }
 
-func TestIsOurs(t *testing.T) {
+func TestClassServes(t *testing.T) {
 	for _, tc := range []struct {
-		obj  *watcherv1.Object
-		want bool
+		obj                *watcherv1.Object
+		want, wantRequired bool
 	}{
-		{service("LoadBalancer", "", false), true},
-		{service("LoadBalancer", DefaultLBClass, false), true},
-		{service("LoadBalancer", "example.com/other", false), false},
-		{service("ClusterIP", "", false), false},
-		{service("LoadBalancer", "", true), false},
+		{service("LoadBalancer", "", false), true, false},
+		{service("LoadBalancer", DefaultLBClass, false), true, true},
+		{service("LoadBalancer", "example.com/other", false), false, false},
+		{service("ClusterIP", "", false), false, false},
+		{service("ClusterIP", DefaultLBClass, false), false, false},
+		{service("LoadBalancer", "", true), false, false},
+		{service("LoadBalancer", DefaultLBClass, true), false, false},
 	} {
-		if got := IsOurs(tc.obj, DefaultLBClass); got != tc.want {
-			t.Errorf("IsOurs(%v) = %v", tc.obj, got)
+		if got := (Class{Name: DefaultLBClass}).Serves(tc.obj); got != tc.want {
+			t.Errorf("Serves(%v) = %v", tc.obj, got)
+		}
+		if got := (Class{Name: DefaultLBClass, Required: true}).Serves(tc.obj); got != tc.wantRequired {
+			t.Errorf("Serves(%v) with the class required = %v", tc.obj, got)
 		}
 	}
 }
