@@ -1,7 +1,10 @@
 // Package api serves ipledger.ipam.v1.IPAMService. Reads are answered on
 // every replica from the ledger as streamed (the ledger ConfigMaps through
-// pkg/stream) and the streamed pools and Services; reservations are made
-// through the leader's term, and a standby refuses them naming the leader.
+// pkg/stream) and the streamed pools and Services; whatever a read needs
+// that is costly — the parsed ledger, the allocator ExplainService asks, the
+// pools' usage — is built once per change of the ledger or the pools, never
+// per call (readstate.go, docs/ipam-api.md). Reservations are made through
+// the leader's term, and a standby refuses them naming the leader.
 package api
 
 import (
@@ -16,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -57,6 +61,8 @@ type Config struct {
 	Namespace string
 	LeaseName string
 	LBClass   string
+	// Registerer takes the API's metrics; nil registers none.
+	Registerer prometheus.Registerer
 }
 
 // Server implements ipamv1.IPAMServiceServer.
@@ -67,11 +73,19 @@ type Server struct {
 	client  kubernetes.Interface
 	mutator Mutator
 	log     *slog.Logger
+	m       *metrics
 
-	mu     sync.Mutex
-	cacheK string
-	cacheV ledger.State
-	good   ledger.State // the last ledger that parsed
+	pools objects.PoolSet // remembers each IPPool's last valid spec, as the leader does
+
+	ledgerMu sync.Mutex
+	ledger   *parsedLedger
+	good     ledger.State // the last ledger that parsed
+
+	stateMu sync.Mutex
+	state   *readState
+
+	explain coalesced[*explainState]
+	usage   coalesced[*usageState]
 }
 
 // New builds the server. store returns the stream's store.
@@ -79,37 +93,7 @@ func New(cfg Config, store func() *stream.Store, client kubernetes.Interface, mu
 	if cfg.LBClass == "" {
 		cfg.LBClass = objects.DefaultLBClass
 	}
-	return &Server{cfg: cfg, store: store, client: client, mutator: mutator, log: log}
-}
-
-// ledgerState parses the streamed ledger, cached by the shards' versions. A
-// ledger that does not parse (or a split seen half-way) answers with the last
-// state that did, so reads never fail for a moment's inconsistency; a
-// corrupt ledger is reported by the leader.
-func (s *Server) ledgerState() (ledger.State, error) {
-	objs := s.store().List(watcherv1.Kind_KIND_LEDGER_CONFIG_MAP)
-	var key strings.Builder
-	slices.SortFunc(objs, func(a, b *watcherv1.Object) int { return strings.Compare(a.GetMeta().GetName(), b.GetMeta().GetName()) })
-	for _, o := range objs {
-		if o.GetMeta().GetNamespace() == s.cfg.Namespace {
-			key.WriteString(o.GetMeta().GetName() + "@" + o.GetMeta().GetResourceVersion() + ",")
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if key.String() == s.cacheK && s.cacheK != "" {
-		return s.cacheV, nil
-	}
-	st, _, err := ledger.Parse(objects.LedgerData(objs, s.cfg.Namespace))
-	if err != nil {
-		var ce *ledger.CorruptError
-		if errors.As(err, &ce) && len(s.good.Allocations)+len(s.good.Reservations) > 0 {
-			return s.good, nil
-		}
-		return ledger.State{}, status.Errorf(codes.Unavailable, "the ledger cannot be read: %v", err)
-	}
-	s.cacheK, s.cacheV, s.good = key.String(), st, st
-	return st, nil
+	return &Server{cfg: cfg, store: store, client: client, mutator: mutator, log: log, m: newMetrics(cfg.Registerer)}
 }
 
 const (
@@ -172,7 +156,7 @@ func (s *Server) ListAllocations(ctx context.Context, req *ipamv1.ListAllocation
 	case size == 0:
 		size = defaultPageSize
 	}
-	st, err := s.ledgerState()
+	st, _, err := s.ledgerState()
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +223,7 @@ func parseIPField(field, s string) (netip.Addr, error) {
 
 // GetAllocation returns the allocations of one IP or one Service.
 func (s *Server) GetAllocation(ctx context.Context, req *ipamv1.GetAllocationRequest) (*ipamv1.GetAllocationResponse, error) {
-	st, err := s.ledgerState()
+	st, _, err := s.ledgerState()
 	if err != nil {
 		return nil, err
 	}
@@ -280,48 +264,29 @@ func (s *Server) GetAllocation(ctx context.Context, req *ipamv1.GetAllocationReq
 	return resp, nil
 }
 
-// world rebuilds the allocator the way the leader does, from the streamed
-// ledger, pools and Services.
-func (s *Server) world() (controller.Rebuilt, map[string]error, []*watcherv1.Object, error) {
-	st, err := s.ledgerState()
-	if err != nil {
-		return controller.Rebuilt{}, nil, nil, err
-	}
-	poolObjs := s.store().List(watcherv1.Kind_KIND_IP_POOL)
-	pools, invalid := objects.Pools(poolObjs)
-	nss := map[string]*watcherv1.Object{}
-	for _, n := range s.store().List(watcherv1.Kind_KIND_NAMESPACE) {
-		nss[n.GetMeta().GetName()] = n
-	}
-	r := controller.Rebuild(controller.Inputs{Ledger: st, Pools: pools, Namespaces: nss, LBClass: s.cfg.LBClass,
-		Services: s.store().List(watcherv1.Kind_KIND_SERVICE)})
-	return r, invalid, poolObjs, nil
-}
-
 // ListPools lists every IPPool with its usage (as the ledger counts it) and
-// conditions (as the leader last wrote them).
+// conditions (as the leader last wrote them). The usage is computed once per
+// change of the ledger or the pools, not per call.
 func (s *Server) ListPools(ctx context.Context, req *ipamv1.ListPoolsRequest) (*ipamv1.ListPoolsResponse, error) {
-	st, err := s.ledgerState()
+	rs, err := s.readState()
 	if err != nil {
 		return nil, err
 	}
-	poolObjs := s.store().List(watcherv1.Kind_KIND_IP_POOL)
-	pools, _ := objects.Pools(poolObjs)
-	// Usage counts what the ledger holds: the leader's pool status counts
-	// the same, once its statuses are written.
-	r := controller.Rebuild(controller.Inputs{Ledger: st, Pools: pools, LBClass: s.cfg.LBClass})
-	slices.SortFunc(poolObjs, func(a, b *watcherv1.Object) int { return strings.Compare(a.GetMeta().GetName(), b.GetMeta().GetName()) })
+	us, err := s.usage.get(ctx, rs.seq, s.buildUsage)
+	if err != nil {
+		return nil, err
+	}
 	resp := &ipamv1.ListPoolsResponse{}
-	for _, o := range poolObjs {
+	for _, o := range us.pools {
 		p := o.GetIpPool()
 		out := &ipamv1.Pool{
 			Name: o.GetMeta().GetName(), Addresses: p.GetAddresses(), AutoAssign: p.GetAutoAssign(),
 			Priority: p.GetAllocation().GetPriority(),
 			Ipv4:     &ipamv1.FamilyUsage{Total: "0", Used: "0"}, Ipv6: &ipamv1.FamilyUsage{Total: "0", Used: "0"},
 		}
-		if u, ok := r.Alloc.Usage(out.Name); ok {
-			out.Ipv4 = &ipamv1.FamilyUsage{Total: u.IPv4.Total.String(), Used: u.IPv4.Used.String()}
-			out.Ipv6 = &ipamv1.FamilyUsage{Total: u.IPv6.Total.String(), Used: u.IPv6.Used.String()}
+		if u, ok := us.usage[out.Name]; ok {
+			out.Ipv4 = &ipamv1.FamilyUsage{Total: u.v4Total, Used: u.v4Used}
+			out.Ipv6 = &ipamv1.FamilyUsage{Total: u.v6Total, Used: u.v6Used}
 		}
 		for _, c := range p.GetConditions() {
 			out.Conditions = append(out.Conditions, &ipamv1.PoolCondition{Type: c.GetType(), Status: c.GetStatus(), Reason: c.GetReason(), Message: c.GetMessage()})
@@ -347,22 +312,34 @@ func (s *Server) ExplainService(ctx context.Context, req *ipamv1.ExplainServiceR
 				s.cfg.LBClass, obj.GetService().GetType(), obj.GetService().GetLoadBalancerClass()),
 		}, nil
 	}
-	r, _, _, err := s.world()
+	rs, err := s.readState()
 	if err != nil {
 		return nil, err
 	}
+	ex, err := s.explain.get(ctx, rs.seq, s.buildExplain)
+	if err != nil {
+		return nil, err
+	}
+	// The request, the Service's labels and its Namespace's labels are read
+	// now; the allocator holds only what the ledger, the pools and the other
+	// Services say.
 	nsObj, _ := s.store().Get(watcherv1.Kind_KIND_NAMESPACE, "", ns)
 	areq, perr := objects.Request(obj, nsObj)
 	resp := &ipamv1.ExplainServiceResponse{}
 	if perr != nil {
 		resp.Reason = string(allocator.ReasonInvalidRequest)
 		resp.Decision = "The Service gets no IP: its request is invalid: " + perr.Error()
-		for _, a := range r.Alloc.Allocations(objects.Key(obj)) {
+		ex.mu.Lock()
+		held := ex.alloc.Allocations(objects.Key(obj))
+		ex.mu.Unlock()
+		for _, a := range held {
 			resp.Ips = append(resp.Ips, a.IP.String())
 		}
 		return resp, nil
 	}
-	x := r.Alloc.Explain(areq)
+	ex.mu.Lock()
+	x := ex.alloc.Explain(areq)
+	ex.mu.Unlock()
 	resp.Reason, resp.Decision = string(x.Reason), x.Decision
 	for _, ip := range x.IPs {
 		resp.Ips = append(resp.Ips, ip.String())

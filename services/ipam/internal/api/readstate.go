@@ -1,0 +1,236 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/controller"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+)
+
+// versionKey names objects at their resourceVersions. Store lists are
+// sorted by key, so equal sets give equal keys.
+func versionKey(objs []*watcherv1.Object) string {
+	var b strings.Builder
+	for _, o := range objs {
+		b.WriteString(o.GetMeta().GetName())
+		b.WriteByte('@')
+		b.WriteString(o.GetMeta().GetResourceVersion())
+		b.WriteByte(',')
+	}
+	return b.String()
+}
+
+// parsedLedger is the outcome of parsing the ledger at one version (key).
+type parsedLedger struct {
+	key   string
+	state ledger.State
+	err   error
+}
+
+// ledgerState parses the streamed ledger once per version of its shards. A
+// ledger that does not parse (or a split seen half-way) answers with the
+// last state that did, so reads never fail for a moment's inconsistency; a
+// corrupt ledger is reported by the leader. The outcome, failures included,
+// is kept until a shard changes: a corrupt ledger is not parsed again on
+// every call.
+func (s *Server) ledgerState() (ledger.State, string, error) {
+	var shards []*watcherv1.Object
+	for _, o := range s.store().List(watcherv1.Kind_KIND_LEDGER_CONFIG_MAP) {
+		if o.GetMeta().GetNamespace() == s.cfg.Namespace {
+			shards = append(shards, o)
+		}
+	}
+	key := versionKey(shards)
+	s.ledgerMu.Lock()
+	defer s.ledgerMu.Unlock()
+	if p := s.ledger; p != nil && p.key == key {
+		return p.state, key, p.err
+	}
+	st, _, err := ledger.Parse(objects.LedgerData(shards, s.cfg.Namespace))
+	if err != nil {
+		s.m.parses.WithLabelValues("failed").Inc()
+	} else {
+		s.m.parses.WithLabelValues("ok").Inc()
+	}
+	var ce *ledger.CorruptError
+	switch {
+	case err == nil:
+		s.good = st
+	case errors.As(err, &ce) && len(s.good.Allocations)+len(s.good.Reservations) > 0:
+		st, err = s.good, nil
+	default:
+		st, err = ledger.State{}, status.Errorf(codes.Unavailable, "the ledger cannot be read: %v", err)
+	}
+	s.ledger = &parsedLedger{key: key, state: st, err: err}
+	return st, key, err
+}
+
+// readState is the version of the ledger and the IPPools that reads answer
+// from. seq grows by one each time either changes.
+type readState struct {
+	seq    uint64
+	key    string
+	ledger ledger.State
+	pools  []*watcherv1.Object // the streamed IPPools, sorted by name
+}
+
+// readState returns the current version of the ledger and IPPools. The
+// versions are read under stateMu, so seq never goes back.
+func (s *Server) readState() (*readState, error) {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	st, ledgerKey, err := s.ledgerState()
+	if err != nil {
+		return nil, err
+	}
+	pools := s.store().List(watcherv1.Kind_KIND_IP_POOL)
+	key := ledgerKey + "|" + versionKey(pools)
+	if s.state == nil || s.state.key != key {
+		seq := uint64(1)
+		if s.state != nil {
+			seq = s.state.seq + 1
+		}
+		s.state = &readState{seq: seq, key: key, ledger: st, pools: pools}
+	}
+	return s.state, nil
+}
+
+// coalesced is a value built from the read state on demand: rebuilt only
+// when a caller needs a newer version than the one it holds, one build at a
+// time, always from the newest version. Callers arriving during a build wait
+// for it (or for the next one, if it started before the version they saw)
+// instead of starting their own. So the work follows the rate of change,
+// never the rate of calls, and never exceeds one build at a time, however
+// fast the ledger changes.
+type coalesced[T any] struct {
+	mu       sync.Mutex
+	val      T
+	seq      uint64        // the version val was built from; 0: none
+	building chan struct{} // non-nil while a build runs, closed when it ends
+	waiting  int           // callers waiting for a build (for tests)
+}
+
+// get returns a value built from version want or newer. build builds one
+// from the newest version and returns that version's seq.
+func (c *coalesced[T]) get(ctx context.Context, want uint64, build func() (T, uint64, error)) (T, error) {
+	var zero T
+	for {
+		c.mu.Lock()
+		if c.seq != 0 && c.seq >= want {
+			v := c.val
+			c.mu.Unlock()
+			return v, nil
+		}
+		if ch := c.building; ch != nil {
+			c.waiting++
+			c.mu.Unlock()
+			var err error
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				err = status.FromContextError(ctx.Err()).Err()
+			}
+			c.mu.Lock()
+			c.waiting--
+			c.mu.Unlock()
+			if err != nil {
+				return zero, err
+			}
+			continue
+		}
+		ch := make(chan struct{})
+		c.building = ch
+		c.mu.Unlock()
+		v, seq, err := c.run(ch, build)
+		if err != nil {
+			return zero, err
+		}
+		if seq >= want {
+			return v, nil
+		}
+	}
+}
+
+// run runs build and publishes its value; the build is ended (waiters
+// released) even if build panics.
+func (c *coalesced[T]) run(ch chan struct{}, build func() (T, uint64, error)) (v T, seq uint64, err error) {
+	defer func() {
+		c.mu.Lock()
+		if err == nil && seq > c.seq {
+			c.val, c.seq = v, seq
+		}
+		c.building = nil
+		c.mu.Unlock()
+		close(ch)
+	}()
+	return build()
+}
+
+// explainState is the allocator as the leader would rebuild it from one
+// version of the ledger and pools, and the Services and Namespaces streamed
+// when it was built.
+type explainState struct {
+	// mu serialises its use: the allocator is not safe for concurrent use,
+	// and an Explain (≈20 µs) is short next to a call.
+	mu    sync.Mutex
+	alloc *allocator.Allocator
+}
+
+func (s *Server) buildExplain() (*explainState, uint64, error) {
+	rs, err := s.readState()
+	if err != nil {
+		return nil, 0, err
+	}
+	start := time.Now()
+	pools, _ := s.pools.Parse(rs.pools)
+	nss := map[string]*watcherv1.Object{}
+	for _, n := range s.store().List(watcherv1.Kind_KIND_NAMESPACE) {
+		nss[n.GetMeta().GetName()] = n
+	}
+	a := controller.Rebuild(controller.Inputs{Ledger: rs.ledger, Pools: pools, Namespaces: nss, LBClass: s.cfg.LBClass,
+		Services: s.store().List(watcherv1.Kind_KIND_SERVICE)}).Alloc
+	s.m.rebuilt(partExplain, start)
+	return &explainState{alloc: a}, rs.seq, nil
+}
+
+// usageState is each pool's usage as the ledger counts it (the leader's
+// pool status counts the same once its statuses are written), with the
+// IPPools it was computed for.
+type usageState struct {
+	pools []*watcherv1.Object // sorted by name
+	usage map[string]poolUsage
+}
+
+// poolUsage is one pool's usage, rendered once.
+type poolUsage struct {
+	v4Total, v4Used, v6Total, v6Used string
+}
+
+func (s *Server) buildUsage() (*usageState, uint64, error) {
+	rs, err := s.readState()
+	if err != nil {
+		return nil, 0, err
+	}
+	start := time.Now()
+	pools, _ := s.pools.Parse(rs.pools)
+	a := controller.Rebuild(controller.Inputs{Ledger: rs.ledger, Pools: pools, LBClass: s.cfg.LBClass}).Alloc
+	out := &usageState{pools: rs.pools, usage: map[string]poolUsage{}}
+	for _, p := range pools {
+		if u, ok := a.Usage(p.Name()); ok {
+			out.usage[p.Name()] = poolUsage{v4Total: u.IPv4.Total.String(), v4Used: u.IPv4.Used.String(),
+				v6Total: u.IPv6.Total.String(), v6Used: u.IPv6.Used.String()}
+		}
+	}
+	s.m.rebuilt(partUsage, start)
+	return out, rs.seq, nil
+}
