@@ -61,8 +61,14 @@ type Config struct {
 	Namespace string
 	LeaseName string
 	LBClass   string
+	// RequireLBClass: class-less Services are not ipam's (--require-lb-class).
+	RequireLBClass bool
 	// Registerer takes the API's metrics; nil registers none.
 	Registerer prometheus.Registerer
+}
+
+func (s *Server) class() objects.Class {
+	return objects.Class{Name: s.cfg.LBClass, Required: s.cfg.RequireLBClass}
 }
 
 // Server implements ipamv1.IPAMServiceServer.
@@ -288,6 +294,7 @@ func (s *Server) ListPools(ctx context.Context, req *ipamv1.ListPoolsRequest) (*
 			out.Ipv4 = &ipamv1.FamilyUsage{Total: u.v4Total, Used: u.v4Used}
 			out.Ipv6 = &ipamv1.FamilyUsage{Total: u.v6Total, Used: u.v6Used}
 		}
+		out.HeldOutside = int64(us.heldOutside[out.Name])
 		for _, c := range p.GetConditions() {
 			out.Conditions = append(out.Conditions, &ipamv1.PoolCondition{Type: c.GetType(), Status: c.GetStatus(), Reason: c.GetReason(), Message: c.GetMessage()})
 		}
@@ -306,10 +313,14 @@ func (s *Server) ExplainService(ctx context.Context, req *ipamv1.ExplainServiceR
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "Service %s/%s does not exist (or the watcher has not shown it yet)", ns, name)
 	}
-	if !objects.IsOurs(obj, s.cfg.LBClass) {
+	if !s.class().Serves(obj) {
+		served := fmt.Sprintf("unset or %q", s.cfg.LBClass)
+		if s.cfg.RequireLBClass {
+			served = fmt.Sprintf("%q (--require-lb-class: Services without a class are left to other controllers)", s.cfg.LBClass)
+		}
 		return &ipamv1.ExplainServiceResponse{
-			Decision: fmt.Sprintf("ipam does not serve this Service: it serves type LoadBalancer Services whose spec.loadBalancerClass is unset or %q (this one: type %s, class %q).",
-				s.cfg.LBClass, obj.GetService().GetType(), obj.GetService().GetLoadBalancerClass()),
+			Decision: fmt.Sprintf("ipam does not serve this Service: it serves type LoadBalancer Services whose spec.loadBalancerClass is %s (this one: type %s, class %q).",
+				served, obj.GetService().GetType(), obj.GetService().GetLoadBalancerClass()),
 		}, nil
 	}
 	rs, err := s.readState()

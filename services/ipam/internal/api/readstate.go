@@ -198,7 +198,7 @@ func (s *Server) buildExplain() (*explainState, uint64, error) {
 		nss[n.GetMeta().GetName()] = n
 	}
 	a := controller.Rebuild(controller.Inputs{Ledger: rs.ledger, Pools: pools, Namespaces: nss, LBClass: s.cfg.LBClass,
-		Services: s.store().List(watcherv1.Kind_KIND_SERVICE)}).Alloc
+		RequireLBClass: s.cfg.RequireLBClass, Services: s.store().List(watcherv1.Kind_KIND_SERVICE)}).Alloc
 	s.m.rebuilt(partExplain, start)
 	return &explainState{alloc: a}, rs.seq, nil
 }
@@ -209,6 +209,9 @@ func (s *Server) buildExplain() (*explainState, uint64, error) {
 type usageState struct {
 	pools []*watcherv1.Object // sorted by name
 	usage map[string]poolUsage
+	// heldOutside counts, by the pool they came from, the addresses Services
+	// keep that their pool no longer offers.
+	heldOutside map[string]int
 }
 
 // poolUsage is one pool's usage, rendered once.
@@ -223,8 +226,8 @@ func (s *Server) buildUsage() (*usageState, uint64, error) {
 	}
 	start := time.Now()
 	pools, _ := s.pools.Parse(rs.pools)
-	a := controller.Rebuild(controller.Inputs{Ledger: rs.ledger, Pools: pools, LBClass: s.cfg.LBClass}).Alloc
-	out := &usageState{pools: rs.pools, usage: map[string]poolUsage{}}
+	a := controller.Rebuild(controller.Inputs{Ledger: rs.ledger, Pools: pools, LBClass: s.cfg.LBClass, RequireLBClass: s.cfg.RequireLBClass}).Alloc
+	out := &usageState{pools: rs.pools, usage: map[string]poolUsage{}, heldOutside: a.HeldOutside()}
 	for _, p := range pools {
 		if u, ok := a.Usage(p.Name()); ok {
 			out.usage[p.Name()] = poolUsage{v4Total: u.IPv4.Total.String(), v4Used: u.IPv4.Used.String(),

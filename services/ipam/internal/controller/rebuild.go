@@ -93,14 +93,16 @@ func Rebuild(in Inputs) Rebuilt {
 	// stream does not show come after, by name.
 	byService := objects.ByService(in.Ledger.Allocations)
 	var ledgerKeys []string
+	seen := map[string]bool{}
 	for _, s := range services {
-		if _, ok := byService[objects.Key(s)]; ok {
-			ledgerKeys = append(ledgerKeys, objects.Key(s))
+		if k := objects.Key(s); len(byService[k]) > 0 {
+			ledgerKeys = append(ledgerKeys, k)
+			seen[k] = true
 		}
 	}
 	var unseen []string
 	for k := range byService {
-		if !slices.Contains(ledgerKeys, k) {
+		if !seen[k] {
 			unseen = append(unseen, k)
 		}
 	}

@@ -131,6 +131,7 @@ func (c *Config) Run(ctx context.Context) error {
 	}
 	gs.Register(&ipamv1.IPAMService_ServiceDesc, api.New(api.Config{
 		Namespace: c.Common.Namespace, LeaseName: c.Leader.LeaseName, LBClass: c.Controller.LBClass,
+		RequireLBClass: c.Controller.RequireLBClass, Registerer: reg,
 	}, src.Store, client, ctrl, log.With("component", "api")))
 
 	ops := opsserver.New(c.Ops, reg, func() error {
@@ -154,7 +155,7 @@ func (c *Config) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { return gs.Serve(ctx) })
 	g.Go(func() error { return ops.Serve(ctx) })
-	log.Info("Starting ipledger-ipam", "namespace", c.Common.Namespace, "lbClass", c.Controller.LBClass,
+	log.Info("Starting ipledger-ipam", "namespace", c.Common.Namespace, "lbClass", c.Controller.LBClass, "requireLBClass", c.Controller.RequireLBClass,
 		"identity", c.Leader.Identity, "grpcAddr", gs.Addr().String(), "qps", c.QPS, "burst", c.Burst)
 	return g.Wait()
 }
