@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -107,6 +108,12 @@ func (f *fakeWatcher) remove(o *watcherv1.Object) {
 	f.broadcast(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_DELETE, Epoch: f.epoch, Revision: f.rev, ResumeRevision: f.rev, Object: o})
 }
 
+func (f *fakeWatcher) heartbeat() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.broadcast(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_HEARTBEAT, Epoch: f.epoch, Revision: f.rev, ResumeRevision: f.rev})
+}
+
 func (f *fakeWatcher) broadcast(r *watcherv1.WatchResponse) {
 	for ch := range f.subs {
 		ch <- r
@@ -149,6 +156,12 @@ func (r *recorder) OnDelete(o *watcherv1.Object) {
 	r.log = append(r.log, "delete "+Key(o))
 }
 
+func (r *recorder) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = nil
+}
+
 func (r *recorder) events() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -157,9 +170,21 @@ func (r *recorder) events() []string {
 
 func runClient(t *testing.T, target string) *Client {
 	t.Helper()
-	c, err := New(Config{Target: target, Plaintext: true, Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE}}, nil, nil)
+	return runClientWith(t, Config{Target: target}, nil, nil)
+}
+
+// runClientWith runs a client of Services with cfg (Target set), metrics in
+// reg (may be nil), after setup (may be nil) has adjusted it.
+func runClientWith(t *testing.T, cfg Config, reg prometheus.Registerer, setup func(*Client)) *Client {
+	t.Helper()
+	cfg.Plaintext = true
+	cfg.Kinds = []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE}
+	c, err := New(cfg, nil, reg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(c)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

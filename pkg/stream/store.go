@@ -43,6 +43,11 @@ func (s *Store) Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Obj
 	if namespace != "" {
 		key = namespace + "/" + name
 	}
+	return s.get(kind, key)
+}
+
+// get returns the object of kind with key.
+func (s *Store) get(kind watcherv1.Kind, key string) (*watcherv1.Object, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	ks := s.kinds[kind]

@@ -9,6 +9,13 @@
 // new epoch, or history the watcher no longer holds) everything known is marked
 // stale, and after SYNCED what did not come back is deleted, with OnDelete, so
 // no object deleted while the client was away survives in the store.
+//
+// A replica may also be behind the one the client left. The client never
+// goes back: it drops any version of an object older than one it has handed
+// out (or than the one it deleted), and it holds back the deletion of an
+// object a replica lacks until that replica shows a version of the same kind
+// at least as new, or until Config.LagGrace passes. docs/stream.md has the
+// whole contract.
 package stream
 
 import (
@@ -59,6 +66,12 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the delay between reconnects; 0 means
 	// 100ms and 5s.
 	MinBackoff, MaxBackoff time.Duration
+	// LagGrace is how long the client keeps an object that a replica says
+	// is gone when that replica has not yet shown anything of the object's
+	// kind as new as the version the client holds (it may be behind), and
+	// how long it remembers deleted objects so that a replica behind cannot
+	// bring them back; 0 means 1m.
+	LagGrace time.Duration
 }
 
 // Flags registers the connection flags; Kinds, Namespaces and LabelSelector are
@@ -68,6 +81,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TokenFile, "watcher-token-file", c.TokenFile, "bearer token file sent to the watcher (re-read when it changes); empty sends none")
 	fs.BoolVar(&c.Plaintext, "watcher-plaintext", c.Plaintext, "dial the watcher without TLS")
 	fs.StringVar(&c.CAFile, "watcher-ca-file", c.CAFile, "CA bundle that verifies the watcher's certificate; empty uses the system roots")
+	fs.DurationVar(&c.LagGrace, "watcher-lag-grace", c.LagGrace,
+		"how long an object a watcher replica lacks is kept while that replica may be behind (0 means 1m)")
 }
 
 // Handler receives the events of the store. Objects are shared: never mutate
@@ -132,9 +147,11 @@ type Client struct {
 	synced     chan struct{}
 	syncedOnce sync.Once
 
-	// Stream position; only the Run goroutine touches these.
+	// Stream position and lag memory; only the Run goroutine touches these.
 	epoch     string
 	resumeRev uint64
+	lag       *lagGuard
+	now       func() time.Time
 }
 
 // New validates cfg and builds a Client; it does not connect until Run.
@@ -154,6 +171,9 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Client, erro
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 5 * time.Second
 	}
+	if cfg.LagGrace <= 0 {
+		cfg.LagGrace = time.Minute
+	}
 	if log == nil {
 		log = slog.Default()
 	}
@@ -161,7 +181,8 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Client, erro
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, log: log.With("component", "stream"), m: m, store: newStore(), synced: make(chan struct{})}
+	c := &Client{cfg: cfg, log: log.With("component", "stream"), m: m, store: newStore(), synced: make(chan struct{}),
+		lag: newLagGuard(cfg.LagGrace), now: time.Now}
 	c.handlers.Store(&[]*registration{})
 
 	opts, err := authz.DialOptions(cfg.TokenFile, cfg.CAFile, cfg.Plaintext)
@@ -269,7 +290,16 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		code := status.Code(err)
 		c.m.disconnects.WithLabelValues(code.String()).Inc()
-		c.log.Info("Watch stream ended; reconnecting", "code", code.String(), "err", err, "backoff", backoff)
+		switch code {
+		case codes.Unauthenticated, codes.PermissionDenied:
+			// A refused token (expired, deleted ServiceAccount, no ipledger
+			// audience) or a revoked grant: no event arrives until an
+			// operator fixes it, so say so loudly on every refusal.
+			c.log.Error("Watcher refused this client's credentials; retrying, but nothing is delivered until its token or RBAC is fixed",
+				"code", code.String(), "reason", status.Convert(err).Message(), "backoff", backoff)
+		default:
+			c.log.Info("Watch stream ended; reconnecting", "code", code.String(), "err", err, "backoff", backoff)
+		}
 		delay := backoff/2 + rand.N(backoff/2+1)
 		backoff = min(backoff*2, c.cfg.MaxBackoff)
 		select {
@@ -351,31 +381,34 @@ func (c *Client) handle(st *session, resp *watcherv1.WatchResponse) error {
 			// Until this snapshot reaches SYNCED the store mixes two histories:
 			// if the stream breaks, the next one must start from a snapshot too.
 			c.epoch, c.resumeRev = "", 0
+			c.lag.newReplica()
 		}
 	}
+	now := c.now()
 	switch resp.GetType() {
 	case watcherv1.EventType_EVENT_TYPE_UPSERT:
 		o := resp.GetObject()
 		if o.GetMeta().GetName() == "" {
 			return fmt.Errorf("UPSERT without an object name at revision %d", resp.GetRevision())
 		}
+		ref := objectRef{o.GetKind(), Key(o)}
 		if st.snapshot {
-			delete(st.stale, objectRef{o.GetKind(), Key(o)})
+			delete(st.stale, ref)
 		}
-		c.upsert(o)
+		c.applyUpsert(ref, o, now)
 	case watcherv1.EventType_EVENT_TYPE_DELETE:
 		if !st.synced {
 			return errors.New("DELETE before SYNCED")
 		}
-		c.delete(resp.GetObject().GetKind(), Key(resp.GetObject()))
+		o := resp.GetObject()
+		c.applyDelete(objectRef{o.GetKind(), Key(o)}, o, now)
 	case watcherv1.EventType_EVENT_TYPE_SYNCED:
 		if resp.GetResumed() && resp.GetEpoch() != c.epoch {
 			return fmt.Errorf("resumed SYNCED from epoch %q, asked for %q", resp.GetEpoch(), c.epoch)
 		}
 		if st.snapshot {
 			for ref := range st.stale {
-				c.delete(ref.kind, ref.key)
-				c.m.syntheticDeletes.Inc()
+				c.applyAbsence(ref, now)
 			}
 			st.stale, st.snapshot = nil, false
 		}
@@ -390,20 +423,110 @@ func (c *Client) handle(st *session, resp *watcherv1.WatchResponse) error {
 	if st.synced {
 		c.resumeRev = resp.GetResumeRevision()
 	}
+	c.expire(now)
 	return nil
+}
+
+// applyUpsert stores o unless the client has already seen a newer version
+// of it, or deleted a version at least as new.
+func (c *Client) applyUpsert(ref objectRef, o *watcherv1.Object, now time.Time) {
+	c.lag.observe(ref.kind, o.GetMeta().GetResourceVersion())
+	c.lag.release(ref) // the replica has it: nothing to hold back
+	held, _ := c.store.get(ref.kind, ref.key)
+	if judgeUpsert(held, c.lag.tomb(ref), o) == drop {
+		c.m.staleDropped.Inc()
+	} else {
+		c.lag.forgetTomb(ref)
+		c.upsert(o)
+	}
+	c.deleteConfirmed(ref.kind, now)
+}
+
+// applyDelete deletes what a DELETE names, unless the replica only knew an
+// older version than the client holds: then the deletion is held back.
+func (c *Client) applyDelete(ref objectRef, last *watcherv1.Object, now time.Time) {
+	c.lag.observe(ref.kind, last.GetMeta().GetResourceVersion())
+	held, _ := c.store.get(ref.kind, ref.key)
+	switch judgeDelete(held, last) {
+	case apply:
+		c.lag.release(ref)
+		c.lag.tombstone(ref, newerVersion(held.GetMeta().GetResourceVersion(), last.GetMeta().GetResourceVersion()), now)
+		c.delete(ref.kind, ref.key)
+	case holdBack:
+		c.holdBack(ref, held, now)
+	}
+	c.deleteConfirmed(ref.kind, now)
+}
+
+// applyAbsence handles a held object a fresh snapshot did not contain.
+func (c *Client) applyAbsence(ref objectRef, now time.Time) {
+	held, ok := c.store.get(ref.kind, ref.key)
+	if !ok {
+		return
+	}
+	switch judgeAbsence(held.GetMeta().GetResourceVersion(), c.lag.progress[ref.kind]) {
+	case apply:
+		c.lag.release(ref)
+		c.lag.tombstone(ref, held.GetMeta().GetResourceVersion(), now)
+		c.delete(ref.kind, ref.key)
+		c.m.syntheticDeletes.Inc()
+	case holdBack:
+		c.holdBack(ref, held, now)
+	}
+}
+
+func (c *Client) holdBack(ref objectRef, held *watcherv1.Object, now time.Time) {
+	if c.lag.held[ref] == nil {
+		c.m.heldBack.Inc()
+		c.log.Info("Replica lacks an object newer than anything of its kind it has shown; keeping the object",
+			"kind", ref.kind.String(), "key", ref.key, "resourceVersion", held.GetMeta().GetResourceVersion(),
+			"replicaProgress", c.lag.progress[ref.kind], "lagGrace", c.cfg.LagGrace)
+	}
+	c.lag.holdBack(ref, held.GetMeta().GetResourceVersion(), now)
+	c.m.heldBackNow.Set(float64(c.lag.heldBackCount()))
+}
+
+// deleteConfirmed deletes the held-back objects of kind that the replica is
+// now past: it had heard of them and no longer has them.
+func (c *Client) deleteConfirmed(kind watcherv1.Kind, now time.Time) {
+	for _, ref := range c.lag.confirmed(kind) {
+		if held, ok := c.store.get(ref.kind, ref.key); ok {
+			c.lag.tombstone(ref, held.GetMeta().GetResourceVersion(), now)
+			c.delete(ref.kind, ref.key)
+			c.m.syntheticDeletes.Inc()
+		}
+	}
+	c.m.heldBackNow.Set(float64(c.lag.heldBackCount()))
+}
+
+// expire applies the deletions held back past LagGrace (the replica is
+// believed, with no tombstone: if it was wrong, its catching up brings the
+// object back) and forgets old tombstones.
+func (c *Client) expire(now time.Time) {
+	for _, ref := range c.lag.expired(now) {
+		c.log.Warn("Replica still lacks an object after the lag grace; deleting it",
+			"kind", ref.kind.String(), "key", ref.key, "lagGrace", c.cfg.LagGrace)
+		c.delete(ref.kind, ref.key)
+		c.m.syntheticDeletes.Inc()
+		c.m.heldBackExpired.Inc()
+	}
+	c.lag.expireTombs(now)
+	c.m.heldBackNow.Set(float64(c.lag.heldBackCount()))
 }
 
 func (c *Client) upsert(o *watcherv1.Object) {
 	c.dispatchMu.Lock()
 	defer c.dispatchMu.Unlock()
+	if old, ok := c.store.get(o.GetKind(), Key(o)); ok && proto.Equal(old, o) {
+		// A snapshot after a reconnect repeats what is known: not an update,
+		// and handlers keep the very object the store holds.
+		return
+	}
 	old := c.store.put(o)
 	c.m.objects.WithLabelValues(o.GetKind().String()).Set(float64(c.store.Len(o.GetKind())))
-	switch {
-	case old == nil:
+	if old == nil {
 		c.dispatch(func(h Handler) { h.OnAdd(o) })
-	case proto.Equal(old, o):
-		// A snapshot after a reconnect repeats what is known: not an update.
-	default:
+	} else {
 		c.dispatch(func(h Handler) { h.OnUpdate(old, o) })
 	}
 }
@@ -437,6 +560,10 @@ type metrics struct {
 	disconnects      *prometheus.CounterVec
 	syncs            *prometheus.CounterVec
 	syntheticDeletes prometheus.Counter
+	staleDropped     prometheus.Counter
+	heldBack         prometheus.Counter
+	heldBackExpired  prometheus.Counter
+	heldBackNow      prometheus.Gauge
 	objects          *prometheus.GaugeVec
 	synced           prometheus.Gauge
 	handlers         prometheus.Gauge
@@ -452,6 +579,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "SYNCED events applied, by whether the stream resumed instead of taking a snapshot."}, []string{"resumed"}),
 		syntheticDeletes: prometheus.NewCounter(prometheus.CounterOpts{Name: "ipledger_stream_synthetic_deletes_total",
 			Help: "Objects deleted because a fresh snapshot did not contain them."}),
+		staleDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ipledger_stream_stale_upserts_dropped_total",
+			Help: "UPSERTs dropped because the client had already seen a newer version of the object, or deleted one as new (a replica behind)."}),
+		heldBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "ipledger_stream_deletes_held_back_total",
+			Help: "Objects a replica lacked before showing it was past them, kept instead of deleted."}),
+		heldBackExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: "ipledger_stream_deletes_held_back_expired_total",
+			Help: "Held-back deletions applied because the lag grace passed without the replica showing it was past them."}),
+		heldBackNow: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipledger_stream_deletes_held_back",
+			Help: "Deletions held back now."}),
 		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ipledger_stream_objects",
 			Help: "Objects in the client store, by kind."}, []string{"kind"}),
 		synced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipledger_stream_synced",
@@ -460,7 +595,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Handlers registered."}),
 	}
 	if reg != nil {
-		for _, col := range []prometheus.Collector{m.received, m.disconnects, m.syncs, m.syntheticDeletes, m.objects, m.synced, m.handlers} {
+		for _, col := range []prometheus.Collector{m.received, m.disconnects, m.syncs, m.syntheticDeletes,
+			m.staleDropped, m.heldBack, m.heldBackExpired, m.heldBackNow, m.objects, m.synced, m.handlers} {
 			if err := reg.Register(col); err != nil {
 				return nil, fmt.Errorf("stream metrics: %w", err)
 			}

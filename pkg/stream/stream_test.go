@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
@@ -163,4 +166,164 @@ func TestIndexes(t *testing.T) {
 	if got := s.ByIndex(watcherv1.Kind_KIND_SERVICE, "app", "db"); len(got) != 0 {
 		t.Errorf("ByIndex db after remove = %v", keys(got))
 	}
+}
+
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue series
+				}
+			}
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return total
+}
+
+// waitMetric waits until the metric (summed over the matching series)
+// reaches at least want.
+func waitMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string, want float64) {
+	t.Helper()
+	eventually(t, func() error {
+		if got := metricValue(t, reg, name, labels); got < want {
+			return fmt.Errorf("%s%v = %v, want at least %v", name, labels, got, want)
+		}
+		return nil
+	})
+}
+
+func storeVersions(c *Client) []string {
+	var out []string
+	for _, o := range c.Store().List(watcherv1.Kind_KIND_SERVICE) {
+		out = append(out, Key(o)+"@"+o.GetMeta().GetResourceVersion())
+	}
+	return out
+}
+
+// failover starts the client on a replica at epoch-1 with objs, then moves
+// it to one at epoch-2 with behind once change (run against the first) is
+// seen by the client. It returns the client, its metrics, the second
+// replica, and a recorder that saw the events from the failover on.
+func failover(t *testing.T, objs []*watcherv1.Object, change func(*fakeWatcher), seen []string, behind []*watcherv1.Object,
+	setup func(*Client)) (*Client, *prometheus.Registry, *fakeWatcher, *recorder) {
+	t.Helper()
+	r1 := startFake(t, "epoch-1", objs...)
+	addr2 := freeAddr(t)
+	reg := prometheus.NewRegistry()
+	// Round robin only uses ready replicas: the client starts on r1.
+	c := runClientWith(t, Config{Target: "static:///" + r1.addr + "," + addr2}, reg, setup)
+	waitSync(t, c)
+	if change != nil {
+		change(r1)
+	}
+	eventually(t, func() error {
+		if got := storeVersions(c); !slices.Equal(got, seen) {
+			return fmt.Errorf("store %v, want %v", got, seen)
+		}
+		return nil
+	})
+	rec := newRecorder()
+	c.AddHandler(rec)
+	rec.reset() // forget the replay
+	r2 := startFakeOn(t, addr2, "epoch-2", behind...)
+	r1.srv.Stop()
+	waitMetric(t, reg, "ipledger_stream_syncs_total", map[string]string{"resumed": "false"}, 2)
+	return c, reg, r2, rec
+}
+
+// TestFailoverToReplicaBehindNeverGoesBack: the second replica has not heard
+// of an update of a, the creation of born and the deletion of gone. The
+// client keeps what it saw and tells handlers nothing; when the replica
+// catches up, nothing either.
+func TestFailoverToReplicaBehindNeverGoesBack(t *testing.T) {
+	c, reg, r2, rec := failover(t,
+		[]*watcherv1.Object{svc("ns", "a", "10", nil), svc("ns", "gone", "11", nil)},
+		func(r1 *fakeWatcher) {
+			r1.upsert(svc("ns", "a", "20", nil))
+			r1.upsert(svc("ns", "born", "21", nil))
+			r1.remove(svc("ns", "gone", "11", nil))
+		},
+		[]string{"ns/a@20", "ns/born@21"},
+		[]*watcherv1.Object{svc("ns", "a", "10", nil), svc("ns", "gone", "11", nil)}, nil)
+	if got, want := storeVersions(c), []string{"ns/a@20", "ns/born@21"}; !slices.Equal(got, want) {
+		t.Fatalf("store after failover %v, want %v", got, want)
+	}
+	if got := rec.events(); len(got) != 0 {
+		t.Fatalf("failover to a replica behind told handlers %q, want nothing", got)
+	}
+	if n := metricValue(t, reg, "ipledger_stream_deletes_held_back", nil); n != 1 {
+		t.Errorf("%v deletions held back, want 1 (born)", n)
+	}
+
+	r2.upsert(svc("ns", "a", "20", nil))
+	r2.upsert(svc("ns", "born", "21", nil))
+	r2.remove(svc("ns", "gone", "11", nil))
+	r2.upsert(svc("ns", "marker", "30", nil))
+	wantEvents(t, rec, "add ns/marker@30")
+	if n := metricValue(t, reg, "ipledger_stream_deletes_held_back", nil); n != 0 {
+		t.Errorf("%v deletions held back after catching up, want 0", n)
+	}
+}
+
+// TestHeldBackDeletionAppliedOnceReplicaShowsItIsPast: x was deleted while
+// the client was away, and the new replica has nothing as new as x; the
+// first newer version of a Service it shows proves it had heard of x.
+func TestHeldBackDeletionAppliedOnceReplicaShowsItIsPast(t *testing.T) {
+	c, _, r2, rec := failover(t,
+		[]*watcherv1.Object{svc("ns", "x", "5", nil), svc("ns", "y", "3", nil)}, nil, []string{"ns/x@5", "ns/y@3"},
+		[]*watcherv1.Object{svc("ns", "y", "3", nil)}, nil)
+	if got, want := storeVersions(c), []string{"ns/x@5", "ns/y@3"}; !slices.Equal(got, want) {
+		t.Fatalf("store after failover %v, want %v (x held back)", got, want)
+	}
+	r2.upsert(svc("ns", "z", "6", nil))
+	wantEvents(t, rec, "add ns/z@6", "delete ns/x")
+}
+
+// TestHeldBackDeletionAppliedAfterLagGrace: a replica that shows nothing
+// newer is believed once LagGrace has passed, at its next event.
+func TestHeldBackDeletionAppliedAfterLagGrace(t *testing.T) {
+	var clock atomic.Int64
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	const grace = time.Minute // the default
+	_, reg, r2, rec := failover(t,
+		[]*watcherv1.Object{svc("ns", "x", "5", nil), svc("ns", "y", "3", nil)}, nil, []string{"ns/x@5", "ns/y@3"},
+		[]*watcherv1.Object{svc("ns", "y", "3", nil)},
+		func(c *Client) { c.now = now })
+	clock.Add(int64(grace - time.Second))
+	r2.heartbeat()
+	waitMetric(t, reg, "ipledger_stream_events_received_total", map[string]string{"type": "HEARTBEAT"}, 1)
+	if got := rec.events(); len(got) != 0 {
+		t.Fatalf("before the grace handlers were told %q", got)
+	}
+	clock.Add(int64(time.Second))
+	r2.heartbeat()
+	wantEvents(t, rec, "delete ns/x")
+	if n := metricValue(t, reg, "ipledger_stream_deletes_held_back_expired_total", nil); n != 1 {
+		t.Errorf("%v held-back deletions expired, want 1", n)
+	}
+}
+
+// TestDeleteOfAnOlderIncarnationIsHeldBack: x was deleted and recreated
+// while the second replica was behind; its catching up deletes the old x,
+// which must not delete the new one.
+func TestDeleteOfAnOlderIncarnationIsHeldBack(t *testing.T) {
+	older, newer := withUID(svc("ns", "x", "12", nil), "u1"), withUID(svc("ns", "x", "20", nil), "u2")
+	_, reg, r2, rec := failover(t, []*watcherv1.Object{newer}, nil, []string{"ns/x@20"}, []*watcherv1.Object{older}, nil)
+	r2.remove(older)
+	waitMetric(t, reg, "ipledger_stream_deletes_held_back", nil, 1)
+	r2.upsert(newer)
+	r2.upsert(svc("ns", "marker", "30", nil))
+	wantEvents(t, rec, "add ns/marker@30")
 }
