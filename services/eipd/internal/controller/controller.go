@@ -1,10 +1,14 @@
 // Package controller keeps one Elastic IP on every Node labelled
 // ipledger.io/externalip-auto-assign=true and gives the addresses of the
-// others back. It reads Nodes and Pods from the watcher stream only, decides
-// with package decide, remembers its own EC2 changes with package expect,
-// and writes EC2 (through awsec2), the Node's label and annotation, and
-// Events. Everything that writes runs inside one leadership term: a Run is
-// created fresh per term with empty expectations.
+// others back. It reads Nodes and Pods from the watcher stream, decides with
+// package decide, remembers its own EC2 changes with package expect, and
+// writes EC2 (through awsec2), the Node's label and annotation, and Events.
+// The stream may be behind the API server (a watcher replica that lags), so
+// whatever would destroy something (disassociate, release, untag, clear a
+// Node's published address) is first confirmed with a GET of the live Node,
+// and done only if the live Node agrees. Everything that writes runs inside
+// one leadership term: a Run is created fresh per term with empty
+// expectations.
 package controller
 
 import (
@@ -244,6 +248,10 @@ func (r *Run) enqueue(node string) {
 // Sweep lists the managed addresses and enqueues every Node that has one
 // but should not (deleted while eipd was away, or missed). Call it only once
 // the store is synced: against a partial store every address looks stale.
+// The view may be behind, so each such Node is first confirmed against the
+// API server (GETs, at most sweepConfirmParallelism at a time): a Node that
+// is still labelled is left alone — its address untouched, its own periodic
+// sync goes on — and one that cannot be read waits for the next sweep.
 func (r *Run) Sweep(ctx context.Context) error {
 	view, err := r.c.ec2.ListManaged(ctx)
 	if err != nil {
@@ -251,11 +259,26 @@ func (r *Run) Sweep(ctx context.Context) error {
 	}
 	view, _ = r.exp.Apply(view)
 	r.c.metrics.observe(view)
+	var candidates []string
 	for _, a := range decide.Stale(view, func(node string) bool {
 		o, ok := r.c.store.Get(watcherv1.Kind_KIND_NODE, "", node)
 		return ok && Wants(o)
 	}) {
-		r.queue.Add(a.Node)
+		if len(candidates) == 0 || candidates[len(candidates)-1] != a.Node {
+			candidates = append(candidates, a.Node)
+		}
+	}
+	for i, res := range r.c.liveNodes(ctx, candidates, sweepConfirmParallelism) {
+		node := candidates[i]
+		switch {
+		case res.err != nil:
+			r.c.log.Warn("Cannot confirm with the API server that a Node gave up its Elastic IP; retrying at the next sweep",
+				"node", node, "err", res.err)
+		case res.exists && Wants(res.obj):
+			r.refused(r.c.log.With("node", node), "sweep")
+		default:
+			r.queue.Add(node)
+		}
 	}
 	// Nodes whose last sync failed may sit behind a long per-item backoff
 	// after a throttling storm: retry them now, so that recovery takes at
@@ -299,8 +322,20 @@ func (r *Run) sync(ctx context.Context, log *slog.Logger, node string, obj *watc
 	}
 	view, waiting := r.exp.Apply(view)
 	r.c.metrics.observe(view)
+	return r.reconcile(ctx, log, node, obj, exists, view, waiting, false)
+}
 
+// reconcile acts on one Node as obj shows it: from the view, or (confirmed)
+// just read from the API server. An intent that destroys something is never
+// carried out on the view's word: the live Node is read and reconciled
+// instead.
+func (r *Run) reconcile(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool,
+	view []decide.Address, waiting map[string]bool, confirmed bool) error {
 	if !exists || !Wants(obj) {
+		intent := decide.Intent{GiveBack: true, Tagged: taggedFor(node, view), Published: exists && published(obj)}
+		if intent.Destroys() && !confirmed {
+			return r.confirm(ctx, log, node, view, waiting, true)
+		}
 		return r.giveBack(ctx, log, node, obj, exists, view, waiting[node])
 	}
 	if waiting[node] {
@@ -334,6 +369,11 @@ func (r *Run) sync(ctx context.Context, log *slog.Logger, node string, obj *watc
 		Addresses:           view,
 		PodRefs:             r.podRefs(),
 	})
+	if (decide.Intent{Duplicates: len(plan.Release)}).Destroys() && !confirmed {
+		// Which duplicate stays depends on the Node's annotation: the
+		// view's may be old.
+		return r.confirm(ctx, log, node, view, waiting, false)
+	}
 	for _, dup := range plan.Release {
 		if err := r.giveBackOne(ctx, dup); err != nil {
 			return err

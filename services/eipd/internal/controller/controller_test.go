@@ -34,6 +34,9 @@ func TestLabelledNodeGetsAssociatedTaggedEIP(t *testing.T) {
 	}
 	h.waitEvent(node, controller.ReasonAllocated)
 	h.waitEvent(node, controller.ReasonAssociated)
+	if n := h.nodeGets.Load(); n != 0 {
+		t.Errorf("%d GETs of Nodes to give a Node its address, want 0 (only destructive actions are confirmed)", n)
+	}
 }
 
 func TestUnlabelledNodeIsLeftAlone(t *testing.T) {
@@ -180,6 +183,7 @@ func TestNodeDeletedReleasesEIP(t *testing.T) {
 	if h.proxy.Count("DisassociateAddress") != 1 || h.proxy.Count("ReleaseAddress") != 1 {
 		t.Errorf("disassociate %d, release %d; want 1 and 1", h.proxy.Count("DisassociateAddress"), h.proxy.Count("ReleaseAddress"))
 	}
+	t.Logf("giving the address back cost %d GETs of the Node (%s)", h.nodeGets.Load(), liveReadLatency(t, h))
 }
 
 func TestLabelRemovedReleasesAndClearsNode(t *testing.T) {

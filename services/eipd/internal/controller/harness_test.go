@@ -2,10 +2,13 @@ package controller_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,8 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -41,10 +46,13 @@ func TestMain(m *testing.M) { ec2test.MainWithKubernetes(m) }
 
 // mirror stands in for the watcher stream in these tests: an informer on
 // the test's own Nodes (and Pods) converted with pkg/convert, exactly the
-// objects the watcher would send, delivered to the Run's handler.
+// objects the watcher would send, delivered to the Run's handler. A test can
+// pin what the view shows of an object (a stale view, as a watcher replica
+// behind would serve): the informer then keeps the truth to itself.
 type mirror struct {
 	mu      sync.RWMutex
 	objs    map[watcherv1.Kind]map[string]*watcherv1.Object
+	pinned  map[watcherv1.Kind]map[string]*watcherv1.Object // nil value: the view lacks it
 	handler stream.Handler
 }
 
@@ -55,6 +63,15 @@ func (s *mirror) Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Ob
 	if namespace != "" {
 		key = namespace + "/" + name
 	}
+	o, ok := s.view(kind, key)
+	return o, ok
+}
+
+// view is what the view shows under kind/key; call with mu held.
+func (s *mirror) view(kind watcherv1.Kind, key string) (*watcherv1.Object, bool) {
+	if o, ok := s.pinned[kind][key]; ok {
+		return o, o != nil
+	}
 	o, ok := s.objs[kind][key]
 	return o, ok
 }
@@ -63,13 +80,43 @@ func (s *mirror) List(kind watcherv1.Kind) []*watcherv1.Object {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []*watcherv1.Object
-	for _, o := range s.objs[kind] {
-		out = append(out, o)
+	for key := range s.objs[kind] {
+		if o, ok := s.view(kind, key); ok {
+			out = append(out, o)
+		}
+	}
+	for key, o := range s.pinned[kind] {
+		if _, real := s.objs[kind][key]; !real && o != nil {
+			out = append(out, o)
+		}
 	}
 	return out
 }
 
-func (s *mirror) put(o *watcherv1.Object) (old *watcherv1.Object) {
+// pin makes the view show o (nil: nothing) for o's kind and key from now on,
+// and tells the handler as the stream would (unless quiet).
+func (s *mirror) pin(kind watcherv1.Kind, key string, o *watcherv1.Object, quiet bool) {
+	s.mu.Lock()
+	old, had := s.view(kind, key)
+	if s.pinned[kind] == nil {
+		s.pinned[kind] = map[string]*watcherv1.Object{}
+	}
+	s.pinned[kind][key] = o
+	s.mu.Unlock()
+	switch {
+	case quiet:
+	case o == nil && had:
+		s.handler.OnDelete(old)
+	case o != nil && had:
+		s.handler.OnUpdate(old, o)
+	case o != nil:
+		s.handler.OnAdd(o)
+	}
+}
+
+// put stores o and returns the object it replaced, and whether the view
+// is pinned (the handler must not hear of it).
+func (s *mirror) put(o *watcherv1.Object) (old *watcherv1.Object, pinned bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.objs[o.GetKind()] == nil {
@@ -77,13 +124,16 @@ func (s *mirror) put(o *watcherv1.Object) (old *watcherv1.Object) {
 	}
 	old = s.objs[o.GetKind()][stream.Key(o)]
 	s.objs[o.GetKind()][stream.Key(o)] = o
-	return old
+	_, pinned = s.pinned[o.GetKind()][stream.Key(o)]
+	return old, pinned
 }
 
-func (s *mirror) remove(o *watcherv1.Object) {
+func (s *mirror) remove(o *watcherv1.Object) (pinned bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.objs[o.GetKind()], stream.Key(o))
+	_, pinned = s.pinned[o.GetKind()][stream.Key(o)]
+	return pinned
 }
 
 func (s *mirror) handlers() cache.ResourceEventHandlerFuncs {
@@ -100,21 +150,25 @@ func (s *mirror) handlers() cache.ResourceEventHandlerFuncs {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			o := conv(obj)
-			if old := s.put(o); old != nil {
+			switch old, pinned := s.put(o); {
+			case pinned:
+			case old != nil:
 				s.handler.OnUpdate(old, o)
-			} else {
+			default:
 				s.handler.OnAdd(o)
 			}
 		},
 		UpdateFunc: func(_, obj any) {
 			o := conv(obj)
-			old := s.put(o)
-			s.handler.OnUpdate(old, o)
+			if old, pinned := s.put(o); !pinned {
+				s.handler.OnUpdate(old, o)
+			}
 		},
 		DeleteFunc: func(obj any) {
 			o := conv(obj)
-			s.remove(o)
-			s.handler.OnDelete(o)
+			if !s.remove(o) {
+				s.handler.OnDelete(o)
+			}
 		},
 	}
 }
@@ -128,8 +182,26 @@ type harness struct {
 	label   string // every Node of the test carries eipd-test=<label>
 	reg     *prometheus.Registry
 	ctrl    *controller.Controller
+	run     *controller.Run
 	store   *mirror
 	ns      string
+	// nodeGets counts GETs of single Nodes the controller sent to the API
+	// server; while failNodeGets is set they fail without reaching it.
+	nodeGets     atomic.Int64
+	failNodeGets atomic.Bool
+	// adds counts the Nodes put on the queue with Add (not AddAfter).
+	adds atomic.Int64
+}
+
+// addTap counts what the controller adds to its queue right away.
+type addTap struct {
+	controller.Queue
+	h *harness
+}
+
+func (q *addTap) Add(item string) {
+	q.h.adds.Add(1)
+	q.Queue.Add(item)
 }
 
 type options struct {
@@ -169,7 +241,7 @@ func newHarness(t *testing.T, opts options) *harness {
 	t.Cleanup(broadcaster.Shutdown)
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ipledger-eipd"})
 
-	store := &mirror{objs: map[watcherv1.Kind]map[string]*watcherv1.Object{}}
+	store := &mirror{objs: map[watcherv1.Kind]map[string]*watcherv1.Object{}, pinned: map[watcherv1.Kind]map[string]*watcherv1.Object{}}
 	h.store = store
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := opts.cfg
@@ -179,14 +251,22 @@ func newHarness(t *testing.T, opts options) *harness {
 	if cfg.ConsistencyTimeout == 0 {
 		cfg.ConsistencyTimeout = 30 * time.Second
 	}
-	h.ctrl, err = controller.New(cfg, ec2c, store, env.Client, recorder, log, h.reg)
+	// The controller's own client counts (and can fail) its GETs of Nodes.
+	kubeCfg := rest.CopyConfig(env.Config)
+	kubeCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &nodeGetTap{rt: rt, h: h} })
+	kube, err := kubernetes.NewForConfig(kubeCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.ctrl, err = controller.New(cfg, ec2c, store, kube, recorder, log, h.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 2*time.Second))
 	t.Cleanup(queue.ShutDown)
-	run := h.ctrl.NewRun(queue)
+	run := h.ctrl.NewRun(&addTap{Queue: queue, h: h})
+	h.run = run
 	store.handler = run.Handler()
 
 	h.ns = env.Namespace(t, nil)
@@ -222,6 +302,23 @@ func newHarness(t *testing.T, opts options) *harness {
 	}
 	t.Cleanup(func() { cancel(); queue.ShutDown(); wg.Wait() })
 	return h
+}
+
+// nodeGetTap counts GET /api/v1/nodes/<name> and fails them on demand, as
+// an unreachable API server would.
+type nodeGetTap struct {
+	rt http.RoundTripper
+	h  *harness
+}
+
+func (n *nodeGetTap) RoundTrip(req *http.Request) (*http.Response, error) {
+	if rest, ok := strings.CutPrefix(req.URL.Path, "/api/v1/nodes/"); ok && req.Method == http.MethodGet && !strings.Contains(rest, "/") {
+		n.h.nodeGets.Add(1)
+		if n.h.failNodeGets.Load() {
+			return nil, errors.New("injected: the API server cannot be reached")
+		}
+	}
+	return n.rt.RoundTrip(req)
 }
 
 type testWriter struct{ t *testing.T }

@@ -12,6 +12,9 @@ type metrics struct {
 	managed, associated, orphaned prometheus.Gauge
 	duplicates                    prometheus.Counter
 	syncs                         *prometheus.CounterVec
+	refused                       *prometheus.CounterVec
+	liveReads                     *prometheus.CounterVec
+	liveReadSeconds               prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -31,9 +34,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipledger_eipd_node_syncs_total", Help: "Node reconciliations by result.",
 		}, []string{"result"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipledger_eipd_give_backs_refused_total",
+			Help: "Elastic IPs the watcher's view said to give back while the live Node (read from the API server) still wanted them; kept. By where the view's word came from: a sync or the sweep.",
+		}, []string{"source"}),
+		liveReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipledger_eipd_live_node_reads_total",
+			Help: "Nodes read from the API server to confirm a destructive action, by result: found, absent, error.",
+		}, []string{"result"}),
+		liveReadSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ipledger_eipd_live_node_read_duration_seconds",
+			Help:    "Time to read one Node from the API server.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.managed, m.associated, m.orphaned, m.duplicates, m.syncs} {
+		for _, c := range []prometheus.Collector{m.managed, m.associated, m.orphaned, m.duplicates, m.syncs, m.refused, m.liveReads, m.liveReadSeconds} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register controller metrics: %w", err)
 			}

@@ -1,7 +1,9 @@
 // Package decide owns eipd's choices, free of any client: which Elastic IP a
 // Node gets (its own by tag, else the orphan most referenced by Pods, else a
-// new one), which duplicates are released, and how a Node's providerID names
-// its EC2 instance. The controller gathers the inputs and carries out the plan.
+// new one), which duplicates are released, which actions destroy something
+// and must first be confirmed against the live Node, and how a Node's
+// providerID names its EC2 instance. The controller gathers the inputs and
+// carries out the plan.
 package decide
 
 import (
@@ -158,6 +160,33 @@ func boolFirst(x, y bool) int {
 	default:
 		return 1
 	}
+}
+
+// Intent is what a sync, deciding from the watcher's view, is about to do
+// to one Node's addresses.
+type Intent struct {
+	// GiveBack: the view says the Node is gone or no longer wants an address.
+	GiveBack bool
+	// Tagged counts the addresses tagged for the Node.
+	Tagged int
+	// Published: the Node (as the view shows it) carries an address in its
+	// label or annotation.
+	Published bool
+	// Duplicates counts the addresses the plan releases while the Node
+	// keeps one.
+	Duplicates int
+}
+
+// Destroys reports whether carrying out the intent disassociates, releases
+// or untags an address, or clears the Node's published address: what a
+// stale view must never cause, since a released public address is gone for
+// good. The controller confirms such an intent against the live Node (read
+// from the API server just before the EC2 calls) and acts on that instead.
+func (i Intent) Destroys() bool {
+	if i.GiveBack {
+		return i.Tagged > 0 || i.Published
+	}
+	return i.Duplicates > 0
 }
 
 // Stale returns the addresses tagged for Nodes that should have none (not in

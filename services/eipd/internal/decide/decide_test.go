@@ -192,3 +192,25 @@ func FuzzInstanceID(f *testing.F) {
 		}
 	})
 }
+
+func TestIntentDestroys(t *testing.T) {
+	tests := []struct {
+		name string
+		in   Intent
+		want bool
+	}{
+		{name: "node keeps its one address", in: Intent{Tagged: 1, Published: true}},
+		{name: "node gets its first address", in: Intent{}},
+		{name: "node keeps one of two", in: Intent{Tagged: 2, Published: true, Duplicates: 1}, want: true},
+		{name: "gone node with an address", in: Intent{GiveBack: true, Tagged: 1}, want: true},
+		{name: "unlabelled node still publishing an address EC2 no longer lists", in: Intent{GiveBack: true, Published: true}, want: true},
+		{name: "gone node with nothing: nothing to confirm", in: Intent{GiveBack: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.in.Destroys(); got != tt.want {
+				t.Errorf("Destroys() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,108 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipledger/ipledger/pkg/convert"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/eipd/internal/decide"
+)
+
+// sweepConfirmParallelism bounds the GETs a sweep sends at once to confirm
+// the Nodes whose addresses look stale: a sweep after a failover to a
+// replica that is far behind may find many, and neither a sequential chain
+// of round trips nor a burst of hundreds is wanted (the client's QPS limit
+// still applies on top).
+const sweepConfirmParallelism = 8
+
+// liveNode is one Node as the API server has it.
+type liveNode struct {
+	obj    *watcherv1.Object // converted like the stream's; nil when absent
+	exists bool
+	err    error
+}
+
+// liveNode reads a Node from the API server. An empty resourceVersion makes
+// it a quorum read from etcd: never older than the view, however far behind
+// the watcher replica serving the view is.
+func (c *Controller) liveNode(ctx context.Context, name string) liveNode {
+	start := time.Now()
+	n, err := c.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	c.metrics.liveReadSeconds.Observe(time.Since(start).Seconds())
+	switch {
+	case apierrors.IsNotFound(err):
+		c.metrics.liveReads.WithLabelValues("absent").Inc()
+		return liveNode{}
+	case err != nil:
+		c.metrics.liveReads.WithLabelValues("error").Inc()
+		return liveNode{err: err}
+	}
+	c.metrics.liveReads.WithLabelValues("found").Inc()
+	return liveNode{obj: convert.Node(n), exists: true}
+}
+
+// liveNodes reads names from the API server, at most parallel at a time;
+// the results are in the order of names.
+func (c *Controller) liveNodes(ctx context.Context, names []string, parallel int) []liveNode {
+	out := make([]liveNode, len(names))
+	sem := make(chan struct{}, max(parallel, 1))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out[i] = c.liveNode(ctx, name)
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// confirm reads the Node from the API server just before a destructive EC2
+// call and reconciles the Node as it really is: if it is still labelled it
+// keeps its address (and is synced from the live object), otherwise its
+// addresses are given back. If the read fails nothing is given back: the
+// sync fails and is retried with backoff.
+func (r *Run) confirm(ctx context.Context, log *slog.Logger, node string, view []decide.Address, waiting map[string]bool, viewGivesBack bool) error {
+	live := r.c.liveNode(ctx, node)
+	if live.err != nil {
+		return fmt.Errorf("cannot confirm with the API server before touching Node %s's Elastic IP (nothing given back): %w", node, live.err)
+	}
+	if viewGivesBack && live.exists && Wants(live.obj) {
+		r.refused(log, "sync")
+	}
+	return r.reconcile(ctx, log, node, live.obj, live.exists, view, waiting, true)
+}
+
+// refused counts and logs a give-back the view asked for and the live Node
+// refused.
+func (r *Run) refused(log *slog.Logger, source string) {
+	r.c.metrics.refused.WithLabelValues(source).Inc()
+	log.Info("The watcher's view says the Node should have no Elastic IP, but the API server has it labelled: keeping its address",
+		"source", source)
+}
+
+// taggedFor counts the addresses tagged for node.
+func taggedFor(node string, view []decide.Address) int {
+	n := 0
+	for _, a := range view {
+		if a.Node == node {
+			n++
+		}
+	}
+	return n
+}
+
+// published reports whether the Node shows an address in its label or
+// annotation.
+func published(node *watcherv1.Object) bool {
+	meta := node.GetMeta()
+	return meta.GetLabels()[LabelExternalIP] != "" || meta.GetAnnotations()[AnnotationAllocationID] != ""
+}
