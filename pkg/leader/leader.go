@@ -30,6 +30,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
@@ -132,6 +133,9 @@ type Term struct {
 	stopping chan struct{}
 	identity string
 	id       string
+	// holder reads the Lease's holder from the API server; nil for a Term
+	// not backed by a Lease.
+	holder func(ctx context.Context) (string, error)
 }
 
 // NewTerm returns a Term not backed by a Lease: for tests of a Worker, and
@@ -162,6 +166,28 @@ func (t *Term) Identity() string { return t.identity }
 // ID is unique per term: "<identity>/<leaseTransitions>/<acquireTime RFC3339Nano>"
 // (the acquire time as stored in the Lease, at microsecond precision).
 func (t *Term) ID() string { return t.id }
+
+// Holds asks the API server (a quorum read, never a cache) whether the Lease
+// still names this term's candidate as its holder, and the term has not
+// ended. A write that must never land after a newer term began — fencing a
+// ledger — reads what it will compare-and-swap first and calls Holds after:
+// a term that starts later can only have read after this answer, so its own
+// compare-and-swap writes are based on what this one wrote. An error means
+// the answer is unknown, not that the Lease is lost. A Term from NewTerm
+// has no Lease: only its context is checked.
+func (t *Term) Holds(ctx context.Context) (bool, error) {
+	if t.ctx.Err() != nil {
+		return false, nil
+	}
+	if t.holder == nil {
+		return true, nil
+	}
+	h, err := t.holder(ctx)
+	if err != nil {
+		return false, err
+	}
+	return h == t.identity && t.ctx.Err() == nil, nil
+}
 
 // Worker is built fresh for every term (fresh queue, trackers, expectations).
 type Worker interface {
@@ -296,6 +322,22 @@ func (c *candidate) campaign(ctx context.Context) error {
 	return termErr
 }
 
+// holder reads the Lease's holder identity from the API server ("" when the
+// Lease does not exist or names nobody).
+func (c *candidate) holder(ctx context.Context) (string, error) {
+	l, err := c.client.CoordinationV1().Leases(c.cfg.LeaseNamespace).Get(ctx, c.cfg.LeaseName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read Lease %s/%s: %w", c.cfg.LeaseNamespace, c.cfg.LeaseName, err)
+	}
+	if l.Spec.HolderIdentity == nil {
+		return "", nil
+	}
+	return *l.Spec.HolderIdentity, nil
+}
+
 // lead runs one term on the elector's leCtx, which client-go cancels when
 // renewing fails; shutdown is closed when the process is stopping.
 func (c *candidate) lead(leCtx context.Context, lock *observingLock, shutdown <-chan struct{}) error {
@@ -304,6 +346,7 @@ func (c *candidate) lead(leCtx context.Context, lock *observingLock, shutdown <-
 		rec.AcquireTime.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano))
 	term, stop, end := NewTerm(leCtx, c.cfg.Identity, id)
 	defer end()
+	term.holder = c.holder
 	log := c.log.With("term", id)
 	// Seeing another holder in the Lease ends the term at once, without
 	// waiting for client-go's renew deadline; so does any release.

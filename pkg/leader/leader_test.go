@@ -642,3 +642,45 @@ func TestWorkerErrors(t *testing.T) {
 		})
 	}
 }
+
+// Holds answers from the Lease as stored, not from the elector's last
+// observation: a term whose Lease names another holder no longer holds it,
+// even before its elector notices.
+func TestHoldsAsksTheLease(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t, nil)
+	ctx := context.Background()
+	terms := make(chan *Term, 1)
+	startCandidate(t, env.Client, testConfig(ns, "a"), func(*Term) (Worker, error) {
+		return WorkerFunc(func(term *Term) error {
+			terms <- term
+			<-term.Stopping()
+			return nil
+		}), nil
+	})
+	term := <-terms
+	if held, err := term.Holds(ctx); !held || err != nil {
+		t.Fatalf("Holds() = %v, %v while leading; want true", held, err)
+	}
+	lease, err := env.Client.CoordinationV1().Leases(ns).Get(ctx, "test-lease", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := "b"
+	lease.Spec.HolderIdentity = &other
+	if _, err := env.Client.CoordinationV1().Leases(ns).Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := term.Holds(ctx); held || err != nil {
+		t.Fatalf("Holds() = %v, %v after the Lease named another holder; want false", held, err)
+	}
+
+	free, _, end := NewTerm(ctx, "c", "c/0/t")
+	if held, _ := free.Holds(ctx); !held {
+		t.Fatal("a Term without a Lease does not hold itself")
+	}
+	end()
+	if held, _ := free.Holds(ctx); held {
+		t.Fatal("an ended Term still holds")
+	}
+}

@@ -28,7 +28,8 @@ type condition struct {
 	lastTransition          time.Time
 }
 
-// svcStatus is the part of a Service ipam owns.
+// svcStatus is the part of a Service ipam owns, and the version of the
+// Service it was read from.
 type svcStatus struct {
 	ingress []string // IPs, in order; every entry has ipMode VIP
 	// foreign is true when the ingress has entries ipam would not write
@@ -36,6 +37,18 @@ type svcStatus struct {
 	foreign bool
 	cond    *condition
 	pool    string // ipledger.io/allocated-from-pool
+	// base is the version this status was read from, or that ipam's write
+	// of it produced. A write decided on this status is conditional on it.
+	base version
+}
+
+// version is one stored version of a Service, as much as a status write
+// needs: its resourceVersion, and every condition in order (a JSON merge
+// patch replaces the whole list, so ipam's write carries the others as they
+// are in this version, and the resourceVersion makes sure they still are).
+type version struct {
+	rv         string
+	conditions []map[string]any
 }
 
 // expectation is a status this term wrote and the resourceVersion the API
@@ -57,18 +70,38 @@ func statusOf(obj *watcherv1.Object) svcStatus {
 			s.ingress = append(s.ingress, in.GetIp())
 		}
 	}
+	s.base.rv = obj.GetMeta().GetResourceVersion()
 	for _, c := range svc.GetConditions() {
+		ltt := time.Unix(0, c.GetLastTransitionTime())
 		if c.GetType() == objects.ConditionType {
 			s.cond = &condition{status: c.GetStatus(), reason: c.GetReason(), message: c.GetMessage(),
-				observedGeneration: c.GetObservedGeneration(), lastTransition: time.Unix(0, c.GetLastTransitionTime())}
+				observedGeneration: c.GetObservedGeneration(), lastTransition: ltt}
 		}
+		s.base.conditions = append(s.base.conditions,
+			conditionJSON(c.GetType(), c.GetStatus(), c.GetReason(), c.GetMessage(), c.GetObservedGeneration(), ltt))
 	}
 	s.pool = obj.GetMeta().GetAnnotations()[allocator.AnnotationAllocatedFromPool]
 	return s
 }
 
-// current is the Service's status as far as this term knows: what it wrote,
-// until the stream has caught up with that write.
+// versionOf is the version of a Service the API server returned.
+func versionOf(svc *corev1.Service) version {
+	v := version{rv: svc.ResourceVersion}
+	for _, c := range svc.Status.Conditions {
+		v.conditions = append(v.conditions,
+			conditionJSON(c.Type, string(c.Status), c.Reason, c.Message, c.ObservedGeneration, c.LastTransitionTime.Time))
+	}
+	return v
+}
+
+func conditionJSON(typ, status, reason, message string, observedGeneration int64, lastTransition time.Time) map[string]any {
+	return map[string]any{"type": typ, "status": status, "reason": reason, "message": message,
+		"observedGeneration": observedGeneration, "lastTransitionTime": lastTransition.UTC().Format(time.RFC3339)}
+}
+
+// current is the Service's status as far as this term knows, with the
+// newest version it knows of: what it wrote, until the stream has caught up
+// with that write.
 func (w *worker) current(obj *watcherv1.Object) svcStatus {
 	key := objects.Key(obj)
 	streamed := statusOf(obj)
@@ -80,7 +113,11 @@ func (w *worker) current(obj *watcherv1.Object) svcStatus {
 		delete(w.expect, key)
 		return streamed
 	}
-	return e.status
+	s := e.status
+	if s.base.rv != e.rv {
+		s.base = version{rv: e.rv, conditions: streamed.base.conditions}
+	}
+	return s
 }
 
 // caughtUp reports whether the streamed resourceVersion is the written one
@@ -138,82 +175,23 @@ type ingressJSON struct {
 
 // writeService writes what differs of a Service's status and its
 // allocated-from-pool annotation in one merge patch on the status
-// subresource, and returns the resourceVersion after it. The API server keeps
-// metadata.annotations from a Service status write (its status strategy
-// resets spec, not metadata; TestOneWritePerAllocation checks it), so the
-// annotation costs no second write.
+// subresource (statusPatch), and returns the resourceVersion after it. The
+// API server keeps metadata.annotations from a Service status write (its
+// status strategy resets spec, not metadata; TestOneWritePerAllocation
+// checks it), so the annotation costs no second write. The write is
+// conditional on the version the decision was based on: a Conflict means
+// the Service changed since (another controller, the next leader after this
+// term ended) and the caller must decide again from fresh data.
 func (c *Controller) writeService(ctx context.Context, wr *write) (string, error) {
 	ns, name := wr.obj.GetMeta().GetNamespace(), wr.obj.GetMeta().GetName()
-	rv := wr.obj.GetMeta().GetResourceVersion()
-	patch := map[string]any{}
-	meta := map[string]any{}
-	guard := wr.release
-	if wr.cur.pool != wr.want.pool {
-		var pool any // null removes the annotation
-		if wr.want.pool != "" {
-			pool = wr.want.pool
-		}
-		meta["annotations"] = map[string]any{allocator.AnnotationAllocatedFromPool: pool}
+	if cond := wr.want.cond; cond != nil {
+		cond.lastTransition = transitionTime(wr.cur.cond, cond, time.Now())
 	}
-	statusChanged := wr.cur.foreign != wr.want.foreign || !slices.Equal(wr.cur.ingress, wr.want.ingress) || !condEqual(wr.cur.cond, wr.want.cond)
-	if statusChanged {
-		var ingress any // null clears the list
-		if len(wr.want.ingress) > 0 {
-			list := make([]ingressJSON, 0, len(wr.want.ingress))
-			for _, ip := range wr.want.ingress {
-				list = append(list, ingressJSON{IP: ip, IPMode: ipMode})
-			}
-			ingress = list
-		}
-		status := map[string]any{"loadBalancer": map[string]any{"ingress": ingress}}
-		// A JSON merge patch replaces the conditions list, so it carries the
-		// other controllers' conditions as streamed, guarded by the
-		// resourceVersion they were read at. (A merge patch costs the API
-		// server much less than a strategic merge patch.)
-		var conds []map[string]any
-		for _, c := range wr.obj.GetService().GetConditions() {
-			if c.GetType() == objects.ConditionType {
-				continue
-			}
-			conds = append(conds, map[string]any{
-				"type": c.GetType(), "status": c.GetStatus(), "reason": c.GetReason(), "message": c.GetMessage(),
-				"observedGeneration": c.GetObservedGeneration(),
-				"lastTransitionTime": time.Unix(0, c.GetLastTransitionTime()).UTC().Format(time.RFC3339),
-			})
-		}
-		guard = guard || len(conds) > 0
-		if cond := wr.want.cond; cond != nil {
-			ltt := time.Now().UTC()
-			if wr.cur.cond != nil && wr.cur.cond.status == cond.status && !wr.cur.cond.lastTransition.IsZero() {
-				ltt = wr.cur.cond.lastTransition.UTC()
-			}
-			cond.lastTransition = ltt
-			conds = append(conds, map[string]any{
-				"type": objects.ConditionType, "status": cond.status, "reason": cond.reason, "message": cond.message,
-				"observedGeneration": cond.observedGeneration, "lastTransitionTime": ltt.Format(time.RFC3339),
-			})
-		}
-		switch {
-		case len(conds) > 0:
-			status["conditions"] = conds
-		case wr.cur.cond != nil:
-			status["conditions"] = nil
-		}
-		patch["status"] = status
+	body := statusPatch(wr.cur, wr.want)
+	if body == nil {
+		wr.want.base = wr.cur.base
+		return wr.cur.base.rv, nil
 	}
-	if !statusChanged && len(meta) == 0 {
-		return rv, nil
-	}
-	if guard {
-		// Only replace what we saw: another writer's newer conditions
-		// (or, on release, another controller's ingress) make this write
-		// fail and be decided again.
-		meta["resourceVersion"] = rv
-	}
-	if len(meta) > 0 {
-		patch["metadata"] = meta
-	}
-	body, _ := json.Marshal(patch)
 	out, err := c.client.CoreV1().Services(ns).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status")
 	if err != nil {
 		return "", fmt.Errorf("patch status of Service %s/%s: %w", ns, name, err)
@@ -225,7 +203,90 @@ func (c *Controller) writeService(ctx context.Context, wr *write) (string, error
 		return "", fmt.Errorf("the API server did not keep annotation %s=%q from the status write of Service %s/%s (it shows %q)",
 			allocator.AnnotationAllocatedFromPool, wr.want.pool, ns, name, got)
 	}
+	wr.want.base = versionOf(out)
 	return out.ResourceVersion, nil
+}
+
+// transitionTime is the lastTransitionTime of want: cur's while the status
+// stays the same.
+func transitionTime(cur, want *condition, now time.Time) time.Time {
+	if cur != nil && cur.status == want.status && !cur.lastTransition.IsZero() {
+		return cur.lastTransition.UTC()
+	}
+	return now.UTC()
+}
+
+// statusPatch is the JSON merge patch that turns cur into want (ingress,
+// ipam's condition, the allocated-from-pool annotation), or nil when they do
+// not differ. It is conditional on cur's version (metadata.resourceVersion)
+// and carries the conditions of that version with only ipam's own replaced,
+// removed or appended: a merge patch replaces the whole list, and the
+// precondition makes sure that list is still the stored one. (A merge patch
+// costs the API server much less than a strategic merge patch.)
+func statusPatch(cur, want svcStatus) []byte {
+	patch := map[string]any{}
+	meta := map[string]any{}
+	if cur.pool != want.pool {
+		var pool any // null removes the annotation
+		if want.pool != "" {
+			pool = want.pool
+		}
+		meta["annotations"] = map[string]any{allocator.AnnotationAllocatedFromPool: pool}
+	}
+	statusChanged := cur.foreign != want.foreign || !slices.Equal(cur.ingress, want.ingress) || !condEqual(cur.cond, want.cond)
+	if !statusChanged && len(meta) == 0 {
+		return nil
+	}
+	if statusChanged {
+		var ingress any // null clears the list
+		if len(want.ingress) > 0 {
+			list := make([]ingressJSON, 0, len(want.ingress))
+			for _, ip := range want.ingress {
+				list = append(list, ingressJSON{IP: ip, IPMode: ipMode})
+			}
+			ingress = list
+		}
+		status := map[string]any{"loadBalancer": map[string]any{"ingress": ingress}}
+		if !condEqual(cur.cond, want.cond) {
+			var conds any // null clears the list
+			if merged := mergeCondition(cur.base.conditions, want.cond); len(merged) > 0 {
+				conds = merged
+			}
+			status["conditions"] = conds
+		}
+		patch["status"] = status
+	}
+	if cur.base.rv != "" {
+		meta["resourceVersion"] = cur.base.rv
+	}
+	if len(meta) > 0 {
+		patch["metadata"] = meta
+	}
+	body, _ := json.Marshal(patch)
+	return body
+}
+
+// mergeCondition returns conditions with ipam's replaced by ours in place
+// (appended when it had none, removed when ours is nil); every other
+// condition is kept as it is, in its place.
+func mergeCondition(conditions []map[string]any, ours *condition) []map[string]any {
+	var mine map[string]any
+	if ours != nil {
+		mine = conditionJSON(objects.ConditionType, ours.status, ours.reason, ours.message, ours.observedGeneration, ours.lastTransition)
+	}
+	out := make([]map[string]any, 0, len(conditions)+1)
+	for _, c := range conditions {
+		if c["type"] != objects.ConditionType {
+			out = append(out, c)
+		} else if mine != nil {
+			out = append(out, mine)
+			mine = nil
+		}
+	}
+	if mine != nil {
+		out = append(out, mine)
+	}
+	return out
 }
 
 func condEqual(a, b *condition) bool {
@@ -255,4 +316,3 @@ func (c *Controller) event(ref *corev1.ObjectReference, typ, reason, msg string)
 		c.recorder.Event(ref, typ, reason, msg)
 	}
 }
-

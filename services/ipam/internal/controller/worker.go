@@ -147,7 +147,7 @@ func (w *worker) requeue(key string, failed bool) {
 func (w *worker) open(ctx context.Context, reopen bool) error {
 	l, err := ledger.Open(ctx, w.c.client, ledger.Options{
 		Namespace: w.c.cfg.Namespace, Term: w.term.ID(), ShardLimit: w.c.cfg.ShardLimit,
-		Metrics: w.c.ledgerM, Log: w.log, Reopen: reopen,
+		Metrics: w.c.ledgerM, Log: w.log, Holds: w.term.Holds,
 	})
 	if err != nil {
 		return err
@@ -595,6 +595,11 @@ func (w *worker) writeStatuses(ctx context.Context, writes []*write) {
 		case apierrors.IsNotFound(r.err):
 			w.c.metrics.statusWrites.WithLabelValues("notfound").Inc()
 			w.mark(key) // gone: its delete releases it
+		case apierrors.IsConflict(r.err):
+			// Decided on a version that is no longer current: the stream
+			// brings the new one, and the Service is decided again.
+			w.c.metrics.statusWrites.WithLabelValues("conflict").Inc()
+			w.requeue(key, false)
 		default:
 			w.c.metrics.statusWrites.WithLabelValues("error").Inc()
 			w.log.Warn("Cannot write Service status; retrying", "service", key, "err", r.err)

@@ -2,14 +2,15 @@
 // ConfigMaps `ipledger-ledger-<n>` in ipam's namespace. The ledger is the
 // authority a new leader rebuilds from, so it is written before a Service's
 // status (and cleared after), every write is a compare-and-swap on the
-// ConfigMap's resourceVersion stamped with the writer's lease term, and a
-// shard that cannot be parsed stops allocation and is never overwritten.
+// ConfigMap's resourceVersion stamped with the writer's epoch, and a shard
+// that cannot be parsed stops allocation and is never overwritten.
 //
 // The format is meant to be read by people (`kubectl get cm -o yaml`):
 //
 //	data:
 //	  format: ipledger.io/ledger/v1
-//	  term: ipam-0/3/2026-11-30T12:00:00Z
+//	  epoch: "7"                 # the writer's fencing epoch: one more for every term that opened the ledger
+//	  term: ipam-0/3/2026-11-30T12:00:00Z   # the lease term of the last writer, for people
 //	  shards.jsonl: |            # head shard only: the other shards and the lowest IP each holds
 //	    {"name":"ipledger-ledger-1","from":"10.0.40.0"}
 //	  allocations.jsonl: |       # sorted by IP, then Service
@@ -21,6 +22,12 @@
 // lowest IP it covers. Each shard holds the allocations and reservations of
 // one contiguous IP range; an entry found in a shard whose range does not
 // cover it is the leftover of an interrupted split and is ignored.
+//
+// Terms are ordered by the epoch, a counter the ledger owns, never by the
+// Lease (whose transitions count starts again from 0 when the Lease is
+// deleted or the ledger is restored into another cluster): see Open and
+// docs/fencing.md. A shard written before epochs existed has none and reads
+// as epoch 0.
 package ledger
 
 import (
@@ -47,6 +54,7 @@ const (
 	HeadName = NamePrefix + "0"
 
 	keyFormat       = "format"
+	keyEpoch        = "epoch"
 	keyTerm         = "term"
 	keyShards       = "shards.jsonl"
 	keyAllocations  = "allocations.jsonl"
@@ -95,7 +103,11 @@ type IndexEntry struct {
 // Shard is the decoded content of one ledger ConfigMap.
 type Shard struct {
 	Name string
-	// Term is the lease term of the last writer.
+	// Epoch is the fencing epoch of the last writer (0: written before
+	// epochs existed).
+	Epoch uint64
+	// Term is the lease term of the last writer, for people: it orders
+	// nothing.
 	Term string
 	// Index is set on the head shard only, sorted by From.
 	Index        []IndexEntry
@@ -190,7 +202,7 @@ func Encode(s Shard) map[string]string {
 	slices.SortFunc(res, compareReservations)
 
 	var b bytes.Buffer
-	data := map[string]string{keyFormat: Format, keyTerm: s.Term}
+	data := map[string]string{keyFormat: Format, keyEpoch: strconv.FormatUint(s.Epoch, 10), keyTerm: s.Term}
 	for _, a := range allocs {
 		writeLine(&b, allocationLine{
 			IP: a.IP.String(), Pool: a.Pool, Service: a.Service.Key(), UID: a.Service.UID,
@@ -258,7 +270,7 @@ func Decode(name string, data map[string]string) (Shard, error) {
 	}
 	for k := range data {
 		switch k {
-		case keyFormat, keyTerm, keyAllocations, keyReservations:
+		case keyFormat, keyEpoch, keyTerm, keyAllocations, keyReservations:
 		case keyShards:
 			if name != HeadName {
 				return fail(k, 0, fmt.Errorf("only %s lists shards", HeadName))
@@ -268,6 +280,13 @@ func Decode(name string, data map[string]string) (Shard, error) {
 		}
 	}
 	s.Term = data[keyTerm]
+	if e, ok := data[keyEpoch]; ok {
+		n, err := parseEpoch(e)
+		if err != nil {
+			return fail(keyEpoch, 0, err)
+		}
+		s.Epoch = n
+	}
 
 	seen := map[string]bool{}
 	err := eachLine(data[keyAllocations], func(n int, line []byte) error {
@@ -420,6 +439,16 @@ func strictUnmarshal(line []byte, v any) error {
 	return nil
 }
 
+// parseEpoch accepts only the canonical decimal form, so that what decodes
+// encodes back to the same text.
+func parseEpoch(s string) (uint64, error) {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || strconv.FormatUint(n, 10) != s {
+		return 0, fmt.Errorf("%q is not a decimal counter", s)
+	}
+	return n, nil
+}
+
 func parseIP(s string) (netip.Addr, error) {
 	ip, err := netip.ParseAddr(s)
 	if err != nil {
@@ -560,12 +589,12 @@ func Split(s Shard, limit int, newName func() string) (first Shard, rest []Shard
 		}
 	}
 	target := limit / 2
-	pieces := []Shard{{Name: s.Name, Term: s.Term, Index: s.Index}}
+	pieces := []Shard{{Name: s.Name, Epoch: s.Epoch, Term: s.Term, Index: s.Index}}
 	curSize := Size(Encode(pieces[0]))
 	for _, g := range groups {
 		cur := &pieces[len(pieces)-1]
 		if curSize+g.size > target && len(cur.Allocations)+len(cur.Reservations) > 0 {
-			pieces = append(pieces, Shard{Name: newName(), Term: s.Term})
+			pieces = append(pieces, Shard{Name: newName(), Epoch: s.Epoch, Term: s.Term})
 			from = append(from, g.ip)
 			cur = &pieces[len(pieces)-1]
 			curSize = Size(Encode(*cur))

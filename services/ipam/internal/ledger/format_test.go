@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -22,12 +23,12 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		shard Shard
 	}{
 		{"empty head", Shard{Name: HeadName, Term: "a/1/x"}},
-		{"head with index and entries", Shard{Name: HeadName, Term: "a/1/x",
+		{"head with index and entries", Shard{Name: HeadName, Epoch: 7, Term: "a/1/x",
 			Index:        []IndexEntry{{Name: "ipledger-ledger-3", From: netip.MustParseAddr("10.0.1.0")}, {Name: "ipledger-ledger-1", From: netip.MustParseAddr("2001:db8::")}},
 			Allocations:  []Allocation{alloc("10.0.0.2", "blue", "b/web"), alloc("10.0.0.1", "blue", "a/web"), alloc("10.0.0.1", "blue", "a/dns")},
 			Reservations: []Reservation{{IP: netip.MustParseAddr("10.0.0.9"), Note: "lab DNS", ForService: &ServiceRef{Namespace: "lab", Name: "dns", UID: "u"}, CreatedAt: t0}},
 		}},
-		{"ipv6 and sharing key", Shard{Name: "ipledger-ledger-7", Term: "b/2/y",
+		{"ipv6 and sharing key", Shard{Name: "ipledger-ledger-7", Epoch: 18446744073709551615, Term: "b/2/y",
 			Allocations: []Allocation{{IP: netip.MustParseAddr("2001:db8::1"), Pool: "v6", Service: ServiceRef{Namespace: "n", Name: "s"}, SharingKey: "k1", AllocatedAt: t0}},
 		}},
 	} {
@@ -40,6 +41,9 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			again := Encode(got)
 			if !reflect.DeepEqual(data, again) {
 				t.Fatalf("encoding is not stable:\n%v\n%v", data, again)
+			}
+			if got.Epoch != tc.shard.Epoch || got.Term != tc.shard.Term {
+				t.Fatalf("epoch %d term %q, want %d %q", got.Epoch, got.Term, tc.shard.Epoch, tc.shard.Term)
 			}
 			if len(got.Allocations) != len(tc.shard.Allocations) || len(got.Reservations) != len(tc.shard.Reservations) || len(got.Index) != len(tc.shard.Index) {
 				t.Fatalf("lost entries: %+v", got)
@@ -54,12 +58,12 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 }
 
 func TestEncodeIsReadable(t *testing.T) {
-	data := Encode(Shard{Name: HeadName, Term: "ipam-0/1/2026", Allocations: []Allocation{alloc("10.0.0.1", "blue", "default/web")}})
+	data := Encode(Shard{Name: HeadName, Epoch: 3, Term: "ipam-0/1/2026", Allocations: []Allocation{alloc("10.0.0.1", "blue", "default/web")}})
 	want := `{"ip":"10.0.0.1","pool":"blue","service":"default/web","uid":"uid-web","allocatedAt":"2026-11-30T12:00:00Z"}` + "\n"
 	if data["allocations.jsonl"] != want {
 		t.Fatalf("allocations.jsonl = %q, want %q", data["allocations.jsonl"], want)
 	}
-	if data["format"] != Format || data["term"] != "ipam-0/1/2026" {
+	if data["format"] != Format || data["epoch"] != "3" || data["term"] != "ipam-0/1/2026" {
 		t.Fatalf("header = %v", data)
 	}
 }
@@ -84,6 +88,12 @@ func TestDecodeErrors(t *testing.T) {
 		{"bad time", map[string]string{"format": Format, "allocations.jsonl": strings.Replace(good, "2026-11-30T12:00:00Z", "yesterday", 1)}, "allocatedAt"},
 		{"reserved twice", map[string]string{"format": Format, "reservations.jsonl": `{"ip":"10.0.0.9","note":"a","createdAt":""}` + "\n" + `{"ip":"10.0.0.9","note":"b","createdAt":""}`}, "reserved twice"},
 		{"index outside head", map[string]string{"format": Format, "shards.jsonl": ""}, "only ipledger-ledger-0"},
+		{"epoch not a number", map[string]string{"format": Format, "epoch": "seven"}, "epoch: \"seven\" is not a decimal counter"},
+		{"negative epoch", map[string]string{"format": Format, "epoch": "-1"}, "epoch:"},
+		{"epoch with leading zero", map[string]string{"format": Format, "epoch": "07"}, "epoch:"},
+		{"epoch with sign", map[string]string{"format": Format, "epoch": "+7"}, "epoch:"},
+		{"empty epoch", map[string]string{"format": Format, "epoch": ""}, "epoch:"},
+		{"epoch beyond 64 bits", map[string]string{"format": Format, "epoch": "18446744073709551616"}, "epoch:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Decode("ipledger-ledger-1", tc.data)
@@ -202,12 +212,15 @@ func TestSplit(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add(Format, `{"ip":"10.0.0.1","pool":"blue","service":"default/web","uid":"u","allocatedAt":"2026-11-30T12:00:00Z"}`,
+	f.Add(Format, "4", `{"ip":"10.0.0.1","pool":"blue","service":"default/web","uid":"u","allocatedAt":"2026-11-30T12:00:00Z"}`,
 		`{"ip":"10.0.0.9","note":"n","forService":"a/b","createdAt":"2026-11-30T12:00:00Z"}`, `{"name":"ipledger-ledger-1","from":"10.0.1.0"}`)
-	f.Add(Format, "", "", "")
-	f.Add("v0", "{", "}", "\n\n")
-	f.Fuzz(func(t *testing.T, format, allocs, res, index string) {
+	f.Add(Format, "", "", "", "")
+	f.Add("v0", "x", "{", "}", "\n\n")
+	f.Fuzz(func(t *testing.T, format, epoch, allocs, res, index string) {
 		data := map[string]string{"format": format, "allocations.jsonl": allocs, "reservations.jsonl": res, "shards.jsonl": index}
+		if epoch != "" { // "" stands for a shard written before epochs existed
+			data["epoch"] = epoch
+		}
 		s, err := Decode(HeadName, data)
 		if err != nil {
 			return
@@ -220,25 +233,78 @@ func FuzzDecode(f *testing.F) {
 		if !reflect.DeepEqual(Encode(s), Encode(again)) {
 			t.Fatalf("round trip changed the shard")
 		}
+		if e, ok := data["epoch"]; ok && Encode(s)["epoch"] != e {
+			t.Fatalf("epoch %q encodes back as %q", e, Encode(s)["epoch"])
+		}
 	})
 }
 
-func TestCompareTerms(t *testing.T) {
+// A ledger written before epochs existed reads as epoch 0, and its first
+// term under epochs fences it at 1.
+func TestDecodeWithoutEpoch(t *testing.T) {
+	s, err := Decode(HeadName, map[string]string{"format": Format, "term": "a/9/2026-11-30T12:00:00Z"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Epoch != 0 {
+		t.Fatalf("epoch %d, want 0", s.Epoch)
+	}
+	if e, err := FenceEpoch(Layout{s}, "b/0/2026-12-01T00:00:00Z"); err != nil || e != 1 {
+		t.Fatalf("FenceEpoch = %d, %v; want 1", e, err)
+	}
+}
+
+func TestFenceEpoch(t *testing.T) {
+	const me, other = "b/0/2026-12-01T00:00:00Z", "a/9/2026-11-30T12:00:00Z"
+	shard := func(name string, epoch uint64, term string) Shard { return Shard{Name: name, Epoch: epoch, Term: term} }
 	for _, tc := range []struct {
-		a, b   string
-		want   int
-		wantOK bool
+		name    string
+		layout  Layout
+		want    uint64
+		wantErr bool
 	}{
-		{"a/1/2026-11-30T12:00:00Z", "b/2/2026-11-30T11:00:00Z", -1, true},
-		{"b/2/2026-11-30T11:00:00Z", "a/1/2026-11-30T12:00:00Z", 1, true},
-		{"a/3/2026-11-30T12:00:00.5Z", "a/3/2026-11-30T12:00:00.25Z", 1, true},
-		{"ipam_x/3/2026-11-30T12:00:00Z", "ipam_x/3/2026-11-30T12:00:00Z", 0, true},
-		{"a/1/t", "b/2/2026-11-30T11:00:00Z", 0, false},
-		{"", "b/2/2026-11-30T11:00:00Z", 0, false},
+		{"no ledger", nil, 1, false},
+		{"ledger from before epochs", Layout{shard(HeadName, 0, other)}, 1, false},
+		// The Lease's count restarted (b/0 after a/9): the epoch does not care.
+		{"another term's epoch", Layout{shard(HeadName, 5, other), shard("ipledger-ledger-1", 5, other)}, 6, false},
+		{"the highest epoch on any shard counts", Layout{shard(HeadName, 5, other), shard("ipledger-ledger-1", 8, "c/1/x")}, 9, false},
+		{"our own epoch: opening again keeps it", Layout{shard(HeadName, 6, me), shard("ipledger-ledger-1", 6, me)}, 6, false},
+		{"our own epoch on a half-fenced ledger", Layout{shard(HeadName, 6, me), shard("ipledger-ledger-1", 5, other)}, 6, false},
+		{"our term, but a higher epoch elsewhere", Layout{shard(HeadName, 6, me), shard("ipledger-ledger-1", 7, other)}, 8, false},
+		{"our term at epoch 0 is not ours", Layout{shard(HeadName, 0, me)}, 1, false},
+		{"exhausted", Layout{shard(HeadName, math.MaxUint64, other)}, 0, true},
 	} {
-		got, ok := CompareTerms(tc.a, tc.b)
-		if got != tc.want || ok != tc.wantOK {
-			t.Errorf("CompareTerms(%q, %q) = %d, %v; want %d, %v", tc.a, tc.b, got, ok, tc.want, tc.wantOK)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := FenceEpoch(tc.layout, me)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Fatalf("FenceEpoch = %d, %v; want %d (error %v)", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestOwnershipOf(t *testing.T) {
+	const me, other = "b/0/2026-12-01T00:00:00Z", "a/9/2026-11-30T12:00:00Z"
+	shard := func(name string, epoch uint64, term string) Shard { return Shard{Name: name, Epoch: epoch, Term: term} }
+	for _, tc := range []struct {
+		name   string
+		layout Layout
+		want   ownership
+		shard  string
+	}{
+		{"ours", Layout{shard(HeadName, 6, me), shard("ipledger-ledger-1", 6, me)}, owned, ""},
+		{"a later term fenced the head", Layout{shard(HeadName, 7, other), shard("ipledger-ledger-1", 6, me)}, overtaken, HeadName},
+		{"a later term fenced one shard so far", Layout{shard(HeadName, 6, me), shard("ipledger-ledger-1", 7, other)}, overtaken, "ipledger-ledger-1"},
+		{"a higher epoch wins over a rewrite", Layout{shard(HeadName, 3, other), shard("ipledger-ledger-1", 9, other)}, overtaken, "ipledger-ledger-1"},
+		{"restored from an older backup", Layout{shard(HeadName, 4, other)}, rewritten, HeadName},
+		{"our epoch under another term", Layout{shard(HeadName, 6, other)}, rewritten, HeadName},
+		{"deleted", nil, rewritten, HeadName},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, s := ownershipOf(tc.layout, 6, me)
+			if got != tc.want || s.Name != tc.shard {
+				t.Fatalf("ownershipOf = %d (shard %q), want %d (shard %q)", got, s.Name, tc.want, tc.shard)
+			}
+		})
 	}
 }

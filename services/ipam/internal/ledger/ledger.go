@@ -8,10 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -20,57 +17,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// ErrFenced means a newer term has rewritten the ledger: this writer's term is
-// over and it must not write again.
+// ErrFenced means a later term has fenced the ledger, or this term no longer
+// holds the lease: it must not write again.
 var ErrFenced = errors.New("ledger was fenced by a newer lease term")
 
-// CompareTerms orders two lease term IDs ("<identity>/<leaseTransitions>/<acquireTime>"):
-// by lease transitions, then acquire time. ok is false when either does not
-// parse.
-func CompareTerms(a, b string) (c int, ok bool) {
-	ta, okA := parseTerm(a)
-	tb, okB := parseTerm(b)
-	if !okA || !okB {
-		return 0, false
-	}
-	if ta.transitions != tb.transitions {
-		if ta.transitions < tb.transitions {
-			return -1, true
-		}
-		return 1, true
-	}
-	return ta.acquired.Compare(tb.acquired), true
-}
-
-type termID struct {
-	transitions int64
-	acquired    time.Time
-}
-
-func parseTerm(s string) (termID, bool) {
-	i := strings.LastIndexByte(s, '/')
-	if i < 0 {
-		return termID{}, false
-	}
-	j := strings.LastIndexByte(s[:i], '/')
-	if j < 0 {
-		return termID{}, false
-	}
-	n, err := strconv.ParseInt(s[j+1:i], 10, 64)
-	if err != nil {
-		return termID{}, false
-	}
-	t, err := time.Parse(time.RFC3339Nano, s[i+1:])
-	if err != nil {
-		return termID{}, false
-	}
-	return termID{transitions: n, acquired: t}, true
-}
-
-// ErrStaleWrite means an older term wrote the ledger after this term fenced
-// it (it was paused before its own fence). The ledger is still this term's to
-// write: open it again with Options.Reopen, which fences it anew.
-var ErrStaleWrite = errors.New("an older lease term wrote the ledger after this term fenced it")
+// ErrStaleWrite means the ledger was changed by another writer while this term
+// still holds the lease (a backup was restored, a shard edited or deleted by
+// hand). The ledger is still this term's to write: open it again, which
+// fences it anew.
+var ErrStaleWrite = errors.New("the ledger was rewritten while this term holds the lease")
 
 // CorruptError is a ledger that cannot be read. Allocation stops until a
 // person repairs or removes the named shard; ipam never overwrites it.
@@ -168,17 +123,20 @@ func (m *Metrics) write(result string) {
 type Options struct {
 	// Namespace holds the ledger ConfigMaps.
 	Namespace string
-	// Term is the writer's lease term ID; every write is stamped with it.
+	// Term is the writer's lease term ID; every write is stamped with it,
+	// for people: terms are ordered by the ledger's epoch.
 	Term string
+	// Holds asks the API server whether Term still holds its lease
+	// (leader.Term.Holds). Open calls it after reading the ledger and
+	// before fencing it, so that a term that won the lease but was paused
+	// before opening the ledger cannot fence out the one that replaced it.
+	// nil means the caller owns the ledger without a lease (tests, tools).
+	Holds func(ctx context.Context) (bool, error)
 	// ShardLimit is the encoded size above which a shard is split;
 	// 0 means DefaultShardLimit.
 	ShardLimit int
 	Metrics    *Metrics
 	Log        *slog.Logger
-	// Reopen is set when the same term opens the ledger again after a
-	// failed write: a shard stamped by any other term that is not provably
-	// older then means this term was fenced.
-	Reopen bool
 }
 
 // Ledger is one term's writer. Build it with Open at the start of a term and
@@ -188,6 +146,7 @@ type Ledger struct {
 	opts   Options
 
 	mu     sync.Mutex
+	epoch  uint64       // this term's fencing epoch
 	shards []*liveShard // layout order; shards[0] is the head
 	maxNum int          // highest shard number of any ledger ConfigMap seen
 	state  State
@@ -235,9 +194,14 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string) (S
 }
 
 // Open reads the ledger from the API server and fences it: every shard is
-// rewritten stamped with opts.Term, so that a writer of an older term, whose
-// resourceVersions are now stale, can no longer write. A corrupt ledger is
-// returned as *CorruptError and left untouched.
+// rewritten, head first, with compare-and-swap on the resourceVersion it was
+// read at, stamped with opts.Term and a fencing epoch one higher than any
+// shard carries (FenceEpoch). A writer of an earlier term, whose
+// resourceVersions are now stale, can then no longer write; when it reads
+// the ledger again it finds a higher epoch and stops (ErrFenced). Before
+// writing, Open asks opts.Holds whether the term still holds its lease, and
+// returns ErrFenced if not. A corrupt ledger is returned as *CorruptError and
+// left untouched.
 func Open(ctx context.Context, client kubernetes.Interface, opts Options) (*Ledger, error) {
 	if opts.Term == "" {
 		return nil, errors.New("ledger: a term is required")
@@ -264,35 +228,63 @@ func Open(ctx context.Context, client kubernetes.Interface, opts Options) (*Ledg
 	return l, nil
 }
 
+// Epoch is the fencing epoch this term writes with.
+func (l *Ledger) Epoch() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch
+}
+
+// confirm asks opts.Holds whether the term still holds its lease.
+func (l *Ledger) confirm(ctx context.Context) error {
+	if l.opts.Holds == nil {
+		return nil
+	}
+	held, err := l.opts.Holds(ctx)
+	if err != nil {
+		return fmt.Errorf("cannot tell whether term %q still holds the lease: %w", l.opts.Term, err)
+	}
+	if !held {
+		l.opts.Metrics.write("fenced")
+		return fmt.Errorf("term %q no longer holds the lease: %w", l.opts.Term, ErrFenced)
+	}
+	return nil
+}
+
 func (l *Ledger) fence(ctx context.Context) error {
 	snap, err := read(ctx, l.client, l.opts.Namespace)
 	if err != nil {
 		return err
 	}
+	// Only now, after the read: a term that won the lease after this
+	// answer reads the ledger after it too, so it sees our fence, or our
+	// fence fails its compare-and-swap against its own.
+	if err := l.confirm(ctx); err != nil {
+		return err
+	}
+	epoch, err := FenceEpoch(snap.layout, l.opts.Term)
+	if err != nil {
+		return &CorruptError{Shard: HeadName, Err: err}
+	}
+	l.epoch = epoch
 	l.maxNum = snap.maxNum
 	l.shards = nil
 	if len(snap.layout) == 0 {
-		head := &liveShard{Shard: Shard{Name: HeadName, Term: l.opts.Term}}
+		head := &liveShard{Shard: Shard{Name: HeadName, Epoch: epoch, Term: l.opts.Term}}
 		if err := l.create(ctx, head); err != nil {
 			return err
 		}
 		l.shards = []*liveShard{head}
 		l.setState(snap.state)
+		l.opts.Log.Info("Fenced a new ledger", "term", l.opts.Term, "epoch", epoch)
 		return nil
-	}
-	for _, s := range snap.layout {
-		c, ok := CompareTerms(s.Term, l.opts.Term)
-		if (ok && c > 0) || (!ok && l.opts.Reopen && s.Term != l.opts.Term) {
-			l.opts.Metrics.write("fenced")
-			return fmt.Errorf("shard %s was written by term %q, newer than ours %q: %w", s.Name, s.Term, l.opts.Term, ErrFenced)
-		}
 	}
 	head := snap.layout[0]
 	for i, s := range snap.layout {
 		// Rewrite the shard with only the entries its range covers: this
 		// also clears the leftovers of an interrupted split.
 		lo, hi := bounds(head, i)
-		ls := &liveShard{Shard: Shard{Name: s.Name, Term: l.opts.Term, Index: s.Index}, rv: snap.rvs[s.Name]}
+		ls := &liveShard{Shard: Shard{Name: s.Name, Epoch: epoch, Term: l.opts.Term, Index: s.Index}, rv: snap.rvs[s.Name]}
 		for _, a := range s.Allocations {
 			if inRange(a.IP, lo, hi) {
 				ls.Allocations = append(ls.Allocations, a)
@@ -309,7 +301,8 @@ func (l *Ledger) fence(ctx context.Context) error {
 		l.shards = append(l.shards, ls)
 	}
 	l.setState(snap.state)
-	l.opts.Log.Info("Fenced the ledger", "term", l.opts.Term, "shards", len(l.shards),
+	l.opts.Log.Info("Fenced the ledger", "term", l.opts.Term, "epoch", epoch, "previousEpoch", snap.layout.Epoch(),
+		"previousTerm", head.Term, "shards", len(l.shards),
 		"allocations", len(snap.state.Allocations), "reservations", len(snap.state.Reservations))
 	return nil
 }
@@ -397,8 +390,9 @@ func (c Change) Empty() bool {
 }
 
 // Commit writes a batch of changes: each affected shard in one
-// compare-and-swap write, stamped with this term. It returns ErrFenced (wrapped)
-// when a newer term owns the ledger. After any other error some shards may
+// compare-and-swap write, stamped with this term's epoch. It returns ErrFenced
+// (wrapped) when a later term owns the ledger, ErrStaleWrite when the ledger
+// must be opened again. After any other error some shards may
 // have been written and others not; the Ledger re-reads the API so that State
 // says what is really committed, and the caller decides again from it.
 func (l *Ledger) Commit(ctx context.Context, ch Change) error {
@@ -426,28 +420,38 @@ func (l *Ledger) Commit(ctx context.Context, ch Change) error {
 }
 
 // reload re-reads the ledger after a failed write. Every listed shard must
-// still carry this term; any other term means we were fenced.
+// still carry this term's epoch and term: a higher epoch means a later term
+// fenced the ledger (ErrFenced, unless this term still holds the lease, as
+// when a backup of a longer history was restored); any other change was made
+// outside the fencing protocol and the ledger must be fenced anew
+// (ErrStaleWrite).
 func (l *Ledger) reload(ctx context.Context) error {
 	snap, err := read(ctx, l.client, l.opts.Namespace)
 	if err != nil {
 		return err
 	}
 	l.maxNum = max(l.maxNum, snap.maxNum)
+	switch v, s := ownershipOf(snap.layout, l.epoch, l.opts.Term); v {
+	case overtaken:
+		if l.opts.Holds != nil {
+			held, err := l.opts.Holds(ctx)
+			if err != nil {
+				return fmt.Errorf("shard %s carries epoch %d, above ours %d, and whether term %q still holds the lease is unknown: %w",
+					s.Name, s.Epoch, l.epoch, l.opts.Term, err)
+			}
+			if held {
+				return fmt.Errorf("shard %s carries epoch %d (term %q), above ours %d, yet term %q still holds the lease: %w",
+					s.Name, s.Epoch, s.Term, l.epoch, l.opts.Term, ErrStaleWrite)
+			}
+		}
+		l.opts.Metrics.write("fenced")
+		return fmt.Errorf("shard %s was fenced at epoch %d by term %q, ours is %d (term %q): %w", s.Name, s.Epoch, s.Term, l.epoch, l.opts.Term, ErrFenced)
+	case rewritten:
+		return fmt.Errorf("shard %s carries epoch %d (term %q), ours is %d (term %q): %w", s.Name, s.Epoch, s.Term, l.epoch, l.opts.Term, ErrStaleWrite)
+	}
 	shards := make([]*liveShard, 0, len(snap.layout))
 	for _, s := range snap.layout {
-		if s.Term != l.opts.Term {
-			if c, ok := CompareTerms(s.Term, l.opts.Term); ok && c < 0 {
-				// An older term, paused before its own fence, wrote after
-				// ours: fence again (Open with Reopen) rather than give up.
-				return fmt.Errorf("shard %s was written by the older term %q after this term %q fenced it: %w", s.Name, s.Term, l.opts.Term, ErrStaleWrite)
-			}
-			l.opts.Metrics.write("fenced")
-			return fmt.Errorf("shard %s was written by term %q, ours is %q: %w", s.Name, s.Term, l.opts.Term, ErrFenced)
-		}
 		shards = append(shards, &liveShard{Shard: s, rv: snap.rvs[s.Name], size: Size(Encode(s))})
-	}
-	if len(shards) == 0 {
-		return fmt.Errorf("ledger head %s disappeared: %w", HeadName, ErrFenced)
 	}
 	l.shards = shards
 	l.setState(snap.state)
@@ -463,7 +467,7 @@ func (l *Ledger) commit(ctx context.Context, ch Change) error {
 			return s
 		}
 		cur := l.shards[i].Shard
-		s := &Shard{Name: cur.Name, Term: l.opts.Term, Index: cur.Index,
+		s := &Shard{Name: cur.Name, Epoch: l.epoch, Term: l.opts.Term, Index: cur.Index,
 			Allocations: slices.Clone(cur.Allocations), Reservations: slices.Clone(cur.Reservations)}
 		edits[i] = s
 		return s
@@ -510,7 +514,7 @@ func (l *Ledger) commit(ctx context.Context, ch Change) error {
 		*edits[i] = first
 		for k, r := range rest {
 			ls := &liveShard{Shard: r}
-			ls.Term = l.opts.Term
+			ls.Epoch, ls.Term = l.epoch, l.opts.Term
 			for tries := 0; ; tries++ {
 				err := l.create(ctx, ls)
 				if err == nil {
@@ -531,7 +535,7 @@ func (l *Ledger) commit(ctx context.Context, ch Change) error {
 	indexChanged := len(newIndex) != len(head.Index)
 	if indexChanged {
 		if _, ok := edits[0]; !ok {
-			edits[0] = &Shard{Name: head.Name, Term: l.opts.Term, Allocations: head.Allocations, Reservations: head.Reservations}
+			edits[0] = &Shard{Name: head.Name, Epoch: l.epoch, Term: l.opts.Term, Allocations: head.Allocations, Reservations: head.Reservations}
 			positions = append([]int{0}, positions...)
 		}
 		edits[0].Index = newIndex

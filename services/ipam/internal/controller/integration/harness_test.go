@@ -23,7 +23,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/stream"
@@ -46,13 +48,12 @@ func freePort(t *testing.T) string {
 
 // startWatcher runs a watcher for one test; it streams the ledger of the
 // test's own ledger namespace.
-func startWatcher(t *testing.T, ledgerNS string) (addr, tokenFile string) {
+func startWatcher(t *testing.T, ledgerNS string) (addr, tokenFile string, p *testenv.Process) {
 	env := testenv.Get(t)
 	addr = freePort(t)
-	p := testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
+	p = testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
 		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", addr, "--grpc-plaintext", "--namespace", ledgerNS, "--ops-addr", freePort(t), "--log-format", "text")
-	_ = p
-	return addr, env.TokenFile(t, testenv.SystemNamespace, "ipledger-ipam")
+	return addr, env.TokenFile(t, testenv.SystemNamespace, "ipledger-ipam"), p
 }
 
 // ipam is one in-process ipam replica: a stream client, the controller and
@@ -60,18 +61,22 @@ func startWatcher(t *testing.T, ledgerNS string) (addr, tokenFile string) {
 type ipam struct {
 	ctrl   *controller.Controller
 	src    *stream.Client
+	reg    *prometheus.Registry
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 type harness struct {
-	t         *testing.T
-	env       *testenv.Env
-	ns        string // the test's Services
-	ledgerNS  string
-	class     string
-	lease     string
-	addr, tok string
+	t        *testing.T
+	env      *testenv.Env
+	ns       string // the test's Services
+	ledgerNS string
+	class    string
+	// requireClass starts ipam with --require-lb-class.
+	requireClass bool
+	lease        string
+	addr, tok    string
+	watcher      *testenv.Process
 }
 
 func newHarness(t *testing.T) *harness {
@@ -81,12 +86,16 @@ func newHarness(t *testing.T) *harness {
 	rand.Read(b)
 	h.class = "test.ipledger.io/" + hex.EncodeToString(b)
 	h.lease = "ipam-" + hex.EncodeToString(b)
-	h.addr, h.tok = startWatcher(t, h.ledgerNS)
+	h.addr, h.tok, h.watcher = startWatcher(t, h.ledgerNS)
 	return h
 }
 
 // start runs an ipam replica until stop (or the test's end).
-func (h *harness) start(identity string) *ipam {
+func (h *harness) start(identity string) *ipam { return h.startWith(identity, h.env.Client) }
+
+// startWith runs an ipam replica whose elector and controller talk to the
+// API server through client.
+func (h *harness) startWith(identity string, client kubernetes.Interface) *ipam {
 	t := h.t
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("replica", identity)
 	reg := prometheus.NewRegistry()
@@ -98,15 +107,15 @@ func (h *harness) start(identity string) *ipam {
 		t.Fatal(err)
 	}
 	recorder, stopRec := server.NewRecorder(h.env.Client)
-	ctrl := controller.New(controller.Config{Namespace: h.ledgerNS, LBClass: h.class}, h.env.Client, h.env.Dynamic, src, recorder, log, reg)
+	ctrl := controller.New(controller.Config{Namespace: h.ledgerNS, LBClass: h.class, RequireLBClass: h.requireClass}, client, h.env.Dynamic, src, recorder, log, reg)
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &ipam{ctrl: ctrl, src: src, cancel: cancel, done: make(chan struct{})}
+	r := &ipam{ctrl: ctrl, src: src, reg: reg, cancel: cancel, done: make(chan struct{})}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); _ = src.Run(ctx) }()
 	go func() {
 		defer wg.Done()
-		err := leader.Run(ctx, h.env.Client, leader.Config{
+		err := leader.Run(ctx, client, leader.Config{
 			LeaseName: h.lease, LeaseNamespace: h.ledgerNS, Identity: identity,
 			LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond, StopTimeout: 20 * time.Second,
 		}, ctrl.NewWorker, log, reg)
@@ -135,7 +144,13 @@ func (h *harness) pool(name string, addrs ...string) {
 		h.t.Fatal(err)
 	}
 	h.t.Cleanup(func() {
-		_ = h.env.Dynamic.Resource(controller.PoolGVR).Delete(context.Background(), name, metav1.DeleteOptions{})
+		pools := h.env.Dynamic.Resource(controller.PoolGVR)
+		_ = pools.Delete(context.Background(), name, metav1.DeleteOptions{})
+		// ipam, stopped by now, removes its pool-protection finalizer only
+		// when no Service holds an address of the pool: drop it, or the
+		// pool would stay Terminating and the next run (-count) could not
+		// create it again.
+		_, _ = pools.Patch(context.Background(), name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -212,21 +213,261 @@ func TestConcurrentOpen(t *testing.T) {
 	}
 }
 
+// holds answers a ledger's question "does the term still hold its lease?".
+func holds(held bool) func(context.Context) (bool, error) {
+	return func(context.Context) (bool, error) { return held, nil }
+}
+
 // A term that starts late (its leader was paused between winning the Lease
-// and opening the ledger) finds a newer term's fence and writes nothing.
+// and opening the ledger) no longer holds the Lease when it opens: it writes
+// nothing, whatever its term ID says.
 func TestLateOlderTermDoesNotRefence(t *testing.T) {
 	ctx := context.Background()
 	client, ns := namespace(t)
 	const older, newer = "a/1/2026-11-30T12:00:00Z", "b/2/2026-11-30T12:00:30Z"
-	if _, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: newer}); err != nil {
+	if _, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: newer, Holds: holds(true)}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := client.CoreV1().ConfigMaps(ns).Get(ctx, ledger.HeadName, metav1.GetOptions{})
-	if _, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: older}); !errors.Is(err, ledger.ErrFenced) {
+	if _, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: older, Holds: holds(false)}); !errors.Is(err, ledger.ErrFenced) {
 		t.Fatalf("late Open of an older term: %v, want ErrFenced", err)
 	}
 	after, _ := client.CoreV1().ConfigMaps(ns).Get(ctx, ledger.HeadName, metav1.GetOptions{})
-	if before.ResourceVersion != after.ResourceVersion || after.Data["term"] != newer {
-		t.Fatalf("the older term rewrote the ledger: term %q", after.Data["term"])
+	if before.ResourceVersion != after.ResourceVersion || after.Data["term"] != newer || after.Data["epoch"] != "1" {
+		t.Fatalf("the older term rewrote the ledger: epoch %q term %q", after.Data["epoch"], after.Data["term"])
+	}
+}
+
+// The lease is asked about after the ledger is read, and a newer term that
+// fences between that answer and our writes makes them fail: the next
+// attempt reads the newer epoch, learns the lease is lost, and stops.
+func TestNewerTermFencingDuringOpenWins(t *testing.T) {
+	ctx := context.Background()
+	client, ns := namespace(t)
+	if _, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "a/1/t"}); err != nil {
+		t.Fatal(err)
+	}
+	var newer *ledger.Ledger
+	asked := 0
+	late := func(ctx context.Context) (bool, error) {
+		asked++
+		if asked > 1 {
+			return false, nil
+		}
+		// Still held when asked; the next term wins the lease right after
+		// and fences before our writes land.
+		var err error
+		newer, err = ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "c/3/t", Holds: holds(true)})
+		if err != nil {
+			t.Errorf("the newer term cannot open: %v", err)
+		}
+		return true, nil
+	}
+	if _, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "b/2/t", Holds: late}); !errors.Is(err, ledger.ErrFenced) {
+		t.Fatalf("Open raced by a newer term: %v, want ErrFenced", err)
+	}
+	if newer == nil {
+		t.Fatal("the newer term never opened")
+	}
+	if got := newer.Epoch(); got != 2 {
+		t.Fatalf("newer epoch %d, want 2", got)
+	}
+	if err := newer.Commit(ctx, ledger.Change{Allocate: []ledger.Allocation{alloc("10.0.0.1", "x/a")}}); err != nil {
+		t.Fatalf("the newer term cannot write: %v", err)
+	}
+	head, _ := client.CoreV1().ConfigMaps(ns).Get(ctx, ledger.HeadName, metav1.GetOptions{})
+	if head.Data["epoch"] != "2" || head.Data["term"] != "c/3/t" {
+		t.Fatalf("head carries epoch %q term %q, want the newer term's", head.Data["epoch"], head.Data["term"])
+	}
+}
+
+// The epoch counts terms: one more for every term that opens the ledger,
+// none for the same term opening it again after a failed write.
+func TestEpochCountsTerms(t *testing.T) {
+	ctx := context.Background()
+	client, ns := namespace(t)
+	for i, term := range []string{"a/0/t", "b/1/t", "b/1/t", "a/0/t2"} {
+		l, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: term, Holds: holds(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []uint64{1, 2, 2, 3}[i]; l.Epoch() != want {
+			t.Errorf("open %d (%s): epoch %d, want %d", i, term, l.Epoch(), want)
+		}
+	}
+}
+
+// A ledger written before epochs existed (format v1 without the key) opens:
+// it reads as epoch 0, whatever its term ID, and is fenced at 1.
+func TestLedgerWithoutEpochOpens(t *testing.T) {
+	ctx := context.Background()
+	client, ns := namespace(t)
+	old := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: ledger.HeadName, Namespace: ns, Labels: map[string]string{ledger.LabelKey: "true"}},
+		Data: map[string]string{"format": ledger.Format, "term": "ipam-0/41/2026-11-30T12:00:00Z",
+			"allocations.jsonl":  `{"ip":"10.0.0.1","pool":"blue","service":"x/a","uid":"u-a","allocatedAt":"2026-11-30T12:00:00Z"}` + "\n",
+			"reservations.jsonl": "", "shards.jsonl": ""},
+	}
+	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, old, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "ipam-1/0/2026-12-01T00:00:00Z", Holds: holds(true)})
+	if err != nil {
+		t.Fatalf("a ledger without an epoch cannot be opened: %v", err)
+	}
+	if got := keys(l.State()); !reflect.DeepEqual(got, []string{"10.0.0.1=x/a"}) {
+		t.Fatalf("state %v", got)
+	}
+	head, _ := client.CoreV1().ConfigMaps(ns).Get(ctx, ledger.HeadName, metav1.GetOptions{})
+	if head.Data["epoch"] != "1" || l.Epoch() != 1 {
+		t.Fatalf("head epoch %q, ledger epoch %d: want 1", head.Data["epoch"], l.Epoch())
+	}
+}
+
+// A backup restored while a leader runs (a higher epoch from a longer
+// history, or a lower one) makes the leader's next write fail with
+// ErrStaleWrite, not ErrFenced, while it still holds the lease: opening the
+// ledger again fences it above the restored epoch, with the restored
+// entries.
+func TestRestoreUnderARunningLeader(t *testing.T) {
+	ctx := context.Background()
+	client, ns := namespace(t)
+	_, other := namespace(t)
+	for _, tc := range []struct {
+		name  string
+		epoch string
+	}{{"higher epoch", "40"}, {"lower epoch", "0"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cms := client.CoreV1().ConfigMaps(ns)
+			_ = cms.Delete(ctx, ledger.HeadName, metav1.DeleteOptions{})
+			l, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "a/0/t", Holds: holds(true)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Commit(ctx, ledger.Change{Allocate: []ledger.Allocation{alloc("10.0.0.1", "x/a")}}); err != nil {
+				t.Fatal(err)
+			}
+			// The backup: another ledger's head, with its own epoch.
+			backup := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ledger.HeadName, Namespace: other, Labels: map[string]string{ledger.LabelKey: "true"}},
+				Data: map[string]string{"format": ledger.Format, "epoch": tc.epoch, "term": "z/9/t",
+					"allocations.jsonl": `{"ip":"10.0.0.7","pool":"blue","service":"x/b","uid":"u-b","allocatedAt":"2026-11-30T12:00:00Z"}` + "\n"}}
+			if err := cms.Delete(ctx, ledger.HeadName, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			backup.Namespace = ns
+			if _, err := cms.Create(ctx, backup, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			err = l.Commit(ctx, ledger.Change{Allocate: []ledger.Allocation{alloc("10.0.0.2", "x/c")}})
+			if !errors.Is(err, ledger.ErrStaleWrite) || errors.Is(err, ledger.ErrFenced) {
+				t.Fatalf("Commit after a restore: %v, want ErrStaleWrite", err)
+			}
+			again, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "a/0/t", Holds: holds(true)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := keys(again.State()); !reflect.DeepEqual(got, []string{"10.0.0.7=x/b"}) {
+				t.Fatalf("state after the restore %v", got)
+			}
+			if restored, _ := strconv.ParseUint(tc.epoch, 10, 64); again.Epoch() != restored+1 {
+				t.Fatalf("epoch %d, want %d", again.Epoch(), restored+1)
+			}
+		})
+	}
+}
+
+// copyLedger returns the data of every ledger ConfigMap of ns, by name: what
+// a backup holds.
+func copyLedger(t *testing.T, client kubernetes.Interface, ns string) map[string]map[string]string {
+	t.Helper()
+	list, err := client.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{LabelSelector: ledger.LabelKey + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]string{}
+	for _, cm := range list.Items {
+		out[cm.Name] = cm.Data
+	}
+	return out
+}
+
+// restoreLedger creates the ConfigMaps of a backup in ns, as `kubectl apply`
+// of a backup into a fresh cluster would: new objects, new resourceVersions.
+func restoreLedger(t *testing.T, client kubernetes.Interface, ns string, backup map[string]map[string]string) {
+	t.Helper()
+	for name, data := range backup {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{ledger.LabelKey: "true"}}, Data: data}
+		if _, err := client.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A deleted Lease starts counting its transitions from 0 again: the first
+// term of the new Lease must still fence out every term before it, and
+// write.
+func TestFirstTermOfANewLeaseFencesOlderTerms(t *testing.T) {
+	ctx := context.Background()
+	client, ns := namespace(t)
+	// The old Lease had seen 5 transitions; the new one has seen none.
+	const before, after = "a/5/2026-11-30T12:00:00Z", "c/0/2026-11-30T12:05:00Z"
+	old, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: before})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Commit(ctx, ledger.Change{Allocate: []ledger.Allocation{alloc("10.0.0.1", "x/a")}}); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: after})
+	if err != nil {
+		t.Fatalf("the first term of a new Lease cannot open the ledger: %v", err)
+	}
+	if err := cur.Commit(ctx, ledger.Change{Allocate: []ledger.Allocation{alloc("10.0.0.2", "x/b")}}); err != nil {
+		t.Fatalf("the first term of a new Lease cannot write: %v", err)
+	}
+	if err := old.Commit(ctx, ledger.Change{Allocate: []ledger.Allocation{alloc("10.0.0.3", "x/stale")}}); !errors.Is(err, ledger.ErrFenced) {
+		t.Fatalf("the term of the deleted Lease wrote after the new one opened: %v, want ErrFenced", err)
+	}
+	st, err := ledger.Read(ctx, client, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := keys(st); !reflect.DeepEqual(got, []string{"10.0.0.1=x/a", "10.0.0.2=x/b"}) {
+		t.Fatalf("ledger = %v", got)
+	}
+}
+
+// A ledger restored from a backup into a cluster whose Lease is new opens
+// and takes writes; nothing of the backup is lost.
+func TestRestoredLedgerOpensUnderANewLease(t *testing.T) {
+	ctx := context.Background()
+	client, src := namespace(t)
+	const limit = 4 * 1024 // several shards
+	l, err := ledger.Open(ctx, client, ledger.Options{Namespace: src, Term: "a/9/2026-11-30T12:00:00Z", ShardLimit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ch ledger.Change
+	for i := range 120 {
+		ch.Allocate = append(ch.Allocate, alloc(netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}).String(), fmt.Sprintf("x/s%d", i)))
+	}
+	if err := l.Commit(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	backup := copyLedger(t, client, src)
+	if len(backup) < 2 {
+		t.Fatalf("the backup holds %d shards, want several", len(backup))
+	}
+	_, dst := namespace(t)
+	restoreLedger(t, client, dst, backup)
+	cur, err := ledger.Open(ctx, client, ledger.Options{Namespace: dst, Term: "b/0/2026-12-01T08:00:00Z", ShardLimit: limit})
+	if err != nil {
+		t.Fatalf("a restored ledger cannot be opened under a new Lease: %v", err)
+	}
+	if got := len(cur.State().Allocations); got != 120 {
+		t.Fatalf("the restored ledger holds %d allocations, want 120", got)
+	}
+	if err := cur.Commit(ctx, ledger.Change{Release: []ledger.Allocation{alloc("10.0.0.0", "x/s0")}}); err != nil {
+		t.Fatalf("a restored ledger cannot be written under a new Lease: %v", err)
 	}
 }

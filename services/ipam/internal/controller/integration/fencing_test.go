@@ -1,0 +1,165 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+)
+
+// leaseDuration is the Lease duration of the harness's in-process replicas.
+const leaseDuration = 4 * time.Second
+
+// waitForHolder returns once the test's Lease names identity as its holder.
+func (h *harness) waitForHolder(identity string) {
+	h.t.Helper()
+	testenv.Eventually(h.t, wait, func() error {
+		l, err := h.env.Client.CoordinationV1().Leases(h.ledgerNS).Get(context.Background(), h.lease, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != identity {
+			return fmt.Errorf("lease holder %v, want %s", l.Spec.HolderIdentity, identity)
+		}
+		return nil
+	})
+}
+
+func (h *harness) deleteLease() {
+	h.t.Helper()
+	err := h.env.Client.CoordinationV1().Leases(h.ledgerNS).Delete(context.Background(), h.lease, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		h.t.Fatal(err)
+	}
+}
+
+// failovers runs replicas one after another (each stop releases the Lease
+// to the next) so that the Lease counts transitions, and returns the last.
+func (h *harness) failovers(ids ...string) *ipam {
+	h.t.Helper()
+	r := h.start(ids[0])
+	h.waitForHolder(ids[0])
+	for _, id := range ids[1:] {
+		r = h.restart(r, id)
+	}
+	return r
+}
+
+// allocatedWithin creates a Service and fails the test unless it shows an IP
+// within d.
+func (h *harness) allocatedWithin(name string, d time.Duration) {
+	h.t.Helper()
+	start := time.Now()
+	h.service(name, nil)
+	deadline := start.Add(d)
+	for {
+		st := h.state()
+		if len(st.ips[name]) > 0 {
+			h.t.Logf("%s got %v after %s", name, st.ips[name], time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s has no IP %s after it was created (condition %q): the new leader does not allocate", name, d, st.reason[name])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ledgerEqualsStatuses fails the test unless the ledger's allocations of the
+// test's namespace are exactly the IPs the Services show.
+func (h *harness) ledgerEqualsStatuses() {
+	h.t.Helper()
+	testenv.Eventually(h.t, wait, func() error {
+		st, err := ledger.Read(context.Background(), h.env.Client, h.ledgerNS)
+		if err != nil {
+			return err
+		}
+		var fromLedger, fromStatus []string
+		for _, a := range st.Allocations {
+			if a.Service.Namespace == h.ns {
+				fromLedger = append(fromLedger, a.Service.Name+"="+a.IP.String())
+			}
+		}
+		for name, ips := range h.state().ips {
+			for _, ip := range ips {
+				fromStatus = append(fromStatus, name+"="+ip)
+			}
+		}
+		sort.Strings(fromLedger)
+		sort.Strings(fromStatus)
+		if a, b := strings.Join(fromLedger, " "), strings.Join(fromStatus, " "); a != b {
+			return fmt.Errorf("ledger %s\nstatuses %s", a, b)
+		}
+		return nil
+	})
+}
+
+// The Lease is deleted while no replica runs (an upgrade, a namespace
+// recreated): its transitions count starts again from 0, below the one of
+// the term written in the ledger. The next leader must fence the ledger and
+// allocate, not sit fenced behind the terms of the deleted Lease. (A leader
+// that is running when its Lease is deleted re-creates it with its count.)
+func TestLeaseDeletedNextLeaderAllocates(t *testing.T) {
+	h := newHarness(t)
+	h.pool("tfence-lease", "10.77.13.0/28")
+	h.watchDuplicates()
+	h.service("s0", nil)
+	r := h.failovers("ipam-a", "ipam-b", "ipam-c") // the Lease has seen 2 transitions
+	h.expect(wait, map[string]string{"s0": "10.77.13.0"})
+	r.stop()
+	h.deleteLease()
+
+	h.start("ipam-d")
+	h.waitForHolder("ipam-d")
+	h.allocatedWithin("s1", leaseDuration)
+	h.expect(wait, map[string]string{"s0": "10.77.13.0", "s1": "10.77.13.1"})
+	h.ledgerEqualsStatuses()
+}
+
+// The ledger is restored from a backup into a cluster whose Lease is new
+// (here: the ledger ConfigMaps and the Lease are deleted and the
+// ConfigMaps created again from their data). The first leader fences it and
+// allocates.
+func TestRestoredLedgerIsNotFenced(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.pool("tfence-restore", "10.77.14.0/28")
+	h.watchDuplicates()
+	h.service("s0", nil)
+	r := h.failovers("ipam-a", "ipam-b", "ipam-c")
+	h.expect(wait, map[string]string{"s0": "10.77.14.0"})
+	r.stop()
+
+	cms := h.env.Client.CoreV1().ConfigMaps(h.ledgerNS)
+	list, err := cms.List(ctx, metav1.ListOptions{LabelSelector: ledger.LabelKey + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range list.Items {
+		if err := cms.Delete(ctx, cm.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.deleteLease()
+	for _, cm := range list.Items {
+		restored := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cm.Name, Labels: cm.Labels}, Data: cm.Data}
+		if _, err := cms.Create(ctx, restored, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	h.start("ipam-d")
+	h.waitForHolder("ipam-d")
+	h.allocatedWithin("s1", leaseDuration)
+	h.expect(wait, map[string]string{"s0": "10.77.14.0", "s1": "10.77.14.1"})
+	h.ledgerEqualsStatuses()
+}
