@@ -139,7 +139,7 @@ func (w *worker) Run(term *leader.Term) error {
 
 	backoff := time.Second
 	for {
-		err := w.open(ctx, false)
+		err := w.open(ctx)
 		if err == nil {
 			break
 		}

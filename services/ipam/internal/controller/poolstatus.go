@@ -199,10 +199,29 @@ func (w *worker) syncPoolFinalizers(ctx context.Context) {
 		switch {
 		case err == nil && has:
 			w.log.Info("IPPool released: no Service holds its addresses any more", "pool", m.GetName())
-		case err == nil, apierrors.IsConflict(err), apierrors.IsNotFound(err):
-			// Conflict: the stream brings the newer pool, and with it another pass.
+		case err == nil, apierrors.IsNotFound(err):
 		default:
-			w.log.Warn("Cannot update the IPPool's finalizers", "pool", m.GetName(), "err", err)
+			// A conflict is usually this pass's own status write, which the
+			// stream has not shown yet: decide again shortly, from the
+			// newer pool.
+			if !apierrors.IsConflict(err) {
+				w.log.Warn("Cannot update the IPPool's finalizers; retrying", "pool", m.GetName(), "err", err)
+			}
+			w.retryFinalizers()
 		}
 	}
+}
+
+// retryFinalizers runs syncPoolFinalizers again in a pass shortly.
+func (w *worker) retryFinalizers() {
+	time.AfterFunc(250*time.Millisecond, func() {
+		select {
+		case <-w.term.Stopping():
+		default:
+			w.mu.Lock()
+			w.finalizersDirty = true
+			w.mu.Unlock()
+			w.poke()
+		}
+	})
 }

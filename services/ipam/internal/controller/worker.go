@@ -50,8 +50,11 @@ type worker struct {
 	mu         sync.Mutex
 	dirty      map[string]struct{}
 	poolsDirty bool
-	wake       chan struct{}
-	mutations  chan mutation
+	// finalizersDirty: an IPPool's finalizers changed; a pass re-checks them
+	// without deciding any Service again.
+	finalizersDirty bool
+	wake            chan struct{}
+	mutations       chan mutation
 }
 
 func newWorker(c *Controller, term *leader.Term) *worker {
@@ -89,6 +92,12 @@ func (w *worker) handler() stream.Handler {
 			// echo changes nothing the allocator reads, and must not make
 			// every Service be decided again.
 			if n.GetKind() == watcherv1.Kind_KIND_IP_POOL && !poolSpecChanged(o, n) {
+				if !slices.Equal(o.GetMeta().GetFinalizers(), n.GetMeta().GetFinalizers()) {
+					w.mu.Lock()
+					w.finalizersDirty = true
+					w.mu.Unlock()
+					w.poke()
+				}
 				return
 			}
 			on(n)
@@ -98,10 +107,12 @@ func (w *worker) handler() stream.Handler {
 }
 
 // poolSpecChanged reports whether an IPPool update changes what the
-// allocator reads (objects.PoolSpec): anything but the status.
+// allocator reads (objects.PoolSpec): anything but the status and the
+// finalizers.
 func poolSpecChanged(o, n *watcherv1.Object) bool {
-	if o.GetIpPool() == nil || n.GetIpPool() == nil || o.GetMeta().GetName() != n.GetMeta().GetName() ||
-		o.GetMeta().GetCreationTimestamp() != n.GetMeta().GetCreationTimestamp() {
+	om, nm := o.GetMeta(), n.GetMeta()
+	if o.GetIpPool() == nil || n.GetIpPool() == nil || om.GetName() != nm.GetName() || om.GetUid() != nm.GetUid() ||
+		om.GetCreationTimestamp() != nm.GetCreationTimestamp() || om.GetDeletionTimestamp() != nm.GetDeletionTimestamp() {
 		return true
 	}
 	a, b := proto.Clone(o.GetIpPool()).(*watcherv1.IPPool), proto.Clone(n.GetIpPool()).(*watcherv1.IPPool)
@@ -144,7 +155,7 @@ func (w *worker) requeue(key string, failed bool) {
 
 // open fences the ledger and rebuilds every allocation from it, the pools
 // and the Services, before anything is allocated.
-func (w *worker) open(ctx context.Context, reopen bool) error {
+func (w *worker) open(ctx context.Context) error {
 	l, err := ledger.Open(ctx, w.c.client, ledger.Options{
 		Namespace: w.c.cfg.Namespace, Term: w.term.ID(), ShardLimit: w.c.cfg.ShardLimit,
 		Metrics: w.c.ledgerM, Log: w.log, Holds: w.term.Holds,
@@ -182,13 +193,13 @@ func (w *worker) rebuild() {
 	w.poolsDirty = false
 	w.mu.Unlock()
 	st := w.ldg.State()
-	pools, invalid := objects.Pools(w.store().List(watcherv1.Kind_KIND_IP_POOL))
+	pools, invalid := w.c.pools.Parse(w.store().List(watcherv1.Kind_KIND_IP_POOL))
 	nss := map[string]*watcherv1.Object{}
 	for _, n := range w.store().List(watcherv1.Kind_KIND_NAMESPACE) {
 		nss[n.GetMeta().GetName()] = n
 	}
 	services := w.store().List(watcherv1.Kind_KIND_SERVICE)
-	r := Rebuild(Inputs{Ledger: st, Pools: pools, Services: services, Namespaces: nss, LBClass: w.c.cfg.LBClass})
+	r := Rebuild(Inputs{Ledger: st, Pools: pools, Services: services, Namespaces: nss, LBClass: w.c.cfg.LBClass, RequireLBClass: w.c.cfg.RequireLBClass})
 	w.alloc, w.invalidPools, w.conflicts, w.orphans = r.Alloc, invalid, r.Conflicts, r.PoolUpdate.Orphans
 	w.ledgerBySvc = objects.ByService(st.Allocations)
 	keys := make([]string, 0, len(services)+len(w.ledgerBySvc))
@@ -243,13 +254,13 @@ func (w *worker) hasWork() bool {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.dirty) > 0 || w.poolsDirty
+	return len(w.dirty) > 0 || w.poolsDirty || w.finalizersDirty
 }
 
 // reopen reads and fences the ledger again after a failed write. Until it
 // succeeds nothing is decided; a corrupt ledger is reported and retried.
 func (w *worker) reopen(ctx context.Context) {
-	err := w.open(ctx, true)
+	err := w.open(ctx)
 	if err == nil {
 		return
 	}
@@ -277,6 +288,7 @@ func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, pool
 	keys := slices.Collect(maps.Keys(w.dirty))
 	clear(w.dirty)
 	poolsChanged, w.poolsDirty = w.poolsDirty, false
+	w.finalizersDirty = false
 	w.mu.Unlock()
 	for _, k := range keys {
 		ns, name, _ := strings.Cut(k, "/")
@@ -363,7 +375,7 @@ func (w *worker) pass(ctx context.Context) {
 	// younger one in the same batch asks for (Rebuild does the same for all
 	// Services at the start of a term).
 	for _, obj := range present {
-		if !objects.IsOurs(obj, w.c.cfg.LBClass) {
+		if !w.c.class().Serves(obj) {
 			continue
 		}
 		if req, err := objects.Request(obj, w.namespace(obj)); err == nil {
@@ -375,7 +387,7 @@ func (w *worker) pass(ctx context.Context) {
 		key := objects.Key(obj)
 		cur := w.current(obj)
 		held := w.alloc.Allocations(key)
-		if !objects.IsOurs(obj, w.c.cfg.LBClass) {
+		if !w.c.class().Serves(obj) {
 			delete(w.pending, key)
 			switch {
 			case cur.showsAny(held) || cur.cond != nil || cur.pool != "":
@@ -499,6 +511,7 @@ func (w *worker) pass(ctx context.Context) {
 
 	w.writeStatuses(ctx, writes)
 	w.writePoolStatuses(ctx)
+	w.syncPoolFinalizers(ctx)
 	w.c.metrics.pending.Set(float64(len(w.pending)))
 	w.c.metrics.passSeconds.Observe(time.Since(start).Seconds())
 }
@@ -535,11 +548,11 @@ func (w *worker) namespace(obj *watcherv1.Object) *watcherv1.Object {
 
 // setPools applies a changed pool set and marks every Service.
 func (w *worker) setPools() {
-	pools, invalid := objects.Pools(w.store().List(watcherv1.Kind_KIND_IP_POOL))
+	pools, invalid := w.c.pools.Parse(w.store().List(watcherv1.Kind_KIND_IP_POOL))
 	upd := w.alloc.SetPools(pools)
 	w.invalidPools, w.orphans = invalid, upd.Orphans
 	for name, err := range invalid {
-		w.log.Warn("IPPool is invalid and serves nothing", "pool", name, "err", err)
+		w.log.Warn("IPPool spec is invalid and does not take effect", "pool", name, "err", err)
 	}
 	var keys []string
 	for _, s := range w.store().List(watcherv1.Kind_KIND_SERVICE) {

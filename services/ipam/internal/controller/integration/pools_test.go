@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
+	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
 )
 
@@ -26,10 +27,10 @@ func TestPoolEditsNeverMoveAnAddress(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
 	pool := "tedit-" + h.lease[len("ipam-"):]
-	h.pool(pool, "10.78.1.0/29")
+	h.poolIn(pool, []string{h.ns}, "10.78.1.0/29")
 	given := map[string]string{"a": "10.78.1.0", "b": "10.78.1.1", "c": "10.78.1.2", "d": "10.78.1.3"}
 	h.watchDuplicates()
-	h.start("ipam-0")
+	r := h.start("ipam-0")
 	for _, name := range []string{"a", "b", "c", "d"} {
 		h.service(name, nil)
 		h.expect(wait, map[string]string{name: given[name]}) // one by one: the order fixes the IPs
@@ -93,6 +94,26 @@ func TestPoolEditsNeverMoveAnAddress(t *testing.T) {
 	})
 	h.expect(wait, given)
 	h.expectEvent("c", "HeldOutsidePool")
+	srv := h.api(r)
+	testenv.Eventually(t, wait, func() error {
+		x, err := srv.ExplainService(ctx, &ipamv1.ExplainServiceRequest{Service: &ipamv1.ServiceRef{Namespace: h.ns, Name: "c"}})
+		if err != nil {
+			return err
+		}
+		if x.GetReason() != "HeldOutsidePool" || !strings.Contains(x.GetDecision(), "The Service keeps 10.78.1.2, held outside its pool") {
+			return fmt.Errorf("ExplainService(c) = %s: %s", x.GetReason(), x.GetDecision())
+		}
+		pools, err := srv.ListPools(ctx, &ipamv1.ListPoolsRequest{})
+		if err != nil {
+			return err
+		}
+		for _, p := range pools.GetPools() {
+			if p.GetName() == pool && p.GetHeldOutside() != 3 {
+				return fmt.Errorf("ListPools: %s held_outside = %d, want 3", pool, p.GetHeldOutside())
+			}
+		}
+		return nil
+	})
 
 	// 3. Deleted while Services hold its addresses: Terminating, nothing
 	// released, nothing new handed out; gone with the last holder.
