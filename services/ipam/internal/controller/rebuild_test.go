@@ -132,7 +132,7 @@ func TestRebuildNeverHandsOutANamedIP(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var ours []*watcherv1.Object
 			for _, s := range tc.services {
-				if objects.IsOurs(s, objects.DefaultLBClass) {
+				if (objects.Class{Name: objects.DefaultLBClass}).Serves(s) {
 					ours = append(ours, s)
 				}
 			}

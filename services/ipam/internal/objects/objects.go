@@ -52,9 +52,6 @@ func (c Class) Serves(obj *watcherv1.Object) bool {
 	return lbc == c.Name || (lbc == "" && !c.Required)
 }
 
-// IsOurs reports whether ipam serves the Service with class, class-less
-// Services included (Class{Name: class}.Serves).
-func IsOurs(obj *watcherv1.Object, class string) bool { return Class{Name: class}.Serves(obj) }
 
 // Less orders Services for allocation: oldest first, then namespace/name.
 // The order is deterministic so that a restart decides the same way.
