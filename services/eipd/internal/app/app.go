@@ -84,7 +84,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	c.EC2.Flags(fs)
 	c.GRPC.Flags(fs, DefaultGRPCAddr)
 	c.Ops.Flags(fs)
-	fs.StringVar(&c.ClusterID, "cluster-id", c.ClusterID, "identifies this cluster in the ipledger.io/cluster tag of its Elastic IPs (required)")
+	fs.StringVar(&c.ClusterID, "cluster-id", c.ClusterID, "identifies this cluster in the ipledger.io/cluster tag of its Elastic IPs (required; unique among the clusters of one AWS account: eipd never touches an address tagged for another cluster)")
 	fs.Float64Var(&c.KubeQPS, "kube-api-qps", c.KubeQPS, "queries per second to the Kubernetes API")
 	fs.IntVar(&c.KubeBurst, "kube-api-burst", c.KubeBurst, "burst of queries to the Kubernetes API")
 }
@@ -109,8 +109,8 @@ type App struct {
 // New builds the process from cfg without starting anything (the gRPC
 // server already listens, so Addr is known).
 func New(ctx context.Context, cfg Config) (*App, error) {
-	if cfg.ClusterID == "" {
-		return nil, errors.New("--cluster-id is required: it scopes the Elastic IPs eipd manages")
+	if err := awsec2.ValidateClusterID(cfg.ClusterID); err != nil {
+		return nil, err
 	}
 	a := &App{cfg: cfg, log: cfg.Common.Logger(), Registry: prometheus.NewRegistry()}
 	if a.cfg.Leader.LeaseName == "" {

@@ -84,6 +84,7 @@ type replicaOpts struct {
 	cluster, lease string
 	prevent        bool
 	minInterval    time.Duration
+	requeue        time.Duration // sweep interval; 0 = the default
 }
 
 // startReplica runs one in-process ipledger-eipd, authenticated as its own
@@ -111,6 +112,9 @@ func startReplica(t testing.TB, env *testenv.Env, watcher, name string, o replic
 		StopTimeout: 20 * time.Second,
 	}
 	cfg.Controller.MinReconciliationInterval = o.minInterval
+	if o.requeue > 0 {
+		cfg.Controller.RequeueInterval = o.requeue
+	}
 	cfg.Controller.PendingPoll = 200 * time.Millisecond
 	cfg.Controller.ConsistencyTimeout = 30 * time.Second
 	cfg.Controller.PreventEIPDeallocation = o.prevent

@@ -10,6 +10,7 @@
 package awsec2
 
 import (
+	"strings"
 	"context"
 	"errors"
 	"flag"
@@ -22,6 +23,7 @@ import (
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
@@ -74,11 +76,30 @@ type metrics struct {
 	errors *prometheus.CounterVec
 }
 
+// ValidateClusterID checks a --cluster-id. It goes verbatim into the
+// ipledger.io/cluster tag and into DescribeAddresses tag filters, where '*'
+// and '?' are wildcards: "prod-*" would match every prod cluster's addresses.
+func ValidateClusterID(id string) error {
+	switch {
+	case id == "":
+		return errors.New("--cluster-id is required: it scopes the Elastic IPs eipd manages, and two clusters sharing one AWS " +
+			"account must never share it. Choose a name unique in the account (the EKS cluster name, say) and pass " +
+			"--cluster-id=<name>; with kustomize, add it to the ipledger-eipd Deployment's args in your overlay")
+	case strings.ContainsAny(id, `*?\`):
+		return fmt.Errorf("--cluster-id %q contains '*', '?' or a backslash, which EC2 filters treat as wildcards: it would match other clusters' addresses; use letters, digits, '-', '_' or '.'", id)
+	case len(id) > 255:
+		return fmt.Errorf("--cluster-id is %d characters; an EC2 tag value holds at most 255", len(id))
+	}
+	return nil
+}
+
 // New loads the SDK's default configuration (plus optFns, for tests) and
-// returns a client for clusterID's addresses.
+// returns a client for clusterID's addresses. The region comes from the SDK's
+// chain (AWS_REGION, the shared config) and, failing those, from the
+// instance metadata service (IMDS) of the node eipd runs on.
 func New(ctx context.Context, clusterID string, cfg Config, reg prometheus.Registerer, optFns ...func(*ec2.Options)) (*Client, error) {
-	if clusterID == "" {
-		return nil, errors.New("cluster ID is empty: set --cluster-id")
+	if err := ValidateClusterID(clusterID); err != nil {
+		return nil, err
 	}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = DefaultConfig().MaxAttempts
@@ -101,7 +122,11 @@ func New(ctx context.Context, clusterID string, cfg Config, reg prometheus.Regis
 		return nil, fmt.Errorf("load AWS configuration: %w", err)
 	}
 	if awsCfg.Region == "" {
-		return nil, errors.New("no AWS region: set AWS_REGION (or a profile's region)")
+		region, err := imdsRegion(ctx, awsCfg)
+		if err != nil {
+			return nil, fmt.Errorf("no AWS region: set AWS_REGION (or a profile's region); the instance metadata service did not give one either: %w", err)
+		}
+		awsCfg.Region = region
 	}
 	m := &metrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -125,6 +150,22 @@ func New(ctx context.Context, clusterID string, cfg Config, reg prometheus.Regis
 	}}, optFns...)
 	return &Client{ec2: ec2.NewFromConfig(awsCfg, optFns...), clusterID: clusterID, cfg: cfg, metrics: m}, nil
 }
+
+// imdsRegion asks the instance metadata service of the EC2 instance eipd
+// runs on for its region (AWS_EC2_METADATA_SERVICE_ENDPOINT and
+// AWS_EC2_METADATA_DISABLED apply).
+func imdsRegion(ctx context.Context, awsCfg aws.Config) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := imds.NewFromConfig(awsCfg).GetRegion(ctx, &imds.GetRegionInput{})
+	if err != nil {
+		return "", err
+	}
+	return out.Region, nil
+}
+
+// Region is the AWS region the client talks to.
+func (c *Client) Region() string { return c.ec2.Options().Region }
 
 // addMiddleware counts every attempt: it sits after the retry middleware, so
 // a throttled call retried five times counts six requests and five errors.
@@ -200,6 +241,12 @@ func (c *Client) describe(ctx context.Context, filters []types.Filter) ([]decide
 	}
 	addrs := make([]decide.Address, 0, len(out.Addresses))
 	for _, a := range out.Addresses {
+		// The filter asked for exactly our tag; an endpoint that matched
+		// more (a wildcard, a case-insensitive compatible server) must never
+		// hand eipd another cluster's address to release.
+		if tagValue(a.Tags, decide.TagCluster) != c.clusterID {
+			continue
+		}
 		addrs = append(addrs, fromEC2(a))
 	}
 	slices.SortFunc(addrs, func(x, y decide.Address) int {
@@ -212,6 +259,15 @@ func (c *Client) describe(ctx context.Context, filters []types.Filter) ([]decide
 		return 0
 	})
 	return addrs, nil
+}
+
+func tagValue(tags []types.Tag, key string) string {
+	for _, t := range tags {
+		if aws.ToString(t.Key) == key {
+			return aws.ToString(t.Value)
+		}
+	}
+	return ""
 }
 
 func fromEC2(a types.Address) decide.Address {

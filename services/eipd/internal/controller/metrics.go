@@ -15,6 +15,7 @@ type metrics struct {
 	refused                       *prometheus.CounterVec
 	liveReads                     *prometheus.CounterVec
 	liveReadSeconds               prometheus.Histogram
+	sweeps                        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -47,9 +48,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time to read one Node from the API server.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
+		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipledger_eipd_sweeps_total", Help: "Sweeps of this cluster's Elastic IPs for Nodes that no longer want them, by result: ok, error.",
+		}, []string{"result"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.managed, m.associated, m.orphaned, m.duplicates, m.syncs, m.refused, m.liveReads, m.liveReadSeconds} {
+		for _, c := range []prometheus.Collector{m.managed, m.associated, m.orphaned, m.duplicates, m.syncs, m.refused, m.liveReads, m.liveReadSeconds, m.sweeps} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register controller metrics: %w", err)
 			}

@@ -63,7 +63,11 @@ func (r *Run) sweepLoop(term *leader.Term, log *slog.Logger) {
 	ticker := time.NewTicker(r.c.cfg.RequeueInterval)
 	defer ticker.Stop()
 	for {
-		if err := r.Sweep(term.Context()); err != nil && term.Context().Err() == nil {
+		switch err := r.Sweep(term.Context()); {
+		case err == nil:
+			r.c.metrics.sweeps.WithLabelValues("ok").Inc()
+		case term.Context().Err() == nil:
+			r.c.metrics.sweeps.WithLabelValues("error").Inc()
 			log.Warn("Sweep of stale Elastic IPs failed; retrying at the next interval", "err", err)
 		}
 		select {
