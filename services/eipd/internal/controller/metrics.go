@@ -5,11 +5,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/services/eipd/internal/decide"
 )
 
 type metrics struct {
-	managed, associated, orphaned prometheus.Gauge
+	managed, associated, orphaned leader.Gauge
 	duplicates                    prometheus.Counter
 	syncs                         *prometheus.CounterVec
 	refused                       *prometheus.CounterVec
@@ -20,13 +21,13 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		managed: prometheus.NewGauge(prometheus.GaugeOpts{
+		managed: leader.NewGauge(prometheus.GaugeOpts{
 			Name: "ipledger_eipd_addresses_managed", Help: "Elastic IPs tagged as managed by this cluster, at the last listing.",
 		}),
-		associated: prometheus.NewGauge(prometheus.GaugeOpts{
+		associated: leader.NewGauge(prometheus.GaugeOpts{
 			Name: "ipledger_eipd_addresses_associated", Help: "Managed Elastic IPs that are associated, at the last listing.",
 		}),
-		orphaned: prometheus.NewGauge(prometheus.GaugeOpts{
+		orphaned: leader.NewGauge(prometheus.GaugeOpts{
 			Name: "ipledger_eipd_addresses_orphaned", Help: "Managed Elastic IPs tagged for no Node and not associated, at the last listing.",
 		}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
@@ -75,4 +76,12 @@ func (m *metrics) observe(view []decide.Address) {
 	m.managed.Set(float64(len(view)))
 	m.associated.Set(float64(associated))
 	m.orphaned.Set(float64(orphaned))
+}
+
+// forgetLeaderGauges stops exporting the address counts of the last listing
+// when a term ends: a standby must not report a former leader's view.
+func (m *metrics) forgetLeaderGauges() {
+	m.managed.Forget()
+	m.associated.Forget()
+	m.orphaned.Forget()
 }

@@ -53,6 +53,7 @@ func (c *Controller) NewWorker(src Source, reg prometheus.Registerer) func(term 
 			wg.Go(func() { run.sweepLoop(term, log) })
 			queue.Run(term, c.cfg.Workers, run.Sync)
 			wg.Wait()
+			c.metrics.forgetLeaderGauges()
 			log.Info("Term over: stopped reconciling Elastic IPs")
 			return nil
 		}), nil

@@ -167,6 +167,8 @@ func (w *worker) Run(term *leader.Term) error {
 		"services", len(w.ledgerBySvc), "conflicts", len(w.conflicts))
 	w.c.setActive(w)
 	defer w.c.setActive(nil)
+	defer w.c.metrics.forgetLeaderGauges()
+	defer w.c.ledgerM.Forget()
 	w.loop(ctx, term)
 	return nil
 }

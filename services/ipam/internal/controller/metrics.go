@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ipledger/ipledger/pkg/leader"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 )
@@ -14,9 +15,9 @@ type metrics struct {
 	allocations   prometheus.Counter
 	failures      *prometheus.CounterVec
 	statusWrites  *prometheus.CounterVec
-	pending       prometheus.Gauge
+	pending       leader.Gauge
 	passSeconds   prometheus.Histogram
-	ledgerCorrupt prometheus.Gauge
+	ledgerCorrupt leader.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ipledger_ipam_status_writes_total",
 			Help: "Service status writes by result.",
 		}, []string{"result"}),
-		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+		pending: leader.NewGauge(prometheus.GaugeOpts{
 			Name: "ipledger_ipam_pending_services",
 			Help: "LoadBalancer Services of our class holding no address.",
 		}),
@@ -46,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Duration of one reconcile pass (decide a batch, commit the ledger, write statuses).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
-		ledgerCorrupt: prometheus.NewGauge(prometheus.GaugeOpts{
+		ledgerCorrupt: leader.NewGauge(prometheus.GaugeOpts{
 			Name: "ipledger_ipam_ledger_corrupt",
 			Help: "1 while the ledger cannot be read and allocation is stopped.",
 		}),
@@ -55,6 +56,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.addresses, m.allocations, m.failures, m.statusWrites, m.pending, m.passSeconds, m.ledgerCorrupt)
 	}
 	return m
+}
+
+// forgetLeaderGauges stops exporting what only the leader knows (pool
+// usage, pending Services, a corrupt ledger) when a term ends: a standby must
+// not report a former leader's values for alerts to fire on.
+func (m *metrics) forgetLeaderGauges() {
+	m.addresses.Reset()
+	m.pending.Forget()
+	m.ledgerCorrupt.Forget()
 }
 
 func (m *metrics) setPoolUsage(a *allocator.Allocator, pools []*watcherv1.Object) {

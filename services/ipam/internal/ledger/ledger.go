@@ -15,6 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipledger/ipledger/pkg/leader"
 )
 
 // ErrFenced means a later term has fenced the ledger, or this term no longer
@@ -82,9 +84,19 @@ func Parse(configMaps map[string]map[string]string) (State, Layout, error) {
 // Metrics counts the ledger's writes. Build one per process.
 type Metrics struct {
 	writes  *prometheus.CounterVec
-	bytes   prometheus.Gauge
-	shards  prometheus.Gauge
+	bytes   leader.Gauge
+	shards  leader.Gauge
 	entries *prometheus.GaugeVec
+}
+
+// Forget stops exporting the ledger's size gauges: they describe the
+// ledger as the leader last wrote it, and a standby must not report them.
+func (m *Metrics) Forget() {
+	if m != nil {
+		m.bytes.Forget()
+		m.shards.Forget()
+		m.entries.Reset()
+	}
 }
 
 // NewMetrics registers the ledger metrics on reg.
@@ -94,11 +106,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ipledger_ipam_ledger_writes_total",
 			Help: "Writes of ledger ConfigMaps by result (ok, conflict, fenced, error).",
 		}, []string{"result"}),
-		bytes: prometheus.NewGauge(prometheus.GaugeOpts{
+		bytes: leader.NewGauge(prometheus.GaugeOpts{
 			Name: "ipledger_ipam_ledger_bytes",
 			Help: "Encoded size of the ledger, all shards.",
 		}),
-		shards: prometheus.NewGauge(prometheus.GaugeOpts{
+		shards: leader.NewGauge(prometheus.GaugeOpts{
 			Name: "ipledger_ipam_ledger_shards",
 			Help: "Ledger ConfigMaps in use.",
 		}),
