@@ -1,9 +1,10 @@
 // Package authz authenticates and authorizes gRPC callers with Kubernetes:
-// a caller sends a bearer token (usually its projected ServiceAccount
-// token), the server checks it with a TokenReview and asks a
-// SubjectAccessReview whether that user may use the RPC's virtual resource
-// of API group ipledger.io. Both answers are cached briefly, keyed by a
-// digest of the token; tokens are never logged or kept in clear.
+// a caller sends a bearer token (a ServiceAccount token projected with
+// ipledger's audience, Audience), the server checks it with a TokenReview
+// for that audience and asks a SubjectAccessReview whether that user may use
+// the RPC's virtual resource of API group ipledger.io. Both answers are
+// cached briefly, keyed by a digest of the token; tokens are never logged or
+// kept in clear.
 package authz
 
 import (
@@ -29,6 +30,12 @@ import (
 
 // Group is the API group of ipledger's virtual resources.
 const Group = "ipledger.io"
+
+// Audience is the audience of the tokens ipledger components send each
+// other. The kube-apiserver refuses tokens whose audiences miss its own
+// (--api-audiences), so a token projected for Audience cannot be replayed
+// against the Kubernetes API; servers refuse tokens without it.
+const Audience = "ipledger.io/grpc"
 
 // Cache lifetimes. Allowed answers live a little longer than refusals so a
 // freshly granted ClusterRole takes effect quickly; both are short so a
@@ -72,9 +79,10 @@ func IsOpen(fullMethod string) bool {
 
 // Authorizer authenticates and authorizes calls. It is safe for concurrent use.
 type Authorizer struct {
-	client kubernetes.Interface
-	rules  Rules
-	log    *slog.Logger
+	client    kubernetes.Interface
+	rules     Rules
+	log       *slog.Logger
+	audiences []string
 
 	allowTTL, denyTTL time.Duration
 	now               func() time.Time
@@ -109,15 +117,22 @@ func New(client kubernetes.Interface, rules Rules, log *slog.Logger) *Authorizer
 		copied[m] = r
 	}
 	return &Authorizer{
-		client:   client,
-		rules:    copied,
-		log:      log,
-		allowTTL: DefaultAllowTTL,
-		denyTTL:  DefaultDenyTTL,
-		now:      time.Now,
-		users:    map[string]userEntry{},
-		access:   map[string]accessEntry{},
+		client:    client,
+		rules:     copied,
+		log:       log,
+		audiences: []string{Audience},
+		allowTTL:  DefaultAllowTTL,
+		denyTTL:   DefaultDenyTTL,
+		now:       time.Now,
+		users:     map[string]userEntry{},
+		access:    map[string]accessEntry{},
 	}
+}
+
+// SetAudiences overrides the audiences a token must carry one of (default
+// Audience). Call before serving.
+func (a *Authorizer) SetAudiences(audiences ...string) {
+	a.audiences = append([]string(nil), audiences...)
 }
 
 // SetCacheTTLs overrides how long allowed and refused answers are cached
@@ -199,7 +214,7 @@ func tokenDigest(token string) string {
 // review authenticates token with a (cached) TokenReview.
 func (a *Authorizer) review(ctx context.Context, digest, token string) (authenticationv1.UserInfo, error) {
 	if e, ok := a.cachedUser(digest); ok {
-		return userResult(e)
+		return a.userResult(e)
 	}
 	v, err, _ := a.flight.Do("tr/"+digest, func() (any, error) {
 		if e, ok := a.cachedUser(digest); ok {
@@ -208,11 +223,16 @@ func (a *Authorizer) review(ctx context.Context, digest, token string) (authenti
 		rctx, cancel := reviewContext(ctx)
 		defer cancel()
 		tr, err := a.client.AuthenticationV1().TokenReviews().Create(rctx,
-			&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+			&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences}}, metav1.CreateOptions{})
 		if err != nil {
 			return nil, err
 		}
 		e := userEntry{user: tr.Status.User, ok: tr.Status.Authenticated, reason: tr.Status.Error}
+		if e.ok && !intersects(tr.Status.Audiences, a.audiences) {
+			// An authenticator that ignores audiences answers with none (or
+			// the API server's): the token is not proven to be meant for us.
+			e = userEntry{reason: fmt.Sprintf("the token's audiences %q include none of %q", tr.Status.Audiences, a.audiences)}
+		}
 		ttl := a.denyTTL
 		if e.ok {
 			ttl = a.allowTTL
@@ -224,7 +244,18 @@ func (a *Authorizer) review(ctx context.Context, digest, token string) (authenti
 		a.log.Error("TokenReview failed", "tokenDigest", digest[:12], "err", err)
 		return authenticationv1.UserInfo{}, status.Errorf(codes.Unavailable, "cannot review the bearer token with the Kubernetes API server: %v", err)
 	}
-	return userResult(v.(userEntry))
+	return a.userResult(v.(userEntry))
+}
+
+func intersects(got, want []string) bool {
+	for _, g := range got {
+		for _, w := range want {
+			if g == w {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // reviewContext detaches a review from the one caller that triggered it:
@@ -234,14 +265,16 @@ func reviewContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
 }
 
-func userResult(e userEntry) (authenticationv1.UserInfo, error) {
+func (a *Authorizer) userResult(e userEntry) (authenticationv1.UserInfo, error) {
 	if !e.ok {
 		reason := e.reason
 		if reason == "" {
 			reason = "token not authenticated"
 		}
+		aud := strings.Join(a.audiences, ",")
 		return authenticationv1.UserInfo{}, status.Errorf(codes.Unauthenticated,
-			"bearer token rejected by the Kubernetes API server (%s): send a current ServiceAccount token", reason)
+			"bearer token rejected for audience %s (%s): send a current ServiceAccount token projected with audience %s "+
+				"(`kubectl create token <serviceaccount> --audience %s`); tokens for the Kubernetes API are refused", aud, reason, aud, aud)
 	}
 	return e.user, nil
 }

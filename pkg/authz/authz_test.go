@@ -54,7 +54,7 @@ func (b *lockedBuffer) String() string {
 }
 
 // bindViewer binds ServiceAccount ns/name to ClusterRole ipledger:viewer.
-func bindViewer(t *testing.T, client kubernetes.Interface, ns, name string) {
+func bindViewer(t testing.TB, client kubernetes.Interface, ns, name string) {
 	t.Helper()
 	crb := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "test-viewer-" + ns + "-" + name},
@@ -104,11 +104,11 @@ func TestAuthorize(t *testing.T) {
 	env := testenv.Get(t)
 	ctx := context.Background()
 	ns := env.Namespace(t, nil)
-	noRBAC, err := env.ServiceAccountToken(ctx, ns, "no-rbac")
+	noRBAC, err := env.GRPCToken(ctx, ns, "no-rbac")
 	if err != nil {
 		t.Fatal(err)
 	}
-	viewer, err := env.ServiceAccountToken(ctx, ns, "viewer")
+	viewer, err := env.GRPCToken(ctx, ns, "viewer")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestConcurrentCallsShareOneReview(t *testing.T) {
 	env := testenv.Get(t)
 	ctx := context.Background()
 	ns := env.Namespace(t, nil)
-	viewer, err := env.ServiceAccountToken(ctx, ns, "viewer")
+	viewer, err := env.GRPCToken(ctx, ns, "viewer")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,5 +221,38 @@ func TestConcurrentCallsShareOneReview(t *testing.T) {
 	}
 	if got := reviews.Load(); got != 2 {
 		t.Errorf("50 concurrent first calls made %d reviews, want 2 (one TokenReview, one SubjectAccessReview)", got)
+	}
+}
+
+// BenchmarkAuthorize: one call of a viewer, answered from the cache or
+// reviewed anew (a TokenReview and a SubjectAccessReview against the real
+// API server on loopback). docs/security.md quotes it.
+func BenchmarkAuthorize(b *testing.B) {
+	env := testenv.Get(b)
+	ctx := context.Background()
+	ns := "bench-authorize"
+	viewer, err := env.GRPCToken(ctx, ns, "viewer")
+	if err != nil {
+		b.Fatal(err)
+	}
+	bindViewer(b, env.Client, ns, "viewer")
+	for _, c := range []struct {
+		name string
+		ttl  time.Duration
+	}{{"uncached", 0}, {"cached", time.Hour}} {
+		b.Run(c.name, func(b *testing.B) {
+			a := authz.New(env.Client, rules, slog.New(slog.DiscardHandler))
+			a.SetCacheTTLs(0, 0)
+			testenv.Eventually(b, 10*time.Second, func() error {
+				_, err := a.Authorize(withToken(viewer), listAllocations)
+				return err
+			})
+			a.SetCacheTTLs(c.ttl, c.ttl)
+			for b.Loop() {
+				if _, err := a.Authorize(withToken(viewer), listAllocations); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -78,9 +78,12 @@ func fakeReviews(trs, sars *atomic.Int32) *fake.Clientset {
 	c.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		trs.Add(1)
 		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview)
-		if tr.Spec.Token == "good" {
+		switch tr.Spec.Token {
+		case "good": // the API server answers with the audiences asked for that the token carries
+			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "alice"}, Audiences: tr.Spec.Audiences}
+		case "no-audience": // an authenticator that ignores audiences
 			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "alice"}}
-		} else {
+		default:
 			tr.Status = authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}
 		}
 		return true, tr, nil
@@ -126,6 +129,7 @@ func TestCache(t *testing.T) {
 		{"bad token cached", time.Second, "bad", "/x.S/List", codes.Unauthenticated, 3, 4},
 		{"not in table", 0, "good", "/x.S/Other", codes.PermissionDenied, 3, 4},
 		{"open without token", 0, "", "/grpc.health.v1.Health/Check", codes.OK, 3, 4},
+		{"authenticated without our audience", 0, "no-audience", "/x.S/List", codes.Unauthenticated, 4, 4},
 	}
 	for _, s := range steps {
 		now = now.Add(s.advance)

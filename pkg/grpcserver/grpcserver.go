@@ -1,9 +1,10 @@
 // Package grpcserver is the one way ipledger builds a gRPC server: a
 // go-grpc-middleware v2 interceptor chain (Prometheus metrics on the injected
 // registry → structured logging → Kubernetes authentication and
-// authorization → panic recovery), server reflection, grpc.health.v1
-// reflecting readiness, TLS from (rotating) files or plaintext only when
-// asked for, and a bounded graceful stop.
+// authorization of tokens with ipledger's audience, streams re-authorized
+// while they last and bounded per caller → panic recovery), server
+// reflection, grpc.health.v1 reflecting readiness, TLS from (rotating) files
+// or plaintext only when asked for, and a bounded graceful stop.
 package grpcserver
 
 import (
@@ -52,15 +53,46 @@ type Config struct {
 	Plaintext bool
 	// ShutdownTimeout bounds the graceful stop (default DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
+	// TokenAudience is the audience a caller's token must carry (default
+	// authz.Audience); tokens for the Kubernetes API are refused.
+	TokenAudience string
+	// AuthCacheTTL is how long an allowed review is cached and how often an
+	// open stream is re-authorized (default authz.DefaultAllowTTL): a revoked
+	// caller's stream ends within twice this.
+	AuthCacheTTL time.Duration
+	// MaxStreamsPerIdentity bounds the streams one caller may hold open
+	// (default DefaultMaxStreamsPerIdentity).
+	MaxStreamsPerIdentity int
 }
 
-// Flags registers --grpc-addr, --grpc-tls-cert-file, --grpc-tls-key-file and
-// --grpc-plaintext.
+// Flags registers --grpc-addr, --grpc-tls-cert-file, --grpc-tls-key-file,
+// --grpc-plaintext, --grpc-token-audience, --grpc-auth-cache-ttl and
+// --grpc-max-streams-per-identity.
 func (c *Config) Flags(fs *flag.FlagSet, defaultAddr string) {
+	c.defaults()
 	fs.StringVar(&c.Addr, "grpc-addr", defaultAddr, "gRPC listen address")
 	fs.StringVar(&c.TLSCertFile, "grpc-tls-cert-file", c.TLSCertFile, "PEM serving certificate for gRPC (re-read on change)")
 	fs.StringVar(&c.TLSKeyFile, "grpc-tls-key-file", c.TLSKeyFile, "PEM private key of --grpc-tls-cert-file")
 	fs.BoolVar(&c.Plaintext, "grpc-plaintext", c.Plaintext, "serve gRPC without TLS (bearer tokens travel in clear: local development only)")
+	fs.StringVar(&c.TokenAudience, "grpc-token-audience", c.TokenAudience,
+		"audience a caller's bearer token must carry (project it with this audience); tokens for the Kubernetes API are refused")
+	fs.DurationVar(&c.AuthCacheTTL, "grpc-auth-cache-ttl", c.AuthCacheTTL,
+		"how long an allowed token and access review is cached, and how often open streams are re-authorized (a revoked caller's stream ends within twice this)")
+	fs.IntVar(&c.MaxStreamsPerIdentity, "grpc-max-streams-per-identity", c.MaxStreamsPerIdentity,
+		"open streams one caller (user name) may hold; one more is refused with RESOURCE_EXHAUSTED")
+}
+
+// defaults fills the zero values of the authorization settings.
+func (c *Config) defaults() {
+	if c.TokenAudience == "" {
+		c.TokenAudience = authz.Audience
+	}
+	if c.AuthCacheTTL == 0 {
+		c.AuthCacheTTL = authz.DefaultAllowTTL
+	}
+	if c.MaxStreamsPerIdentity == 0 {
+		c.MaxStreamsPerIdentity = DefaultMaxStreamsPerIdentity
+	}
 }
 
 // Validate reports a configuration that cannot serve.
@@ -70,6 +102,10 @@ func (c *Config) Validate() error {
 		return errors.New("--grpc-plaintext conflicts with --grpc-tls-cert-file/--grpc-tls-key-file: choose one")
 	case !c.Plaintext && (c.TLSCertFile == "" || c.TLSKeyFile == ""):
 		return errors.New("gRPC needs TLS: set --grpc-tls-cert-file and --grpc-tls-key-file, or pass --grpc-plaintext explicitly")
+	case c.AuthCacheTTL < 0:
+		return fmt.Errorf("--grpc-auth-cache-ttl %s: must be positive", c.AuthCacheTTL)
+	case c.MaxStreamsPerIdentity < 0:
+		return fmt.Errorf("--grpc-max-streams-per-identity %d: must be positive", c.MaxStreamsPerIdentity)
 	}
 	return nil
 }
@@ -89,10 +125,12 @@ type Server struct {
 }
 
 // New validates cfg, listens on cfg.Addr and builds the server. Every call
-// goes through authorizer (grpc.health.v1 and reflection are open). Metrics
-// are registered on reg (re-using collectors already there, so several
-// servers may share a registry).
+// goes through authorizer (grpc.health.v1 and reflection are open), which
+// New sets to cfg's TokenAudience and AuthCacheTTL. Metrics are registered
+// on reg (re-using collectors already there, so several servers may share a
+// registry).
 func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+	cfg.defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -105,6 +143,8 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	authorizer.SetAudiences(cfg.TokenAudience)
+	authorizer.SetCacheTTLs(cfg.AuthCacheTTL, min(authz.DefaultDenyTTL, cfg.AuthCacheTTL))
 	var opts []grpc.ServerOption
 	if !cfg.Plaintext {
 		kp, err := newKeypairReloader(cfg.TLSCertFile, cfg.TLSKeyFile)
@@ -126,6 +166,21 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 		Name: "ipledger_grpc_server_panics_recovered_total",
 		Help: "Panics in gRPC handlers turned into codes.Internal.",
 	}))
+	guard := &streamGuard{
+		authorizer: authorizer,
+		interval:   cfg.AuthCacheTTL,
+		max:        cfg.MaxStreamsPerIdentity,
+		log:        log,
+		open:       map[string]int{},
+		ended: registerOrReuse(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipledger_grpc_server_streams_deauthorized_total",
+			Help: "Open streams ended because a re-authorization refused their caller, by gRPC code.",
+		}, []string{"grpc_code"})),
+		overLimit: registerOrReuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ipledger_grpc_server_streams_over_identity_limit_total",
+			Help: "Streams refused with RESOURCE_EXHAUSTED because their caller held --grpc-max-streams-per-identity open streams.",
+		})),
+	}
 
 	logger := interceptorLogger(log)
 	logOpts := []logging.Option{
@@ -154,7 +209,7 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 		grpc.ChainStreamInterceptor(
 			metrics.StreamServerInterceptor(),
 			logging.StreamServerInterceptor(logger, logOpts...),
-			auth.StreamServerInterceptor(authorizer.Authenticate),
+			guard.intercept,
 			recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(recoverFn)),
 		),
 	)

@@ -59,13 +59,18 @@ func (ipam) ListAllocations(context.Context, *ipamv1.ListAllocationsRequest) (*i
 	panic("test panic in a handler")
 }
 
-// watcher streams one response.
+// watcher streams one response; asked for kinds, it then holds the stream
+// open until the stream's context ends, as the real Watch does.
 type watcher struct {
 	watcherv1.UnimplementedWatcherServiceServer
 }
 
 func (watcher) Watch(req *watcherv1.WatchRequest, stream grpc.ServerStreamingServer[watcherv1.WatchResponse]) error {
-	return stream.Send(&watcherv1.WatchResponse{})
+	if err := stream.Send(&watcherv1.WatchResponse{}); err != nil || len(req.GetKinds()) == 0 {
+		return err
+	}
+	<-stream.Context().Done()
+	return nil
 }
 
 type lockedBuffer struct {

@@ -290,11 +290,17 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		code := status.Code(err)
 		c.m.disconnects.WithLabelValues(code.String()).Inc()
-		switch code {
-		case codes.Unauthenticated, codes.PermissionDenied:
+		switch refused := code == codes.Unauthenticated || code == codes.PermissionDenied; {
+		case refused && reachedSync:
+			// The watcher re-authorizes open streams: the token this stream
+			// opened with expired (normal: the file holds a rotated one), or
+			// the grant is gone, which the reconnect will say.
+			c.log.Warn("Watcher ended the stream: it no longer accepts the credentials it was opened with; reconnecting with the current token",
+				"code", code.String(), "reason", status.Convert(err).Message())
+		case refused:
 			// A refused token (expired, deleted ServiceAccount, no ipledger
-			// audience) or a revoked grant: no event arrives until an
-			// operator fixes it, so say so loudly on every refusal.
+			// audience) or a missing grant: nothing arrives until an operator
+			// fixes it, so say so loudly on every refusal.
 			c.log.Error("Watcher refused this client's credentials; retrying, but nothing is delivered until its token or RBAC is fixed",
 				"code", code.String(), "reason", status.Convert(err).Message(), "backoff", backoff)
 		default:

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/controlplane"
 )
 
@@ -179,8 +180,23 @@ func (e *Env) Namespace(t testing.TB, labels map[string]string) string {
 }
 
 // ServiceAccountToken creates namespace/name (and the namespace) if missing
-// and returns a one-hour token for it from the TokenRequest API.
+// and returns a one-hour token for it from the TokenRequest API, with the
+// Kubernetes API's own audience: a credential for the API server (see
+// KubeconfigFor, ServiceAccountKubeconfig), which ipledger's gRPC servers
+// refuse. For a token to send to an ipledger server use GRPCToken or
+// TokenFile.
 func (e *Env) ServiceAccountToken(ctx context.Context, namespace, name string) (string, error) {
+	return e.requestToken(ctx, namespace, name, nil)
+}
+
+// GRPCToken is ServiceAccountToken with ipledger's audience (authz.Audience):
+// the token a client sends to an ipledger gRPC server, which the Kubernetes
+// API server refuses.
+func (e *Env) GRPCToken(ctx context.Context, namespace, name string) (string, error) {
+	return e.requestToken(ctx, namespace, name, []string{authz.Audience})
+}
+
+func (e *Env) requestToken(ctx context.Context, namespace, name string, audiences []string) (string, error) {
 	_, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
@@ -191,7 +207,7 @@ func (e *Env) ServiceAccountToken(ctx context.Context, namespace, name string) (
 	}
 	expiry := int64(3600)
 	tr, err := e.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry},
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry, Audiences: audiences},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return "", err
@@ -199,11 +215,12 @@ func (e *Env) ServiceAccountToken(ctx context.Context, namespace, name string) (
 	return tr.Status.Token, nil
 }
 
-// TokenFile writes a ServiceAccount token to a file in the test's temp dir
-// (as a projected token volume would) and returns its path.
+// TokenFile writes a ServiceAccount token for ipledger's gRPC servers (see
+// GRPCToken) to a file in the test's temp dir, as the projected volume
+// behind --watcher-token-file holds it, and returns its path.
 func (e *Env) TokenFile(t testing.TB, namespace, name string) string {
 	t.Helper()
-	token, err := e.ServiceAccountToken(context.Background(), namespace, name)
+	token, err := e.GRPCToken(context.Background(), namespace, name)
 	if err != nil {
 		t.Fatalf("token for %s/%s: %v", namespace, name, err)
 	}
@@ -212,6 +229,19 @@ func (e *Env) TokenFile(t testing.TB, namespace, name string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// ServiceAccountKubeconfig writes a kubeconfig authenticating as
+// ServiceAccount namespace/name (a token for the Kubernetes API, as a Pod's
+// automounted one) and returns its path: the --kubeconfig of a component run
+// under its own RBAC.
+func (e *Env) ServiceAccountKubeconfig(t testing.TB, namespace, name string) string {
+	t.Helper()
+	token, err := e.ServiceAccountToken(context.Background(), namespace, name)
+	if err != nil {
+		t.Fatalf("token for %s/%s: %v", namespace, name, err)
+	}
+	return e.KubeconfigFor(t, token)
 }
 
 // KubeconfigFor writes a kubeconfig authenticating with token and returns

@@ -271,7 +271,7 @@ func viewerToken(t *testing.T, env *testenv.Env) string {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	token, err := env.ServiceAccountToken(ctx, testenv.SystemNamespace, "e2e-viewer")
+	token, err := env.GRPCToken(ctx, testenv.SystemNamespace, "e2e-viewer")
 	if err != nil {
 		t.Fatal(err)
 	}

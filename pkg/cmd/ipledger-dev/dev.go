@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/controlplane"
 )
 
@@ -213,8 +214,11 @@ func (d *Dev) buildBinaries() error {
 	return cmd.Run()
 }
 
-// issueTokens writes a kubeconfig per service (its own ServiceAccount token)
-// and a token file for the viewer used with grpcurl.
+// issueTokens writes, per service and for the viewer used with grpcurl, what
+// a Pod of it would mount: a kubeconfig with a ServiceAccount token for the
+// Kubernetes API (the automounted token) and a token file with ipledger's
+// audience (the projected token it sends to other components; the
+// kube-apiserver refuses it).
 func (d *Dev) issueTokens(ctx context.Context, client kubernetes.Interface) error {
 	_, err := client.CoreV1().ServiceAccounts(systemNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "ipledger-viewer"}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -229,21 +233,35 @@ func (d *Dev) issueTokens(ctx context.Context, client kubernetes.Interface) erro
 		return err
 	}
 	for _, sa := range append(append([]string{}, components...), "viewer") {
-		expiry := int64(24 * 3600)
-		tr, err := client.CoreV1().ServiceAccounts(systemNamespace).CreateToken(ctx, "ipledger-"+sa,
-			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+		apiToken, err := requestToken(ctx, client, "ipledger-"+sa, nil)
 		if err != nil {
-			return fmt.Errorf("token for ipledger-%s: %w", sa, err)
-		}
-		if err := os.WriteFile(d.path("tokens", sa+".token"), []byte(tr.Status.Token), 0o600); err != nil {
 			return err
 		}
-		kc := controlplane.Kubeconfig(d.state.APIServerURL, tr.Status.Token)
+		grpcToken, err := requestToken(ctx, client, "ipledger-"+sa, []string{authz.Audience})
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(d.path("tokens", sa+".token"), []byte(grpcToken), 0o600); err != nil {
+			return err
+		}
+		kc := controlplane.Kubeconfig(d.state.APIServerURL, apiToken)
 		if err := os.WriteFile(d.path("tokens", sa+".kubeconfig"), []byte(kc), 0o600); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// requestToken returns a one-day token of ServiceAccount name for audiences
+// (nil: the Kubernetes API's own).
+func requestToken(ctx context.Context, client kubernetes.Interface, name string, audiences []string) (string, error) {
+	expiry := int64(24 * 3600)
+	tr, err := client.CoreV1().ServiceAccounts(systemNamespace).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry, Audiences: audiences}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token for %s (audiences %q): %w", name, audiences, err)
+	}
+	return tr.Status.Token, nil
 }
 
 func (d *Dev) startServices(ctx context.Context) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -99,12 +98,8 @@ func startReplica(t testing.TB, env *testenv.Env, watcher, name string, o replic
 	}
 	t.Cleanup(func() { proxy.Close() })
 	tokenFile := env.TokenFile(t, system, "ipledger-eipd")
-	token, err := os.ReadFile(tokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := app.DefaultConfig()
-	cfg.Common = cmdmain.Common{Kubeconfig: env.KubeconfigFor(t, string(token)), LogLevel: "debug", LogFormat: "text", Namespace: system}
+	cfg.Common = cmdmain.Common{Kubeconfig: env.ServiceAccountKubeconfig(t, system, "ipledger-eipd"), LogLevel: "debug", LogFormat: "text", Namespace: system}
 	cfg.Stream = stream.Config{Target: watcher, TokenFile: tokenFile, Plaintext: true}
 	cfg.Leader = leader.Config{
 		LeaseName: o.lease, LeaseNamespace: system, Identity: name,

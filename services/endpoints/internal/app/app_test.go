@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -92,10 +91,6 @@ type replicaOpts struct {
 func startReplica(t *testing.T, env *testenv.Env, watcherAddr, name string, o replicaOpts) *replica {
 	t.Helper()
 	tokenFile := env.TokenFile(t, system, "ipledger-endpoints")
-	token, err := os.ReadFile(tokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if o.leaseDuration == 0 {
 		o.leaseDuration = 4 * time.Second
 	}
@@ -112,7 +107,7 @@ func startReplica(t *testing.T, env *testenv.Env, watcherAddr, name string, o re
 		o.workers = 4
 	}
 	cfg := app.Config{
-		Common: cmdmain.Common{Kubeconfig: env.KubeconfigFor(t, string(token)), LogLevel: "info", LogFormat: "text", Namespace: system},
+		Common: cmdmain.Common{Kubeconfig: env.ServiceAccountKubeconfig(t, system, "ipledger-endpoints"), LogLevel: "info", LogFormat: "text", Namespace: system},
 		Stream: stream.Config{Target: watcherAddr, TokenFile: tokenFile, Plaintext: true},
 		Leader: leader.Config{
 			LeaseName: o.lease, LeaseNamespace: system, Identity: name,
@@ -711,13 +706,9 @@ func TestSIGTERMDrainsBeforeRelease(t *testing.T) {
 	addr := startWatcher(t, env)
 	ns := env.Namespace(t, nil)
 	tokenFile := env.TokenFile(t, system, "ipledger-endpoints")
-	token, err := os.ReadFile(tokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	lease := leaseName(t)
 	p := testenv.StartProcess(t, "endpoints", env.Binary(t, "endpoints"), nil,
-		"--kubeconfig", env.KubeconfigFor(t, string(token)),
+		"--kubeconfig", env.ServiceAccountKubeconfig(t, system, "ipledger-endpoints"),
 		"--watcher-addr", addr, "--watcher-plaintext", "--watcher-token-file", tokenFile,
 		"--leader-elect-lease-name", lease, "--leader-elect-identity", "sig",
 		"--ops-addr", freeAddr(t), "--log-format", "text",

@@ -92,13 +92,9 @@ func workloadIP(i int) string {
 func startBinary(tb testing.TB, env *testenv.Env, watcherAddr, lease string, extra ...string) (*testenv.Process, string) {
 	tb.Helper()
 	tokenFile := env.TokenFile(tb, system, "ipledger-endpoints")
-	token, err := os.ReadFile(tokenFile)
-	if err != nil {
-		tb.Fatal(err)
-	}
 	ops := freeAddr(tb)
 	args := append([]string{
-		"--kubeconfig", env.KubeconfigFor(tb, string(token)),
+		"--kubeconfig", env.ServiceAccountKubeconfig(tb, system, "ipledger-endpoints"),
 		"--watcher-addr", watcherAddr, "--watcher-plaintext", "--watcher-token-file", tokenFile,
 		"--leader-elect-lease-name", lease, "--leader-elect-identity", "bench",
 		"--ops-addr", ops, "--enable-pprof", "--log-format", "text", "--log-level", "warn",

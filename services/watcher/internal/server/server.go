@@ -1,7 +1,8 @@
 // Package server implements ipledger.watcher.v1.WatcherService/Watch on top of
 // the versioned store: validation of the request, the snapshot or resumed
-// start, the delta loop with heartbeats, and closing a subscriber whose queue
-// overflowed with RESOURCE_EXHAUSTED.
+// start, the delta loop with heartbeats, and closing with RESOURCE_EXHAUSTED a
+// subscriber whose queue overflowed or that stopped reading, in its snapshot
+// as in its deltas.
 package server
 
 import (
@@ -31,7 +32,16 @@ type Config struct {
 	// QueueSize is how many distinct objects may wait for one subscriber before
 	// its stream is closed with RESOURCE_EXHAUSTED.
 	QueueSize int
+	// StallTimeout is how long a subscriber may accept nothing while the
+	// watcher has something to send it (its snapshot, a delta, a heartbeat)
+	// before its stream is closed with RESOURCE_EXHAUSTED.
+	StallTimeout time.Duration
 }
+
+// DefaultStallTimeout is the default Config.StallTimeout: far longer than a
+// healthy subscriber ever takes to accept a message (its handlers only
+// enqueue), short enough that a stuck one does not hold its snapshot for long.
+const DefaultStallTimeout = time.Minute
 
 // Server serves WatcherService from a store.
 type Server struct {
@@ -56,6 +66,9 @@ func New(cfg Config, st *store.Store, synced func() bool, log *slog.Logger, m *M
 	}
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = 10000
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = DefaultStallTimeout
 	}
 	if m == nil {
 		m = NewMetrics(nil)
@@ -131,12 +144,13 @@ func (s *Server) Watch(req *watcherv1.WatchRequest, stream grpc.ServerStreamingS
 	defer cancel()
 	// Sending runs on its own goroutine so that a subscriber that stopped
 	// reading (Send blocked on flow control) can still be closed when its
-	// queue overflows: returning from the handler ends the stream.
+	// queue overflows or it stalls: returning from the handler ends the stream.
+	out := &timedStream{ServerStreamingServer: stream}
 	sendErr := make(chan error, 1)
-	go func() { sendErr <- s.send(ctx, stream, sub, depth, start) }()
-	// The queue depth is sampled here too: the sender cannot report it while
-	// it is blocked on a subscriber that stopped reading.
-	sample := time.NewTicker(time.Second)
+	go func() { sendErr <- s.send(ctx, out, sub, depth, start) }()
+	// The queue depth and stalls are sampled here: the sender cannot report
+	// them while it is blocked on a subscriber that stopped reading.
+	sample := time.NewTicker(min(time.Second, s.cfg.StallTimeout/4))
 	defer sample.Stop()
 	for {
 		select {
@@ -147,6 +161,13 @@ func (s *Server) Watch(req *watcherv1.WatchRequest, stream grpc.ServerStreamingS
 			return err
 		case <-sample.C:
 			depth.Set(float64(sub.Sub.Len()))
+			if stalled := out.blockedFor(); stalled > s.cfg.StallTimeout {
+				s.m.stalls.Inc()
+				log.Warn("Closing a subscriber that stopped reading", "stalledFor", stalled.Round(time.Millisecond).String(),
+					"synced", out.synced.Load(), "stallTimeout", s.cfg.StallTimeout.String())
+				return status.Errorf(codes.ResourceExhausted, "subscriber read nothing for %s while events waited for it; reconnect to resync",
+					stalled.Round(time.Second))
+			}
 		case <-sub.Sub.Overflowed():
 			s.m.overflows.Inc()
 			log.Warn("Closing a subscriber that fell behind", "queueSize", s.cfg.QueueSize)
@@ -159,7 +180,30 @@ func (s *Server) Watch(req *watcherv1.WatchRequest, stream grpc.ServerStreamingS
 	}
 }
 
-func (s *Server) send(ctx context.Context, stream grpc.ServerStreamingServer[watcherv1.WatchResponse], sub store.Subscribed,
+// timedStream records when a Send has been blocked since, so that a
+// subscriber that stopped reading is noticed without a change to send it.
+type timedStream struct {
+	grpc.ServerStreamingServer[watcherv1.WatchResponse]
+	sendingSince atomic.Int64 // UnixNano when the pending Send began; 0 when none is pending
+	synced       atomic.Bool  // SYNCED was sent: the subscriber is in its deltas
+}
+
+func (t *timedStream) Send(r *watcherv1.WatchResponse) error {
+	t.sendingSince.Store(time.Now().UnixNano())
+	defer t.sendingSince.Store(0)
+	return t.ServerStreamingServer.Send(r)
+}
+
+// blockedFor is how long the pending Send has waited (0 when none is pending).
+func (t *timedStream) blockedFor() time.Duration {
+	since := t.sendingSince.Load()
+	if since == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, since))
+}
+
+func (s *Server) send(ctx context.Context, stream *timedStream, sub store.Subscribed,
 	depth prometheus.Gauge, start time.Time) error {
 	epoch := s.store.Epoch()
 	if !sub.Resumed {
@@ -183,6 +227,7 @@ func (s *Server) send(ctx context.Context, stream grpc.ServerStreamingServer[wat
 	if err := stream.Send(synced); err != nil {
 		return err
 	}
+	stream.synced.Store(true)
 	s.m.syncs.WithLabelValues(strconv.FormatBool(sub.Resumed)).Inc()
 
 	heartbeat := time.NewTicker(s.cfg.HeartbeatInterval)
@@ -243,6 +288,7 @@ type Metrics struct {
 	queueDepth      *prometheus.GaugeVec
 	sent            *prometheus.CounterVec
 	overflows       prometheus.Counter
+	stalls          prometheus.Counter
 	snapshotSeconds prometheus.Histogram
 	syncs           *prometheus.CounterVec
 }
@@ -258,13 +304,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Events sent to subscribers, by kind and type."}, []string{"kind", "type"}),
 		overflows: prometheus.NewCounter(prometheus.CounterOpts{Name: "ipledger_watcher_subscriber_overflows_total",
 			Help: "Streams closed with RESOURCE_EXHAUSTED because their queue overflowed."}),
+		stalls: prometheus.NewCounter(prometheus.CounterOpts{Name: "ipledger_watcher_subscriber_stalls_total",
+			Help: "Streams closed with RESOURCE_EXHAUSTED because their subscriber accepted nothing for --subscriber-stall-timeout."}),
 		snapshotSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ipledger_watcher_snapshot_duration_seconds",
 			Help: "Time to build and send a snapshot, up to SYNCED.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipledger_watcher_syncs_total",
 			Help: "SYNCED events sent, by whether the stream resumed instead of taking a snapshot."}, []string{"resumed"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.subscribers, m.queueDepth, m.sent, m.overflows, m.snapshotSeconds, m.syncs)
+		reg.MustRegister(m.subscribers, m.queueDepth, m.sent, m.overflows, m.stalls, m.snapshotSeconds, m.syncs)
 	}
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,8 +42,11 @@ func newFakeStream(ctx context.Context, held bool) *fakeStream {
 func (f *fakeStream) Context() context.Context { return f.ctx }
 
 func (f *fakeStream) Send(r *watcherv1.WatchResponse) error {
+	f.mu.Lock()
+	gate := f.gate
+	f.mu.Unlock()
 	select {
-	case <-f.gate:
+	case <-gate:
 	case <-f.ctx.Done():
 		return f.ctx.Err()
 	}
@@ -221,5 +225,54 @@ func TestPreEncodedObjectsDecodeAsFields(t *testing.T) {
 	want := &watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Revision: 2, Object: cur, OldObject: old}
 	if !proto.Equal(&got, want) {
 		t.Fatalf("decoded %v, want %v", &got, want)
+	}
+}
+
+// TestSubscriberThatStopsReadingIsCutOffInSnapshotAndDeltas: a subscriber
+// that accepts nothing while the watcher has something to send it is closed
+// with RESOURCE_EXHAUSTED after StallTimeout, whether it stopped in the middle
+// of its snapshot or after SYNCED, even when nothing changes (so its queue
+// never overflows); a subscriber that keeps reading is not.
+func TestSubscriberThatStopsReadingIsCutOffInSnapshotAndDeltas(t *testing.T) {
+	const stall = 300 * time.Millisecond
+	st := store.New("e", 1000)
+	for i := range 20 {
+		st.Upsert(pod(fmt.Sprintf("p%d", i), "1"))
+	}
+	srv := New(Config{HeartbeatInterval: 50 * time.Millisecond, QueueSize: 1000, StallTimeout: stall}, st, nil, slog.New(slog.DiscardHandler), nil)
+	req := &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_POD}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// Stops in the snapshot: its first Send never completes.
+	inSnapshot := newFakeStream(ctx, true)
+	// Stops after SYNCED: reads the snapshot, then holds its Sends (the next
+	// one is a HEARTBEAT: the watcher has something for it).
+	inDeltas := newFakeStream(ctx, false)
+	reading := newFakeStream(ctx, false)
+	done := map[*fakeStream]chan error{inSnapshot: make(chan error, 1), inDeltas: make(chan error, 1), reading: make(chan error, 1)}
+	for f, c := range done {
+		go func() { c <- srv.Watch(req, f) }()
+	}
+	waitFor(t, "the reading subscribers to sync", func() bool { return synced(inDeltas) && synced(reading) })
+	inDeltas.mu.Lock()
+	inDeltas.gate = make(chan struct{}) // hold from now on
+	inDeltas.mu.Unlock()
+
+	for name, f := range map[string]*fakeStream{"stopped in the snapshot": inSnapshot, "stopped after SYNCED": inDeltas} {
+		start := time.Now()
+		select {
+		case err := <-done[f]:
+			if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "read nothing") {
+				t.Errorf("%s: ended with %v, want RESOURCE_EXHAUSTED saying it read nothing", name, err)
+			}
+		case <-time.After(stall + 5*time.Second):
+			t.Errorf("%s: still open %s after it stopped reading (stall timeout %s)", name, time.Since(start).Round(time.Millisecond), stall)
+		}
+	}
+	select {
+	case err := <-done[reading]:
+		t.Fatalf("the subscriber that keeps reading was closed: %v", err)
+	default:
 	}
 }

@@ -99,8 +99,10 @@ func BenchmarkBinarySnapshotAndDeltaLatency(b *testing.B) {
 		b.Fatal(err)
 	}
 	grpcAddr, opsAddr := benchFreeAddr(b), benchFreeAddr(b)
+	// The 50 subscribers share one ServiceAccount: lift the per-identity limit.
 	proc := testenv.StartProcess(b, "watcher", bin, nil, "--kubeconfig", env.KubeconfigFor(b, token), "--grpc-plaintext",
-		"--grpc-addr", grpcAddr, "--ops-addr", opsAddr, "--log-format", "text")
+		"--grpc-addr", grpcAddr, "--ops-addr", opsAddr, "--log-format", "text",
+		fmt.Sprintf("--grpc-max-streams-per-identity=%d", benchSubscribers))
 	ops := "http://" + opsAddr
 	testenv.Eventually(b, 60*time.Second, func() error {
 		_, err := httpGet(ops + "/readyz")

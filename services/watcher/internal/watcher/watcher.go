@@ -45,6 +45,8 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// QueueSize: distinct objects that may wait for one subscriber.
 	QueueSize int
+	// StallTimeout: how long a subscriber may accept nothing while events wait for it.
+	StallTimeout time.Duration
 	// HistorySize: changes kept for subscribers that resume.
 	HistorySize int
 	// QPS and Burst limit the watcher's Kubernetes client (lists and watches only).
@@ -54,7 +56,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{HeartbeatInterval: 10 * time.Second, QueueSize: 10000, HistorySize: 50000, QPS: 50, Burst: 100}
+	return Config{HeartbeatInterval: 10 * time.Second, QueueSize: 10000, StallTimeout: server.DefaultStallTimeout, HistorySize: 50000, QPS: 50, Burst: 100}
 }
 
 // Flags registers every flag of the watcher.
@@ -65,6 +67,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "send a HEARTBEAT on a stream silent this long")
 	fs.IntVar(&c.QueueSize, "subscriber-queue-size", c.QueueSize,
 		"distinct objects that may wait for one subscriber before its stream is closed with RESOURCE_EXHAUSTED")
+	fs.DurationVar(&c.StallTimeout, "subscriber-stall-timeout", c.StallTimeout,
+		"how long a subscriber may accept nothing (in its snapshot or its deltas) while events wait for it before its stream is closed with RESOURCE_EXHAUSTED")
 	fs.IntVar(&c.HistorySize, "history-size", c.HistorySize, "changes kept so that a reconnecting subscriber can resume without a snapshot")
 	fs.Func("kube-api-qps", fmt.Sprintf("client-side QPS limit towards the API server (default %v)", c.QPS), func(s string) error {
 		var v float64
@@ -110,7 +114,7 @@ func New(cfg Config, restCfg *rest.Config, log *slog.Logger, reg *prometheus.Reg
 		revision.Set(float64(rev))
 		objects.WithLabelValues(kind.String()).Set(float64(n))
 	})
-	w.srv = server.New(server.Config{HeartbeatInterval: cfg.HeartbeatInterval, QueueSize: cfg.QueueSize}, w.store,
+	w.srv = server.New(server.Config{HeartbeatInterval: cfg.HeartbeatInterval, QueueSize: cfg.QueueSize, StallTimeout: cfg.StallTimeout}, w.store,
 		w.Synced, log, server.NewMetrics(reg))
 	w.grpc, err = grpcserver.New(cfg.GRPC, authz.New(client, Rules, log), log, reg)
 	if err != nil {

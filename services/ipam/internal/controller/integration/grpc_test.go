@@ -38,7 +38,7 @@ func TestGRPCBinaryAuthz(t *testing.T) {
 
 	token := func(role string) string {
 		name := "grpc-" + strings.TrimPrefix(role, "ipledger:")
-		tok, err := env.ServiceAccountToken(ctx, h.ns, name)
+		tok, err := env.GRPCToken(ctx, h.ns, name)
 		if err != nil {
 			t.Fatal(err)
 		}

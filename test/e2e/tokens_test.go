@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/ipledger/ipledger/pkg/authz"
+	"github.com/ipledger/ipledger/pkg/testenv"
+)
+
+// TestManifestsProjectTokensForIPledger: in every kustomization, the token
+// file a component sends to another (--watcher-token-file) is a projected
+// ServiceAccount token with ipledger's audience, and no server is told to
+// accept another audience: a token seen on the wire cannot be replayed
+// against the Kubernetes API.
+func TestManifestsProjectTokensForIPledger(t *testing.T) {
+	env := testenv.Get(t)
+	for _, k := range kustomizations {
+		t.Run(k, func(t *testing.T) {
+			out, err := env.Kubectl(context.Background(), "kustomize", filepath.Join(env.Root, "deploy/kustomize", k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			clients := 0
+			for _, d := range deployments(t, out) {
+				spec := d.Spec.Template.Spec
+				for _, c := range spec.Containers {
+					for _, arg := range c.Args {
+						if v, ok := strings.CutPrefix(arg, "--grpc-token-audience="); ok && v != authz.Audience {
+							t.Errorf("%s/%s serves audience %q, want %q", d.Name, c.Name, v, authz.Audience)
+						}
+						path, ok := strings.CutPrefix(arg, "--watcher-token-file=")
+						if !ok {
+							continue
+						}
+						clients++
+						if got := projectedAudience(spec, c, path); got != authz.Audience {
+							t.Errorf("%s/%s sends %s, a token for audience %q; want a projected token for %q", d.Name, c.Name, path, got, authz.Audience)
+						}
+					}
+				}
+			}
+			if clients < 3 { // ipam, endpoints, eipd
+				t.Errorf("found %d --watcher-token-file clients, want at least 3", clients)
+			}
+		})
+	}
+}
+
+func deployments(t *testing.T, rendered []byte) []appsv1.Deployment {
+	t.Helper()
+	var out []appsv1.Deployment
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(rendered), 4096)
+	for {
+		var d appsv1.Deployment
+		err := dec.Decode(&d)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Kind == "Deployment" {
+			out = append(out, d)
+		}
+	}
+}
+
+// projectedAudience is the audience of the projected ServiceAccount token at
+// path in container c ("" for another kind of file, "<none>" without one).
+func projectedAudience(spec corev1.PodSpec, c corev1.Container, path string) string {
+	for _, m := range c.VolumeMounts {
+		rel, ok := strings.CutPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/")
+		if !ok {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name != m.Name || v.Projected == nil {
+				continue
+			}
+			for _, src := range v.Projected.Sources {
+				if sat := src.ServiceAccountToken; sat != nil && sat.Path == rel {
+					if sat.Audience == "" {
+						return "<none>"
+					}
+					return sat.Audience
+				}
+			}
+		}
+	}
+	return ""
+}
