@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"github.com/ipledger/ipledger/pkg/testenv"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -168,36 +169,12 @@ func TestIndexes(t *testing.T) {
 	}
 }
 
-func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue series
-				}
-			}
-			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return total
-}
-
 // waitMetric waits until the metric (summed over the matching series)
 // reaches at least want.
 func waitMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string, want float64) {
 	t.Helper()
 	eventually(t, func() error {
-		if got := metricValue(t, reg, name, labels); got < want {
+		if got := testenv.MetricValue(t, reg, name, labels); got < want {
 			return fmt.Errorf("%s%v = %v, want at least %v", name, labels, got, want)
 		}
 		return nil
@@ -263,7 +240,7 @@ func TestFailoverToReplicaBehindNeverGoesBack(t *testing.T) {
 	if got := rec.events(); len(got) != 0 {
 		t.Fatalf("failover to a replica behind told handlers %q, want nothing", got)
 	}
-	if n := metricValue(t, reg, "ipledger_stream_deletes_held_back", nil); n != 1 {
+	if n := testenv.MetricValue(t, reg, "ipledger_stream_deletes_held_back", nil); n != 1 {
 		t.Errorf("%v deletions held back, want 1 (born)", n)
 	}
 
@@ -272,7 +249,7 @@ func TestFailoverToReplicaBehindNeverGoesBack(t *testing.T) {
 	r2.remove(svc("ns", "gone", "11", nil))
 	r2.upsert(svc("ns", "marker", "30", nil))
 	wantEvents(t, rec, "add ns/marker@30")
-	if n := metricValue(t, reg, "ipledger_stream_deletes_held_back", nil); n != 0 {
+	if n := testenv.MetricValue(t, reg, "ipledger_stream_deletes_held_back", nil); n != 0 {
 		t.Errorf("%v deletions held back after catching up, want 0", n)
 	}
 }
@@ -310,7 +287,7 @@ func TestHeldBackDeletionAppliedAfterLagGrace(t *testing.T) {
 	clock.Add(int64(time.Second))
 	r2.heartbeat()
 	wantEvents(t, rec, "delete ns/x")
-	if n := metricValue(t, reg, "ipledger_stream_deletes_held_back_expired_total", nil); n != 1 {
+	if n := testenv.MetricValue(t, reg, "ipledger_stream_deletes_held_back_expired_total", nil); n != 1 {
 		t.Errorf("%v held-back deletions expired, want 1", n)
 	}
 }

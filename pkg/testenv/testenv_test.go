@@ -118,7 +118,7 @@ func TestServiceAccountsAreLeastPrivileged(t *testing.T) {
 		{"ipam", "watch", "ipledger.io", "snapshots", "", "", true},
 		{"ipam", "list", "", "services", "", "", false},
 		{"ipam", "delete", "", "services", "", "default", false},
-		{"ipam", "patch", "", "services", "", "default", false}, // the annotation travels in the status patch
+		{"ipam", "patch", "", "services", "", "default", false},   // the annotation travels in the status patch
 		{"ipam", "patch", "ipledger.io", "ippools", "", "", true}, // the pool-protection finalizer
 		{"ipam", "delete", "ipledger.io", "ippools", "", "", false},
 		{"ipam", "update", "ipledger.io", "ippools", "", "", false},

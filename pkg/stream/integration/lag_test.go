@@ -138,30 +138,6 @@ func (r *recorder) reset() {
 	r.log = nil
 }
 
-func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue series
-				}
-			}
-			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return total
-}
-
 // TestFailoverToLaggingReplicaNeverGoesBack: a consumer follows watcher A;
 // watcher B stops hearing from the API server (its watch responses are held
 // by a proxy) while a Service is updated, one created and one deleted. A
@@ -229,7 +205,7 @@ func TestFailoverToLaggingReplicaNeverGoesBack(t *testing.T) {
 	rec.reset() // forget the replay
 	a.Kill()
 	testenv.Eventually(t, 30*time.Second, func() error {
-		if n := metricValue(t, reg, "ipledger_stream_syncs_total", map[string]string{"resumed": "false"}); n < 2 {
+		if n := testenv.MetricValue(t, reg, "ipledger_stream_syncs_total", map[string]string{"resumed": "false"}); n < 2 {
 			return fmt.Errorf("consumer took %v snapshots, want a second one from watcher B", n)
 		}
 		return nil
@@ -242,10 +218,10 @@ func TestFailoverToLaggingReplicaNeverGoesBack(t *testing.T) {
 	}
 	// Why: B's kept and gone were older than what the consumer had seen, and
 	// B could not show it had heard of born.
-	if n := metricValue(t, reg, "ipledger_stream_stale_upserts_dropped_total", nil); n != 2 {
+	if n := testenv.MetricValue(t, reg, "ipledger_stream_stale_upserts_dropped_total", nil); n != 2 {
 		t.Errorf("%v stale UPSERTs dropped, want 2 (kept's old version, gone)", n)
 	}
-	if n := metricValue(t, reg, "ipledger_stream_deletes_held_back", nil); n != 1 {
+	if n := testenv.MetricValue(t, reg, "ipledger_stream_deletes_held_back", nil); n != 1 {
 		t.Errorf("%v deletions held back, want 1 (born)", n)
 	}
 
@@ -258,10 +234,10 @@ func TestFailoverToLaggingReplicaNeverGoesBack(t *testing.T) {
 	if ev, want := rec.events(), []string{"add marker@" + marker.ResourceVersion}; !slices.Equal(ev, want) {
 		t.Errorf("once B caught up handlers were told %q, want %q", ev, want)
 	}
-	if n := metricValue(t, reg, "ipledger_stream_deletes_held_back", nil); n != 0 {
+	if n := testenv.MetricValue(t, reg, "ipledger_stream_deletes_held_back", nil); n != 0 {
 		t.Errorf("%v deletions still held back once B caught up, want 0", n)
 	}
-	if n := metricValue(t, reg, "ipledger_stream_deletes_held_back_expired_total", nil); n != 0 {
+	if n := testenv.MetricValue(t, reg, "ipledger_stream_deletes_held_back_expired_total", nil); n != 0 {
 		t.Errorf("%v held-back deletions expired, want 0 (B showed born before the grace)", n)
 	}
 }

@@ -45,7 +45,9 @@ func TestTwoClustersShareOneAccount(t *testing.T) {
 
 	deleteNode(t, envA, nodes[0].name)
 	deleteNode(t, envB, nodes[2].name)
-	sweeps := func(r *replica) float64 { return counter(t, r, "ipledger_eipd_sweeps_total", "result", "ok") }
+	sweeps := func(r *replica) float64 {
+		return testenv.MetricValue(t, r.Registry, "ipledger_eipd_sweeps_total", map[string]string{"result": "ok"})
+	}
 	fromA, fromB := sweeps(a), sweeps(b)
 	testenv.Eventually(t, 60*time.Second, func() error {
 		if len(addressesFor(t, clusterA, nodes[0].name))+len(addressesFor(t, clusterB, nodes[2].name)) > 0 {
@@ -83,26 +85,4 @@ func TestTwoClustersShareOneAccount(t *testing.T) {
 			}
 		}
 	}
-}
-
-// counter reads a counter of the replica's registry, 0 when absent.
-func counter(t *testing.T, r *replica, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := r.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }

@@ -10,13 +10,13 @@
 package awsec2
 
 import (
-	"strings"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"

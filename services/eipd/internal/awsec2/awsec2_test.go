@@ -3,6 +3,7 @@ package awsec2_test
 import (
 	"context"
 	"errors"
+	"github.com/ipledger/ipledger/pkg/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -204,7 +205,7 @@ func TestThrottlingIsRetriedWithBackoffAndCounted(t *testing.T) {
 	if n := f.proxy.Count("DescribeAddresses"); n != 5 {
 		t.Errorf("DescribeAddresses sent %d times, want 5", n)
 	}
-	errs := counterValue(t, f.reg, "ipledger_eipd_ec2_errors_total", map[string]string{"action": "DescribeAddresses", "code": "RequestLimitExceeded"})
+	errs := testenv.MetricValue(t, f.reg, "ipledger_eipd_ec2_errors_total", map[string]string{"action": "DescribeAddresses", "code": "RequestLimitExceeded"})
 	if errs != 3 {
 		t.Errorf("throttle errors counted = %v, want 3", errs)
 	}
@@ -231,28 +232,4 @@ func TestPrimaryTargetUnknownInstance(t *testing.T) {
 	if _, err := f.client.PrimaryTarget(ctx(t), "i-0000000000000000f"); err == nil {
 		t.Fatal("PrimaryTarget of a missing instance succeeded")
 	}
-}
-
-// counterValue reads one series of a counter from a registry.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue series
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
 }

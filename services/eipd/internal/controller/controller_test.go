@@ -128,11 +128,11 @@ func TestNoDuplicateWithDroppedAllocateDelayedVisibilityAndBurst(t *testing.T) {
 	if n := h.proxy.Count("AllocateAddress"); n != 1 {
 		t.Errorf("AllocateAddress sent %d times, want 1", n)
 	}
-	if d := counterValue(t, h.reg, "ipledger_eipd_duplicates_removed_total", nil); d != 0 {
+	if d := testenv.MetricValue(t, h.reg, "ipledger_eipd_duplicates_removed_total", nil); d != 0 {
 		t.Errorf("duplicates removed = %v: one was created", d)
 	}
 	// The burst must really have driven syncs, or this test proves nothing.
-	syncs := counterValue(t, h.reg, "ipledger_eipd_node_syncs_total", nil)
+	syncs := testenv.MetricValue(t, h.reg, "ipledger_eipd_node_syncs_total", nil)
 	t.Logf("%v syncs during the burst; %d DescribeAddresses", syncs, h.proxy.Count("DescribeAddresses"))
 	if syncs < 5 {
 		t.Errorf("only %v syncs: the burst did not exercise the controller", syncs)
@@ -159,7 +159,7 @@ func TestDuplicatesTaggedForOneNodeAreReleased(t *testing.T) {
 		t.Errorf("moto has %d addresses for the cluster, want 1 (the duplicate released)", n)
 	}
 	h.waitEvent(node, controller.ReasonDuplicateReleased)
-	if d := counterValue(t, h.reg, "ipledger_eipd_duplicates_removed_total", nil); d != 1 {
+	if d := testenv.MetricValue(t, h.reg, "ipledger_eipd_duplicates_removed_total", nil); d != 1 {
 		t.Errorf("duplicates removed = %v, want 1", d)
 	}
 }
@@ -256,7 +256,7 @@ func TestThrottlingStormBacksOffAndConverges(t *testing.T) {
 	node := h.nodeName("storm")
 	h.createNode(node, inst, true)
 	testenv.Eventually(t, 20*time.Second, func() error {
-		if v := counterValue(t, h.reg, "ipledger_eipd_ec2_errors_total", map[string]string{"code": "RequestLimitExceeded"}); v < 6 {
+		if v := testenv.MetricValue(t, h.reg, "ipledger_eipd_ec2_errors_total", map[string]string{"code": "RequestLimitExceeded"}); v < 6 {
 			return fmt.Errorf("throttling errors counted: %v", v)
 		}
 		return nil
@@ -269,7 +269,7 @@ func TestThrottlingStormBacksOffAndConverges(t *testing.T) {
 	if n := h.proxy.Count("AllocateAddress"); n != 1 {
 		t.Errorf("AllocateAddress sent %d times, want 1", n)
 	}
-	if v := counterValue(t, h.reg, "ipledger_eipd_node_syncs_total", map[string]string{"result": "error"}); v == 0 {
+	if v := testenv.MetricValue(t, h.reg, "ipledger_eipd_node_syncs_total", map[string]string{"result": "error"}); v == 0 {
 		t.Error("no failed sync counted during the storm")
 	}
 }

@@ -31,7 +31,7 @@ const refusals = "ipledger_eipd_give_backs_refused_total"
 func (h *harness) waitActedOnStaleView(nodes []string, before float64) {
 	h.t.Helper()
 	testenv.Eventually(h.t, 30*time.Second, func() error {
-		if counterValue(h.t, h.reg, refusals, nil) >= before+float64(len(nodes)) {
+		if testenv.MetricValue(h.t, h.reg, refusals, nil) >= before+float64(len(nodes)) {
 			return nil
 		}
 		for _, node := range nodes {
@@ -39,7 +39,7 @@ func (h *harness) waitActedOnStaleView(nodes []string, before float64) {
 				return nil // gave it back: the assertions that follow say so
 			}
 		}
-		return fmt.Errorf("eipd has not acted on the stale view yet (refusals %v)", counterValue(h.t, h.reg, refusals, nil))
+		return fmt.Errorf("eipd has not acted on the stale view yet (refusals %v)", testenv.MetricValue(h.t, h.reg, refusals, nil))
 	})
 }
 
@@ -85,7 +85,7 @@ func TestStaleViewSaysNodeGoneLiveNodeKeepsEIP(t *testing.T) {
 	h.createNode(node, inst, true)
 	had := h.waitAssigned(node, inst, 20*time.Second)
 
-	before := counterValue(t, h.reg, refusals, nil)
+	before := testenv.MetricValue(t, h.reg, refusals, nil)
 	h.store.pin(nodeKind(), node, nil, false) // a synthetic DELETE from a replica behind
 	h.waitActedOnStaleView([]string{node}, before)
 	h.assertKept(node, inst, had)
@@ -108,7 +108,7 @@ func TestStaleViewSaysNodeUnlabelledLiveNodeKeepsEIP(t *testing.T) {
 	stale := proto.Clone(cur).(*watcherv1.Object)
 	stale.Meta.Labels = maps.Clone(stale.Meta.Labels)
 	delete(stale.Meta.Labels, controller.LabelAutoAssign)
-	before := counterValue(t, h.reg, refusals, nil)
+	before := testenv.MetricValue(t, h.reg, refusals, nil)
 	h.store.pin(nodeKind(), node, stale, false)
 	h.waitActedOnStaleView([]string{node}, before)
 	h.assertKept(node, inst, had)
@@ -138,7 +138,7 @@ func TestSweepOverNodesMissingFromViewKeepsTheirEIPs(t *testing.T) {
 	for _, node := range nodes {
 		h.store.pin(nodeKind(), node, nil, true)
 	}
-	before := counterValue(t, h.reg, refusals, nil)
+	before := testenv.MetricValue(t, h.reg, refusals, nil)
 	gets, adds := h.nodeGets.Load(), h.adds.Load()
 	start := time.Now()
 	if err := h.run.Sweep(h.ctx()); err != nil {

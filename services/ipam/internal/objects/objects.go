@@ -52,7 +52,6 @@ func (c Class) Serves(obj *watcherv1.Object) bool {
 	return lbc == c.Name || (lbc == "" && !c.Required)
 }
 
-
 // Less orders Services for allocation: oldest first, then namespace/name.
 // The order is deterministic so that a restart decides the same way.
 func Less(a, b *watcherv1.Object) int {
