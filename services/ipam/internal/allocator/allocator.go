@@ -187,6 +187,9 @@ type Allocation struct {
 	// every serving pool (an orphan after a pool shrank or was deleted).
 	Pool       string
 	SharingKey string
+	// From is the pool IP was handed out from (it stays when a pool edit
+	// leaves IP outside it or inside another pool); "" when unknown.
+	From string
 }
 
 // Result is a successful Allocate.
@@ -282,9 +285,10 @@ type Allocator struct {
 // ipState is what the allocator knows about one held or reserved IP.
 type ipState struct {
 	pool string // serving pool containing the IP, "" = orphan
-	// origin is the pool the IP was last attributed to: pool while there is
-	// one, kept when the IP becomes an orphan (NoteOrigin sets it after a
-	// restart, from the ledger).
+	// origin is the pool the IP was handed out from: set when the IP is
+	// first held (the pool containing it then) or from the ledger
+	// (NoteOrigin), never changed by SetPools. A pool edit therefore never
+	// makes a Service look as if it asked for another pool.
 	origin      string
 	holders     []holder // sorted by service
 	reservation *Reservation
@@ -347,9 +351,6 @@ func (a *Allocator) SetPools(pools []*Pool) PoolUpdate {
 		name := ""
 		if p := a.index.lookup(ip); p != nil {
 			name = p.name
-		}
-		if name != "" {
-			st.origin = name
 		}
 		if name != st.pool {
 			for _, h := range st.holders {
@@ -792,7 +793,7 @@ func (a *Allocator) Holders(ip netip.Addr) []Allocation {
 	}
 	out := make([]Allocation, 0, len(st.holders))
 	for _, h := range st.holders {
-		out = append(out, Allocation{IP: ip, Service: h.service, Pool: st.pool, SharingKey: h.sharing.Key})
+		out = append(out, Allocation{IP: ip, Service: h.service, Pool: st.pool, SharingKey: h.sharing.Key, From: st.origin})
 	}
 	return out
 }
@@ -810,11 +811,16 @@ func (a *Allocator) Allocations(service string) []Allocation {
 	return out
 }
 
-// NoteOrigin records, for a held IP that lies outside every serving pool,
-// the pool it was handed out from (the ledger's pool of the entry): an
-// orphan is still counted in, and named by, the pool it came from.
+// NoPool is what the ledger records as the pool of an address that was in no
+// pool when it was registered (a status from before ipam, say).
+const NoPool = "(none)"
+
+// NoteOrigin records the pool a held IP was handed out from, as the ledger
+// says: after a restart an address is still counted in, named by and pinned
+// to the pool it came from, wherever pool edits have left it since. NoPool
+// and "" leave it unknown.
 func (a *Allocator) NoteOrigin(ip netip.Addr, pool string) {
-	if st := a.ips[ip]; st != nil && st.pool == "" && pool != "" {
+	if st := a.ips[ip]; st != nil && pool != "" && pool != NoPool {
 		st.origin = pool
 	}
 }
@@ -845,18 +851,31 @@ func (a *Allocator) HeldOutside() map[string]int {
 	return out
 }
 
-// ServicesFrom counts the Services holding an address that came from pool
-// (see Origin). It scans every held IP: call it for pools being deleted.
-func (a *Allocator) ServicesFrom(pool string) int {
-	svcs := map[string]struct{}{}
+// ServicesFrom counts, by pool, the Services holding an address that came
+// from that pool (see Origin) or lies in it now. It scans every held IP once:
+// call it once per pass, and only when some pool is being deleted.
+func (a *Allocator) ServicesFrom() map[string]int {
+	svcs := map[string]map[string]struct{}{}
+	add := func(pool, svc string) {
+		if pool == "" {
+			return
+		}
+		if svcs[pool] == nil {
+			svcs[pool] = map[string]struct{}{}
+		}
+		svcs[pool][svc] = struct{}{}
+	}
 	for _, st := range a.ips {
-		if st.origin == pool {
-			for _, h := range st.holders {
-				svcs[h.service] = struct{}{}
-			}
+		for _, h := range st.holders {
+			add(st.origin, h.service)
+			add(st.pool, h.service)
 		}
 	}
-	return len(svcs)
+	out := make(map[string]int, len(svcs))
+	for pool, m := range svcs {
+		out[pool] = len(m)
+	}
+	return out
 }
 
 // PoolOf returns the serving pool containing ip.

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestUnusableAddressesAreNeverHandedOut: addresses no client can reach are
@@ -187,4 +188,84 @@ func TestClaimsFollowEligibility(t *testing.T) {
 	if _, err := a.Allocate(Request{Service: "team/late", Pool: "team"}); reasonOf(err) != ReasonPoolExhausted {
 		t.Fatalf("late: err = %v, want PoolExhausted (10.0.0.2 is claimed by team/ok)", err)
 	}
+}
+
+// TestPinnedServiceNeverMovesOnPoolEdits: a Service that names its pool
+// (ipledger.io/address-pool) keeps its address when pool edits put the
+// address in another pool or in none, and after a restart from the ledger.
+func TestPinnedServiceNeverMovesOnPoolEdits(t *testing.T) {
+	ip := netip.MustParseAddr("10.0.0.5")
+	older := spec("10.9.0.0/24")
+	older.CreatedAt = t0.Add(-time.Hour)
+	newer := spec("10.0.0.0/24")
+	pinned := Request{Service: "ns/s", Pool: "a"}
+	tests := []struct {
+		name  string
+		pools []*Pool
+	}{
+		{"an older pool grows over it", []*Pool{mustPool(t, "a", newer), mustPool(t, "c", spec2(older, "10.9.0.0/24", "10.0.0.0/24"))}},
+		{"shrunk, then another pool created over it", []*Pool{mustPool(t, "a", spec("10.0.0.0/30")), mustPool(t, "b", spec("10.0.0.4/30"))}},
+		{"deleted", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := newAllocator(t, mustPool(t, "a", newer))
+			if err := a.Assign("ns/s", []netip.Addr{ip}, Sharing{}); err != nil {
+				t.Fatal(err)
+			}
+			a.SetPools(tt.pools)
+			check := func(a *Allocator, when string) {
+				res, err := a.Allocate(pinned)
+				if err != nil || res.Outside == "" || len(res.IPs) != 1 || res.IPs[0] != ip {
+					t.Fatalf("%s: res = %+v, err = %v; want 10.0.0.5 kept outside its pool", when, res, err)
+				}
+				if got := a.Allocations("ns/s")[0].From; got != "a" {
+					t.Fatalf("%s: From = %q, want a", when, got)
+				}
+			}
+			check(a, "running")
+			// A restart: the ledger says the address came from pool a.
+			r := New()
+			r.SetPools(tt.pools)
+			if err := r.Assign("ns/s", []netip.Addr{ip}, Sharing{}); err != nil {
+				t.Fatal(err)
+			}
+			r.NoteOrigin(ip, "a")
+			check(r, "after a restart")
+		})
+	}
+	// An address registered from a status outside every pool (MetalLB's, say)
+	// has no known origin (the ledger says NoPool): it is kept, not moved to
+	// the pool the Service names.
+	a := newAllocator(t, mustPool(t, "a", newer))
+	other := netip.MustParseAddr("192.0.2.7")
+	if err := a.Assign("ns/m", []netip.Addr{other}, Sharing{}); err != nil {
+		t.Fatal(err)
+	}
+	a.NoteOrigin(other, NoPool)
+	if res, err := a.Allocate(Request{Service: "ns/m", Pool: "a"}); err != nil || res.Outside == "" || res.IPs[0] != other {
+		t.Fatalf("migrated: res = %+v, err = %v", res, err)
+	}
+}
+
+// TestLostFamilyKeepsTheAddress: a dual-stack Service waiting for its IPv6
+// keeps its IPv4 when the pool loses its IPv6 range.
+func TestLostFamilyKeepsTheAddress(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "p", spec("10.0.0.0/30", "2001:db8::1/128")))
+	mustAllocate(t, a, Request{Service: "ns/x", Families: []Family{IPv6}})
+	mustAllocate(t, a, Request{Service: "ns/s", Families: []Family{IPv4}})
+	req := Request{Service: "ns/s", FamilyPolicy: RequireDualStack, Families: []Family{IPv4, IPv6}}
+	if _, err := a.Allocate(req); reasonOf(err) != ReasonPoolExhausted || len(a.Allocations("ns/s")) != 1 {
+		t.Fatalf("waiting for IPv6: err = %v, holds %v", err, a.Allocations("ns/s"))
+	}
+	a.SetPools([]*Pool{mustPool(t, "p", spec("10.0.0.0/30"))})
+	_, err := a.Allocate(req)
+	if IsUnfit(err) || reasonOf(err) != ReasonNoMatchingPool || !strings.Contains(err.Error(), "the Service keeps 10.0.0.0") || len(a.Allocations("ns/s")) != 1 {
+		t.Fatalf("after the pool lost IPv6: err = %v, holds %v", err, a.Allocations("ns/s"))
+	}
+}
+
+func spec2(s PoolSpec, addresses ...string) PoolSpec {
+	s.Addresses = addresses
+	return s
 }

@@ -378,6 +378,10 @@ func (a *Allocator) planHeld(req Request, n need, d decision) decision {
 			d.unfit = fmt.Sprintf("it holds %s from pool %s, but it now asks for pool %s (%s)", ip, st.origin, req.Pool, AnnotationAddressPool)
 		case st == nil || st.pool == "":
 			d.outside = fmt.Sprintf("%s is no longer in any serving IPPool", ip)
+		case req.Pool != "" && st.pool != req.Pool && d.outside == "":
+			// Given by the pool the Service names (or before anyone knew);
+			// a pool edit has put it in another pool since.
+			d.outside = fmt.Sprintf("%s now lies in pool %s, and the Service asks for pool %s", ip, st.pool, req.Pool)
 		case !a.pools[st.pool].allocatable(ip) && d.outside == "":
 			d.outside = fmt.Sprintf("%s is in pool %s, which no longer hands it out (%s)", ip, st.pool, a.whyNotAllocatable(st.pool, ip))
 		case i > 0 && st.pool != pool && d.outside == "":
@@ -424,7 +428,13 @@ func (a *Allocator) planHeld(req Request, n need, d decision) decision {
 	case v.Reason == VerdictExhausted:
 		// It keeps what it holds; the missing family waits.
 		d.err = &Error{Reason: ReasonPoolExhausted, Message: fmt.Sprintf("the Service keeps %s, but %s", addrList(d.held), v.Message)}
-	case v.Reason == VerdictNotRequested || v.Reason == VerdictFamilyMismatch || v.Reason == VerdictRequestedIPInUse:
+	case v.Reason == VerdictFamilyMismatch:
+		// The Service wants a family its pool has no addresses of: it asked
+		// for more (dual-stack), or the pool lost a family. Either way it
+		// keeps what it holds, and says how to move.
+		d.err = &Error{Reason: ReasonNoMatchingPool, Message: fmt.Sprintf("the Service keeps %s, but %s; to move to another pool, name it (%s) or request its addresses (%s)",
+			addrList(d.held), v.Message, AnnotationAddressPool, AnnotationLoadBalancerIPs)}
+	case v.Reason == VerdictNotRequested || v.Reason == VerdictRequestedIPInUse:
 		// The Service's own request changed: it asked for it.
 		d.unfit = fmt.Sprintf("it holds %s, but %s", addrList(d.held), v.Message)
 	default:

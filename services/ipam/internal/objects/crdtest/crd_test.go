@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/testenv"
@@ -133,4 +135,41 @@ func merge(a, b map[string]any) map[string]any {
 		a[k] = v
 	}
 	return a
+}
+
+// TestRangesPolicyRatchets: a pool stored with a reversed range before the
+// admission policy existed can still be updated (ipam adds its finalizer,
+// an operator relabels it) as long as the update keeps that entry; a new
+// reversed entry is refused.
+func TestRangesPolicyRatchets(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := context.Background()
+	bindings := env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
+	if err := bindings.Delete(ctx, "ipledger-ippool-ranges", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pools := env.Dynamic.Resource(poolsGVR)
+	old := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
+		"metadata": map[string]any{"name": "ratchet"},
+		"spec":     map[string]any{"addresses": []any{"10.0.1.20-10.0.1.10"}},
+	}}
+	testenv.Eventually(t, time.Minute, func() error { // the API server unloads the policy asynchronously
+		_, err := pools.Create(ctx, old, metav1.CreateOptions{})
+		return err
+	})
+	t.Cleanup(func() { _ = pools.Delete(context.Background(), "ratchet", metav1.DeleteOptions{}) })
+	if err := env.Install(ctx); err != nil { // the binding back, and enforced
+		t.Fatal(err)
+	}
+	if _, err := pools.Patch(ctx, "ratchet", types.MergePatchType, []byte(`{"metadata":{"finalizers":["ipledger.io/pool-protection"],"labels":{"team":"a"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("an update keeping the stored entry was refused: %v", err)
+	}
+	_, err := pools.Patch(ctx, "ratchet", types.MergePatchType, []byte(`{"spec":{"addresses":["10.0.1.20-10.0.1.10","10.0.2.9-10.0.2.1"]}}`), metav1.PatchOptions{})
+	if err == nil || !strings.Contains(err.Error(), `spec.addresses[1] "10.0.2.9-10.0.2.1"`) {
+		t.Fatalf("a new reversed entry: err = %v, want refused naming spec.addresses[1]", err)
+	}
+	if _, err := pools.Patch(ctx, "ratchet", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
