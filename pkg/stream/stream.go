@@ -25,7 +25,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +38,7 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/ipledger/ipledger/pkg/authz"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -279,15 +280,21 @@ func (c *Client) RemoveHandler(r Registration) {
 // and returns nil. Call it once.
 func (c *Client) Run(ctx context.Context) error {
 	defer c.conn.Close()
-	backoff := c.cfg.MinBackoff
+	// Reconnect delays double from MinBackoff to MaxBackoff, each with up to
+	// 50 % jitter so that many clients of a restarted watcher spread out.
+	newBackoff := func() wait.Backoff {
+		return wait.Backoff{Duration: c.cfg.MinBackoff, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: c.cfg.MaxBackoff}
+	}
+	backoff := newBackoff()
 	for {
 		reachedSync, err := c.watchOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if reachedSync {
-			backoff = c.cfg.MinBackoff
+			backoff = newBackoff()
 		}
+		delay := backoff.Step()
 		code := status.Code(err)
 		c.m.disconnects.WithLabelValues(code.String()).Inc()
 		switch refused := code == codes.Unauthenticated || code == codes.PermissionDenied; {
@@ -302,12 +309,10 @@ func (c *Client) Run(ctx context.Context) error {
 			// audience) or a missing grant: nothing arrives until an operator
 			// fixes it, so say so loudly on every refusal.
 			c.log.Error("Watcher refused this client's credentials; retrying, but nothing is delivered until its token or RBAC is fixed",
-				"code", code.String(), "reason", status.Convert(err).Message(), "backoff", backoff)
+				"code", code.String(), "reason", status.Convert(err).Message(), "retryIn", delay)
 		default:
-			c.log.Info("Watch stream ended; reconnecting", "code", code.String(), "err", err, "backoff", backoff)
+			c.log.Info("Watch stream ended; reconnecting", "code", code.String(), "err", err, "retryIn", delay)
 		}
-		delay := backoff/2 + rand.N(backoff/2+1)
-		backoff = min(backoff*2, c.cfg.MaxBackoff)
 		select {
 		case <-ctx.Done():
 			return nil
