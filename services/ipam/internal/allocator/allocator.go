@@ -235,17 +235,10 @@ type Conflict struct {
 	Message string
 }
 
-// PoolUpdate is what SetPools changed.
+// PoolUpdate is what SetPools found.
 type PoolUpdate struct {
 	// Conflicts lists the Conflicting pools, sorted by pool name.
 	Conflicts []Conflict
-	// Orphans are held IPs that now lie outside every serving pool. They stay
-	// held (never re-assigned) until their Services are released.
-	Orphans []Allocation
-	// Moved are held IPs whose pool changed (a rename, a conflict resolved,
-	// an orphan back in a pool); the controller updates
-	// ipledger.io/allocated-from-pool.
-	Moved []Allocation
 }
 
 // Verdict is one pool's verdict on a Service.
@@ -317,8 +310,8 @@ func New() *Allocator {
 // overlapping an older one (CreatedAt, then name) is Conflicting and serves
 // nothing. Every held or reserved IP is re-attributed to the serving pool
 // containing it. Nothing is released: held IPs outside every serving pool
-// are orphans, reported in every PoolUpdate until their Services are
-// released. Pools with a duplicate name are ignored after the oldest.
+// stay held (HeldOutside counts them) until their Services let them go.
+// Pools with a duplicate name are ignored after the oldest.
 func (a *Allocator) SetPools(pools []*Pool) PoolUpdate {
 	byAge := slices.Clone(pools)
 	slices.SortStableFunc(byAge, ageCompare)
@@ -352,27 +345,13 @@ func (a *Allocator) SetPools(pools []*Pool) PoolUpdate {
 		if p := a.index.lookup(ip); p != nil {
 			name = p.name
 		}
-		if name != st.pool {
-			for _, h := range st.holders {
-				if name != "" {
-					upd.Moved = append(upd.Moved, Allocation{IP: ip, Service: h.service, Pool: name, SharingKey: h.sharing.Key})
-				}
-			}
-			st.pool = name
-		}
-		if name == "" {
-			for _, h := range st.holders {
-				upd.Orphans = append(upd.Orphans, Allocation{IP: ip, Service: h.service, SharingKey: h.sharing.Key})
-			}
-		}
+		st.pool = name
 		a.count(ip, st, 1)
 	}
 	for _, c := range a.conflictOf {
 		upd.Conflicts = append(upd.Conflicts, c)
 	}
 	slices.SortFunc(upd.Conflicts, func(x, y Conflict) int { return strings.Compare(x.Pool, y.Pool) })
-	sortAllocations(upd.Orphans)
-	sortAllocations(upd.Moved)
 	return upd
 }
 
@@ -389,15 +368,6 @@ func (a *Allocator) overlapOf(p *Pool) (Conflict, bool) {
 		}
 	}
 	return Conflict{}, false
-}
-
-func sortAllocations(as []Allocation) {
-	slices.SortFunc(as, func(x, y Allocation) int {
-		if c := x.IP.Compare(y.IP); c != 0 {
-			return c
-		}
-		return strings.Compare(x.Service, y.Service)
-	})
 }
 
 // count adds delta to the used count of the pool st is attributed to, when

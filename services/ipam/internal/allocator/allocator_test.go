@@ -533,8 +533,8 @@ func TestPoolChanges(t *testing.T) {
 			t.Fatal(err)
 		}
 		upd := a.SetPools([]*Pool{mustPool(t, "p", spec("10.0.0.0/31"))})
-		if len(upd.Orphans)+len(upd.Moved)+len(upd.Conflicts) != 0 {
-			t.Fatalf("update = %+v", upd)
+		if len(upd.Conflicts) != 0 || len(a.HeldOutside()) != 0 {
+			t.Fatalf("update = %+v, held outside %v", upd, a.HeldOutside())
 		}
 		if got := mustAllocate(t, a, Request{Service: "ns/b"}).IPs[0]; got != ip("10.0.0.1") {
 			t.Fatalf("got %s", got)
@@ -545,17 +545,17 @@ func TestPoolChanges(t *testing.T) {
 		for _, s := range []string{"ns/a", "ns/b", "ns/c"} {
 			mustAllocate(t, a, Request{Service: s})
 		}
-		upd := a.SetPools([]*Pool{mustPool(t, "p", spec("10.0.0.0/31"))})
-		if len(upd.Orphans) != 1 || upd.Orphans[0].IP != ip("10.0.0.2") || upd.Orphans[0].Service != "ns/c" {
-			t.Fatalf("orphans = %+v", upd.Orphans)
+		a.SetPools([]*Pool{mustPool(t, "p", spec("10.0.0.0/31"))})
+		if got := a.Allocations("ns/c"); len(got) != 1 || got[0].IP != ip("10.0.0.2") || got[0].Pool != "" || got[0].From != "p" || a.HeldOutside()["p"] != 1 {
+			t.Fatalf("ns/c holds %+v, held outside %v; want 10.0.0.2 kept outside pool p", got, a.HeldOutside())
 		}
 		if u, _ := a.Usage("p"); u.IPv4.Used.Int64() != 2 || u.IPv4.Total.Int64() != 2 {
 			t.Fatalf("usage = %v/%v", u.IPv4.Used, u.IPv4.Total)
 		}
 		// still held: growing back does not hand it to someone else
-		upd = a.SetPools([]*Pool{mustPool(t, "p", spec("10.0.0.0/30"))})
-		if len(upd.Moved) != 1 || upd.Moved[0].Pool != "p" {
-			t.Fatalf("moved = %+v", upd.Moved)
+		a.SetPools([]*Pool{mustPool(t, "p", spec("10.0.0.0/30"))})
+		if got := a.Allocations("ns/c"); got[0].Pool != "p" || len(a.HeldOutside()) != 0 {
+			t.Fatalf("ns/c holds %+v after the pool grew back", got)
 		}
 		if got := mustAllocate(t, a, Request{Service: "ns/d"}).IPs[0]; got != ip("10.0.0.3") {
 			t.Fatalf("got %s", got)
@@ -577,9 +577,9 @@ func TestPoolChanges(t *testing.T) {
 	t.Run("rename", func(t *testing.T) {
 		a := newAllocator(t, mustPool(t, "old", spec("10.0.0.0/30")))
 		mustAllocate(t, a, Request{Service: "ns/a"})
-		upd := a.SetPools([]*Pool{mustPool(t, "new", spec("10.0.0.0/30"))})
-		if len(upd.Moved) != 1 || upd.Moved[0].Pool != "new" || upd.Moved[0].Service != "ns/a" {
-			t.Fatalf("moved = %+v", upd.Moved)
+		a.SetPools([]*Pool{mustPool(t, "new", spec("10.0.0.0/30"))})
+		if got := a.Allocations("ns/a"); len(got) != 1 || got[0].Pool != "new" || got[0].From != "old" {
+			t.Fatalf("ns/a holds %+v, want its address in pool new, handed out from old", got)
 		}
 		if res := mustAllocate(t, a, Request{Service: "ns/a"}); res.New || res.Pool != "new" {
 			t.Fatalf("res = %+v", res)
@@ -625,9 +625,10 @@ func TestPoolChanges(t *testing.T) {
 		// the older pool goes away: the newer one serves, IPs move to it
 		a.Assign("ns/y", addrs("10.0.0.200"), Sharing{})
 		upd = a.SetPools([]*Pool{mustPool(t, "newer", newer)})
-		if len(upd.Conflicts) != 0 || len(upd.Orphans) != 1 || upd.Orphans[0].Service != "ns/x" || len(upd.Moved) != 1 || upd.Moved[0].Service != "ns/y" {
-			t.Fatalf("update = %+v", upd)
+		if len(upd.Conflicts) != 0 || a.HeldOutside()["older"] != 1 || a.Allocations("ns/x")[0].Pool != "" || a.Allocations("ns/y")[0].Pool != "newer" {
+			t.Fatalf("update = %+v, held outside %v, x %+v, y %+v", upd, a.HeldOutside(), a.Allocations("ns/x"), a.Allocations("ns/y"))
 		}
+
 	})
 }
 

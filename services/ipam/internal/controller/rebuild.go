@@ -45,11 +45,8 @@ type Conflict struct {
 
 // Rebuilt is the allocator after a rebuild, with what the rebuild found.
 type Rebuilt struct {
-	Alloc      *allocator.Allocator
-	PoolUpdate allocator.PoolUpdate
-	Conflicts  []Conflict
-	// Sources says where each Service's held IPs came from.
-	Sources map[string]ClaimSource
+	Alloc     *allocator.Allocator
+	Conflicts []Conflict
 }
 
 // Rebuild registers every IP already handed out before anything new is
@@ -63,8 +60,8 @@ type Rebuilt struct {
 // Conflict, never moved. Pending Services are left pending: the caller
 // allocates them afterwards.
 func Rebuild(in Inputs) Rebuilt {
-	r := Rebuilt{Alloc: allocator.New(), Sources: map[string]ClaimSource{}}
-	r.PoolUpdate = r.Alloc.SetPools(in.Pools)
+	r := Rebuilt{Alloc: allocator.New()}
+	r.Alloc.SetPools(in.Pools)
 	for _, res := range in.Ledger.Reservations {
 		// Reservations were checked when made; a clash here means the
 		// ledger was edited by hand, and the reservation still wins.
@@ -119,9 +116,6 @@ func Rebuild(in Inputs) Rebuilt {
 				}
 			}
 		}
-		if len(r.Alloc.Allocations(k)) > 0 {
-			r.Sources[k] = FromLedger
-		}
 		// An address its pool no longer offers stays counted in, and named
 		// by, the pool the ledger says it came from.
 		for _, e := range entries {
@@ -144,7 +138,6 @@ func Rebuild(in Inputs) Rebuilt {
 				Message: fmt.Sprintf("status names %s, but %v", addrs(ips), err)})
 			continue
 		}
-		r.Sources[k] = FromStatus
 	}
 
 	// Every IP one of our Services requests is claimed before anything is
@@ -174,7 +167,6 @@ func Rebuild(in Inputs) Rebuilt {
 			r.Conflicts = append(r.Conflicts, Conflict{Service: k, IPs: req.RequestedIPs, Source: FromRequest, Message: err.Error()})
 			continue
 		}
-		r.Sources[k] = FromRequest
 	}
 	return r
 }

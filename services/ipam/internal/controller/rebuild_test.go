@@ -173,8 +173,8 @@ func TestRebuildReportsConflicts(t *testing.T) {
 		r.Conflicts[1].Service != "ns/req" || r.Conflicts[1].Source != FromRequest {
 		t.Fatalf("conflicts = %+v", r.Conflicts)
 	}
-	if r.Sources["ns/first"] != FromStatus {
-		t.Fatalf("sources = %v", r.Sources)
+	if got := r.Alloc.Allocations("ns/first"); len(got) != 1 || got[0].IP != netip.MustParseAddr("10.0.0.1") {
+		t.Fatalf("ns/first holds %+v, want 10.0.0.1 from its status", got)
 	}
 }
 
