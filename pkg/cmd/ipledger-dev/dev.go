@@ -440,7 +440,10 @@ func (d *Dev) Logs(w io.Writer, follow bool, component string) error {
 	}
 	args := append([]string{"-n", "200"}, files...)
 	if follow {
-		args = append([]string{"-F"}, args...)
+		// --pid: the follower ends with this command, however this command
+		// ends (Ctrl-C through make and go run, a kill), instead of being
+		// left behind tailing .dev/logs.
+		args = append([]string{"-F", fmt.Sprintf("--pid=%d", os.Getpid())}, args...)
 	}
 	cmd := exec.Command("tail", args...)
 	cmd.Stdout, cmd.Stderr = w, os.Stderr
