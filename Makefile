@@ -14,7 +14,7 @@ GO_TEST_FLAGS ?= -count=1 -timeout 30m
 help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-tools: ## Build the pinned tools (kube-apiserver, etcd, kubectl, buf, grpcurl); ~11 min the first time, then cached.
+tools: ## Build the pinned tools (kube-apiserver, etcd, kubectl, buf, grpcurl, promtool); ~17 min the first time, then cached.
 	@hack/build-tools.sh
 
 proto: ## Regenerate the protobuf Go code.
@@ -47,4 +47,4 @@ fmt: ## gofmt every Go file.
 	gofmt -w $$(find . -name '*.go' -not -name '*.pb.go' -not -path './.dev/*')
 
 tidy: ## go mod tidy in every module (hack/tools too).
-	for m in $(MODULES) hack/tools; do (cd $$m && GOWORK=off go mod tidy); done
+	for m in $(MODULES) hack/tools hack/tools/promtool; do (cd $$m && GOWORK=off go mod tidy); done

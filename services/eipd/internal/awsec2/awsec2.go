@@ -72,8 +72,9 @@ type Client struct {
 }
 
 type metrics struct {
-	calls  *prometheus.CounterVec
-	errors *prometheus.CounterVec
+	calls     *prometheus.CounterVec
+	errors    *prometheus.CounterVec
+	uncertain prometheus.Counter
 }
 
 // ValidateClusterID checks a --cluster-id. It goes verbatim into the
@@ -137,9 +138,14 @@ func New(ctx context.Context, clusterID string, cfg Config, reg prometheus.Regis
 			Name: "ipledger_eipd_ec2_errors_total",
 			Help: "Failed EC2 HTTP requests (each retry attempt counts) by action and error code.",
 		}, []string{"action", "code"}),
+		uncertain: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ipledger_eipd_uncertain_allocations_total",
+			Help: "AllocateAddress calls whose outcome stayed unknown (a 5xx, a timeout or a lost response, and no address tagged for the Node " +
+				"listed after it): the Node waits up to --ec2-consistency-timeout for an address to appear before eipd allocates again.",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.calls, m.errors} {
+		for _, c := range []prometheus.Collector{m.calls, m.errors, m.uncertain} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register EC2 metrics: %w", err)
 			}
@@ -331,11 +337,13 @@ func (c *Client) Allocate(ctx context.Context, node string) (decide.Address, err
 	}
 	existing, lerr := c.LookupByNode(ctx, node)
 	if lerr != nil {
+		c.metrics.uncertain.Inc()
 		return decide.Address{}, fmt.Errorf("allocate address for node %s: %w (%w; and the lookup after it failed: %v)", node, ErrUncertain, err, lerr)
 	}
 	if len(existing) > 0 {
 		return existing[0], nil
 	}
+	c.metrics.uncertain.Inc()
 	return decide.Address{}, fmt.Errorf("allocate address for node %s: %w: %w", node, ErrUncertain, err)
 }
 

@@ -140,6 +140,9 @@ func TestAllocateDroppedResponseFindsAddressByTag(t *testing.T) {
 	if n := f.proxy.Count("AllocateAddress"); n != 1 {
 		t.Errorf("AllocateAddress sent %d times, want 1 (never retried)", n)
 	}
+	if n := testenv.MetricValue(t, f.reg, "ipledger_eipd_uncertain_allocations_total", nil); n != 0 {
+		t.Errorf("an address found by tag after a lost response is no uncertain allocation; counted %v", n)
+	}
 }
 
 func TestAllocateDroppedAndInvisibleIsUncertain(t *testing.T) {
@@ -158,6 +161,9 @@ func TestAllocateDroppedAndInvisibleIsUncertain(t *testing.T) {
 	}
 	if listed, _ := f.client.ListManaged(ctx(t)); len(listed) != 0 {
 		t.Fatalf("the proxy should hide the young address, ListManaged = %+v", listed)
+	}
+	if n := testenv.MetricValue(t, f.reg, "ipledger_eipd_uncertain_allocations_total", nil); n != 1 {
+		t.Errorf("ipledger_eipd_uncertain_allocations_total = %v, want 1", n)
 	}
 	f.proxy.SetVisibilityDelay(0)
 	if listed, _ := f.client.ListManaged(ctx(t)); len(listed) != 1 {

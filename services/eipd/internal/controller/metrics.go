@@ -53,6 +53,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "ipledger_eipd_sweeps_total", Help: "Sweeps of this cluster's Elastic IPs for Nodes that no longer want them, by result: ok, error.",
 		}, []string{"result"}),
 	}
+	// Both sources are exported from the start, at 0, so that the first
+	// refusal is an increase an alert or a dashboard can see.
+	for _, source := range []string{"sync", "sweep"} {
+		m.refused.WithLabelValues(source)
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.managed, m.associated, m.orphaned, m.duplicates, m.syncs, m.refused, m.liveReads, m.liveReadSeconds, m.sweeps} {
 			if err := reg.Register(c); err != nil {

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"math/big"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -16,12 +18,20 @@ type metrics struct {
 	failures      *prometheus.CounterVec
 	statusWrites  *prometheus.CounterVec
 	pending       leader.Gauge
+	pendingSince  *prometheus.GaugeVec
 	passSeconds   prometheus.Histogram
 	ledgerCorrupt leader.Gauge
+
+	mu sync.Mutex
+	// poolSeries and pendingReasons are the label values exported now, so
+	// that only series that went away are deleted.
+	poolSeries     map[[2]string]bool // pool, family
+	pendingReasons map[string]bool
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		poolSeries: map[[2]string]bool{}, pendingReasons: map[string]bool{},
 		addresses: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ipledger_ipam_pool_addresses",
 			Help: "Addresses of each IPPool by family and state (total, used). IPv6 totals beyond 2^53 lose precision as floats; the IPPool status has the exact decimal.",
@@ -42,6 +52,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ipledger_ipam_pending_services",
 			Help: "LoadBalancer Services of our class holding no address.",
 		}),
+		pendingSince: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ipledger_ipam_oldest_pending_service_timestamp_seconds",
+			Help: "Unix time since which the longest-waiting LoadBalancer Service of our class, by the reason it holds no address, has held none " +
+				"(from its condition's lastTransitionTime, so a new leader keeps it). No series for a reason no Service is pending for.",
+		}, []string{"reason"}),
 		passSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ipledger_ipam_reconcile_duration_seconds",
 			Help:    "Duration of one reconcile pass (decide a batch, commit the ledger, write statuses).",
@@ -53,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.addresses, m.allocations, m.failures, m.statusWrites, m.pending, m.passSeconds, m.ledgerCorrupt)
+		reg.MustRegister(m.addresses, m.allocations, m.failures, m.statusWrites, m.pending, m.pendingSince, m.passSeconds, m.ledgerCorrupt)
 	}
 	return m
 }
@@ -62,26 +77,78 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // usage, pending Services, a corrupt ledger) when a term ends: a standby must
 // not report a former leader's values for alerts to fire on.
 func (m *metrics) forgetLeaderGauges() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.addresses.Reset()
+	clear(m.poolSeries)
 	m.pending.Forget()
+	m.pendingSince.Reset()
+	clear(m.pendingReasons)
 	m.ledgerCorrupt.Forget()
+}
+
+// pendingService is a Service of our class that holds no address: since
+// when, and why.
+type pendingService struct {
+	since  time.Time
+	reason string
+}
+
+// setPending exports how many Services are pending and, by reason, since
+// when the longest-waiting one has been. Series of reasons no Service is
+// pending for any more are deleted one by one, never all reset, so that a
+// scrape never sees a gap an alert's `for` would restart on.
+func (m *metrics) setPending(pending map[string]pendingService) {
+	m.pending.Set(float64(len(pending)))
+	oldest := map[string]time.Time{}
+	for _, p := range pending {
+		if o, ok := oldest[p.reason]; !ok || p.since.Before(o) {
+			oldest[p.reason] = p.since
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for reason := range m.pendingReasons {
+		if _, ok := oldest[reason]; !ok {
+			m.pendingSince.DeleteLabelValues(reason)
+			delete(m.pendingReasons, reason)
+		}
+	}
+	for reason, since := range oldest {
+		m.pendingSince.WithLabelValues(reason).Set(float64(since.UnixMilli()) / 1e3)
+		m.pendingReasons[reason] = true
+	}
 }
 
 func (m *metrics) setPoolUsage(a *allocator.Allocator, pools []*watcherv1.Object) {
 	if a == nil {
 		return
 	}
-	m.addresses.Reset()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	f := func(x *big.Int) float64 { v, _ := new(big.Float).SetInt(x).Float64(); return v }
+	now := map[[2]string]bool{}
 	for _, p := range pools {
 		name := p.GetMeta().GetName()
 		u, ok := a.Usage(name)
 		if !ok {
 			continue
 		}
-		m.addresses.WithLabelValues(name, "IPv4", "total").Set(f(u.IPv4.Total))
-		m.addresses.WithLabelValues(name, "IPv4", "used").Set(f(u.IPv4.Used))
-		m.addresses.WithLabelValues(name, "IPv6", "total").Set(f(u.IPv6.Total))
-		m.addresses.WithLabelValues(name, "IPv6", "used").Set(f(u.IPv6.Used))
+		for _, fam := range []struct {
+			name string
+			u    allocator.FamilyUsage
+		}{{"IPv4", u.IPv4}, {"IPv6", u.IPv6}} {
+			m.addresses.WithLabelValues(name, fam.name, "total").Set(f(fam.u.Total))
+			m.addresses.WithLabelValues(name, fam.name, "used").Set(f(fam.u.Used))
+			now[[2]string{name, fam.name}] = true
+		}
 	}
+	// Pools that went away (or serve nothing) lose their series; the others
+	// are never reset, so a scrape never sees a gap.
+	for k := range m.poolSeries {
+		if !now[k] {
+			m.addresses.DeletePartialMatch(prometheus.Labels{"pool": k[0], "family": k[1]})
+		}
+	}
+	m.poolSeries = now
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/big"
 	"slices"
 	"sort"
 	"strings"
@@ -95,8 +97,8 @@ func (w *worker) poolStatus(obj *watcherv1.Object, heldOutside map[string]int) m
 	if w.alloc != nil {
 		var u allocator.Usage
 		if u, served = w.alloc.Usage(name); served {
-			status["ipv4"] = map[string]any{"total": u.IPv4.Total.String(), "used": u.IPv4.Used.String()}
-			status["ipv6"] = map[string]any{"total": u.IPv6.Total.String(), "used": u.IPv6.Used.String()}
+			status["ipv4"] = familyStatus(u.IPv4)
+			status["ipv6"] = familyStatus(u.IPv6)
 		}
 		status["heldOutside"] = heldOutside[name]
 	}
@@ -144,6 +146,29 @@ func (w *worker) poolStatus(obj *watcherv1.Object, heldOutside map[string]int) m
 	}
 	status["conditions"] = conds
 	return status
+}
+
+// familyStatus is a family's counts as the IPPool status shows them:
+// integers, so that kubectl sorts and prints them as numbers, capped at
+// math.MaxInt64 (an IPv6 /64 alone holds 2^64 addresses); totalExact and
+// availableExact are the exact decimals, capped or not. Used is capped the
+// same way, though Services and reservations never come near 2^63.
+func familyStatus(f allocator.FamilyUsage) map[string]any {
+	available := new(big.Int).Sub(f.Total, f.Used)
+	return map[string]any{
+		"total": capInt64(f.Total), "used": capInt64(f.Used), "available": capInt64(available),
+		"totalExact": f.Total.String(), "availableExact": available.String(),
+	}
+}
+
+func capInt64(x *big.Int) int64 {
+	if !x.IsInt64() {
+		if x.Sign() < 0 {
+			return 0
+		}
+		return math.MaxInt64
+	}
+	return max(x.Int64(), 0)
 }
 
 func readyOf(status map[string]any) string {

@@ -45,7 +45,7 @@ type worker struct {
 	expect      map[string]expectation
 	poolWritten map[string]string // pool -> the status patch last written
 	retries     map[string]int
-	pending     map[string]bool
+	pending     map[string]pendingService
 
 	mu         sync.Mutex
 	dirty      map[string]struct{}
@@ -61,7 +61,7 @@ func newWorker(c *Controller, term *leader.Term) *worker {
 	return &worker{
 		c: c, term: term, log: c.log.With("term", term.ID()),
 		expect: map[string]expectation{}, poolWritten: map[string]string{},
-		retries: map[string]int{}, pending: map[string]bool{},
+		retries: map[string]int{}, pending: map[string]pendingService{},
 		dirty: map[string]struct{}{}, wake: make(chan struct{}, 1), mutations: make(chan mutation),
 	}
 }
@@ -167,8 +167,8 @@ func (w *worker) open(ctx context.Context) error {
 	if w.corrupt != nil {
 		w.log.Info("The ledger is readable again; allocation resumes")
 		w.corrupt = nil
-		w.c.metrics.ledgerCorrupt.Set(0)
 	}
+	w.c.metrics.ledgerCorrupt.Set(0)
 	w.rebuild()
 	for _, cf := range w.conflicts {
 		w.log.Warn("Conflicting claim to an IP", "service", cf.Service, "ip", addrs(cf.IPs), "source", string(cf.Source), "reason", cf.Message)
@@ -448,7 +448,7 @@ func (w *worker) pass(ctx context.Context) {
 			}
 		}
 		if len(held) == 0 {
-			w.pending[key] = true
+			w.pending[key] = w.stillPending(key, cur, want.cond)
 		} else {
 			delete(w.pending, key)
 		}
@@ -512,8 +512,26 @@ func (w *worker) pass(ctx context.Context) {
 	w.writeStatuses(ctx, writes)
 	w.writePoolStatuses(ctx)
 	w.syncPoolFinalizers(ctx)
-	w.c.metrics.pending.Set(float64(len(w.pending)))
+	w.c.metrics.setPending(w.pending)
 	w.c.metrics.passSeconds.Observe(time.Since(start).Seconds())
+}
+
+// stillPending is the pending record of a Service that holds no address
+// after this pass: pending since this term first saw it so, or, when the
+// Service's condition already said False, since that condition's
+// lastTransitionTime (a Service that waited before this term began keeps
+// its age); the reason is the one this pass decided.
+func (w *worker) stillPending(key string, cur svcStatus, decided *condition) pendingService {
+	p := pendingService{since: time.Now(), reason: "Unknown"}
+	if decided != nil && decided.reason != "" {
+		p.reason = decided.reason
+	}
+	if old, ok := w.pending[key]; ok {
+		p.since = old.since
+	} else if c := cur.cond; c != nil && c.status == "False" && c.lastTransition.Unix() > 0 && c.lastTransition.Before(p.since) {
+		p.since = c.lastTransition
+	}
+	return p
 }
 
 // ledgerEdits returns the ledger entries to write so that the ledger says

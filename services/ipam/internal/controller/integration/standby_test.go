@@ -15,7 +15,7 @@ import (
 
 // leaderOnly are the series only the lease holder knows; alerts fire on them.
 var leaderOnly = []string{
-	"ipledger_ipam_pool_addresses", "ipledger_ipam_pending_services",
+	"ipledger_ipam_pool_addresses", "ipledger_ipam_pending_services", "ipledger_ipam_ledger_corrupt",
 	"ipledger_ipam_ledger_bytes", "ipledger_ipam_ledger_shards", "ipledger_ipam_ledger_entries",
 }
 
