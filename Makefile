@@ -9,7 +9,7 @@ MODULES := proto pkg services/watcher services/ipam services/endpoints services/
 PACKAGES := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: help tools proto proto-check vet test bench up down run fmt tidy
+.PHONY: help tools proto proto-check vet test test-unit bench up down run fmt tidy
 
 help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -29,6 +29,9 @@ vet: ## go vet every module, and gofmt.
 
 test: tools proto-check vet ## Everything CI runs: proto checks, vet, unit, integration (real API server), manifests, e2e.
 	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) go test $(GO_TEST_FLAGS) $(PACKAGES)
+
+test-unit: ## The fast layer only: every package with tests and no TestMain (no etcd, kube-apiserver or moto), no tools.
+	go test $(GO_TEST_FLAGS) $$(hack/unit-packages.sh $(PACKAGES))
 
 bench: tools ## Benchmarks (BENCHMARKS.md): hack/bench.sh [micro watcher ipam endpoints eipd]; results in .dev/bench/.
 	hack/bench.sh $(SUITES)

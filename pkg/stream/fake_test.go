@@ -10,12 +10,13 @@ import (
 	"google.golang.org/grpc"
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 )
 
 // fakeWatcher is a minimal WatcherService: a snapshot of its objects, SYNCED,
 // then whatever the test pushes. It never resumes (every stream is a snapshot).
 type fakeWatcher struct {
-	watcherv1.UnimplementedWatcherServiceServer
+	watcherv1grpc.UnimplementedWatcherServiceServer
 	epoch string
 
 	mu      sync.Mutex
@@ -56,7 +57,7 @@ func startFakeOn(t *testing.T, addr, epoch string, objs ...*watcherv1.Object) *f
 	}
 	f.addr = ln.Addr().String()
 	f.srv = grpc.NewServer()
-	watcherv1.RegisterWatcherServiceServer(f.srv, f)
+	watcherv1grpc.RegisterWatcherServiceServer(f.srv, f)
 	go f.srv.Serve(ln)
 	t.Cleanup(f.srv.Stop)
 	return f

@@ -42,6 +42,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/authz"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 )
 
 // Config says which watcher to dial and what to stream from it.
@@ -329,7 +330,7 @@ func (c *Client) watchOnce(ctx context.Context) (bool, error) {
 	if c.epoch != "" {
 		req.Resume = &watcherv1.ResumePoint{Epoch: c.epoch, Revision: c.resumeRev}
 	}
-	stream, err := watcherv1.NewWatcherServiceClient(c.conn).Watch(ctx, req)
+	stream, err := watcherv1grpc.NewWatcherServiceClient(c.conn).Watch(ctx, req)
 	if err != nil {
 		return false, err
 	}

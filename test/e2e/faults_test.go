@@ -20,6 +20,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/faultproxy"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 )
 
 // noNodePorts: the suite creates thousands of LoadBalancer Services with
@@ -270,7 +271,7 @@ func TestStalledSubscriber(t *testing.T) {
 	conn := sys.Dial(t, w.GRPCAddr, "ipledger-ipam", grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stream, err := watcherv1.NewWatcherServiceClient(conn).Watch(ctx, &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE}})
+	stream, err := watcherv1grpc.NewWatcherServiceClient(conn).Watch(ctx, &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE}})
 	if err != nil {
 		t.Fatal(err)
 	}

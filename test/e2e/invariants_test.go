@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
+	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 )
 
 const sharedIPAnnotation = "ipledger.io/allow-shared-ip"
@@ -67,7 +68,7 @@ func checkNoIPOnTwoServices(services []corev1.Service) error {
 // ledgerAllocations pages through ipam's ListAllocations: the ledger as any
 // replica sees it.
 func ledgerAllocations(ctx context.Context, conn *grpc.ClientConn) ([]*ipamv1.Allocation, error) {
-	client := ipamv1.NewIPAMServiceClient(conn)
+	client := ipamv1grpc.NewIPAMServiceClient(conn)
 	var all []*ipamv1.Allocation
 	token := ""
 	for {

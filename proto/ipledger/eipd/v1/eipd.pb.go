@@ -237,10 +237,7 @@ const file_ipledger_eipd_v1_eipd_proto_rawDesc = "" +
 	"\x05state\x18\a \x01(\tR\x05state\x12\x18\n" +
 	"\amessage\x18\b \x01(\tR\amessage\"P\n" +
 	"\x15ListAddressesResponse\x127\n" +
-	"\taddresses\x18\x01 \x03(\v2\x19.ipledger.eipd.v1.AddressR\taddresses2n\n" +
-	"\n" +
-	"EIPService\x12`\n" +
-	"\rListAddresses\x12&.ipledger.eipd.v1.ListAddressesRequest\x1a'.ipledger.eipd.v1.ListAddressesResponseB<Z:github.com/ipledger/ipledger/proto/ipledger/eipd/v1;eipdv1b\x06proto3"
+	"\taddresses\x18\x01 \x03(\v2\x19.ipledger.eipd.v1.AddressR\taddressesB<Z:github.com/ipledger/ipledger/proto/ipledger/eipd/v1;eipdv1b\x06proto3"
 
 var (
 	file_ipledger_eipd_v1_eipd_proto_rawDescOnce sync.Once
@@ -262,10 +259,8 @@ var file_ipledger_eipd_v1_eipd_proto_goTypes = []any{
 }
 var file_ipledger_eipd_v1_eipd_proto_depIdxs = []int32{
 	1, // 0: ipledger.eipd.v1.ListAddressesResponse.addresses:type_name -> ipledger.eipd.v1.Address
-	0, // 1: ipledger.eipd.v1.EIPService.ListAddresses:input_type -> ipledger.eipd.v1.ListAddressesRequest
-	2, // 2: ipledger.eipd.v1.EIPService.ListAddresses:output_type -> ipledger.eipd.v1.ListAddressesResponse
-	2, // [2:3] is the sub-list for method output_type
-	1, // [1:2] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for method output_type
+	1, // [1:1] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -284,7 +279,7 @@ func file_ipledger_eipd_v1_eipd_proto_init() {
 			NumEnums:      0,
 			NumMessages:   3,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   0,
 		},
 		GoTypes:           file_ipledger_eipd_v1_eipd_proto_goTypes,
 		DependencyIndexes: file_ipledger_eipd_v1_eipd_proto_depIdxs,

@@ -1294,14 +1294,7 @@ const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
 	"\x19ReleaseReservationRequest\x12\x0e\n" +
 	"\x02ip\x18\x01 \x01(\tR\x02ip\"]\n" +
 	"\x1aReleaseReservationResponse\x12?\n" +
-	"\vreservation\x18\x01 \x01(\v2\x1d.ipledger.ipam.v1.ReservationR\vreservation2\xe8\x04\n" +
-	"\vIPAMService\x12f\n" +
-	"\x0fListAllocations\x12(.ipledger.ipam.v1.ListAllocationsRequest\x1a).ipledger.ipam.v1.ListAllocationsResponse\x12`\n" +
-	"\rGetAllocation\x12&.ipledger.ipam.v1.GetAllocationRequest\x1a'.ipledger.ipam.v1.GetAllocationResponse\x12T\n" +
-	"\tListPools\x12\".ipledger.ipam.v1.ListPoolsRequest\x1a#.ipledger.ipam.v1.ListPoolsResponse\x12c\n" +
-	"\x0eExplainService\x12'.ipledger.ipam.v1.ExplainServiceRequest\x1a(.ipledger.ipam.v1.ExplainServiceResponse\x12c\n" +
-	"\x0eReserveAddress\x12'.ipledger.ipam.v1.ReserveAddressRequest\x1a(.ipledger.ipam.v1.ReserveAddressResponse\x12o\n" +
-	"\x12ReleaseReservation\x12+.ipledger.ipam.v1.ReleaseReservationRequest\x1a,.ipledger.ipam.v1.ReleaseReservationResponseB<Z:github.com/ipledger/ipledger/proto/ipledger/ipam/v1;ipamv1b\x06proto3"
+	"\vreservation\x18\x01 \x01(\v2\x1d.ipledger.ipam.v1.ReservationR\vreservationB<Z:github.com/ipledger/ipledger/proto/ipledger/ipam/v1;ipamv1b\x06proto3"
 
 var (
 	file_ipledger_ipam_v1_ipam_proto_rawDescOnce sync.Once
@@ -1353,20 +1346,8 @@ var file_ipledger_ipam_v1_ipam_proto_depIdxs = []int32{
 	0,  // 12: ipledger.ipam.v1.ReserveAddressRequest.for_service:type_name -> ipledger.ipam.v1.ServiceRef
 	14, // 13: ipledger.ipam.v1.ReserveAddressResponse.reservation:type_name -> ipledger.ipam.v1.Reservation
 	14, // 14: ipledger.ipam.v1.ReleaseReservationResponse.reservation:type_name -> ipledger.ipam.v1.Reservation
-	2,  // 15: ipledger.ipam.v1.IPAMService.ListAllocations:input_type -> ipledger.ipam.v1.ListAllocationsRequest
-	4,  // 16: ipledger.ipam.v1.IPAMService.GetAllocation:input_type -> ipledger.ipam.v1.GetAllocationRequest
-	6,  // 17: ipledger.ipam.v1.IPAMService.ListPools:input_type -> ipledger.ipam.v1.ListPoolsRequest
-	11, // 18: ipledger.ipam.v1.IPAMService.ExplainService:input_type -> ipledger.ipam.v1.ExplainServiceRequest
-	15, // 19: ipledger.ipam.v1.IPAMService.ReserveAddress:input_type -> ipledger.ipam.v1.ReserveAddressRequest
-	17, // 20: ipledger.ipam.v1.IPAMService.ReleaseReservation:input_type -> ipledger.ipam.v1.ReleaseReservationRequest
-	3,  // 21: ipledger.ipam.v1.IPAMService.ListAllocations:output_type -> ipledger.ipam.v1.ListAllocationsResponse
-	5,  // 22: ipledger.ipam.v1.IPAMService.GetAllocation:output_type -> ipledger.ipam.v1.GetAllocationResponse
-	10, // 23: ipledger.ipam.v1.IPAMService.ListPools:output_type -> ipledger.ipam.v1.ListPoolsResponse
-	13, // 24: ipledger.ipam.v1.IPAMService.ExplainService:output_type -> ipledger.ipam.v1.ExplainServiceResponse
-	16, // 25: ipledger.ipam.v1.IPAMService.ReserveAddress:output_type -> ipledger.ipam.v1.ReserveAddressResponse
-	18, // 26: ipledger.ipam.v1.IPAMService.ReleaseReservation:output_type -> ipledger.ipam.v1.ReleaseReservationResponse
-	21, // [21:27] is the sub-list for method output_type
-	15, // [15:21] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
 	15, // [15:15] is the sub-list for extension extendee
 	0,  // [0:15] is the sub-list for field type_name
@@ -1389,7 +1370,7 @@ func file_ipledger_ipam_v1_ipam_proto_init() {
 			NumEnums:      0,
 			NumMessages:   19,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   0,
 		},
 		GoTypes:           file_ipledger_ipam_v1_ipam_proto_goTypes,
 		DependencyIndexes: file_ipledger_ipam_v1_ipam_proto_depIdxs,

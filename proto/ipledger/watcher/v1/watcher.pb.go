@@ -2275,9 +2275,7 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x11EVENT_TYPE_UPSERT\x10\x01\x12\x15\n" +
 	"\x11EVENT_TYPE_DELETE\x10\x02\x12\x15\n" +
 	"\x11EVENT_TYPE_SYNCED\x10\x03\x12\x18\n" +
-	"\x14EVENT_TYPE_HEARTBEAT\x10\x042b\n" +
-	"\x0eWatcherService\x12P\n" +
-	"\x05Watch\x12!.ipledger.watcher.v1.WatchRequest\x1a\".ipledger.watcher.v1.WatchResponse0\x01BBZ@github.com/ipledger/ipledger/proto/ipledger/watcher/v1;watcherv1b\x06proto3"
+	"\x14EVENT_TYPE_HEARTBEAT\x10\x04BBZ@github.com/ipledger/ipledger/proto/ipledger/watcher/v1;watcherv1b\x06proto3"
 
 var (
 	file_ipledger_watcher_v1_watcher_proto_rawDescOnce sync.Once
@@ -2361,10 +2359,8 @@ var file_ipledger_watcher_v1_watcher_proto_depIdxs = []int32{
 	24, // 31: ipledger.watcher.v1.ExternalWorkload.ports:type_name -> ipledger.watcher.v1.WorkloadPort
 	8,  // 32: ipledger.watcher.v1.ExternalWorkload.conditions:type_name -> ipledger.watcher.v1.Condition
 	30, // 33: ipledger.watcher.v1.ConfigMap.data:type_name -> ipledger.watcher.v1.ConfigMap.DataEntry
-	2,  // 34: ipledger.watcher.v1.WatcherService.Watch:input_type -> ipledger.watcher.v1.WatchRequest
-	4,  // 35: ipledger.watcher.v1.WatcherService.Watch:output_type -> ipledger.watcher.v1.WatchResponse
-	35, // [35:36] is the sub-list for method output_type
-	34, // [34:35] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
 	34, // [34:34] is the sub-list for extension type_name
 	34, // [34:34] is the sub-list for extension extendee
 	0,  // [0:34] is the sub-list for field type_name
@@ -2393,7 +2389,7 @@ func file_ipledger_watcher_v1_watcher_proto_init() {
 			NumEnums:      2,
 			NumMessages:   29,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   0,
 		},
 		GoTypes:           file_ipledger_watcher_v1_watcher_proto_goTypes,
 		DependencyIndexes: file_ipledger_watcher_v1_watcher_proto_depIdxs,

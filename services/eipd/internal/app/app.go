@@ -27,7 +27,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/opsserver"
 	"github.com/ipledger/ipledger/pkg/stream"
-	eipdv1 "github.com/ipledger/ipledger/proto/ipledger/eipd/v1"
+	eipdv1grpc "github.com/ipledger/ipledger/proto/ipledger/eipd/v1/eipdv1grpc"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
 	"github.com/ipledger/ipledger/services/eipd/internal/controller"
@@ -147,7 +147,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.grpc, err = grpcserver.New(cfg.GRPC, authz.New(a.client, server.Rules, a.log), a.log, a.Registry); err != nil {
 		return nil, err
 	}
-	a.grpc.Register(&eipdv1.EIPService_ServiceDesc, server.New(ec2c, a.watch.Store(), a.Controller.Status()))
+	a.grpc.Register(&eipdv1grpc.EIPService_ServiceDesc, server.New(ec2c, a.watch.Store(), a.Controller.Status()))
 	a.ops = opsserver.New(cfg.Ops, a.Registry, a.ready)
 	return a, nil
 }

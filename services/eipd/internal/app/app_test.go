@@ -29,6 +29,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/stream"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	eipdv1 "github.com/ipledger/ipledger/proto/ipledger/eipd/v1"
+	eipdv1grpc "github.com/ipledger/ipledger/proto/ipledger/eipd/v1/eipdv1grpc"
 	"github.com/ipledger/ipledger/services/eipd/internal/app"
 	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
 	"github.com/ipledger/ipledger/services/eipd/internal/controller"
@@ -241,7 +242,7 @@ func TestLabelledNodeEndToEnd(t *testing.T) {
 		defer conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		return eipdv1.NewEIPServiceClient(conn).ListAddresses(ctx, &eipdv1.ListAddressesRequest{Node: node})
+		return eipdv1grpc.NewEIPServiceClient(conn).ListAddresses(ctx, &eipdv1.ListAddressesRequest{Node: node})
 	}
 	testenv.Eventually(t, 10*time.Second, func() error {
 		resp, err := list(viewerToken)

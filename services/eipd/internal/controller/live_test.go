@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,24 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
+
+// noNodes is an API server that has no Node: every GET of one answers 404
+// with the Status a kube-apiserver sends.
+func noNodes(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, ok := strings.CutPrefix(r.URL.Path, "/api/v1/nodes/")
+		if r.Method != http.MethodGet || !ok {
+			http.Error(w, "unexpected request "+r.Method+" "+r.URL.Path, http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"nodes %q not found","reason":"NotFound","details":{"name":%q,"kind":"nodes"},"code":404}`, name, name)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
 
 // gatedGets holds every GET of a Node until released, counting how many are
 // in flight at once.
@@ -50,12 +69,12 @@ func (g *gatedGets) counts() (inFlight, max int) {
 }
 
 // TestLiveNodesReadsInParallelWithinTheBound: confirming many Nodes sends
-// their GETs side by side, never more than the bound at once, against the
-// real API server.
+// their GETs side by side, never more than the bound at once. The API server
+// is a stand-in (an HTTP server without Nodes): what is under test is the
+// client side, over a real HTTP connection.
 func TestLiveNodesReadsInParallelWithinTheBound(t *testing.T) {
-	env := testenv.Get(t)
 	gate := &gatedGets{release: make(chan struct{})}
-	cfg := rest.CopyConfig(env.Config)
+	cfg := &rest.Config{Host: noNodes(t).URL}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { gate.rt = rt; return gate })
 	cfg.QPS, cfg.Burst = 1000, 1000
 	kube, err := kubernetes.NewForConfig(cfg)

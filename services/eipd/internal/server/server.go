@@ -15,6 +15,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/authz"
 	eipdv1 "github.com/ipledger/ipledger/proto/ipledger/eipd/v1"
+	eipdv1grpc "github.com/ipledger/ipledger/proto/ipledger/eipd/v1/eipdv1grpc"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/eipd/internal/controller"
 	"github.com/ipledger/ipledger/services/eipd/internal/decide"
@@ -22,7 +23,7 @@ import (
 
 // Rules is the authorization table of EIPService.
 var Rules = authz.Rules{
-	eipdv1.EIPService_ListAddresses_FullMethodName: {Verb: "list", Resource: "addresses"},
+	eipdv1grpc.EIPService_ListAddresses_FullMethodName: {Verb: "list", Resource: "addresses"},
 }
 
 // Addresses lists the managed Elastic IPs (implemented by *awsec2.Client).
@@ -35,9 +36,9 @@ type Nodes interface {
 	List(kind watcherv1.Kind) []*watcherv1.Object
 }
 
-// Server implements eipdv1.EIPServiceServer.
+// Server implements eipdv1grpc.EIPServiceServer.
 type Server struct {
-	eipdv1.UnimplementedEIPServiceServer
+	eipdv1grpc.UnimplementedEIPServiceServer
 	addrs  Addresses
 	nodes  Nodes
 	status *controller.StatusBook

@@ -29,6 +29,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/stream"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
+	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
@@ -71,9 +72,9 @@ func (s *Server) class() objects.Class {
 	return objects.Class{Name: s.cfg.LBClass, Required: s.cfg.RequireLBClass}
 }
 
-// Server implements ipamv1.IPAMServiceServer.
+// Server implements ipamv1grpc.IPAMServiceServer.
 type Server struct {
-	ipamv1.UnimplementedIPAMServiceServer
+	ipamv1grpc.UnimplementedIPAMServiceServer
 	cfg     Config
 	store   func() *stream.Store
 	client  kubernetes.Interface

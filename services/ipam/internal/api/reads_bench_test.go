@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
+	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
@@ -71,17 +72,17 @@ func BenchmarkReads(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	impls := map[string]ipamv1.IPAMServiceServer{
+	impls := map[string]ipamv1grpc.IPAMServiceServer{
 		"floor":            &canned{explain: explainResp, pools: poolsResp},
 		"rebuild-per-call": &rebuildPerCall{Server: served},
 		"served":           served,
 	}
-	calls := map[string]func(c ipamv1.IPAMServiceClient, i int) error{
-		"ExplainService": func(c ipamv1.IPAMServiceClient, i int) error {
+	calls := map[string]func(c ipamv1grpc.IPAMServiceClient, i int) error{
+		"ExplainService": func(c ipamv1grpc.IPAMServiceClient, i int) error {
 			_, err := c.ExplainService(ctx, &ipamv1.ExplainServiceRequest{Service: targets[i%len(targets)]})
 			return err
 		},
-		"ListPools": func(c ipamv1.IPAMServiceClient, _ int) error {
+		"ListPools": func(c ipamv1grpc.IPAMServiceClient, _ int) error {
 			_, err := c.ListPools(ctx, &ipamv1.ListPoolsRequest{})
 			return err
 		},
@@ -137,7 +138,7 @@ func BenchmarkReads(b *testing.B) {
 // runCallers runs benchCallers goroutines, one connection each, calling in a
 // closed loop: b.N calls in all, or, with drive, until drive returns. It
 // reports latency percentiles and CPU per call and in cores.
-func runCallers(b *testing.B, conns []ipamv1.IPAMServiceClient, call func(ipamv1.IPAMServiceClient, int) error, drive func(*testing.B)) {
+func runCallers(b *testing.B, conns []ipamv1grpc.IPAMServiceClient, call func(ipamv1grpc.IPAMServiceClient, int) error, drive func(*testing.B)) {
 	var next atomic.Int64
 	var stop atomic.Bool
 	lat := make([][]time.Duration, len(conns))
@@ -192,24 +193,24 @@ func cpuTime() time.Duration {
 }
 
 // dial serves impl on loopback and opens benchCallers connections to it.
-func dial(b *testing.B, impl ipamv1.IPAMServiceServer) []ipamv1.IPAMServiceClient {
+func dial(b *testing.B, impl ipamv1grpc.IPAMServiceServer) []ipamv1grpc.IPAMServiceClient {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	ipamv1.RegisterIPAMServiceServer(srv, impl)
+	ipamv1grpc.RegisterIPAMServiceServer(srv, impl)
 	go srv.Serve(ln)
 	b.Cleanup(srv.Stop)
-	out := make([]ipamv1.IPAMServiceClient, benchCallers)
+	out := make([]ipamv1grpc.IPAMServiceClient, benchCallers)
 	for i := range out {
 		cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { cc.Close() })
-		out[i] = ipamv1.NewIPAMServiceClient(cc)
+		out[i] = ipamv1grpc.NewIPAMServiceClient(cc)
 	}
 	return out
 }
@@ -248,7 +249,7 @@ func ledgerChanges(w *world, n int) func(*testing.B) {
 
 // canned answers the pre-built responses: the cost of gRPC alone.
 type canned struct {
-	ipamv1.UnimplementedIPAMServiceServer
+	ipamv1grpc.UnimplementedIPAMServiceServer
 	explain *ipamv1.ExplainServiceResponse
 	pools   *ipamv1.ListPoolsResponse
 }

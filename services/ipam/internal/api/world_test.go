@@ -15,6 +15,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/stream"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 )
 
@@ -26,7 +27,7 @@ var allocatedWorldFree = netip.MustParseAddr("10.0.200.1")
 // fakeWatcher serves a snapshot of its objects, SYNCED, then every upsert,
 // so that the API reads a real stream.Store filled the way ipam's is.
 type fakeWatcher struct {
-	watcherv1.UnimplementedWatcherServiceServer
+	watcherv1grpc.UnimplementedWatcherServiceServer
 
 	mu      sync.Mutex
 	rev     uint64
@@ -92,7 +93,7 @@ func newWorld(tb testing.TB, objs ...*watcherv1.Object) *world {
 		tb.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	watcherv1.RegisterWatcherServiceServer(srv, f)
+	watcherv1grpc.RegisterWatcherServiceServer(srv, f)
 	go srv.Serve(ln)
 	tb.Cleanup(srv.Stop)
 

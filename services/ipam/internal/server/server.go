@@ -22,7 +22,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/opsserver"
 	"github.com/ipledger/ipledger/pkg/stream"
-	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
+	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/api"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
@@ -129,7 +129,7 @@ func (c *Config) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gs.Register(&ipamv1.IPAMService_ServiceDesc, api.New(api.Config{
+	gs.Register(&ipamv1grpc.IPAMService_ServiceDesc, api.New(api.Config{
 		Namespace: c.Common.Namespace, LeaseName: c.Leader.LeaseName, LBClass: c.Controller.LBClass,
 		RequireLBClass: c.Controller.RequireLBClass, Registerer: reg,
 	}, src.Store, client, ctrl, log.With("component", "api")))

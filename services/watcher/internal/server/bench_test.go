@@ -24,6 +24,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/convert"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 	"github.com/ipledger/ipledger/services/watcher/internal/store"
 )
 
@@ -47,7 +48,7 @@ func benchPod(i, rv int, sent int64) *watcherv1.Object {
 		Body: &watcherv1.Object_Pod{Pod: &watcherv1.Pod{NodeName: "node-1", Phase: "Running", PodIps: []string{"10.0.0.1"}}}}
 }
 
-func benchServer(b *testing.B) (*store.Store, watcherv1.WatcherServiceClient) {
+func benchServer(b *testing.B) (*store.Store, watcherv1grpc.WatcherServiceClient) {
 	b.Helper()
 	st := store.New("bench", 100000)
 	for i := range benchObjects {
@@ -57,9 +58,9 @@ func benchServer(b *testing.B) (*store.Store, watcherv1.WatcherServiceClient) {
 	return st, serve(b, srv)
 }
 
-func serve(b *testing.B, impl watcherv1.WatcherServiceServer) watcherv1.WatcherServiceClient {
+func serve(b *testing.B, impl watcherv1grpc.WatcherServiceServer) watcherv1grpc.WatcherServiceClient {
 	gs := grpc.NewServer()
-	watcherv1.RegisterWatcherServiceServer(gs, impl)
+	watcherv1grpc.RegisterWatcherServiceServer(gs, impl)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -71,7 +72,7 @@ func serve(b *testing.B, impl watcherv1.WatcherServiceServer) watcherv1.WatcherS
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { conn.Close() })
-	return watcherv1.NewWatcherServiceClient(conn)
+	return watcherv1grpc.NewWatcherServiceClient(conn)
 }
 
 var benchReq = &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_POD}}
@@ -96,7 +97,7 @@ func BenchmarkSnapshotFanout(b *testing.B) {
 }
 
 type floorServer struct {
-	watcherv1.UnimplementedWatcherServiceServer
+	watcherv1grpc.UnimplementedWatcherServiceServer
 	resps []*watcherv1.WatchResponse
 }
 
@@ -110,7 +111,7 @@ func (f floorServer) Watch(_ *watcherv1.WatchRequest, s grpc.ServerStreamingServ
 	return nil
 }
 
-func fanout(b *testing.B, client watcherv1.WatcherServiceClient) {
+func fanout(b *testing.B, client watcherv1grpc.WatcherServiceClient) {
 	b.ResetTimer()
 	for range b.N {
 		var wg sync.WaitGroup

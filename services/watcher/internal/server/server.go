@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 	"github.com/ipledger/ipledger/services/watcher/internal/store"
 )
 
@@ -45,7 +46,7 @@ const DefaultStallTimeout = time.Minute
 
 // Server serves WatcherService from a store.
 type Server struct {
-	watcherv1.UnimplementedWatcherServiceServer
+	watcherv1grpc.UnimplementedWatcherServiceServer
 
 	cfg     Config
 	store   *store.Store

@@ -29,6 +29,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 )
 
 // The process-level benchmark: the real ipledger-watcher binary over
@@ -440,7 +441,7 @@ func startBenchSubscriber(b *testing.B, ctx context.Context, addr, tokenFile, ns
 	b.Cleanup(func() { conn.Close() })
 	s := &benchSubscriber{synced: make(chan struct{}), err: make(chan error, 1), rec: newReceipts()}
 	go func() {
-		stream, err := watcherv1.NewWatcherServiceClient(conn).Watch(ctx, &watcherv1.WatchRequest{
+		stream, err := watcherv1grpc.NewWatcherServiceClient(conn).Watch(ctx, &watcherv1.WatchRequest{
 			Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_EXTERNAL_WORKLOAD}, Namespaces: []string{ns}})
 		if err != nil {
 			s.err <- err

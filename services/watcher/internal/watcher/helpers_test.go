@@ -20,6 +20,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/grpcserver"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 	"github.com/ipledger/ipledger/services/watcher/internal/store"
 )
 
@@ -72,7 +73,7 @@ func subscriberToken(t *testing.T, env *testenv.Env) string {
 }
 
 // dial opens a raw client connection with the token file (may be "").
-func dial(t *testing.T, addr, tokenFile string) watcherv1.WatcherServiceClient {
+func dial(t *testing.T, addr, tokenFile string) watcherv1grpc.WatcherServiceClient {
 	t.Helper()
 	opts, err := authz.DialOptions(tokenFile, "", true)
 	if err != nil {
@@ -83,7 +84,7 @@ func dial(t *testing.T, addr, tokenFile string) watcherv1.WatcherServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return watcherv1.NewWatcherServiceClient(conn)
+	return watcherv1grpc.NewWatcherServiceClient(conn)
 }
 
 // rawStream is a Watch stream read on a goroutine into a channel.
@@ -93,7 +94,7 @@ type rawStream struct {
 	cancel context.CancelFunc
 }
 
-func watch(t *testing.T, c watcherv1.WatcherServiceClient, req *watcherv1.WatchRequest) *rawStream {
+func watch(t *testing.T, c watcherv1grpc.WatcherServiceClient, req *watcherv1.WatchRequest) *rawStream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -149,7 +150,7 @@ func (r *rawStream) untilSynced(t *testing.T) ([]*watcherv1.WatchResponse, *watc
 	}
 }
 
-func watchErr(t *testing.T, c watcherv1.WatcherServiceClient, req *watcherv1.WatchRequest) codes.Code {
+func watchErr(t *testing.T, c watcherv1grpc.WatcherServiceClient, req *watcherv1.WatchRequest) codes.Code {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

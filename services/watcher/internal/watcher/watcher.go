@@ -26,6 +26,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/grpcserver"
 	"github.com/ipledger/ipledger/pkg/opsserver"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 	"github.com/ipledger/ipledger/services/watcher/internal/informers"
 	"github.com/ipledger/ipledger/services/watcher/internal/server"
 	"github.com/ipledger/ipledger/services/watcher/internal/store"
@@ -120,7 +121,7 @@ func New(cfg Config, restCfg *rest.Config, log *slog.Logger, reg *prometheus.Reg
 	if err != nil {
 		return nil, err
 	}
-	w.grpc.Register(&watcherv1.WatcherService_ServiceDesc, w.srv)
+	w.grpc.Register(&watcherv1grpc.WatcherService_ServiceDesc, w.srv)
 	w.ops = opsserver.New(cfg.Ops, reg, func() error {
 		if !w.Synced() {
 			return server.ErrNotSynced

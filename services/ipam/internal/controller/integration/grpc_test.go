@@ -17,6 +17,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
+	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 )
 
 // The ipam binary's gRPC API: reflection for grpcurl, and authorization per
@@ -59,7 +60,7 @@ func TestGRPCBinaryAuthz(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	c := ipamv1.NewIPAMServiceClient(conn)
+	c := ipamv1grpc.NewIPAMServiceClient(conn)
 	as := func(tok string) context.Context {
 		if tok == "" {
 			return ctx

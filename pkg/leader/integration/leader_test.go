@@ -1,4 +1,8 @@
-package leader
+// Package integration tests pkg/leader against a real API server: elections,
+// handovers, lost and stolen Leases, partitions. It is a separate package so
+// that the pure tests of package leader (queue, config, gauge, the stop bound)
+// run without starting a control plane.
+package integration
 
 import (
 	"context"
@@ -6,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,14 +22,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // Short durations so handovers take well under a second.
-func testConfig(ns, identity string) Config {
-	return Config{
+func testConfig(ns, identity string) leader.Config {
+	return leader.Config{
 		LeaseName: "test-lease", LeaseNamespace: ns, Identity: identity,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond,
 		StopTimeout: 10 * time.Second,
@@ -40,12 +44,12 @@ type runner struct {
 	reg    *prometheus.Registry
 }
 
-func startCandidate(t *testing.T, client kubernetes.Interface, cfg Config, newWorker func(*Term) (Worker, error)) *runner {
+func startCandidate(t *testing.T, client kubernetes.Interface, cfg leader.Config, newWorker func(*leader.Term) (leader.Worker, error)) *runner {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &runner{cancel: cancel, done: make(chan error, 1), reg: prometheus.NewRegistry()}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	go func() { r.done <- Run(ctx, client, cfg, newWorker, log, r.reg) }()
+	go func() { r.done <- leader.Run(ctx, client, cfg, newWorker, log, r.reg) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-r.done; err != nil {
@@ -103,8 +107,8 @@ type recorder struct {
 	overlap atomic.Bool
 }
 
-func (rec *recorder) newWorker(term *Term) (Worker, error) {
-	return WorkerFunc(func(term *Term) error {
+func (rec *recorder) newWorker(term *leader.Term) (leader.Worker, error) {
+	return leader.WorkerFunc(func(term *leader.Term) error {
 		if rec.active.Add(1) > 1 {
 			rec.overlap.Store(true)
 		}
@@ -227,13 +231,13 @@ type writingWorker struct {
 	gate     chan struct{}
 	calls    atomic.Int32
 	blockErr error
-	term     *Term
+	term     *leader.Term
 	done     chan error
 }
 
-func (w *writingWorker) Run(term *Term) error {
+func (w *writingWorker) Run(term *leader.Term) error {
 	w.term = term
-	q := NewQueue[int]("test", nil)
+	q := leader.NewQueue[int]("test", nil)
 	for i := range 20 {
 		q.Add(i)
 	}
@@ -292,7 +296,7 @@ func TestLostLeaseStopsWrites(t *testing.T) {
 	ns := env.Namespace(t, nil)
 	var workers []*writingWorker
 	var mu sync.Mutex
-	newWorker := func(term *Term) (Worker, error) {
+	newWorker := func(term *leader.Term) (leader.Worker, error) {
 		w := &writingWorker{client: env.Client, ns: ns, block: 3, entered: make(chan struct{}), gate: make(chan struct{})}
 		mu.Lock()
 		workers = append(workers, w)
@@ -379,7 +383,7 @@ func transitions(reg *prometheus.Registry, event string) float64 {
 // state shared between terms, shows up as a non-empty tracker at start.
 type trackingWorker struct {
 	tracker map[string]bool
-	queue   *Queue[string]
+	queue   *leader.Queue[string]
 	carried bool
 }
 
@@ -387,15 +391,15 @@ func TestNewTermStartsFresh(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t, nil)
 	var mu sync.Mutex
-	var terms []*Term
+	var terms []*leader.Term
 	var built []*trackingWorker
 	reg := prometheus.NewRegistry()
-	newWorker := func(term *Term) (Worker, error) {
-		w := &trackingWorker{tracker: map[string]bool{}, queue: NewQueue[string]("fresh", reg)}
+	newWorker := func(term *leader.Term) (leader.Worker, error) {
+		w := &trackingWorker{tracker: map[string]bool{}, queue: leader.NewQueue[string]("fresh", reg)}
 		mu.Lock()
 		built = append(built, w)
 		mu.Unlock()
-		return WorkerFunc(func(term *Term) error {
+		return leader.WorkerFunc(func(term *leader.Term) error {
 			if len(w.tracker) != 0 || w.queue.Len() != 0 {
 				w.carried = true
 			}
@@ -455,46 +459,14 @@ func TestNewTermStartsFresh(t *testing.T) {
 	}
 }
 
-func TestStopTimeoutExits(t *testing.T) {
-	env := testenv.Get(t)
-	ns := env.Namespace(t, nil)
-	codes := make(chan int, 1)
-	release := make(chan struct{})
-	exit = func(code int) {
-		codes <- code
-		close(release)
-	}
-	t.Cleanup(func() { exit = os.Exit })
-	cfg := testConfig(ns, "stuck")
-	cfg.StopTimeout = 500 * time.Millisecond
-	leading := make(chan struct{})
-	r := startCandidate(t, env.Client, cfg, func(*Term) (Worker, error) {
-		return WorkerFunc(func(term *Term) error {
-			close(leading)
-			<-release // ignores Stopping
-			return nil
-		}), nil
-	})
-	<-leading
-	r.cancel()
-	select {
-	case code := <-codes:
-		if code != 1 {
-			t.Errorf("exit code %d, want 1", code)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a term that overran StopTimeout did not exit the process")
-	}
-}
-
 func TestGracefulShutdownDrainsBeforeRelease(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t, nil)
 	gate := make(chan struct{})
 	entered := make(chan struct{})
-	first := startCandidate(t, env.Client, testConfig(ns, "first"), func(term *Term) (Worker, error) {
-		return WorkerFunc(func(term *Term) error {
-			q := NewQueue[int]("drain", nil)
+	first := startCandidate(t, env.Client, testConfig(ns, "first"), func(term *leader.Term) (leader.Worker, error) {
+		return leader.WorkerFunc(func(term *leader.Term) error {
+			q := leader.NewQueue[int]("drain", nil)
 			for i := range 20 {
 				q.Add(i)
 			}
@@ -513,8 +485,8 @@ func TestGracefulShutdownDrainsBeforeRelease(t *testing.T) {
 	})
 	<-entered
 	seenBySecond := make(chan int, 1)
-	startCandidate(t, env.Client, testConfig(ns, "second"), func(term *Term) (Worker, error) {
-		return WorkerFunc(func(term *Term) error {
+	startCandidate(t, env.Client, testConfig(ns, "second"), func(term *leader.Term) (leader.Worker, error) {
+		return leader.WorkerFunc(func(term *leader.Term) error {
 			seenBySecond <- countConfigMaps(t, env.Client, ns)
 			<-term.Stopping()
 			return nil
@@ -578,8 +550,8 @@ func TestPartitionedLeaderStopsBeforeTheNextLeads(t *testing.T) {
 	}
 	starts := make(chan termEvent, 4)
 	ends := make(chan ended, 4)
-	newWorker := func(term *Term) (Worker, error) {
-		return WorkerFunc(func(term *Term) error {
+	newWorker := func(term *leader.Term) (leader.Worker, error) {
+		return leader.WorkerFunc(func(term *leader.Term) error {
 			starts <- termEvent{identity: term.Identity(), id: term.ID(), at: time.Now(), start: true}
 			<-term.Stopping()
 			if term.Context().Err() != nil { // lost, not shut down
@@ -620,11 +592,11 @@ func TestWorkerErrors(t *testing.T) {
 	boom := errors.New("boom")
 	tests := []struct {
 		name      string
-		newWorker func(*Term) (Worker, error)
+		newWorker func(*leader.Term) (leader.Worker, error)
 	}{
-		{"newWorker fails", func(*Term) (Worker, error) { return nil, boom }},
-		{"worker returns before its term ends", func(*Term) (Worker, error) {
-			return WorkerFunc(func(*Term) error { return boom }), nil
+		{"newWorker fails", func(*leader.Term) (leader.Worker, error) { return nil, boom }},
+		{"worker returns before its term ends", func(*leader.Term) (leader.Worker, error) {
+			return leader.WorkerFunc(func(*leader.Term) error { return boom }), nil
 		}},
 	}
 	for _, tt := range tests {
@@ -632,7 +604,7 @@ func TestWorkerErrors(t *testing.T) {
 			ns := env.Namespace(t, nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			err := Run(ctx, env.Client, testConfig(ns, "x"), tt.newWorker, slog.New(slog.DiscardHandler), nil)
+			err := leader.Run(ctx, env.Client, testConfig(ns, "x"), tt.newWorker, slog.New(slog.DiscardHandler), nil)
 			if !errors.Is(err, boom) {
 				t.Fatalf("Run = %v, want the worker's error", err)
 			}
@@ -650,9 +622,9 @@ func TestHoldsAsksTheLease(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t, nil)
 	ctx := context.Background()
-	terms := make(chan *Term, 1)
-	startCandidate(t, env.Client, testConfig(ns, "a"), func(*Term) (Worker, error) {
-		return WorkerFunc(func(term *Term) error {
+	terms := make(chan *leader.Term, 1)
+	startCandidate(t, env.Client, testConfig(ns, "a"), func(*leader.Term) (leader.Worker, error) {
+		return leader.WorkerFunc(func(term *leader.Term) error {
 			terms <- term
 			<-term.Stopping()
 			return nil
@@ -675,7 +647,7 @@ func TestHoldsAsksTheLease(t *testing.T) {
 		t.Fatalf("Holds() = %v, %v after the Lease named another holder; want false", held, err)
 	}
 
-	free, _, end := NewTerm(ctx, "c", "c/0/t")
+	free, _, end := leader.NewTerm(ctx, "c", "c/0/t")
 	if held, _ := free.Holds(ctx); !held {
 		t.Fatal("a Term without a Lease does not hold itself")
 	}

@@ -1,4 +1,8 @@
-package controller_test
+// Package integration tests eipd's controller against moto (EC2) and a real
+// API server: allocation, reuse of orphans, no duplicate under faults, stale
+// views. It is a separate package so that the pure tests of package
+// controller run without starting moto or a control plane.
+package integration
 
 import (
 	"context"

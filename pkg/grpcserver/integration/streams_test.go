@@ -1,4 +1,4 @@
-package grpcserver_test
+package integration
 
 import (
 	"context"
@@ -20,7 +20,9 @@ import (
 	"github.com/ipledger/ipledger/pkg/grpcserver"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
+	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 )
 
 var holdReq = &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE}}
@@ -65,7 +67,7 @@ func subscriberConn(t *testing.T, addr, ns, name string) (*grpc.ClientConn, stri
 // probeWatch runs a Watch that the server ends by itself (no kinds: one
 // response) and returns its status: nil once the caller may watch.
 func probeWatch(cc *grpc.ClientConn) error {
-	s, err := watcherv1.NewWatcherServiceClient(cc).Watch(context.Background(), &watcherv1.WatchRequest{})
+	s, err := watcherv1grpc.NewWatcherServiceClient(cc).Watch(context.Background(), &watcherv1.WatchRequest{})
 	for err == nil {
 		_, err = s.Recv()
 	}
@@ -81,7 +83,7 @@ func openStream(t *testing.T, cc *grpc.ClientConn) (grpc.ServerStreamingClient[w
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	s, err := watcherv1.NewWatcherServiceClient(cc).Watch(ctx, holdReq)
+	s, err := watcherv1grpc.NewWatcherServiceClient(cc).Watch(ctx, holdReq)
 	if err == nil {
 		_, err = s.Recv()
 	}
@@ -126,7 +128,7 @@ func TestTokenForTheKubernetesAPIIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain := watcherv1.NewWatcherServiceClient(dial(t, f.srv.Addr().String()))
+	plain := watcherv1grpc.NewWatcherServiceClient(dial(t, f.srv.Addr().String()))
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+apiToken)
 	s, err := plain.Watch(ctx, holdReq)
 	if err == nil {
@@ -135,7 +137,7 @@ func TestTokenForTheKubernetesAPIIsRefused(t *testing.T) {
 	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "audience") {
 		t.Fatalf("Watch with a token for the Kubernetes API: %v, want Unauthenticated naming the audience", err)
 	}
-	_, err = ipamv1.NewIPAMServiceClient(dial(t, f.srv.Addr().String())).ListPools(ctx, &ipamv1.ListPoolsRequest{})
+	_, err = ipamv1grpc.NewIPAMServiceClient(dial(t, f.srv.Addr().String())).ListPools(ctx, &ipamv1.ListPoolsRequest{})
 	if status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("ListPools with a token for the Kubernetes API: %v, want Unauthenticated", err)
 	}
@@ -203,7 +205,7 @@ func TestStreamsPerIdentityAreLimited(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
 		cancels = append(cancels, cancel)
-		s, err := watcherv1.NewWatcherServiceClient(greedy).Watch(ctx, holdReq)
+		s, err := watcherv1grpc.NewWatcherServiceClient(greedy).Watch(ctx, holdReq)
 		if err == nil {
 			_, err = s.Recv()
 		}

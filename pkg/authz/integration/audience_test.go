@@ -1,4 +1,4 @@
-package authz_test
+package integration
 
 import (
 	"context"

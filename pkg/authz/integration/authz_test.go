@@ -1,4 +1,9 @@
-package authz_test
+// Package integration tests pkg/authz against a real API server: its
+// TokenReviews and SubjectAccessReviews, audiences, and the one review that
+// concurrent first calls share. It is a separate package so that the pure
+// tests of package authz (cache, token parsing, token files) run without
+// starting a control plane.
+package integration
 
 import (
 	"bytes"

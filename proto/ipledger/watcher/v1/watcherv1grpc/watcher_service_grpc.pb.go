@@ -2,15 +2,13 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             (unknown)
-// source: ipledger/watcher/v1/watcher.proto
+// source: ipledger/watcher/v1/watcher_service.proto
 
-// Package ipledger.watcher.v1 is the state-of-the-world stream that every
-// ipledger consumer reads the cluster through.
-
-package watcherv1
+package watcherv1grpc
 
 import (
 	context "context"
+	v1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
@@ -38,7 +36,7 @@ type WatcherServiceClient interface {
 	// revisions greater than R, and HEARTBEAT events while idle. A slow
 	// subscriber's deltas are coalesced per object; if its queue still
 	// overflows, only its stream ends with RESOURCE_EXHAUSTED.
-	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
+	Watch(ctx context.Context, in *v1.WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.WatchResponse], error)
 }
 
 type watcherServiceClient struct {
@@ -49,13 +47,13 @@ func NewWatcherServiceClient(cc grpc.ClientConnInterface) WatcherServiceClient {
 	return &watcherServiceClient{cc}
 }
 
-func (c *watcherServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
+func (c *watcherServiceClient) Watch(ctx context.Context, in *v1.WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[v1.WatchResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &WatcherService_ServiceDesc.Streams[0], WatcherService_Watch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[WatchRequest, WatchResponse]{ClientStream: stream}
+	x := &grpc.GenericClientStream[v1.WatchRequest, v1.WatchResponse]{ClientStream: stream}
 	if err := x.ClientStream.SendMsg(in); err != nil {
 		return nil, err
 	}
@@ -66,7 +64,7 @@ func (c *watcherServiceClient) Watch(ctx context.Context, in *WatchRequest, opts
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type WatcherService_WatchClient = grpc.ServerStreamingClient[WatchResponse]
+type WatcherService_WatchClient = grpc.ServerStreamingClient[v1.WatchResponse]
 
 // WatcherServiceServer is the server API for WatcherService service.
 // All implementations must embed UnimplementedWatcherServiceServer
@@ -81,7 +79,7 @@ type WatcherServiceServer interface {
 	// revisions greater than R, and HEARTBEAT events while idle. A slow
 	// subscriber's deltas are coalesced per object; if its queue still
 	// overflows, only its stream ends with RESOURCE_EXHAUSTED.
-	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
+	Watch(*v1.WatchRequest, grpc.ServerStreamingServer[v1.WatchResponse]) error
 	mustEmbedUnimplementedWatcherServiceServer()
 }
 
@@ -92,7 +90,7 @@ type WatcherServiceServer interface {
 // pointer dereference when methods are called.
 type UnimplementedWatcherServiceServer struct{}
 
-func (UnimplementedWatcherServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
+func (UnimplementedWatcherServiceServer) Watch(*v1.WatchRequest, grpc.ServerStreamingServer[v1.WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedWatcherServiceServer) mustEmbedUnimplementedWatcherServiceServer() {}
@@ -117,15 +115,15 @@ func RegisterWatcherServiceServer(s grpc.ServiceRegistrar, srv WatcherServiceSer
 }
 
 func _WatcherService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
-	m := new(WatchRequest)
+	m := new(v1.WatchRequest)
 	if err := stream.RecvMsg(m); err != nil {
 		return err
 	}
-	return srv.(WatcherServiceServer).Watch(m, &grpc.GenericServerStream[WatchRequest, WatchResponse]{ServerStream: stream})
+	return srv.(WatcherServiceServer).Watch(m, &grpc.GenericServerStream[v1.WatchRequest, v1.WatchResponse]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type WatcherService_WatchServer = grpc.ServerStreamingServer[WatchResponse]
+type WatcherService_WatchServer = grpc.ServerStreamingServer[v1.WatchResponse]
 
 // WatcherService_ServiceDesc is the grpc.ServiceDesc for WatcherService service.
 // It's only intended for direct use with grpc.RegisterService,
@@ -141,5 +139,5 @@ var WatcherService_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 		},
 	},
-	Metadata: "ipledger/watcher/v1/watcher.proto",
+	Metadata: "ipledger/watcher/v1/watcher_service.proto",
 }

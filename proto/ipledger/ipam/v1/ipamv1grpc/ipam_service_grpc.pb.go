@@ -2,15 +2,13 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             (unknown)
-// source: ipledger/ipam/v1/ipam.proto
+// source: ipledger/ipam/v1/ipam_service.proto
 
-// Package ipledger.ipam.v1 lets operators inspect and steer LoadBalancer IP
-// allocations (grpcurl with server reflection, no proto files needed).
-
-package ipamv1
+package ipamv1grpc
 
 import (
 	context "context"
+	v1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
@@ -40,17 +38,17 @@ const (
 // `ipledger.io`: `allocations` list/get, `reservations` create/delete.
 type IPAMServiceClient interface {
 	// ListAllocations lists allocations ordered by IP, optionally filtered.
-	ListAllocations(ctx context.Context, in *ListAllocationsRequest, opts ...grpc.CallOption) (*ListAllocationsResponse, error)
+	ListAllocations(ctx context.Context, in *v1.ListAllocationsRequest, opts ...grpc.CallOption) (*v1.ListAllocationsResponse, error)
 	// GetAllocation returns the allocation of one IP or of one Service.
-	GetAllocation(ctx context.Context, in *GetAllocationRequest, opts ...grpc.CallOption) (*GetAllocationResponse, error)
+	GetAllocation(ctx context.Context, in *v1.GetAllocationRequest, opts ...grpc.CallOption) (*v1.GetAllocationResponse, error)
 	// ListPools lists IPPools with their usage and conditions.
-	ListPools(ctx context.Context, in *ListPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error)
+	ListPools(ctx context.Context, in *v1.ListPoolsRequest, opts ...grpc.CallOption) (*v1.ListPoolsResponse, error)
 	// ExplainService says why a Service has, or has not, got its IP.
-	ExplainService(ctx context.Context, in *ExplainServiceRequest, opts ...grpc.CallOption) (*ExplainServiceResponse, error)
+	ExplainService(ctx context.Context, in *v1.ExplainServiceRequest, opts ...grpc.CallOption) (*v1.ExplainServiceResponse, error)
 	// ReserveAddress holds an IP outside any Service.
-	ReserveAddress(ctx context.Context, in *ReserveAddressRequest, opts ...grpc.CallOption) (*ReserveAddressResponse, error)
+	ReserveAddress(ctx context.Context, in *v1.ReserveAddressRequest, opts ...grpc.CallOption) (*v1.ReserveAddressResponse, error)
 	// ReleaseReservation gives a reserved IP back.
-	ReleaseReservation(ctx context.Context, in *ReleaseReservationRequest, opts ...grpc.CallOption) (*ReleaseReservationResponse, error)
+	ReleaseReservation(ctx context.Context, in *v1.ReleaseReservationRequest, opts ...grpc.CallOption) (*v1.ReleaseReservationResponse, error)
 }
 
 type iPAMServiceClient struct {
@@ -61,9 +59,9 @@ func NewIPAMServiceClient(cc grpc.ClientConnInterface) IPAMServiceClient {
 	return &iPAMServiceClient{cc}
 }
 
-func (c *iPAMServiceClient) ListAllocations(ctx context.Context, in *ListAllocationsRequest, opts ...grpc.CallOption) (*ListAllocationsResponse, error) {
+func (c *iPAMServiceClient) ListAllocations(ctx context.Context, in *v1.ListAllocationsRequest, opts ...grpc.CallOption) (*v1.ListAllocationsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListAllocationsResponse)
+	out := new(v1.ListAllocationsResponse)
 	err := c.cc.Invoke(ctx, IPAMService_ListAllocations_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -71,9 +69,9 @@ func (c *iPAMServiceClient) ListAllocations(ctx context.Context, in *ListAllocat
 	return out, nil
 }
 
-func (c *iPAMServiceClient) GetAllocation(ctx context.Context, in *GetAllocationRequest, opts ...grpc.CallOption) (*GetAllocationResponse, error) {
+func (c *iPAMServiceClient) GetAllocation(ctx context.Context, in *v1.GetAllocationRequest, opts ...grpc.CallOption) (*v1.GetAllocationResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(GetAllocationResponse)
+	out := new(v1.GetAllocationResponse)
 	err := c.cc.Invoke(ctx, IPAMService_GetAllocation_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -81,9 +79,9 @@ func (c *iPAMServiceClient) GetAllocation(ctx context.Context, in *GetAllocation
 	return out, nil
 }
 
-func (c *iPAMServiceClient) ListPools(ctx context.Context, in *ListPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error) {
+func (c *iPAMServiceClient) ListPools(ctx context.Context, in *v1.ListPoolsRequest, opts ...grpc.CallOption) (*v1.ListPoolsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListPoolsResponse)
+	out := new(v1.ListPoolsResponse)
 	err := c.cc.Invoke(ctx, IPAMService_ListPools_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -91,9 +89,9 @@ func (c *iPAMServiceClient) ListPools(ctx context.Context, in *ListPoolsRequest,
 	return out, nil
 }
 
-func (c *iPAMServiceClient) ExplainService(ctx context.Context, in *ExplainServiceRequest, opts ...grpc.CallOption) (*ExplainServiceResponse, error) {
+func (c *iPAMServiceClient) ExplainService(ctx context.Context, in *v1.ExplainServiceRequest, opts ...grpc.CallOption) (*v1.ExplainServiceResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ExplainServiceResponse)
+	out := new(v1.ExplainServiceResponse)
 	err := c.cc.Invoke(ctx, IPAMService_ExplainService_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -101,9 +99,9 @@ func (c *iPAMServiceClient) ExplainService(ctx context.Context, in *ExplainServi
 	return out, nil
 }
 
-func (c *iPAMServiceClient) ReserveAddress(ctx context.Context, in *ReserveAddressRequest, opts ...grpc.CallOption) (*ReserveAddressResponse, error) {
+func (c *iPAMServiceClient) ReserveAddress(ctx context.Context, in *v1.ReserveAddressRequest, opts ...grpc.CallOption) (*v1.ReserveAddressResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ReserveAddressResponse)
+	out := new(v1.ReserveAddressResponse)
 	err := c.cc.Invoke(ctx, IPAMService_ReserveAddress_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -111,9 +109,9 @@ func (c *iPAMServiceClient) ReserveAddress(ctx context.Context, in *ReserveAddre
 	return out, nil
 }
 
-func (c *iPAMServiceClient) ReleaseReservation(ctx context.Context, in *ReleaseReservationRequest, opts ...grpc.CallOption) (*ReleaseReservationResponse, error) {
+func (c *iPAMServiceClient) ReleaseReservation(ctx context.Context, in *v1.ReleaseReservationRequest, opts ...grpc.CallOption) (*v1.ReleaseReservationResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ReleaseReservationResponse)
+	out := new(v1.ReleaseReservationResponse)
 	err := c.cc.Invoke(ctx, IPAMService_ReleaseReservation_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -131,17 +129,17 @@ func (c *iPAMServiceClient) ReleaseReservation(ctx context.Context, in *ReleaseR
 // `ipledger.io`: `allocations` list/get, `reservations` create/delete.
 type IPAMServiceServer interface {
 	// ListAllocations lists allocations ordered by IP, optionally filtered.
-	ListAllocations(context.Context, *ListAllocationsRequest) (*ListAllocationsResponse, error)
+	ListAllocations(context.Context, *v1.ListAllocationsRequest) (*v1.ListAllocationsResponse, error)
 	// GetAllocation returns the allocation of one IP or of one Service.
-	GetAllocation(context.Context, *GetAllocationRequest) (*GetAllocationResponse, error)
+	GetAllocation(context.Context, *v1.GetAllocationRequest) (*v1.GetAllocationResponse, error)
 	// ListPools lists IPPools with their usage and conditions.
-	ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error)
+	ListPools(context.Context, *v1.ListPoolsRequest) (*v1.ListPoolsResponse, error)
 	// ExplainService says why a Service has, or has not, got its IP.
-	ExplainService(context.Context, *ExplainServiceRequest) (*ExplainServiceResponse, error)
+	ExplainService(context.Context, *v1.ExplainServiceRequest) (*v1.ExplainServiceResponse, error)
 	// ReserveAddress holds an IP outside any Service.
-	ReserveAddress(context.Context, *ReserveAddressRequest) (*ReserveAddressResponse, error)
+	ReserveAddress(context.Context, *v1.ReserveAddressRequest) (*v1.ReserveAddressResponse, error)
 	// ReleaseReservation gives a reserved IP back.
-	ReleaseReservation(context.Context, *ReleaseReservationRequest) (*ReleaseReservationResponse, error)
+	ReleaseReservation(context.Context, *v1.ReleaseReservationRequest) (*v1.ReleaseReservationResponse, error)
 	mustEmbedUnimplementedIPAMServiceServer()
 }
 
@@ -152,22 +150,22 @@ type IPAMServiceServer interface {
 // pointer dereference when methods are called.
 type UnimplementedIPAMServiceServer struct{}
 
-func (UnimplementedIPAMServiceServer) ListAllocations(context.Context, *ListAllocationsRequest) (*ListAllocationsResponse, error) {
+func (UnimplementedIPAMServiceServer) ListAllocations(context.Context, *v1.ListAllocationsRequest) (*v1.ListAllocationsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAllocations not implemented")
 }
-func (UnimplementedIPAMServiceServer) GetAllocation(context.Context, *GetAllocationRequest) (*GetAllocationResponse, error) {
+func (UnimplementedIPAMServiceServer) GetAllocation(context.Context, *v1.GetAllocationRequest) (*v1.GetAllocationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetAllocation not implemented")
 }
-func (UnimplementedIPAMServiceServer) ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error) {
+func (UnimplementedIPAMServiceServer) ListPools(context.Context, *v1.ListPoolsRequest) (*v1.ListPoolsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPools not implemented")
 }
-func (UnimplementedIPAMServiceServer) ExplainService(context.Context, *ExplainServiceRequest) (*ExplainServiceResponse, error) {
+func (UnimplementedIPAMServiceServer) ExplainService(context.Context, *v1.ExplainServiceRequest) (*v1.ExplainServiceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExplainService not implemented")
 }
-func (UnimplementedIPAMServiceServer) ReserveAddress(context.Context, *ReserveAddressRequest) (*ReserveAddressResponse, error) {
+func (UnimplementedIPAMServiceServer) ReserveAddress(context.Context, *v1.ReserveAddressRequest) (*v1.ReserveAddressResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReserveAddress not implemented")
 }
-func (UnimplementedIPAMServiceServer) ReleaseReservation(context.Context, *ReleaseReservationRequest) (*ReleaseReservationResponse, error) {
+func (UnimplementedIPAMServiceServer) ReleaseReservation(context.Context, *v1.ReleaseReservationRequest) (*v1.ReleaseReservationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseReservation not implemented")
 }
 func (UnimplementedIPAMServiceServer) mustEmbedUnimplementedIPAMServiceServer() {}
@@ -192,7 +190,7 @@ func RegisterIPAMServiceServer(s grpc.ServiceRegistrar, srv IPAMServiceServer) {
 }
 
 func _IPAMService_ListAllocations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListAllocationsRequest)
+	in := new(v1.ListAllocationsRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -204,13 +202,13 @@ func _IPAMService_ListAllocations_Handler(srv interface{}, ctx context.Context, 
 		FullMethod: IPAMService_ListAllocations_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(IPAMServiceServer).ListAllocations(ctx, req.(*ListAllocationsRequest))
+		return srv.(IPAMServiceServer).ListAllocations(ctx, req.(*v1.ListAllocationsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _IPAMService_GetAllocation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(GetAllocationRequest)
+	in := new(v1.GetAllocationRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -222,13 +220,13 @@ func _IPAMService_GetAllocation_Handler(srv interface{}, ctx context.Context, de
 		FullMethod: IPAMService_GetAllocation_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(IPAMServiceServer).GetAllocation(ctx, req.(*GetAllocationRequest))
+		return srv.(IPAMServiceServer).GetAllocation(ctx, req.(*v1.GetAllocationRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _IPAMService_ListPools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListPoolsRequest)
+	in := new(v1.ListPoolsRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -240,13 +238,13 @@ func _IPAMService_ListPools_Handler(srv interface{}, ctx context.Context, dec fu
 		FullMethod: IPAMService_ListPools_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(IPAMServiceServer).ListPools(ctx, req.(*ListPoolsRequest))
+		return srv.(IPAMServiceServer).ListPools(ctx, req.(*v1.ListPoolsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _IPAMService_ExplainService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ExplainServiceRequest)
+	in := new(v1.ExplainServiceRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -258,13 +256,13 @@ func _IPAMService_ExplainService_Handler(srv interface{}, ctx context.Context, d
 		FullMethod: IPAMService_ExplainService_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(IPAMServiceServer).ExplainService(ctx, req.(*ExplainServiceRequest))
+		return srv.(IPAMServiceServer).ExplainService(ctx, req.(*v1.ExplainServiceRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _IPAMService_ReserveAddress_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ReserveAddressRequest)
+	in := new(v1.ReserveAddressRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -276,13 +274,13 @@ func _IPAMService_ReserveAddress_Handler(srv interface{}, ctx context.Context, d
 		FullMethod: IPAMService_ReserveAddress_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(IPAMServiceServer).ReserveAddress(ctx, req.(*ReserveAddressRequest))
+		return srv.(IPAMServiceServer).ReserveAddress(ctx, req.(*v1.ReserveAddressRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
 func _IPAMService_ReleaseReservation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ReleaseReservationRequest)
+	in := new(v1.ReleaseReservationRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -294,7 +292,7 @@ func _IPAMService_ReleaseReservation_Handler(srv interface{}, ctx context.Contex
 		FullMethod: IPAMService_ReleaseReservation_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(IPAMServiceServer).ReleaseReservation(ctx, req.(*ReleaseReservationRequest))
+		return srv.(IPAMServiceServer).ReleaseReservation(ctx, req.(*v1.ReleaseReservationRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -332,5 +330,5 @@ var IPAMService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "ipledger/ipam/v1/ipam.proto",
+	Metadata: "ipledger/ipam/v1/ipam_service.proto",
 }

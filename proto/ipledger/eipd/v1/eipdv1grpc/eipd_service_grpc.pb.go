@@ -2,14 +2,13 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             (unknown)
-// source: ipledger/eipd/v1/eipd.proto
+// source: ipledger/eipd/v1/eipd_service.proto
 
-// Package ipledger.eipd.v1 shows the Elastic IPs eipd manages for Nodes.
-
-package eipdv1
+package eipdv1grpc
 
 import (
 	context "context"
+	v1 "github.com/ipledger/ipledger/proto/ipledger/eipd/v1"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
@@ -33,7 +32,7 @@ const (
 type EIPServiceClient interface {
 	// ListAddresses lists every labelled Node with its Elastic IP, and every
 	// managed Elastic IP without a Node (orphans).
-	ListAddresses(ctx context.Context, in *ListAddressesRequest, opts ...grpc.CallOption) (*ListAddressesResponse, error)
+	ListAddresses(ctx context.Context, in *v1.ListAddressesRequest, opts ...grpc.CallOption) (*v1.ListAddressesResponse, error)
 }
 
 type eIPServiceClient struct {
@@ -44,9 +43,9 @@ func NewEIPServiceClient(cc grpc.ClientConnInterface) EIPServiceClient {
 	return &eIPServiceClient{cc}
 }
 
-func (c *eIPServiceClient) ListAddresses(ctx context.Context, in *ListAddressesRequest, opts ...grpc.CallOption) (*ListAddressesResponse, error) {
+func (c *eIPServiceClient) ListAddresses(ctx context.Context, in *v1.ListAddressesRequest, opts ...grpc.CallOption) (*v1.ListAddressesResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ListAddressesResponse)
+	out := new(v1.ListAddressesResponse)
 	err := c.cc.Invoke(ctx, EIPService_ListAddresses_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -63,7 +62,7 @@ func (c *eIPServiceClient) ListAddresses(ctx context.Context, in *ListAddressesR
 type EIPServiceServer interface {
 	// ListAddresses lists every labelled Node with its Elastic IP, and every
 	// managed Elastic IP without a Node (orphans).
-	ListAddresses(context.Context, *ListAddressesRequest) (*ListAddressesResponse, error)
+	ListAddresses(context.Context, *v1.ListAddressesRequest) (*v1.ListAddressesResponse, error)
 	mustEmbedUnimplementedEIPServiceServer()
 }
 
@@ -74,7 +73,7 @@ type EIPServiceServer interface {
 // pointer dereference when methods are called.
 type UnimplementedEIPServiceServer struct{}
 
-func (UnimplementedEIPServiceServer) ListAddresses(context.Context, *ListAddressesRequest) (*ListAddressesResponse, error) {
+func (UnimplementedEIPServiceServer) ListAddresses(context.Context, *v1.ListAddressesRequest) (*v1.ListAddressesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAddresses not implemented")
 }
 func (UnimplementedEIPServiceServer) mustEmbedUnimplementedEIPServiceServer() {}
@@ -99,7 +98,7 @@ func RegisterEIPServiceServer(s grpc.ServiceRegistrar, srv EIPServiceServer) {
 }
 
 func _EIPService_ListAddresses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListAddressesRequest)
+	in := new(v1.ListAddressesRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -111,7 +110,7 @@ func _EIPService_ListAddresses_Handler(srv interface{}, ctx context.Context, dec
 		FullMethod: EIPService_ListAddresses_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(EIPServiceServer).ListAddresses(ctx, req.(*ListAddressesRequest))
+		return srv.(EIPServiceServer).ListAddresses(ctx, req.(*v1.ListAddressesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -129,5 +128,5 @@ var EIPService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "ipledger/eipd/v1/eipd.proto",
+	Metadata: "ipledger/eipd/v1/eipd_service.proto",
 }

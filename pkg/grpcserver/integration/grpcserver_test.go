@@ -1,4 +1,9 @@
-package grpcserver_test
+// Package integration tests pkg/grpcserver against a real API server, whose
+// TokenReviews and SubjectAccessReviews authorize the calls: the interceptor
+// chain, health and reflection, TLS, token files, re-authorized streams and
+// per-identity stream limits. It is a separate package so that the pure tests
+// of package grpcserver run without starting a control plane.
+package integration
 
 import (
 	"bytes"
@@ -35,20 +40,22 @@ import (
 	"github.com/ipledger/ipledger/pkg/grpcserver"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
+	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 var rules = authz.Rules{
-	ipamv1.IPAMService_ListPools_FullMethodName:       {Verb: "list", Resource: "allocations"},
-	ipamv1.IPAMService_ListAllocations_FullMethodName: {Verb: "list", Resource: "allocations"},
-	watcherv1.WatcherService_Watch_FullMethodName:     {Verb: "watch", Resource: "snapshots"},
+	ipamv1grpc.IPAMService_ListPools_FullMethodName:       {Verb: "list", Resource: "allocations"},
+	ipamv1grpc.IPAMService_ListAllocations_FullMethodName: {Verb: "list", Resource: "allocations"},
+	watcherv1grpc.WatcherService_Watch_FullMethodName:     {Verb: "watch", Resource: "snapshots"},
 }
 
 // ipam answers ListPools and panics in ListAllocations.
 type ipam struct {
-	ipamv1.UnimplementedIPAMServiceServer
+	ipamv1grpc.UnimplementedIPAMServiceServer
 }
 
 func (ipam) ListPools(context.Context, *ipamv1.ListPoolsRequest) (*ipamv1.ListPoolsResponse, error) {
@@ -62,7 +69,7 @@ func (ipam) ListAllocations(context.Context, *ipamv1.ListAllocationsRequest) (*i
 // watcher streams one response; asked for kinds, it then holds the stream
 // open until the stream's context ends, as the real Watch does.
 type watcher struct {
-	watcherv1.UnimplementedWatcherServiceServer
+	watcherv1grpc.UnimplementedWatcherServiceServer
 }
 
 func (watcher) Watch(req *watcherv1.WatchRequest, stream grpc.ServerStreamingServer[watcherv1.WatchResponse]) error {
@@ -111,8 +118,8 @@ func start(t *testing.T, cfg grpcserver.Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Register(&ipamv1.IPAMService_ServiceDesc, ipam{})
-	srv.Register(&watcherv1.WatcherService_ServiceDesc, watcher{})
+	srv.Register(&ipamv1grpc.IPAMService_ServiceDesc, ipam{})
+	srv.Register(&watcherv1grpc.WatcherService_ServiceDesc, watcher{})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { f.done <- srv.Serve(ctx) }()
 	f.srv, f.stop = srv, cancel
@@ -164,7 +171,7 @@ func viewerTokenFile(t *testing.T, ns string) string {
 			return err
 		}
 		ctx := incoming(h)
-		_, err = probe.Authorize(ctx, ipamv1.IPAMService_ListPools_FullMethodName)
+		_, err = probe.Authorize(ctx, ipamv1grpc.IPAMService_ListPools_FullMethodName)
 		return err
 	})
 	return path
@@ -231,7 +238,7 @@ func TestAuthPanicAndMetrics(t *testing.T) {
 	addr := f.srv.Addr().String()
 	ctx := context.Background()
 
-	anonymous := ipamv1.NewIPAMServiceClient(dial(t, addr))
+	anonymous := ipamv1grpc.NewIPAMServiceClient(dial(t, addr))
 	_, err := anonymous.ListPools(ctx, &ipamv1.ListPoolsRequest{})
 	if status.Code(err) != codes.Unauthenticated {
 		t.Errorf("ListPools without a token: %v, want Unauthenticated", err)
@@ -246,7 +253,7 @@ func TestAuthPanicAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	cc := dial(t, addr, opts...)
-	client := ipamv1.NewIPAMServiceClient(cc)
+	client := ipamv1grpc.NewIPAMServiceClient(cc)
 	_, err = client.ListPools(ctx, &ipamv1.ListPoolsRequest{})
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "list allocations.ipledger.io") {
 		t.Errorf("ListPools without RBAC: %v, want PermissionDenied naming list allocations.ipledger.io", err)
@@ -266,7 +273,7 @@ func TestAuthPanicAndMetrics(t *testing.T) {
 	}
 
 	// Streams go through the same chain: viewer may not watch snapshots.
-	stream, err := watcherv1.NewWatcherServiceClient(cc).Watch(ctx, &watcherv1.WatchRequest{})
+	stream, err := watcherv1grpc.NewWatcherServiceClient(cc).Watch(ctx, &watcherv1.WatchRequest{})
 	if err == nil {
 		_, err = stream.Recv()
 	}
@@ -320,7 +327,7 @@ func TestTokenNeedsTransportSecurity(t *testing.T) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(creds))
 	if err == nil {
 		defer cc.Close()
-		_, err = ipamv1.NewIPAMServiceClient(cc).ListPools(context.Background(), &ipamv1.ListPoolsRequest{})
+		_, err = ipamv1grpc.NewIPAMServiceClient(cc).ListPools(context.Background(), &ipamv1.ListPoolsRequest{})
 	}
 	if err == nil || !strings.Contains(err.Error(), "transport") {
 		t.Fatalf("TokenFromFile over plaintext: %v, want a refusal to send without transport security", err)
@@ -344,7 +351,7 @@ func TestTLSAndGracefulStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	cc := dial(t, f.srv.Addr().String(), opts...)
-	if _, err := ipamv1.NewIPAMServiceClient(cc).ListPools(context.Background(), &ipamv1.ListPoolsRequest{}); err != nil {
+	if _, err := ipamv1grpc.NewIPAMServiceClient(cc).ListPools(context.Background(), &ipamv1.ListPoolsRequest{}); err != nil {
 		t.Fatalf("ListPools over TLS: %v", err)
 	}
 	plain := dial(t, f.srv.Addr().String())
