@@ -26,7 +26,7 @@ var PoolGVR = schema.GroupVersionResource{Group: "ipledger.io", Version: "v1alph
 
 // writePoolStatuses writes each IPPool's counts and Ready/Conflicting/Invalid
 // conditions when they differ from what this term last wrote.
-func (w *worker) writePoolStatuses(ctx context.Context) {
+func (w *worker) writePoolStatuses(ctx context.Context, holders poolHolders) {
 	if w.c.dynamic == nil {
 		return
 	}
@@ -40,7 +40,7 @@ func (w *worker) writePoolStatuses(ctx context.Context) {
 	for _, obj := range objs {
 		name := obj.GetMeta().GetName()
 		seen[name] = true
-		status := w.poolStatus(obj, heldOutside)
+		status := w.poolStatus(obj, heldOutside, holders)
 		body, _ := json.Marshal(map[string]any{"status": status})
 		key := string(body)
 		if w.poolWritten[name] == key {
@@ -81,7 +81,7 @@ func (w *worker) writePoolStatuses(ctx context.Context) {
 	w.c.metrics.setPoolUsage(w.alloc, objs)
 }
 
-func (w *worker) poolStatus(obj *watcherv1.Object, heldOutside map[string]int) map[string]any {
+func (w *worker) poolStatus(obj *watcherv1.Object, heldOutside map[string]int, holders poolHolders) map[string]any {
 	name := obj.GetMeta().GetName()
 	gen := obj.GetMeta().GetGeneration()
 	cond := func(typ string, ok bool, reason, msg string) map[string]any {
@@ -120,10 +120,7 @@ func (w *worker) poolStatus(obj *watcherv1.Object, heldOutside map[string]int) m
 	case w.corrupt != nil:
 		conds = append(conds, cond("Ready", false, "LedgerUnreadable", w.corrupt.Error()))
 	case obj.GetMeta().GetDeletionTimestamp() != 0:
-		n := 0
-		if w.alloc != nil {
-			n = w.alloc.ServicesFrom(name)
-		}
+		n := holders[name]
 		conds = append(conds, cond("Ready", false, "Terminating", fmt.Sprintf(
 			"The pool is being deleted and hands out no new address; %d Services hold its addresses and keep them. "+
 				"It is removed when the last of them is released (finalizer %s)", n, objects.PoolFinalizer)))
@@ -203,7 +200,7 @@ func messageOf(status map[string]any) string {
 // lets a Terminating pool go once no Service holds an address from it. Each
 // patch carries the resourceVersion it was decided on: a pool changed since
 // is decided again on its next event.
-func (w *worker) syncPoolFinalizers(ctx context.Context) {
+func (w *worker) syncPoolFinalizers(ctx context.Context, holders poolHolders) {
 	if w.c.dynamic == nil || w.alloc == nil || w.corrupt != nil {
 		return
 	}
@@ -214,7 +211,7 @@ func (w *worker) syncPoolFinalizers(ctx context.Context) {
 		switch terminating := m.GetDeletionTimestamp() != 0; {
 		case !terminating && !has:
 			want = append(slices.Clone(m.GetFinalizers()), objects.PoolFinalizer)
-		case terminating && has && w.alloc.ServicesFrom(m.GetName()) == 0:
+		case terminating && has && holders != nil && holders[m.GetName()] == 0:
 			want = slices.DeleteFunc(slices.Clone(m.GetFinalizers()), func(f string) bool { return f == objects.PoolFinalizer })
 		default:
 			continue
@@ -224,7 +221,9 @@ func (w *worker) syncPoolFinalizers(ctx context.Context) {
 		switch {
 		case err == nil && has:
 			w.log.Info("IPPool released: no Service holds its addresses any more", "pool", m.GetName())
+			w.finalizerBackoff = 0
 		case err == nil, apierrors.IsNotFound(err):
+			w.finalizerBackoff = 0
 		default:
 			// A conflict is usually this pass's own status write, which the
 			// stream has not shown yet: decide again shortly, from the
@@ -237,9 +236,12 @@ func (w *worker) syncPoolFinalizers(ctx context.Context) {
 	}
 }
 
-// retryFinalizers runs syncPoolFinalizers again in a pass shortly.
+// retryFinalizers runs syncPoolFinalizers again in a pass, after a delay
+// that doubles with each failure (250 ms to 1 min): a conflict clears at
+// once, a refusal (RBAC, an admission policy) must not become a hot loop.
 func (w *worker) retryFinalizers() {
-	time.AfterFunc(250*time.Millisecond, func() {
+	w.finalizerBackoff = min(max(2*w.finalizerBackoff, 250*time.Millisecond), time.Minute)
+	time.AfterFunc(w.finalizerBackoff, func() {
 		select {
 		case <-w.term.Stopping():
 		default:
@@ -249,4 +251,22 @@ func (w *worker) retryFinalizers() {
 			w.poke()
 		}
 	})
+}
+
+// poolHolders counts, by pool, the Services holding an address that came
+// from or lies in it; nil when no pool is being deleted (nobody asks).
+type poolHolders map[string]int
+
+// holders computes poolHolders once per pass, only when a pool is
+// Terminating: it scans every held address.
+func (w *worker) holders() poolHolders {
+	if w.alloc == nil {
+		return nil
+	}
+	for _, p := range w.store().List(watcherv1.Kind_KIND_IP_POOL) {
+		if p.GetMeta().GetDeletionTimestamp() != 0 {
+			return w.alloc.ServicesFrom()
+		}
+	}
+	return nil
 }

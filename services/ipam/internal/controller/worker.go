@@ -34,7 +34,6 @@ type worker struct {
 	alloc        *allocator.Allocator
 	ledgerBySvc  map[string][]ledger.Allocation
 	invalidPools map[string]error
-	orphans      []allocator.Allocation
 	conflicts    []Conflict
 	corrupt      *ledger.CorruptError
 	fenced       bool
@@ -53,8 +52,11 @@ type worker struct {
 	// finalizersDirty: an IPPool's finalizers changed; a pass re-checks them
 	// without deciding any Service again.
 	finalizersDirty bool
-	wake            chan struct{}
-	mutations       chan mutation
+	// finalizerBackoff is the delay before the next retry of a failed
+	// finalizer patch (0 after a success).
+	finalizerBackoff time.Duration
+	wake             chan struct{}
+	mutations        chan mutation
 }
 
 func newWorker(c *Controller, term *leader.Term) *worker {
@@ -200,7 +202,7 @@ func (w *worker) rebuild() {
 	}
 	services := w.store().List(watcherv1.Kind_KIND_SERVICE)
 	r := Rebuild(Inputs{Ledger: st, Pools: pools, Services: services, Namespaces: nss, LBClass: w.c.cfg.LBClass, RequireLBClass: w.c.cfg.RequireLBClass})
-	w.alloc, w.invalidPools, w.conflicts, w.orphans = r.Alloc, invalid, r.Conflicts, r.PoolUpdate.Orphans
+	w.alloc, w.invalidPools, w.conflicts = r.Alloc, invalid, r.Conflicts
 	w.ledgerBySvc = objects.ByService(st.Allocations)
 	keys := make([]string, 0, len(services)+len(w.ledgerBySvc))
 	for _, s := range services {
@@ -223,7 +225,7 @@ func (w *worker) reportCorrupt(ctx context.Context, ce *ledger.CorruptError) {
 		w.log.Error("The ledger cannot be read; no address is allocated until it is repaired", "configMap", ce.Shard, "err", ce.Err)
 		w.c.event(configMapRef(w.c.cfg.Namespace, ce.Shard), "Warning", "LedgerCorrupt", ce.Error())
 	}
-	w.writePoolStatuses(ctx)
+	w.writePoolStatuses(ctx, nil)
 }
 
 func (w *worker) loop(ctx context.Context, term *leader.Term) {
@@ -510,8 +512,9 @@ func (w *worker) pass(ctx context.Context) {
 	w.mark(reask...)
 
 	w.writeStatuses(ctx, writes)
-	w.writePoolStatuses(ctx)
-	w.syncPoolFinalizers(ctx)
+	holders := w.holders()
+	w.writePoolStatuses(ctx, holders)
+	w.syncPoolFinalizers(ctx, holders)
 	w.c.metrics.setPending(w.pending)
 	w.c.metrics.passSeconds.Observe(time.Since(start).Seconds())
 }
@@ -540,23 +543,34 @@ func (w *worker) ledgerEdits(obj *watcherv1.Object, held []allocator.Allocation)
 	var out []ledger.Allocation
 	ref := objects.Ref(obj)
 	for _, h := range held {
-		i := slices.IndexFunc(w.ledgerBySvc[h.Service], func(a ledger.Allocation) bool { return a.IP == h.IP })
+		entries := w.ledgerBySvc[h.Service]
+		i := slices.IndexFunc(entries, func(a ledger.Allocation) bool { return a.IP == h.IP })
+		// The ledger records the pool an address was handed out from, not
+		// the one a later pool edit put it in.
+		pool := ledgerPool(h)
+		if i >= 0 && pool == allocator.NoPool {
+			pool = entries[i].Pool
+		}
 		if i >= 0 {
-			e := w.ledgerBySvc[h.Service][i]
-			if e.Pool == h.Pool && e.Service.UID == ref.UID && e.SharingKey == h.SharingKey {
+			if e := entries[i]; e.Pool == pool && e.Service.UID == ref.UID && e.SharingKey == h.SharingKey {
 				continue
 			}
-		}
-		pool := h.Pool
-		if pool == "" {
-			pool = "(none)"
-		}
-		if i >= 0 && h.Pool == "" {
-			pool = w.ledgerBySvc[h.Service][i].Pool
 		}
 		out = append(out, ledger.Allocation{IP: h.IP, Pool: pool, Service: ref, SharingKey: h.SharingKey, AllocatedAt: time.Now().UTC().Truncate(time.Second)})
 	}
 	return out
+}
+
+// ledgerPool is the pool the ledger records for a held address: the pool it
+// was handed out from, else the pool containing it, else NoPool.
+func ledgerPool(h allocator.Allocation) string {
+	switch {
+	case h.From != "":
+		return h.From
+	case h.Pool != "":
+		return h.Pool
+	}
+	return allocator.NoPool
 }
 
 func (w *worker) namespace(obj *watcherv1.Object) *watcherv1.Object {
@@ -567,14 +581,22 @@ func (w *worker) namespace(obj *watcherv1.Object) *watcherv1.Object {
 // setPools applies a changed pool set and marks every Service.
 func (w *worker) setPools() {
 	pools, invalid := w.c.pools.Parse(w.store().List(watcherv1.Kind_KIND_IP_POOL))
-	upd := w.alloc.SetPools(pools)
-	w.invalidPools, w.orphans = invalid, upd.Orphans
+	w.alloc.SetPools(pools)
+	w.invalidPools = invalid
 	for name, err := range invalid {
 		w.log.Warn("IPPool spec is invalid and does not take effect", "pool", name, "err", err)
 	}
+	// Which pool would serve a requester may have changed: claim every
+	// Service's requested IPs again before any batch allocates, or an older
+	// pending Service could take an IP a younger one may now claim.
 	var keys []string
 	for _, s := range w.store().List(watcherv1.Kind_KIND_SERVICE) {
 		keys = append(keys, objects.Key(s))
+		if w.c.class().Serves(s) {
+			if req, err := objects.Request(s, w.namespace(s)); err == nil && len(req.RequestedIPs) > 0 {
+				_ = w.alloc.Claim(req)
+			}
+		}
 	}
 	w.mark(keys...)
 }
@@ -648,10 +670,12 @@ func ingressOf(held []allocator.Allocation) []string {
 	return out
 }
 
+// poolOf is the pool the Service's addresses were handed out from
+// (ipledger.io/allocated-from-pool), "" when unknown.
 func poolOf(held []allocator.Allocation) string {
 	for _, h := range held {
-		if h.Pool != "" {
-			return h.Pool
+		if p := ledgerPool(h); p != allocator.NoPool {
+			return p
 		}
 	}
 	return ""
