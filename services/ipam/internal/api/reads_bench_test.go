@@ -25,9 +25,9 @@ import (
 	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
-	"github.com/ipledger/ipledger/services/ipam/internal/controller"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+	"github.com/ipledger/ipledger/services/ipam/internal/plan"
 )
 
 const benchCallers = 50
@@ -267,17 +267,17 @@ func (c *canned) ListPools(context.Context, *ipamv1.ListPoolsRequest) (*ipamv1.L
 // the stream on every call. Kept only as the benchmark's "before".
 type rebuildPerCall struct{ *Server }
 
-func (s *rebuildPerCall) world() (controller.Rebuilt, error) {
+func (s *rebuildPerCall) world() (plan.Rebuilt, error) {
 	st, _, err := s.ledgerState()
 	if err != nil {
-		return controller.Rebuilt{}, err
+		return plan.Rebuilt{}, err
 	}
 	pools, _ := objects.Pools(s.store().List(watcherv1.Kind_KIND_IP_POOL))
 	nss := map[string]*watcherv1.Object{}
 	for _, n := range s.store().List(watcherv1.Kind_KIND_NAMESPACE) {
 		nss[n.GetMeta().GetName()] = n
 	}
-	return controller.Rebuild(controller.Inputs{Ledger: st, Pools: pools, Namespaces: nss, LBClass: s.cfg.LBClass,
+	return plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Namespaces: nss, LBClass: s.cfg.LBClass,
 		Services: s.store().List(watcherv1.Kind_KIND_SERVICE)}), nil
 }
 
@@ -288,7 +288,7 @@ func (s *rebuildPerCall) ListPools(ctx context.Context, req *ipamv1.ListPoolsReq
 	}
 	poolObjs := s.store().List(watcherv1.Kind_KIND_IP_POOL)
 	pools, _ := objects.Pools(poolObjs)
-	r := controller.Rebuild(controller.Inputs{Ledger: st, Pools: pools, LBClass: s.cfg.LBClass})
+	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, LBClass: s.cfg.LBClass})
 	slices.SortFunc(poolObjs, func(a, b *watcherv1.Object) int { return strings.Compare(a.GetMeta().GetName(), b.GetMeta().GetName()) })
 	resp := &ipamv1.ListPoolsResponse{}
 	for _, o := range poolObjs {

@@ -12,9 +12,9 @@ import (
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
-	"github.com/ipledger/ipledger/services/ipam/internal/controller"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+	"github.com/ipledger/ipledger/services/ipam/internal/plan"
 )
 
 // versionKey names objects at their resourceVersions. Store lists are
@@ -197,7 +197,7 @@ func (s *Server) buildExplain() (*explainState, uint64, error) {
 	for _, n := range s.store().List(watcherv1.Kind_KIND_NAMESPACE) {
 		nss[n.GetMeta().GetName()] = n
 	}
-	a := controller.Rebuild(controller.Inputs{Ledger: rs.ledger, Pools: pools, Namespaces: nss, LBClass: s.cfg.LBClass,
+	a := plan.Rebuild(plan.Inputs{Ledger: rs.ledger, Pools: pools, Namespaces: nss, LBClass: s.cfg.LBClass,
 		RequireLBClass: s.cfg.RequireLBClass, Services: s.store().List(watcherv1.Kind_KIND_SERVICE)}).Alloc
 	s.m.rebuilt(partExplain, start)
 	return &explainState{alloc: a}, rs.seq, nil
@@ -226,7 +226,7 @@ func (s *Server) buildUsage() (*usageState, uint64, error) {
 	}
 	start := time.Now()
 	pools, _ := s.pools.Parse(rs.pools)
-	a := controller.Rebuild(controller.Inputs{Ledger: rs.ledger, Pools: pools, LBClass: s.cfg.LBClass, RequireLBClass: s.cfg.RequireLBClass}).Alloc
+	a := plan.Rebuild(plan.Inputs{Ledger: rs.ledger, Pools: pools, LBClass: s.cfg.LBClass, RequireLBClass: s.cfg.RequireLBClass}).Alloc
 	out := &usageState{pools: rs.pools, usage: map[string]poolUsage{}, heldOutside: a.HeldOutside()}
 	for _, p := range pools {
 		if u, ok := a.Usage(p.Name()); ok {

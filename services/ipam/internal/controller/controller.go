@@ -1,9 +1,9 @@
 // Package controller is ipam's leader: each lease term it fences the ledger,
-// rebuilds every allocation already made (ledger, then Service status, then
-// Service requests), and only then allocates pending Services — in batches,
-// one ledger write for many allocations, then the Services' statuses
-// written concurrently. It reads the cluster only through pkg/stream and
-// writes with client-go under the term's context.
+// rebuilds every allocation already made (plan.Rebuild: ledger, then Service
+// status, then Service requests), and only then allocates pending Services —
+// in batches decided by plan.Decide, one ledger write for many allocations,
+// then the Services' statuses written concurrently. It reads the cluster only
+// through pkg/stream and writes with client-go under the term's context.
 package controller
 
 import (

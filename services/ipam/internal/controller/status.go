@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,28 +17,17 @@ import (
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+	"github.com/ipledger/ipledger/services/ipam/internal/plan"
 )
 
 // ipMode is written with every ingress entry: the API server defaults it, and
 // leaving it out would make every second pass see a difference.
 const ipMode = "VIP"
 
-// condition is the ipledger.io/AddressAllocated condition.
-type condition struct {
-	status, reason, message string
-	observedGeneration      int64
-	lastTransition          time.Time
-}
-
 // svcStatus is the part of a Service ipam owns, and the version of the
 // Service it was read from.
 type svcStatus struct {
-	ingress []string // IPs, in order; every entry has ipMode VIP
-	// foreign is true when the ingress has entries ipam would not write
-	// (hostnames, another ipMode): they must be rewritten.
-	foreign bool
-	cond    *condition
-	pool    string // ipledger.io/allocated-from-pool
+	plan.Status
 	// base is the version this status was read from, or that ipam's write
 	// of it produced. A write decided on this status is conditional on it.
 	base version
@@ -64,23 +55,23 @@ func statusOf(obj *watcherv1.Object) svcStatus {
 	svc := obj.GetService()
 	for _, in := range svc.GetIngress() {
 		if in.GetIp() == "" || in.GetHostname() != "" || (in.GetIpMode() != "" && in.GetIpMode() != ipMode) {
-			s.foreign = true
+			s.Foreign = true
 		}
 		if in.GetIp() != "" {
-			s.ingress = append(s.ingress, in.GetIp())
+			s.Ingress = append(s.Ingress, in.GetIp())
 		}
 	}
 	s.base.rv = obj.GetMeta().GetResourceVersion()
 	for _, c := range svc.GetConditions() {
 		ltt := time.Unix(0, c.GetLastTransitionTime())
 		if c.GetType() == objects.ConditionType {
-			s.cond = &condition{status: c.GetStatus(), reason: c.GetReason(), message: c.GetMessage(),
-				observedGeneration: c.GetObservedGeneration(), lastTransition: ltt}
+			s.Cond = &plan.Condition{Status: c.GetStatus(), Reason: c.GetReason(), Message: c.GetMessage(),
+				ObservedGeneration: c.GetObservedGeneration(), LastTransition: ltt}
 		}
 		s.base.conditions = append(s.base.conditions,
 			conditionJSON(c.GetType(), c.GetStatus(), c.GetReason(), c.GetMessage(), c.GetObservedGeneration(), ltt))
 	}
-	s.pool = obj.GetMeta().GetAnnotations()[allocator.AnnotationAllocatedFromPool]
+	s.Pool = obj.GetMeta().GetAnnotations()[allocator.AnnotationAllocatedFromPool]
 	return s
 }
 
@@ -132,42 +123,6 @@ func caughtUp(streamed, written string) bool {
 	return err1 == nil && err2 == nil && s > w
 }
 
-func (s svcStatus) showsAny(held []allocator.Allocation) bool {
-	for _, h := range held {
-		if slices.Contains(s.ingress, h.IP.String()) {
-			return true
-		}
-	}
-	return false
-}
-
-// without is s with held's IPs, our condition and annotation removed.
-func (s svcStatus) without(held []allocator.Allocation) svcStatus {
-	out := svcStatus{foreign: s.foreign}
-	for _, ip := range s.ingress {
-		if !slices.ContainsFunc(held, func(h allocator.Allocation) bool { return h.IP.String() == ip }) {
-			out.ingress = append(out.ingress, ip)
-		}
-	}
-	return out
-}
-
-// equal compares what ipam writes: ingress, condition (not its transition
-// time) and annotation.
-func (s svcStatus) equal(o svcStatus) bool {
-	if s.foreign != o.foreign || !slices.Equal(s.ingress, o.ingress) || s.pool != o.pool {
-		return false
-	}
-	if (s.cond == nil) != (o.cond == nil) {
-		return false
-	}
-	if s.cond == nil {
-		return true
-	}
-	a, b := s.cond, o.cond
-	return a.status == b.status && a.reason == b.reason && a.message == b.message && a.observedGeneration == b.observedGeneration
-}
-
 type ingressJSON struct {
 	IP     string `json:"ip"`
 	IPMode string `json:"ipMode"`
@@ -184,8 +139,8 @@ type ingressJSON struct {
 // term ended) and the caller must decide again from fresh data.
 func (c *Controller) writeService(ctx context.Context, wr *write) (string, error) {
 	ns, name := wr.obj.GetMeta().GetNamespace(), wr.obj.GetMeta().GetName()
-	if cond := wr.want.cond; cond != nil {
-		cond.lastTransition = transitionTime(wr.cur.cond, cond, time.Now())
+	if cond := wr.want.Cond; cond != nil {
+		cond.LastTransition = transitionTime(wr.cur.Cond, cond, time.Now())
 	}
 	body := statusPatch(wr.cur, wr.want)
 	if body == nil {
@@ -196,12 +151,12 @@ func (c *Controller) writeService(ctx context.Context, wr *write) (string, error
 	if err != nil {
 		return "", fmt.Errorf("patch status of Service %s/%s: %w", ns, name, err)
 	}
-	if got := out.Annotations[allocator.AnnotationAllocatedFromPool]; got != wr.want.pool {
+	if got := out.Annotations[allocator.AnnotationAllocatedFromPool]; got != wr.want.Pool {
 		// An API server that ignores metadata in status writes would
 		// otherwise make every pass write this Service again: fail, so the
 		// retry backs off and the log says why.
 		return "", fmt.Errorf("the API server did not keep annotation %s=%q from the status write of Service %s/%s (it shows %q)",
-			allocator.AnnotationAllocatedFromPool, wr.want.pool, ns, name, got)
+			allocator.AnnotationAllocatedFromPool, wr.want.Pool, ns, name, got)
 	}
 	wr.want.base = versionOf(out)
 	return out.ResourceVersion, nil
@@ -209,9 +164,9 @@ func (c *Controller) writeService(ctx context.Context, wr *write) (string, error
 
 // transitionTime is the lastTransitionTime of want: cur's while the status
 // stays the same.
-func transitionTime(cur, want *condition, now time.Time) time.Time {
-	if cur != nil && cur.status == want.status && !cur.lastTransition.IsZero() {
-		return cur.lastTransition.UTC()
+func transitionTime(cur, want *plan.Condition, now time.Time) time.Time {
+	if cur != nil && cur.Status == want.Status && !cur.LastTransition.IsZero() {
+		return cur.LastTransition.UTC()
 	}
 	return now.UTC()
 }
@@ -226,30 +181,30 @@ func transitionTime(cur, want *condition, now time.Time) time.Time {
 func statusPatch(cur, want svcStatus) []byte {
 	patch := map[string]any{}
 	meta := map[string]any{}
-	if cur.pool != want.pool {
+	if cur.Pool != want.Pool {
 		var pool any // null removes the annotation
-		if want.pool != "" {
-			pool = want.pool
+		if want.Pool != "" {
+			pool = want.Pool
 		}
 		meta["annotations"] = map[string]any{allocator.AnnotationAllocatedFromPool: pool}
 	}
-	statusChanged := cur.foreign != want.foreign || !slices.Equal(cur.ingress, want.ingress) || !condEqual(cur.cond, want.cond)
+	statusChanged := cur.Foreign != want.Foreign || !slices.Equal(cur.Ingress, want.Ingress) || !plan.CondEqual(cur.Cond, want.Cond)
 	if !statusChanged && len(meta) == 0 {
 		return nil
 	}
 	if statusChanged {
 		var ingress any // null clears the list
-		if len(want.ingress) > 0 {
-			list := make([]ingressJSON, 0, len(want.ingress))
-			for _, ip := range want.ingress {
+		if len(want.Ingress) > 0 {
+			list := make([]ingressJSON, 0, len(want.Ingress))
+			for _, ip := range want.Ingress {
 				list = append(list, ingressJSON{IP: ip, IPMode: ipMode})
 			}
 			ingress = list
 		}
 		status := map[string]any{"loadBalancer": map[string]any{"ingress": ingress}}
-		if !condEqual(cur.cond, want.cond) {
+		if !plan.CondEqual(cur.Cond, want.Cond) {
 			var conds any // null clears the list
-			if merged := mergeCondition(cur.base.conditions, want.cond); len(merged) > 0 {
+			if merged := mergeCondition(cur.base.conditions, want.Cond); len(merged) > 0 {
 				conds = merged
 			}
 			status["conditions"] = conds
@@ -269,10 +224,10 @@ func statusPatch(cur, want svcStatus) []byte {
 // mergeCondition returns conditions with ipam's replaced by ours in place
 // (appended when it had none, removed when ours is nil); every other
 // condition is kept as it is, in its place.
-func mergeCondition(conditions []map[string]any, ours *condition) []map[string]any {
+func mergeCondition(conditions []map[string]any, ours *plan.Condition) []map[string]any {
 	var mine map[string]any
 	if ours != nil {
-		mine = conditionJSON(objects.ConditionType, ours.status, ours.reason, ours.message, ours.observedGeneration, ours.lastTransition)
+		mine = conditionJSON(objects.ConditionType, ours.Status, ours.Reason, ours.Message, ours.ObservedGeneration, ours.LastTransition)
 	}
 	out := make([]map[string]any, 0, len(conditions)+1)
 	for _, c := range conditions {
@@ -287,13 +242,6 @@ func mergeCondition(conditions []map[string]any, ours *condition) []map[string]a
 		out = append(out, mine)
 	}
 	return out
-}
-
-func condEqual(a, b *condition) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.status == b.status && a.reason == b.reason && a.message == b.message && a.observedGeneration == b.observedGeneration
 }
 
 func serviceRef(obj *watcherv1.Object) *corev1.ObjectReference {
@@ -315,4 +263,12 @@ func (c *Controller) event(ref *corev1.ObjectReference, typ, reason, msg string)
 	if c.recorder != nil {
 		c.recorder.Event(ref, typ, reason, msg)
 	}
+}
+
+func addrs(ips []netip.Addr) string {
+	s := make([]string, len(ips))
+	for i, ip := range ips {
+		s[i] = ip.String()
+	}
+	return strings.Join(s, ", ")
 }

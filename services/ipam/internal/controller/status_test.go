@@ -8,15 +8,16 @@ import (
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+	"github.com/ipledger/ipledger/services/ipam/internal/plan"
 )
 
 func TestStatusPatch(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 	other := conditionJSON("example.com/Ready", "True", "Checked", "set by another controller", 3, t0)
-	allocated := &condition{status: "True", reason: "Allocated", message: "Allocated 10.0.0.1 from pool p", observedGeneration: 1, lastTransition: t0}
-	exhausted := &condition{status: "False", reason: "PoolExhausted", message: "pool p is full", observedGeneration: 1, lastTransition: t0}
-	ours := func(c *condition) map[string]any {
-		return conditionJSON(objects.ConditionType, c.status, c.reason, c.message, c.observedGeneration, c.lastTransition)
+	allocated := &plan.Condition{Status: "True", Reason: "Allocated", Message: "Allocated 10.0.0.1 from pool p", ObservedGeneration: 1, LastTransition: t0}
+	exhausted := &plan.Condition{Status: "False", Reason: "PoolExhausted", Message: "pool p is full", ObservedGeneration: 1, LastTransition: t0}
+	ours := func(c *plan.Condition) map[string]any {
+		return conditionJSON(objects.ConditionType, c.Status, c.Reason, c.Message, c.ObservedGeneration, c.LastTransition)
 	}
 	ingress := []any{map[string]any{"ip": "10.0.0.1", "ipMode": "VIP"}}
 	for _, tc := range []struct {
@@ -26,13 +27,13 @@ func TestStatusPatch(t *testing.T) {
 	}{
 		{
 			name: "nothing differs",
-			cur:  svcStatus{ingress: []string{"10.0.0.1"}, cond: allocated, pool: "p", base: version{rv: "7"}},
-			want: svcStatus{ingress: []string{"10.0.0.1"}, cond: allocated, pool: "p"},
+			cur:  svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}, base: version{rv: "7"}},
+			want: svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}},
 		},
 		{
 			name: "allocation, conditional on the version decided on",
 			cur:  svcStatus{base: version{rv: "7"}},
-			want: svcStatus{ingress: []string{"10.0.0.1"}, cond: allocated, pool: "p"},
+			want: svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}},
 			patch: map[string]any{
 				"metadata": map[string]any{"resourceVersion": "7", "annotations": map[string]any{"ipledger.io/allocated-from-pool": "p"}},
 				"status":   map[string]any{"loadBalancer": map[string]any{"ingress": ingress}, "conditions": []any{ours(allocated)}},
@@ -41,7 +42,7 @@ func TestStatusPatch(t *testing.T) {
 		{
 			name: "another controller's condition is carried, ours appended",
 			cur:  svcStatus{base: version{rv: "8", conditions: []map[string]any{other}}},
-			want: svcStatus{ingress: []string{"10.0.0.1"}, cond: allocated, pool: "p"},
+			want: svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}},
 			patch: map[string]any{
 				"metadata": map[string]any{"resourceVersion": "8", "annotations": map[string]any{"ipledger.io/allocated-from-pool": "p"}},
 				"status":   map[string]any{"loadBalancer": map[string]any{"ingress": ingress}, "conditions": []any{other, ours(allocated)}},
@@ -49,8 +50,8 @@ func TestStatusPatch(t *testing.T) {
 		},
 		{
 			name: "ours replaced in its place",
-			cur:  svcStatus{cond: exhausted, base: version{rv: "9", conditions: []map[string]any{ours(exhausted), other}}},
-			want: svcStatus{ingress: []string{"10.0.0.1"}, cond: allocated, pool: "p"},
+			cur:  svcStatus{Status: plan.Status{Cond: exhausted}, base: version{rv: "9", conditions: []map[string]any{ours(exhausted), other}}},
+			want: svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}},
 			patch: map[string]any{
 				"metadata": map[string]any{"resourceVersion": "9", "annotations": map[string]any{"ipledger.io/allocated-from-pool": "p"}},
 				"status":   map[string]any{"loadBalancer": map[string]any{"ingress": ingress}, "conditions": []any{ours(allocated), other}},
@@ -58,7 +59,7 @@ func TestStatusPatch(t *testing.T) {
 		},
 		{
 			name: "release keeps the other condition",
-			cur:  svcStatus{ingress: []string{"10.0.0.1"}, cond: allocated, pool: "p", base: version{rv: "10", conditions: []map[string]any{other, ours(allocated)}}},
+			cur:  svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}, base: version{rv: "10", conditions: []map[string]any{other, ours(allocated)}}},
 			want: svcStatus{},
 			patch: map[string]any{
 				"metadata": map[string]any{"resourceVersion": "10", "annotations": map[string]any{"ipledger.io/allocated-from-pool": nil}},
@@ -67,7 +68,7 @@ func TestStatusPatch(t *testing.T) {
 		},
 		{
 			name: "release of the only condition clears the list",
-			cur:  svcStatus{ingress: []string{"10.0.0.1"}, cond: allocated, pool: "p", base: version{rv: "11", conditions: []map[string]any{ours(allocated)}}},
+			cur:  svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}, base: version{rv: "11", conditions: []map[string]any{ours(allocated)}}},
 			want: svcStatus{},
 			patch: map[string]any{
 				"metadata": map[string]any{"resourceVersion": "11", "annotations": map[string]any{"ipledger.io/allocated-from-pool": nil}},
@@ -76,16 +77,16 @@ func TestStatusPatch(t *testing.T) {
 		},
 		{
 			name: "only the annotation: the conditions are not touched",
-			cur:  svcStatus{ingress: []string{"10.0.0.1"}, cond: allocated, base: version{rv: "12", conditions: []map[string]any{ours(allocated), other}}},
-			want: svcStatus{ingress: []string{"10.0.0.1"}, cond: allocated, pool: "p"},
+			cur:  svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated}, base: version{rv: "12", conditions: []map[string]any{ours(allocated), other}}},
+			want: svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}},
 			patch: map[string]any{
 				"metadata": map[string]any{"resourceVersion": "12", "annotations": map[string]any{"ipledger.io/allocated-from-pool": "p"}},
 			},
 		},
 		{
 			name: "only the ingress: the conditions are not touched",
-			cur:  svcStatus{ingress: []string{"10.0.0.2"}, cond: allocated, pool: "p", base: version{rv: "13", conditions: []map[string]any{ours(allocated), other}}},
-			want: svcStatus{ingress: []string{"10.0.0.1"}, cond: allocated, pool: "p"},
+			cur:  svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.2"}, Cond: allocated, Pool: "p"}, base: version{rv: "13", conditions: []map[string]any{ours(allocated), other}}},
+			want: svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}},
 			patch: map[string]any{
 				"metadata": map[string]any{"resourceVersion": "13"},
 				"status":   map[string]any{"loadBalancer": map[string]any{"ingress": ingress}},
@@ -116,17 +117,31 @@ func TestStatusPatch(t *testing.T) {
 // The version a write is based on is the newest this term knows: its own
 // write's, until the stream shows that one or a newer one.
 func TestCurrentUsesTheNewestVersion(t *testing.T) {
-	at := func(rv string) svcOpt { return func(o *watcherv1.Object) { o.Meta.ResourceVersion = rv } }
+	at := func(rv string) *watcherv1.Object {
+		return &watcherv1.Object{Kind: watcherv1.Kind_KIND_SERVICE, Meta: &watcherv1.ObjectMeta{Namespace: "ns", Name: "web", ResourceVersion: rv},
+			Body: &watcherv1.Object_Service{Service: &watcherv1.Service{Type: "LoadBalancer"}}}
+	}
 	w := &worker{expect: map[string]expectation{}}
-	mine := svcStatus{ingress: []string{"10.0.0.1"}, base: version{rv: "105", conditions: []map[string]any{{"type": "x"}}}}
+	mine := svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}}, base: version{rv: "105", conditions: []map[string]any{{"type": "x"}}}}
 	w.expect["ns/web"] = expectation{rv: "105", status: mine, at: time.Now()}
-	if got := w.current(svc("web", 1, at("100"))); got.base.rv != "105" || len(got.base.conditions) != 1 {
+	if got := w.current(at("100")); got.base.rv != "105" || len(got.base.conditions) != 1 {
 		t.Fatalf("with the stream behind our write: base %+v, want our write's version 105", got.base)
 	}
-	if got := w.current(svc("web", 1, at("110"))); got.base.rv != "110" {
+	if got := w.current(at("110")); got.base.rv != "110" {
 		t.Fatalf("with the stream past our write: base %+v, want the streamed version 110", got.base)
 	}
 	if _, ok := w.expect["ns/web"]; ok {
 		t.Fatal("the expectation outlived the stream catching up")
+	}
+}
+
+func TestCaughtUp(t *testing.T) {
+	for _, tc := range []struct {
+		streamed, written string
+		want              bool
+	}{{"10", "10", true}, {"11", "10", true}, {"9", "10", false}, {"abc", "10", false}, {"abc", "abc", true}} {
+		if got := caughtUp(tc.streamed, tc.written); got != tc.want {
+			t.Errorf("caughtUp(%q, %q) = %v", tc.streamed, tc.written, got)
+		}
 	}
 }

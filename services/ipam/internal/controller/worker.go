@@ -21,6 +21,7 @@ import (
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+	"github.com/ipledger/ipledger/services/ipam/internal/plan"
 )
 
 // worker is one term's state. Only the loop goroutine touches the allocator,
@@ -34,7 +35,7 @@ type worker struct {
 	alloc        *allocator.Allocator
 	ledgerBySvc  map[string][]ledger.Allocation
 	invalidPools map[string]error
-	conflicts    []Conflict
+	conflicts    []plan.Conflict
 	corrupt      *ledger.CorruptError
 	fenced       bool
 	reopenAt     time.Time // when w.ldg is nil: the next attempt to re-read it
@@ -201,7 +202,7 @@ func (w *worker) rebuild() {
 		nss[n.GetMeta().GetName()] = n
 	}
 	services := w.store().List(watcherv1.Kind_KIND_SERVICE)
-	r := Rebuild(Inputs{Ledger: st, Pools: pools, Services: services, Namespaces: nss, LBClass: w.c.cfg.LBClass, RequireLBClass: w.c.cfg.RequireLBClass})
+	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Services: services, Namespaces: nss, LBClass: w.c.cfg.LBClass, RequireLBClass: w.c.cfg.RequireLBClass})
 	w.alloc, w.invalidPools, w.conflicts = r.Alloc, invalid, r.Conflicts
 	w.ledgerBySvc = objects.ByService(st.Allocations)
 	keys := make([]string, 0, len(services)+len(w.ledgerBySvc))
@@ -323,12 +324,11 @@ type write struct {
 	cur     svcStatus
 	want    svcStatus
 	release bool // clear our IPs and condition: the Service is no longer ours
-	event   *eventSpec
+	event   *plan.Event
 }
 
-type eventSpec struct{ typ, reason, msg string }
-
-// pass decides a batch, commits the ledger once, then writes the statuses.
+// pass decides a batch (plan.Decide), commits the ledger once, then writes
+// the statuses.
 func (w *worker) pass(ctx context.Context) {
 	start := time.Now()
 	if w.ldg == nil {
@@ -339,171 +339,30 @@ func (w *worker) pass(ctx context.Context) {
 	if poolsChanged {
 		w.setPools()
 	}
-	var (
-		change   ledger.Change
-		releases []string // released from the allocator once the ledger says so
-		reask    []string // allocate again after the release
-		writes   []*write
-	)
-	release := func(key string) {
-		change.Release = append(change.Release, w.ledgerBySvc[key]...)
-		releases = append(releases, key)
+	b := plan.Batch{
+		Services: present, Current: map[string]plan.Status{}, Namespaces: map[string]*watcherv1.Object{},
+		Gone: w.confirmGone(ctx, absent), Ledger: w.ledgerBySvc, Class: w.c.class(), Now: time.Now(),
 	}
-
-	for _, key := range absent {
-		if len(w.alloc.Allocations(key)) == 0 && len(w.ledgerBySvc[key]) == 0 {
-			delete(w.expect, key)
-			continue
-		}
-		// The stream may lag behind a Service created a moment ago: ask
-		// the API server before giving its address back.
-		ns, name, _ := strings.Cut(key, "/")
-		svc, err := w.c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err) || (err == nil && svc.DeletionTimestamp != nil):
-			w.log.Info("Service is gone; releasing its addresses", "service", key)
-			delete(w.expect, key)
-			release(key)
-		case err != nil:
-			w.log.Warn("Cannot confirm that a Service is gone", "service", key, "err", err)
-			w.requeue(key, true)
-		default:
-			w.requeue(key, false)
-		}
-	}
-
-	// Claim what every Service of the batch requests before allocating any
-	// of them, so an older pending Service is never handed an IP that a
-	// younger one in the same batch asks for (Rebuild does the same for all
-	// Services at the start of a term).
+	current := make(map[string]svcStatus, len(present))
 	for _, obj := range present {
-		if !w.c.class().Serves(obj) {
-			continue
-		}
-		if req, err := objects.Request(obj, w.namespace(obj)); err == nil {
-			_ = w.alloc.Claim(req) // a refused claim: Allocate says why
-		}
-	}
-
-	for _, obj := range present {
-		key := objects.Key(obj)
 		cur := w.current(obj)
-		held := w.alloc.Allocations(key)
-		if !w.c.class().Serves(obj) {
-			delete(w.pending, key)
-			switch {
-			case cur.showsAny(held) || cur.cond != nil || cur.pool != "":
-				// Clear the status and annotation first; the ledger entry
-				// goes after.
-				want := cur.without(held)
-				writes = append(writes, &write{obj: obj, key: key, cur: cur, release: true, want: want})
-			case len(held) > 0 || len(w.ledgerBySvc[key]) > 0:
-				release(key)
-			}
-			continue
-		}
-
-		var want svcStatus
-		want.cond = &condition{observedGeneration: obj.GetMeta().GetGeneration()}
-		req, perr := objects.Request(obj, w.namespace(obj))
-		var res allocator.Result
-		var err error = perr
-		if perr == nil {
-			res, err = w.alloc.Allocate(req)
-		}
-		if allocator.IsUnfit(err) {
-			if cur.showsAny(held) {
-				want = cur.without(held)
-				want.cond = cur.cond
-				w.log.Info("Service holds an address that no longer fits; clearing its status before releasing", "service", key, "reason", err.Error())
-				writes = append(writes, &write{obj: obj, key: key, cur: cur, want: want})
-			} else {
-				release(key)
-				reask = append(reask, key)
-			}
-			continue
-		}
-		held = w.alloc.Allocations(key)
-		want.ingress = ingressOf(held)
-		want.pool = poolOf(held)
-		if err != nil {
-			var ae *allocator.Error
-			if !errors.As(err, &ae) {
-				ae = &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: err.Error()}
-			}
-			want.cond.status, want.cond.reason, want.cond.message = "False", string(ae.Reason), ae.Message
-			w.c.metrics.failures.WithLabelValues(string(ae.Reason)).Inc()
-		} else if res.Outside != "" {
-			// The pool no longer offers what the Service holds: it keeps it,
-			// and says so (never re-allocated behind the operator's back).
-			want.cond.status, want.cond.reason = "True", string(allocator.ReasonHeldOutsidePool)
-			want.cond.message = fmt.Sprintf("Keeps %s, held outside its pool: %s. ipam never moves an address a Service holds; "+
-				"to move it, request an address (%s) or name a pool (%s)", addrs(res.IPs), res.Outside, allocator.AnnotationLoadBalancerIPs, allocator.AnnotationAddressPool)
-			if want.pool == "" {
-				want.pool = cur.pool
-			}
-		} else {
-			want.cond.status, want.cond.reason = "True", string(allocator.ReasonAllocated)
-			want.cond.message = fmt.Sprintf("Allocated %s from pool %s", addrs(res.IPs), res.Pool)
-			if res.New {
-				w.c.metrics.allocations.Inc()
-			}
-		}
-		if len(held) == 0 {
-			w.pending[key] = w.stillPending(key, cur, want.cond)
-		} else {
-			delete(w.pending, key)
-		}
-		// Commit before status: every held IP must be in the ledger, as
-		// this Service (uid, pool, sharing key) holds it now.
-		change.Allocate = append(change.Allocate, w.ledgerEdits(obj, held)...)
-		if !cur.equal(want) {
-			wr := &write{obj: obj, key: key, cur: cur, want: want}
-			if cur.cond == nil || cur.cond.reason != want.cond.reason || cur.cond.status != want.cond.status || !slices.Equal(cur.ingress, want.ingress) {
-				typ := "Normal"
-				if want.cond.status != "True" || want.cond.reason == string(allocator.ReasonHeldOutsidePool) {
-					typ = "Warning"
-				}
-				msg := want.cond.message
-				wr.event = &eventSpec{typ: typ, reason: want.cond.reason, msg: msg}
-			}
-			writes = append(writes, wr)
+		current[objects.Key(obj)] = cur
+		b.Current[objects.Key(obj)] = cur.Status
+		if ns := obj.GetMeta().GetNamespace(); b.Namespaces[ns] == nil {
+			b.Namespaces[ns] = w.namespace(obj)
 		}
 	}
-
-	// One ledger write (per shard touched) for the whole batch.
-	if !change.Empty() {
-		if err := w.ldg.Commit(ctx, change); err != nil {
-			if errors.Is(err, ledger.ErrFenced) {
-				w.fenced = true
-				w.log.Error("A newer term fenced the ledger; this term writes nothing more", "err", err)
-				return
-			}
-			// Some shards may be written and others not: start over from
-			// the ledger as stored (fenced again under this same term).
-			w.log.Error("Ledger commit failed; re-reading the ledger", "err", err)
-			w.ldg = nil
-			w.reopen(ctx)
-			return
-		}
-		for _, a := range change.Release {
-			w.ledgerBySvc[a.Service.Key()] = slices.DeleteFunc(w.ledgerBySvc[a.Service.Key()], func(x ledger.Allocation) bool { return x.IP == a.IP })
-		}
-		for _, a := range change.Allocate {
-			k := a.Service.Key()
-			w.ledgerBySvc[k] = append(slices.DeleteFunc(w.ledgerBySvc[k], func(x ledger.Allocation) bool { return x.IP == a.IP }), a)
-		}
-		for k, v := range w.ledgerBySvc {
-			if len(v) == 0 {
-				delete(w.ledgerBySvc, k)
-			}
-		}
+	p := plan.Decide(w.alloc, b)
+	w.note(p)
+	if !w.commit(ctx, p.Change) {
+		return
 	}
-	for _, key := range releases {
+	reask := p.Reask
+	for _, key := range p.Release {
 		w.alloc.Release(key)
 		delete(w.pending, key)
 	}
-	if len(releases) > 0 {
+	if len(p.Release) > 0 {
 		// Freed addresses: pending Services may take them now.
 		for k := range w.pending {
 			reask = append(reask, k)
@@ -511,6 +370,11 @@ func (w *worker) pass(ctx context.Context) {
 	}
 	w.mark(reask...)
 
+	writes := make([]*write, 0, len(p.Writes))
+	for _, pw := range p.Writes {
+		writes = append(writes, &write{obj: pw.Service, key: pw.Key, cur: current[pw.Key], want: svcStatus{Status: pw.Want},
+			release: pw.Release, event: pw.Event})
+	}
 	w.writeStatuses(ctx, writes)
 	holders := w.holders()
 	w.writePoolStatuses(ctx, holders)
@@ -519,58 +383,118 @@ func (w *worker) pass(ctx context.Context) {
 	w.c.metrics.passSeconds.Observe(time.Since(start).Seconds())
 }
 
-// stillPending is the pending record of a Service that holds no address
-// after this pass: pending since this term first saw it so, or, when the
-// Service's condition already said False, since that condition's
-// lastTransitionTime (a Service that waited before this term began keeps
-// its age); the reason is the one this pass decided.
-func (w *worker) stillPending(key string, cur svcStatus, decided *condition) pendingService {
-	p := pendingService{since: time.Now(), reason: "Unknown"}
-	if decided != nil && decided.reason != "" {
-		p.reason = decided.reason
+// note records what a plan decided before it is applied: the logs, the
+// failure and allocation counts, and which Services wait for an address.
+func (w *worker) note(p plan.Plan) {
+	for _, u := range p.Unfit {
+		w.log.Info("Service holds an address that no longer fits; clearing its status before releasing", "service", u.Service, "reason", u.Reason)
 	}
-	if old, ok := w.pending[key]; ok {
-		p.since = old.since
-	} else if c := cur.cond; c != nil && c.status == "False" && c.lastTransition.Unix() > 0 && c.lastTransition.Before(p.since) {
-		p.since = c.lastTransition
+	for _, r := range p.Failures {
+		w.c.metrics.failures.WithLabelValues(string(r)).Inc()
 	}
-	return p
+	if p.Allocated > 0 {
+		w.c.metrics.allocations.Add(float64(p.Allocated))
+	}
+	for _, k := range p.Settled {
+		delete(w.pending, k)
+	}
+	for _, pd := range p.Pending {
+		// A Service keeps the age it had when this term first saw it wait.
+		if old, ok := w.pending[pd.Service]; ok {
+			pd.Since = old.since
+		}
+		w.pending[pd.Service] = pendingService{since: pd.Since, reason: pd.Reason}
+	}
 }
 
-// ledgerEdits returns the ledger entries to write so that the ledger says
-// exactly what the Service holds.
-func (w *worker) ledgerEdits(obj *watcherv1.Object, held []allocator.Allocation) []ledger.Allocation {
-	var out []ledger.Allocation
-	ref := objects.Ref(obj)
-	for _, h := range held {
-		entries := w.ledgerBySvc[h.Service]
-		i := slices.IndexFunc(entries, func(a ledger.Allocation) bool { return a.IP == h.IP })
-		// The ledger records the pool an address was handed out from, not
-		// the one a later pool edit put it in.
-		pool := ledgerPool(h)
-		if i >= 0 && pool == allocator.NoPool {
-			pool = entries[i].Pool
+// commit writes the pass's ledger change (one write per shard touched) and
+// keeps ledgerBySvc in step. It reports false when the pass must stop: the
+// ledger was fenced by a newer term, or must be read again.
+func (w *worker) commit(ctx context.Context, change ledger.Change) bool {
+	if change.Empty() {
+		return true
+	}
+	if err := w.ldg.Commit(ctx, change); err != nil {
+		if errors.Is(err, ledger.ErrFenced) {
+			w.fenced = true
+			w.log.Error("A newer term fenced the ledger; this term writes nothing more", "err", err)
+			return false
 		}
-		if i >= 0 {
-			if e := entries[i]; e.Pool == pool && e.Service.UID == ref.UID && e.SharingKey == h.SharingKey {
-				continue
+		// Some shards may be written and others not: start over from the
+		// ledger as stored (fenced again under this same term).
+		w.log.Error("Ledger commit failed; re-reading the ledger", "err", err)
+		w.ldg = nil
+		w.reopen(ctx)
+		return false
+	}
+	plan.Commit(w.ledgerBySvc, change)
+	return true
+}
+
+// confirmGoneWorkers bounds the concurrent GETs that confirm a Service is
+// gone.
+const confirmGoneWorkers = 8
+
+// confirmGone returns the Services of absent that hold an address and that
+// the API server confirms are gone (or being deleted). The stream may lag
+// behind a Service created a moment ago: the API server is asked before an
+// address is given back. Services it still shows, or that it cannot answer
+// for, are tried again later.
+func (w *worker) confirmGone(ctx context.Context, absent []string) []string {
+	var ask []string
+	for _, key := range absent {
+		if len(w.alloc.Allocations(key)) == 0 && len(w.ledgerBySvc[key]) == 0 {
+			delete(w.expect, key)
+			continue
+		}
+		ask = append(ask, key)
+	}
+	if len(ask) == 0 {
+		return nil
+	}
+	type answer struct {
+		gone bool
+		err  error
+	}
+	answers := make([]answer, len(ask))
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range min(confirmGoneWorkers, len(ask)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				ns, name, _ := strings.Cut(ask[i], "/")
+				svc, err := w.c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+				switch {
+				case apierrors.IsNotFound(err) || (err == nil && svc.DeletionTimestamp != nil):
+					answers[i] = answer{gone: true}
+				case err != nil:
+					answers[i] = answer{err: err}
+				}
 			}
+		}()
+	}
+	for i := range ask {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	var gone []string
+	for i, key := range ask {
+		switch a := answers[i]; {
+		case a.gone:
+			w.log.Info("Service is gone; releasing its addresses", "service", key)
+			delete(w.expect, key)
+			gone = append(gone, key)
+		case a.err != nil:
+			w.log.Warn("Cannot confirm that a Service is gone", "service", key, "err", a.err)
+			w.requeue(key, true)
+		default:
+			w.requeue(key, false)
 		}
-		out = append(out, ledger.Allocation{IP: h.IP, Pool: pool, Service: ref, SharingKey: h.SharingKey, AllocatedAt: time.Now().UTC().Truncate(time.Second)})
 	}
-	return out
-}
-
-// ledgerPool is the pool the ledger records for a held address: the pool it
-// was handed out from, else the pool containing it, else NoPool.
-func ledgerPool(h allocator.Allocation) string {
-	switch {
-	case h.From != "":
-		return h.From
-	case h.Pool != "":
-		return h.Pool
-	}
-	return allocator.NoPool
+	return gone
 }
 
 func (w *worker) namespace(obj *watcherv1.Object) *watcherv1.Object {
@@ -638,12 +562,12 @@ func (w *worker) writeStatuses(ctx context.Context, writes []*write) {
 			delete(w.retries, key)
 			w.c.metrics.statusWrites.WithLabelValues("ok").Inc()
 			w.expect[key] = expectation{rv: r.rv, status: r.wr.want, at: time.Now()}
-			if r.wr.release || len(r.wr.want.ingress) < len(r.wr.cur.ingress) {
+			if r.wr.release || len(r.wr.want.Ingress) < len(r.wr.cur.Ingress) {
 				// The status no longer shows the IPs: release them next.
 				w.mark(key)
 			}
 			if e := r.wr.event; e != nil {
-				w.c.event(serviceRef(r.wr.obj), e.typ, e.reason, e.msg)
+				w.c.event(serviceRef(r.wr.obj), e.Type, e.Reason, e.Message)
 			}
 		case apierrors.IsNotFound(r.err):
 			w.c.metrics.statusWrites.WithLabelValues("notfound").Inc()
@@ -660,23 +584,4 @@ func (w *worker) writeStatuses(ctx context.Context, writes []*write) {
 			w.requeue(key, true)
 		}
 	}
-}
-
-func ingressOf(held []allocator.Allocation) []string {
-	var out []string
-	for _, h := range held {
-		out = append(out, h.IP.String())
-	}
-	return out
-}
-
-// poolOf is the pool the Service's addresses were handed out from
-// (ipledger.io/allocated-from-pool), "" when unknown.
-func poolOf(held []allocator.Allocation) string {
-	for _, h := range held {
-		if p := ledgerPool(h); p != allocator.NoPool {
-			return p
-		}
-	}
-	return ""
 }

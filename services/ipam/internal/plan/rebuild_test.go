@@ -1,4 +1,4 @@
-package controller
+package plan
 
 import (
 	"errors"
@@ -184,17 +184,6 @@ func TestReservationNeverAutoAssigned(t *testing.T) {
 	r := Rebuild(Inputs{Ledger: st, Pools: pools, Services: []*watcherv1.Object{svc("c", 1)}, LBClass: objects.DefaultLBClass})
 	if got := allocatePending(r, []*watcherv1.Object{svc("c", 1)}); got["ns/c"] != "PoolExhausted" {
 		t.Fatalf("pending Service got %v", got)
-	}
-}
-
-func TestCaughtUp(t *testing.T) {
-	for _, tc := range []struct {
-		streamed, written string
-		want              bool
-	}{{"10", "10", true}, {"11", "10", true}, {"9", "10", false}, {"abc", "10", false}, {"abc", "abc", true}} {
-		if got := caughtUp(tc.streamed, tc.written); got != tc.want {
-			t.Errorf("caughtUp(%q, %q) = %v", tc.streamed, tc.written, got)
-		}
 	}
 }
 

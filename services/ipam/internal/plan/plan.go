@@ -1,0 +1,317 @@
+// Package plan owns ipam's decisions about Services, with no I/O: what was
+// already handed out at a term start (Rebuild: ledger, then Service status,
+// then Service requests), and what one pass of the controller does with a
+// batch of Services (Decide: the ledger edits, the status writes and their
+// Events, the Services to release once the ledger says so and the Services
+// to decide again). The controller gathers the inputs, calls these, and
+// applies the result.
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+)
+
+// Batch is what one pass decides from.
+type Batch struct {
+	// Services are the batch's Services the stream shows, in allocation
+	// order (objects.Less).
+	Services []*watcherv1.Object
+	// Current is each Service's status as far as the term knows, by key
+	// (what it wrote, until the stream shows it).
+	Current map[string]Status
+	// Namespaces of the Services, by name (their labels select pools).
+	Namespaces map[string]*watcherv1.Object
+	// Gone are the Services the API server confirmed are gone.
+	Gone []string
+	// Ledger is what the ledger records, by Service key.
+	Ledger map[string][]ledger.Allocation
+	// Class is the set of Services served.
+	Class objects.Class
+	// Now stamps new ledger entries and starts the wait of new pending
+	// Services.
+	Now time.Time
+}
+
+// Write is one Service's status write: status and allocated-from-pool
+// annotation in one status-subresource patch.
+type Write struct {
+	Service *watcherv1.Object
+	Key     string
+	Want    Status
+	// Release: clear our IPs and condition, the Service is no longer ours;
+	// its addresses are released on the next pass, once the write shows.
+	Release bool
+	// Event is posted on the Service once the write succeeded, if set.
+	Event *Event
+}
+
+// Event is a Kubernetes Event on a Service.
+type Event struct{ Type, Reason, Message string }
+
+// Pending is a Service of the batch that holds no address after the pass.
+type Pending struct {
+	Service string
+	// Reason is the reason decided for it ("Unknown" when none).
+	Reason string
+	// Since is when it started to wait, unless the caller knew it already:
+	// Now, or the lastTransitionTime of a condition that already said False
+	// (a Service that waited before this term began keeps its age).
+	Since time.Time
+}
+
+// Unfit is a Service that holds an address which no longer fits it: its
+// status is cleared first, the address released after.
+type Unfit struct {
+	Service string
+	Reason  string
+}
+
+// Plan is what a pass does, in order: commit Change; then release
+// Release's Services from the allocator; mark Reask (and, when anything was
+// released, every pending Service) to be decided again; write Writes.
+type Plan struct {
+	Change  ledger.Change
+	Release []string
+	Reask   []string
+	Writes  []Write
+	// Pending are the Services that hold nothing after the pass; Settled
+	// those that are no longer pending (they hold an address, or are not
+	// ours).
+	Pending []Pending
+	Settled []string
+	// Failures has the reason of every Service that could not be served.
+	Failures []allocator.Reason
+	// Allocated counts the addresses handed out anew.
+	Allocated int
+	Unfit     []Unfit
+}
+
+// Decide decides a batch. It claims what every Service of the batch
+// requests before allocating any of them, and allocates with a; nothing is
+// released from a (that waits for the ledger commit).
+func Decide(a *allocator.Allocator, b Batch) Plan {
+	var p Plan
+	for _, key := range b.Gone {
+		p.release(b, key)
+	}
+	// Claim what every Service of the batch requests before allocating any
+	// of them, so an older pending Service is never handed an IP that a
+	// younger one in the same batch asks for (Rebuild does the same for all
+	// Services at the start of a term).
+	for _, obj := range b.Services {
+		if !b.Class.Serves(obj) {
+			continue
+		}
+		if req, err := objects.Request(obj, b.namespace(obj)); err == nil {
+			_ = a.Claim(req) // a refused claim: Allocate says why
+		}
+	}
+	for _, obj := range b.Services {
+		if b.Class.Serves(obj) {
+			p.decide(a, b, obj)
+		} else {
+			p.notOurs(a, b, obj)
+		}
+	}
+	return p
+}
+
+func (b Batch) namespace(obj *watcherv1.Object) *watcherv1.Object {
+	return b.Namespaces[obj.GetMeta().GetNamespace()]
+}
+
+// release gives the Service's addresses back: from the ledger in this
+// commit, from the allocator after it.
+func (p *Plan) release(b Batch, key string) {
+	p.Change.Release = append(p.Change.Release, b.Ledger[key]...)
+	p.Release = append(p.Release, key)
+}
+
+// notOurs releases what a Service ipam no longer serves holds: its status
+// and annotation are cleared first, the ledger entry goes after.
+func (p *Plan) notOurs(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
+	key := objects.Key(obj)
+	cur := b.Current[key]
+	held := a.Allocations(key)
+	p.Settled = append(p.Settled, key)
+	switch {
+	case cur.ShowsAny(held) || cur.Cond != nil || cur.Pool != "":
+		p.Writes = append(p.Writes, Write{Service: obj, Key: key, Release: true, Want: cur.Without(held)})
+	case len(held) > 0 || len(b.Ledger[key]) > 0:
+		p.release(b, key)
+	}
+}
+
+// decide allocates one of our Services and says so in its status.
+func (p *Plan) decide(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
+	key := objects.Key(obj)
+	cur := b.Current[key]
+	held := a.Allocations(key)
+	want := Status{Cond: &Condition{ObservedGeneration: obj.GetMeta().GetGeneration()}}
+	req, err := objects.Request(obj, b.namespace(obj))
+	var res allocator.Result
+	if err == nil {
+		res, err = a.Allocate(req)
+	}
+	if allocator.IsUnfit(err) {
+		if cur.ShowsAny(held) {
+			want = cur.Without(held)
+			want.Cond = cur.Cond
+			p.Unfit = append(p.Unfit, Unfit{Service: key, Reason: err.Error()})
+			p.Writes = append(p.Writes, Write{Service: obj, Key: key, Want: want})
+		} else {
+			p.release(b, key)
+			p.Reask = append(p.Reask, key)
+		}
+		return
+	}
+	held = a.Allocations(key)
+	want.Ingress = ingressOf(held)
+	want.Pool = poolOf(held)
+	p.condition(&want, cur, res, err)
+	if len(held) == 0 {
+		p.Pending = append(p.Pending, pendingOf(key, cur, want.Cond, b.Now))
+	} else {
+		p.Settled = append(p.Settled, key)
+	}
+	// Commit before status: every held IP must be in the ledger, as this
+	// Service (uid, pool, sharing key) holds it now.
+	p.Change.Allocate = append(p.Change.Allocate, ledgerEdits(obj, held, b.Ledger[key], b.Now)...)
+	if !cur.Equal(want) {
+		p.Writes = append(p.Writes, Write{Service: obj, Key: key, Want: want, Event: eventOf(cur, want)})
+	}
+}
+
+// condition fills want's condition from the allocation's result.
+func (p *Plan) condition(want *Status, cur Status, res allocator.Result, err error) {
+	c := want.Cond
+	switch {
+	case err != nil:
+		var ae *allocator.Error
+		if !errors.As(err, &ae) {
+			ae = &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: err.Error()}
+		}
+		c.Status, c.Reason, c.Message = "False", string(ae.Reason), ae.Message
+		p.Failures = append(p.Failures, ae.Reason)
+	case res.Outside != "":
+		// The pool no longer offers what the Service holds: it keeps it,
+		// and says so (never re-allocated behind the operator's back).
+		c.Status, c.Reason = "True", string(allocator.ReasonHeldOutsidePool)
+		c.Message = fmt.Sprintf("Keeps %s, held outside its pool: %s. ipam never moves an address a Service holds; "+
+			"to move it, request an address (%s) or name a pool (%s)", addrs(res.IPs), res.Outside, allocator.AnnotationLoadBalancerIPs, allocator.AnnotationAddressPool)
+		if want.Pool == "" {
+			want.Pool = cur.Pool
+		}
+	default:
+		c.Status, c.Reason = "True", string(allocator.ReasonAllocated)
+		c.Message = fmt.Sprintf("Allocated %s from pool %s", addrs(res.IPs), res.Pool)
+		if res.New {
+			p.Allocated++
+		}
+	}
+}
+
+// eventOf is the Event a status write posts: one when the condition's
+// reason or status or the ingress changes, none for a message alone.
+func eventOf(cur, want Status) *Event {
+	if cur.Cond != nil && cur.Cond.Reason == want.Cond.Reason && cur.Cond.Status == want.Cond.Status && slices.Equal(cur.Ingress, want.Ingress) {
+		return nil
+	}
+	typ := "Normal"
+	if want.Cond.Status != "True" || want.Cond.Reason == string(allocator.ReasonHeldOutsidePool) {
+		typ = "Warning"
+	}
+	return &Event{Type: typ, Reason: want.Cond.Reason, Message: want.Cond.Message}
+}
+
+// pendingOf is the pending record of a Service that holds no address after
+// the pass.
+func pendingOf(key string, cur Status, decided *Condition, now time.Time) Pending {
+	p := Pending{Service: key, Since: now, Reason: "Unknown"}
+	if decided != nil && decided.Reason != "" {
+		p.Reason = decided.Reason
+	}
+	if c := cur.Cond; c != nil && c.Status == "False" && c.LastTransition.Unix() > 0 && c.LastTransition.Before(now) {
+		p.Since = c.LastTransition
+	}
+	return p
+}
+
+// ledgerEdits returns the ledger entries to write so that the ledger says
+// exactly what the Service holds; entries is what it records for it now.
+func ledgerEdits(obj *watcherv1.Object, held []allocator.Allocation, entries []ledger.Allocation, now time.Time) []ledger.Allocation {
+	var out []ledger.Allocation
+	ref := objects.Ref(obj)
+	for _, h := range held {
+		i := slices.IndexFunc(entries, func(a ledger.Allocation) bool { return a.IP == h.IP })
+		// The ledger records the pool an address was handed out from, not
+		// the one a later pool edit put it in.
+		pool := ledgerPool(h)
+		if i >= 0 && pool == allocator.NoPool {
+			pool = entries[i].Pool
+		}
+		if i >= 0 {
+			if e := entries[i]; e.Pool == pool && e.Service.UID == ref.UID && e.SharingKey == h.SharingKey {
+				continue
+			}
+		}
+		out = append(out, ledger.Allocation{IP: h.IP, Pool: pool, Service: ref, SharingKey: h.SharingKey, AllocatedAt: now.UTC().Truncate(time.Second)})
+	}
+	return out
+}
+
+// ledgerPool is the pool the ledger records for a held address: the pool it
+// was handed out from, else the pool containing it, else NoPool.
+func ledgerPool(h allocator.Allocation) string {
+	switch {
+	case h.From != "":
+		return h.From
+	case h.Pool != "":
+		return h.Pool
+	}
+	return allocator.NoPool
+}
+
+func ingressOf(held []allocator.Allocation) []string {
+	var out []string
+	for _, h := range held {
+		out = append(out, h.IP.String())
+	}
+	return out
+}
+
+// poolOf is the pool the Service's addresses were handed out from
+// (ipledger.io/allocated-from-pool), "" when unknown.
+func poolOf(held []allocator.Allocation) string {
+	for _, h := range held {
+		if p := ledgerPool(h); p != allocator.NoPool {
+			return p
+		}
+	}
+	return ""
+}
+
+// Commit applies a committed change to ledger, the ledger's allocations by
+// Service key, in place.
+func Commit(byService map[string][]ledger.Allocation, c ledger.Change) {
+	for _, a := range c.Release {
+		byService[a.Service.Key()] = slices.DeleteFunc(byService[a.Service.Key()], func(x ledger.Allocation) bool { return x.IP == a.IP })
+	}
+	for _, a := range c.Allocate {
+		k := a.Service.Key()
+		byService[k] = append(slices.DeleteFunc(byService[k], func(x ledger.Allocation) bool { return x.IP == a.IP }), a)
+	}
+	for k, v := range byService {
+		if len(v) == 0 {
+			delete(byService, k)
+		}
+	}
+}

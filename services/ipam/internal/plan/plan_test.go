@@ -1,0 +1,257 @@
+package plan
+
+import (
+	"fmt"
+	"net/netip"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+)
+
+// summary is a Plan in words, so that a table can say what it expects.
+type summary struct {
+	Allocate  []string // ledger entries written: service=ip@pool
+	Unledger  []string // ledger entries removed: service=ip
+	Release   []string
+	Reask     []string
+	Writes    []string // service: ingress pool condition [release] [event]
+	Pending   []string // service:reason
+	Settled   []string
+	Failures  []string
+	Allocated int
+	Unfit     []string
+}
+
+func summarize(p Plan) summary {
+	var s summary
+	for _, a := range p.Change.Allocate {
+		s.Allocate = append(s.Allocate, fmt.Sprintf("%s=%s@%s", a.Service.Key(), a.IP, a.Pool))
+	}
+	for _, a := range p.Change.Release {
+		s.Unledger = append(s.Unledger, fmt.Sprintf("%s=%s", a.Service.Key(), a.IP))
+	}
+	s.Release, s.Reask, s.Settled, s.Allocated = p.Release, p.Reask, p.Settled, p.Allocated
+	for _, w := range p.Writes {
+		d := fmt.Sprintf("%s: %v pool=%q", w.Key, w.Want.Ingress, w.Want.Pool)
+		if c := w.Want.Cond; c != nil {
+			d += fmt.Sprintf(" %s/%s", c.Status, c.Reason)
+		}
+		if w.Release {
+			d += " release"
+		}
+		if e := w.Event; e != nil {
+			d += fmt.Sprintf(" event=%s/%s", e.Type, e.Reason)
+		}
+		s.Writes = append(s.Writes, d)
+	}
+	for _, pd := range p.Pending {
+		s.Pending = append(s.Pending, pd.Service+":"+pd.Reason)
+	}
+	for _, f := range p.Failures {
+		s.Failures = append(s.Failures, string(f))
+	}
+	for _, u := range p.Unfit {
+		s.Unfit = append(s.Unfit, u.Service)
+	}
+	return s
+}
+
+func entry(service, ip, pool string) ledger.Allocation {
+	return ledger.Allocation{IP: netip.MustParseAddr(ip), Pool: pool, Service: ledger.ServiceRef{Namespace: "ns", Name: service, UID: "uid-" + service}}
+}
+
+func allocated(ip, pool string) Status {
+	return Status{Ingress: []string{ip}, Pool: pool, Cond: &Condition{Status: "True", Reason: "Allocated", Message: fmt.Sprintf("Allocated %s from pool %s", ip, pool)}}
+}
+
+func TestDecide(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name     string
+		pool     string
+		held     map[string]string // service -> IP it holds when the pass starts
+		services []*watcherv1.Object
+		current  map[string]Status
+		ledger   []ledger.Allocation
+		gone     []string
+		want     summary
+	}{{
+		name:     "a new Service is allocated, recorded in the ledger and told, with an Event",
+		pool:     "10.0.0.0/30",
+		services: []*watcherv1.Object{svc("a", 1)},
+		want: summary{
+			Allocate:  []string{"ns/a=10.0.0.0@one"},
+			Writes:    []string{`ns/a: [10.0.0.0] pool="one" True/Allocated event=Normal/Allocated`},
+			Settled:   []string{"ns/a"},
+			Allocated: 1,
+		},
+	}, {
+		name:     "a Service whose status and ledger say what it holds changes nothing",
+		pool:     "10.0.0.0/30",
+		held:     map[string]string{"a": "10.0.0.1"},
+		services: []*watcherv1.Object{svc("a", 1)},
+		current:  map[string]Status{"ns/a": allocated("10.0.0.1", "one")},
+		ledger:   []ledger.Allocation{entry("a", "10.0.0.1", "one")},
+		want:     summary{Settled: []string{"ns/a"}},
+	}, {
+		name:     "a held address missing from the ledger is recorded before the status is written",
+		pool:     "10.0.0.0/30",
+		held:     map[string]string{"a": "10.0.0.1"},
+		services: []*watcherv1.Object{svc("a", 1)},
+		current:  map[string]Status{"ns/a": allocated("10.0.0.1", "one")},
+		want:     summary{Allocate: []string{"ns/a=10.0.0.1@one"}, Settled: []string{"ns/a"}},
+	}, {
+		name:     "a message change alone is written without an Event",
+		pool:     "10.0.0.0/30",
+		held:     map[string]string{"a": "10.0.0.1"},
+		services: []*watcherv1.Object{svc("a", 1)},
+		current: map[string]Status{"ns/a": {Ingress: []string{"10.0.0.1"}, Pool: "one",
+			Cond: &Condition{Status: "True", Reason: "Allocated", Message: "an older wording"}}},
+		ledger: []ledger.Allocation{entry("a", "10.0.0.1", "one")},
+		want: summary{
+			Writes:  []string{`ns/a: [10.0.0.1] pool="one" True/Allocated`},
+			Settled: []string{"ns/a"},
+		},
+	}, {
+		name:     "a full pool leaves the Service pending, with a Warning",
+		pool:     "10.0.0.1/32",
+		held:     map[string]string{"a": "10.0.0.1"},
+		services: []*watcherv1.Object{svc("a", 1), svc("b", 2)},
+		current:  map[string]Status{"ns/a": allocated("10.0.0.1", "one")},
+		ledger:   []ledger.Allocation{entry("a", "10.0.0.1", "one")},
+		want: summary{
+			Writes:   []string{`ns/b: [] pool="" False/PoolExhausted event=Warning/PoolExhausted`},
+			Settled:  []string{"ns/a"},
+			Pending:  []string{"ns/b:PoolExhausted"},
+			Failures: []string{"PoolExhausted"},
+		},
+	}, {
+		name: "an older pending Service never takes the IP a younger one in the batch requests",
+		pool: "10.0.0.0/31",
+		services: []*watcherv1.Object{
+			svc("old", 1),
+			svc("young", 2, withAnnotation(allocator.AnnotationLoadBalancerIPs, "10.0.0.0")),
+		},
+		want: summary{
+			Allocate: []string{"ns/old=10.0.0.1@one", "ns/young=10.0.0.0@one"},
+			Writes: []string{
+				`ns/old: [10.0.0.1] pool="one" True/Allocated event=Normal/Allocated`,
+				`ns/young: [10.0.0.0] pool="one" True/Allocated event=Normal/Allocated`,
+			},
+			Settled:   []string{"ns/old", "ns/young"},
+			Allocated: 2,
+		},
+	}, {
+		name:     "a Service no longer ours has its status cleared first",
+		pool:     "10.0.0.0/30",
+		held:     map[string]string{"a": "10.0.0.1"},
+		services: []*watcherv1.Object{svc("a", 1, withClass("other.example/lb"))},
+		current:  map[string]Status{"ns/a": allocated("10.0.0.1", "one")},
+		ledger:   []ledger.Allocation{entry("a", "10.0.0.1", "one")},
+		want: summary{
+			Writes:  []string{`ns/a: [] pool="" release`},
+			Settled: []string{"ns/a"},
+		},
+	}, {
+		name:     "a Service no longer ours whose status is clear gives its address back",
+		pool:     "10.0.0.0/30",
+		held:     map[string]string{"a": "10.0.0.1"},
+		services: []*watcherv1.Object{svc("a", 1, withClass("other.example/lb"))},
+		ledger:   []ledger.Allocation{entry("a", "10.0.0.1", "one")},
+		want: summary{
+			Unledger: []string{"ns/a=10.0.0.1"},
+			Release:  []string{"ns/a"},
+			Settled:  []string{"ns/a"},
+		},
+	}, {
+		name:   "a Service confirmed gone gives its address back",
+		pool:   "10.0.0.0/30",
+		held:   map[string]string{"a": "10.0.0.1"},
+		ledger: []ledger.Allocation{entry("a", "10.0.0.1", "one")},
+		gone:   []string{"ns/a"},
+		want:   summary{Unledger: []string{"ns/a=10.0.0.1"}, Release: []string{"ns/a"}},
+	}, {
+		name:     "an address that no longer fits is first taken out of the status",
+		pool:     "10.0.0.0/30",
+		held:     map[string]string{"a": "10.0.0.1"},
+		services: []*watcherv1.Object{svc("a", 1, withAnnotation(allocator.AnnotationLoadBalancerIPs, "10.0.0.2"))},
+		current:  map[string]Status{"ns/a": allocated("10.0.0.1", "one")},
+		ledger:   []ledger.Allocation{entry("a", "10.0.0.1", "one")},
+		want: summary{
+			Writes: []string{`ns/a: [] pool="" True/Allocated`},
+			Unfit:  []string{"ns/a"},
+		},
+	}, {
+		name:     "an address that no longer fits and is not shown is released, and the Service decided again",
+		pool:     "10.0.0.0/30",
+		held:     map[string]string{"a": "10.0.0.1"},
+		services: []*watcherv1.Object{svc("a", 1, withAnnotation(allocator.AnnotationLoadBalancerIPs, "10.0.0.2"))},
+		ledger:   []ledger.Allocation{entry("a", "10.0.0.1", "one")},
+		want: summary{
+			Unledger: []string{"ns/a=10.0.0.1"},
+			Release:  []string{"ns/a"},
+			Reask:    []string{"ns/a"},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := allocator.New()
+			a.SetPools([]*allocator.Pool{pool(t, "one", tc.pool)})
+			for s, ip := range tc.held {
+				if err := a.Assign("ns/"+s, []netip.Addr{netip.MustParseAddr(ip)}, allocator.Sharing{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := summarize(Decide(a, Batch{
+				Services: tc.services, Current: tc.current, Gone: tc.gone, Ledger: objects.ByService(tc.ledger),
+				Class: objects.Class{Name: objects.DefaultLBClass}, Now: now,
+			}))
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("plan:\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A Service that already waited when this term began keeps its age: its
+// wait starts at the False condition's lastTransitionTime.
+func TestDecidePendingSince(t *testing.T) {
+	now := time.Unix(1000, 0)
+	before := time.Unix(400, 0)
+	a := allocator.New()
+	cond := &Condition{Status: "False", Reason: "NoMatchingPool", Message: "no pool", LastTransition: before}
+	p := Decide(a, Batch{
+		Services: []*watcherv1.Object{svc("a", 1), svc("b", 2)},
+		Current:  map[string]Status{"ns/a": {Cond: cond}},
+		Class:    objects.Class{Name: objects.DefaultLBClass}, Now: now,
+	})
+	since := map[string]time.Time{}
+	for _, pd := range p.Pending {
+		since[pd.Service] = pd.Since
+	}
+	if !since["ns/a"].Equal(before) || !since["ns/b"].Equal(now) {
+		t.Fatalf("pending since %v, want ns/a at %v and ns/b at %v", since, before, now)
+	}
+}
+
+func TestCommit(t *testing.T) {
+	byService := objects.ByService([]ledger.Allocation{entry("a", "10.0.0.1", "one"), entry("b", "10.0.0.2", "one")})
+	moved := entry("b", "10.0.0.2", "two")
+	Commit(byService, ledger.Change{
+		Release:  []ledger.Allocation{entry("a", "10.0.0.1", "one")},
+		Allocate: []ledger.Allocation{moved, entry("c", "10.0.0.3", "one")},
+	})
+	keys := make([]string, 0, len(byService))
+	for k := range byService {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if !slices.Equal(keys, []string{"ns/b", "ns/c"}) || !reflect.DeepEqual(byService["ns/b"], []ledger.Allocation{moved}) {
+		t.Fatalf("after the commit: %+v", byService)
+	}
+}

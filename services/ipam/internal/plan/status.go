@@ -1,0 +1,64 @@
+package plan
+
+import (
+	"slices"
+	"time"
+
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+)
+
+// Condition is the ipledger.io/AddressAllocated condition.
+type Condition struct {
+	Status, Reason, Message string
+	ObservedGeneration      int64
+	LastTransition          time.Time
+}
+
+// Status is the part of a Service ipam owns: its ingress, its condition and
+// the allocated-from-pool annotation.
+type Status struct {
+	Ingress []string // IPs, in order; every entry has ipMode VIP
+	// Foreign is true when the ingress has entries ipam would not write
+	// (hostnames, another ipMode): they must be rewritten.
+	Foreign bool
+	Cond    *Condition
+	Pool    string // ipledger.io/allocated-from-pool
+}
+
+// ShowsAny reports whether the ingress names any of held's IPs.
+func (s Status) ShowsAny(held []allocator.Allocation) bool {
+	for _, h := range held {
+		if slices.Contains(s.Ingress, h.IP.String()) {
+			return true
+		}
+	}
+	return false
+}
+
+// Without is s with held's IPs, our condition and annotation removed.
+func (s Status) Without(held []allocator.Allocation) Status {
+	out := Status{Foreign: s.Foreign}
+	for _, ip := range s.Ingress {
+		if !slices.ContainsFunc(held, func(h allocator.Allocation) bool { return h.IP.String() == ip }) {
+			out.Ingress = append(out.Ingress, ip)
+		}
+	}
+	return out
+}
+
+// Equal compares what ipam writes: ingress, condition (not its transition
+// time) and annotation.
+func (s Status) Equal(o Status) bool {
+	if s.Foreign != o.Foreign || !slices.Equal(s.Ingress, o.Ingress) || s.Pool != o.Pool {
+		return false
+	}
+	return CondEqual(s.Cond, o.Cond)
+}
+
+// CondEqual compares two conditions but for their transition time.
+func CondEqual(a, b *Condition) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message && a.ObservedGeneration == b.ObservedGeneration
+}
