@@ -8,7 +8,6 @@ import (
 	"math/big"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +22,64 @@ import (
 
 // PoolGVR is the IPPool resource.
 var PoolGVR = schema.GroupVersionResource{Group: "ipledger.io", Version: "v1alpha1", Resource: "ippools"}
+
+// poolStatus is the status ipam writes on an IPPool. The fields are in
+// alphabetical order, as the JSON of the map[string]any it replaced: the
+// patch stays byte for byte the same.
+type poolStatus struct {
+	Conditions []poolCondition `json:"conditions"`
+	// HeldOutside is written whenever the allocator exists, 0 included.
+	HeldOutside *int `json:"heldOutside,omitempty"`
+	// IPv4 and IPv6 are written only for a pool the allocator serves; a
+	// merge patch without them leaves the last counts in place.
+	IPv4 *familyCounts `json:"ipv4,omitempty"`
+	IPv6 *familyCounts `json:"ipv6,omitempty"`
+}
+
+// poolCondition is one IPPool condition. LastTransitionTime is left empty
+// until the status is written, so that it never makes a pass look like a
+// change.
+type poolCondition struct {
+	LastTransitionTime string `json:"lastTransitionTime,omitempty"`
+	Message            string `json:"message"`
+	ObservedGeneration int64  `json:"observedGeneration"`
+	Reason             string `json:"reason"`
+	Status             string `json:"status"`
+	Type               string `json:"type"`
+}
+
+// familyCounts is a family's counts as the IPPool status shows them.
+type familyCounts struct {
+	Available      int64  `json:"available"`
+	AvailableExact string `json:"availableExact"`
+	Total          int64  `json:"total"`
+	TotalExact     string `json:"totalExact"`
+	Used           int64  `json:"used"`
+}
+
+// equal compares two statuses as written (transition times aside, which
+// are not set on either).
+func (s poolStatus) equal(o poolStatus) bool {
+	return slices.Equal(s.Conditions, o.Conditions) && ptrEqual(s.HeldOutside, o.HeldOutside) &&
+		ptrEqual(s.IPv4, o.IPv4) && ptrEqual(s.IPv6, o.IPv6)
+}
+
+func ptrEqual[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// ready is the Ready condition (the zero condition when there is none).
+func (s poolStatus) ready() poolCondition {
+	for _, c := range s.Conditions {
+		if c.Type == "Ready" {
+			return c
+		}
+	}
+	return poolCondition{}
+}
 
 // writePoolStatuses writes each IPPool's counts and Ready/Conflicting/Invalid
 // conditions when they differ from what this term last wrote.
@@ -41,9 +98,8 @@ func (w *worker) writePoolStatuses(ctx context.Context, holders poolHolders) {
 		name := obj.GetMeta().GetName()
 		seen[name] = true
 		status := w.poolStatus(obj, heldOutside, holders)
-		body, _ := json.Marshal(map[string]any{"status": status})
-		key := string(body)
-		if w.poolWritten[name] == key {
+		old, had := w.poolWritten[name]
+		if had && old.equal(status) {
 			continue
 		}
 		// Transition times are added only now, so they do not make every
@@ -53,24 +109,23 @@ func (w *worker) writePoolStatuses(ctx context.Context, holders poolHolders) {
 		for _, c := range obj.GetIpPool().GetConditions() {
 			prev[c.GetType()] = c
 		}
-		for _, c := range status["conditions"].([]map[string]any) {
-			c["lastTransitionTime"] = now
-			if p := prev[c["type"].(string)]; p != nil && p.GetStatus() == c["status"] && p.GetLastTransitionTime() != 0 {
-				c["lastTransitionTime"] = time.Unix(0, p.GetLastTransitionTime()).UTC().Format(time.RFC3339)
+		written := status
+		written.Conditions = slices.Clone(status.Conditions)
+		for i, c := range written.Conditions {
+			written.Conditions[i].LastTransitionTime = now
+			if p := prev[c.Type]; p != nil && p.GetStatus() == c.Status && p.GetLastTransitionTime() != 0 {
+				written.Conditions[i].LastTransitionTime = time.Unix(0, p.GetLastTransitionTime()).UTC().Format(time.RFC3339)
 			}
 		}
-		full, _ := json.Marshal(map[string]any{"status": status})
+		full, _ := json.Marshal(map[string]any{"status": written})
 		_, err := w.c.dynamic.Resource(PoolGVR).Patch(ctx, name, types.MergePatchType, full, metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status")
 		if err != nil {
 			w.log.Warn("Cannot write IPPool status", "pool", name, "err", err)
 			continue
 		}
-		old, had := w.poolWritten[name]
-		w.poolWritten[name] = key
-		if cond := readyOf(status); !had || !strings.Contains(old, cond) {
-			if strings.Contains(cond, `"False"`) {
-				w.c.event(poolRef(obj), "Warning", reasonOf(status), messageOf(status))
-			}
+		w.poolWritten[name] = status
+		if ready := status.ready(); (!had || old.ready() != ready) && ready.Status == "False" {
+			w.c.event(poolRef(obj), "Warning", ready.Reason, ready.Message)
 		}
 	}
 	for name := range w.poolWritten {
@@ -81,35 +136,35 @@ func (w *worker) writePoolStatuses(ctx context.Context, holders poolHolders) {
 	w.c.metrics.setPoolUsage(w.alloc, objs)
 }
 
-func (w *worker) poolStatus(obj *watcherv1.Object, heldOutside map[string]int, holders poolHolders) map[string]any {
+func (w *worker) poolStatus(obj *watcherv1.Object, heldOutside map[string]int, holders poolHolders) poolStatus {
 	name := obj.GetMeta().GetName()
 	gen := obj.GetMeta().GetGeneration()
-	cond := func(typ string, ok bool, reason, msg string) map[string]any {
+	cond := func(typ string, ok bool, reason, msg string) poolCondition {
 		s := "False"
 		if ok {
 			s = "True"
 		}
-		return map[string]any{"type": typ, "status": s, "reason": reason, "message": msg, "observedGeneration": gen}
+		return poolCondition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen}
 	}
-	status := map[string]any{}
-	var conds []map[string]any
+	var status poolStatus
+	var conds []poolCondition
 	served := false
 	if w.alloc != nil {
 		var u allocator.Usage
 		if u, served = w.alloc.Usage(name); served {
-			status["ipv4"] = familyStatus(u.IPv4)
-			status["ipv6"] = familyStatus(u.IPv6)
+			v4, v6 := familyStatus(u.IPv4), familyStatus(u.IPv6)
+			status.IPv4, status.IPv6 = &v4, &v6
 		}
-		status["heldOutside"] = heldOutside[name]
+		n := heldOutside[name]
+		status.HeldOutside = &n
 	}
 	err, invalid := w.invalidPools[name]
 	if invalid && !served {
-		conds = []map[string]any{
+		status.Conditions = []poolCondition{
 			cond("Ready", false, "Invalid", "The pool serves nothing: "+err.Error()+". Services holding its addresses keep them"),
 			cond("Conflicting", false, "NoOverlap", "The pool overlaps no other pool"),
 			cond("Invalid", true, "Invalid", err.Error()),
 		}
-		status["conditions"] = conds
 		return status
 	}
 	conflict, conflicting := allocator.Conflict{}, false
@@ -141,7 +196,7 @@ func (w *worker) poolStatus(obj *watcherv1.Object, heldOutside map[string]int, h
 	} else {
 		conds = append(conds, cond("Invalid", false, "Valid", "The pool's spec is valid"))
 	}
-	status["conditions"] = conds
+	status.Conditions = conds
 	return status
 }
 
@@ -150,11 +205,11 @@ func (w *worker) poolStatus(obj *watcherv1.Object, heldOutside map[string]int, h
 // math.MaxInt64 (an IPv6 /64 alone holds 2^64 addresses); totalExact and
 // availableExact are the exact decimals, capped or not. Used is capped the
 // same way, though Services and reservations never come near 2^63.
-func familyStatus(f allocator.FamilyUsage) map[string]any {
+func familyStatus(f allocator.FamilyUsage) familyCounts {
 	available := new(big.Int).Sub(f.Total, f.Used)
-	return map[string]any{
-		"total": capInt64(f.Total), "used": capInt64(f.Used), "available": capInt64(available),
-		"totalExact": f.Total.String(), "availableExact": available.String(),
+	return familyCounts{
+		Total: capInt64(f.Total), Used: capInt64(f.Used), Available: capInt64(available),
+		TotalExact: f.Total.String(), AvailableExact: available.String(),
 	}
 }
 
@@ -166,34 +221,6 @@ func capInt64(x *big.Int) int64 {
 		return math.MaxInt64
 	}
 	return max(x.Int64(), 0)
-}
-
-func readyOf(status map[string]any) string {
-	for _, c := range status["conditions"].([]map[string]any) {
-		if c["type"] == "Ready" {
-			b, _ := json.Marshal(c)
-			return string(b)
-		}
-	}
-	return ""
-}
-
-func reasonOf(status map[string]any) string {
-	for _, c := range status["conditions"].([]map[string]any) {
-		if c["type"] == "Ready" {
-			return c["reason"].(string)
-		}
-	}
-	return ""
-}
-
-func messageOf(status map[string]any) string {
-	for _, c := range status["conditions"].([]map[string]any) {
-		if c["type"] == "Ready" {
-			return c["message"].(string)
-		}
-	}
-	return ""
 }
 
 // syncPoolFinalizers protects every IPPool with objects.PoolFinalizer, and

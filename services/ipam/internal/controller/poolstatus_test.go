@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"encoding/json"
 	"math"
 	"math/big"
 	"testing"
@@ -34,14 +35,43 @@ func TestFamilyStatusIsIntegersCappedWithExactDecimals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := familyStatus(allocator.FamilyUsage{Total: tt.total, Used: tt.used})
-			if len(got) != len(tt.want) {
-				t.Fatalf("familyStatus = %v, want %v", got, tt.want)
+			// The status is written as JSON: compare the JSON, byte for byte.
+			got, _ := json.Marshal(familyStatus(allocator.FamilyUsage{Total: tt.total, Used: tt.used}))
+			want, _ := json.Marshal(tt.want)
+			if string(got) != string(want) {
+				t.Fatalf("familyStatus = %s, want %s", got, want)
 			}
-			for k, w := range tt.want {
-				if got[k] != w {
-					t.Errorf("%s = %#v, want %#v", k, got[k], w)
-				}
+		})
+	}
+}
+
+// The typed status renders the JSON the map it replaced did: keys in
+// alphabetical order, heldOutside written even when 0, the counts of a pool
+// the allocator does not serve left out (a merge patch keeps the last ones).
+func TestPoolStatusJSON(t *testing.T) {
+	zero := 0
+	ready := poolCondition{Type: "Ready", Status: "True", Reason: "Serving", Message: "The pool serves Services", ObservedGeneration: 2}
+	for _, tc := range []struct {
+		name   string
+		status poolStatus
+		want   string
+	}{{
+		name: "served",
+		status: poolStatus{Conditions: []poolCondition{ready}, HeldOutside: &zero,
+			IPv4: &familyCounts{Total: 4, Used: 1, Available: 3, TotalExact: "4", AvailableExact: "3"},
+			IPv6: &familyCounts{TotalExact: "0", AvailableExact: "0"}},
+		want: `{"status":{"conditions":[{"message":"The pool serves Services","observedGeneration":2,"reason":"Serving","status":"True","type":"Ready"}],` +
+			`"heldOutside":0,"ipv4":{"available":3,"availableExact":"3","total":4,"totalExact":"4","used":1},` +
+			`"ipv6":{"available":0,"availableExact":"0","total":0,"totalExact":"0","used":0}}}`,
+	}, {
+		name:   "no allocator: conditions only, with their transition time once written",
+		status: poolStatus{Conditions: []poolCondition{{Type: "Ready", Status: "False", Reason: "LedgerUnreadable", Message: "m", LastTransitionTime: "2026-01-02T03:04:05Z"}}},
+		want:   `{"status":{"conditions":[{"lastTransitionTime":"2026-01-02T03:04:05Z","message":"m","observedGeneration":0,"reason":"LedgerUnreadable","status":"False","type":"Ready"}]}}`,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := json.Marshal(map[string]any{"status": tc.status})
+			if err != nil || string(got) != tc.want {
+				t.Fatalf("status JSON =\n%s (%v)\nwant\n%s", got, err, tc.want)
 			}
 		})
 	}

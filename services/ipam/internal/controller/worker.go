@@ -43,7 +43,7 @@ type worker struct {
 	// expect is what this term wrote to each Service, until the stream
 	// shows it (a lagging stream must never make us decide again).
 	expect      map[string]expectation
-	poolWritten map[string]string // pool -> the status patch last written
+	poolWritten map[string]poolStatus // pool -> the status last written
 	retries     map[string]int
 	pending     map[string]pendingService
 
@@ -63,7 +63,7 @@ type worker struct {
 func newWorker(c *Controller, term *leader.Term) *worker {
 	return &worker{
 		c: c, term: term, log: c.log.With("term", term.ID()),
-		expect: map[string]expectation{}, poolWritten: map[string]string{},
+		expect: map[string]expectation{}, poolWritten: map[string]poolStatus{},
 		retries: map[string]int{}, pending: map[string]pendingService{},
 		dirty: map[string]struct{}{}, wake: make(chan struct{}, 1), mutations: make(chan mutation),
 	}
