@@ -80,6 +80,29 @@ func TestObject(t *testing.T) {
 			want: `kind: KIND_EXTERNAL_WORKLOAD meta: {namespace: "ns" name: "vm1"}
 				external_workload: {workload_ips: "192.0.2.1" ports {name: "http" port: 80 protocol: "TCP"}}`,
 		},
+		{
+			name: "externalworkload with an HTTP readiness probe, defaults filled in",
+			in: &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "ipledger.io/v1alpha1", "kind": "ExternalWorkload", "metadata": map[string]any{"namespace": "ns", "name": "vm1"},
+				"spec": map[string]any{"workloadIPs": []any{map[string]any{"ip": "192.0.2.1"}},
+					"readinessProbe": map[string]any{"httpGet": map[string]any{"port": int64(8080)}, "periodSeconds": int64(5)}},
+			}},
+			want: `kind: KIND_EXTERNAL_WORKLOAD meta: {namespace: "ns" name: "vm1"}
+				external_workload: {workload_ips: "192.0.2.1" readiness_probe {http_get {path: "/" port: 8080 scheme: "HTTP"}
+				  period_seconds: 5 timeout_seconds: 1 success_threshold: 1 failure_threshold: 3}}`,
+		},
+		{
+			name: "externalworkload with a TCP readiness probe",
+			in: &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "ipledger.io/v1alpha1", "kind": "ExternalWorkload", "metadata": map[string]any{"namespace": "ns", "name": "vm1"},
+				"spec": map[string]any{"workloadIPs": []any{map[string]any{"ip": "192.0.2.1"}},
+					"readinessProbe": map[string]any{"tcpSocket": map[string]any{"port": int64(22)}, "initialDelaySeconds": int64(30),
+						"periodSeconds": int64(10), "timeoutSeconds": int64(2), "successThreshold": int64(2), "failureThreshold": int64(4)}},
+			}},
+			want: `kind: KIND_EXTERNAL_WORKLOAD meta: {namespace: "ns" name: "vm1"}
+				external_workload: {workload_ips: "192.0.2.1" readiness_probe {tcp_socket {port: 22} initial_delay_seconds: 30
+				  period_seconds: 10 timeout_seconds: 2 success_threshold: 2 failure_threshold: 4}}`,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

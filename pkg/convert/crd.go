@@ -48,8 +48,64 @@ type externalWorkload struct {
 			Port     int32  `json:"port"`
 			Protocol string `json:"protocol"`
 		} `json:"ports"`
+		ReadinessProbe *readinessProbe `json:"readinessProbe"`
 	} `json:"spec"`
 	Status conditionsStatus `json:"status"`
+}
+
+type readinessProbe struct {
+	TCPSocket *struct {
+		Port int32 `json:"port"`
+	} `json:"tcpSocket"`
+	HTTPGet *struct {
+		Path   string `json:"path"`
+		Port   int32  `json:"port"`
+		Scheme string `json:"scheme"`
+	} `json:"httpGet"`
+	InitialDelaySeconds int32 `json:"initialDelaySeconds"`
+	PeriodSeconds       int32 `json:"periodSeconds"`
+	TimeoutSeconds      int32 `json:"timeoutSeconds"`
+	SuccessThreshold    int32 `json:"successThreshold"`
+	FailureThreshold    int32 `json:"failureThreshold"`
+}
+
+// The CRD's defaults for spec.readinessProbe. The API server fills them in;
+// they are repeated here so an object stored before a default existed
+// converts the same way.
+const (
+	defaultProbePeriodSeconds    = 10
+	defaultProbeTimeoutSeconds   = 1
+	defaultProbeSuccessThreshold = 1
+	defaultProbeFailureThreshold = 3
+	defaultProbeHTTPPath         = "/"
+	defaultProbeHTTPScheme       = "HTTP"
+)
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func convertProbe(p *readinessProbe) *watcherv1.ReadinessProbe {
+	out := &watcherv1.ReadinessProbe{
+		InitialDelaySeconds: p.InitialDelaySeconds,
+		PeriodSeconds:       orDefault(p.PeriodSeconds, defaultProbePeriodSeconds),
+		TimeoutSeconds:      orDefault(p.TimeoutSeconds, defaultProbeTimeoutSeconds),
+		SuccessThreshold:    orDefault(p.SuccessThreshold, defaultProbeSuccessThreshold),
+		FailureThreshold:    orDefault(p.FailureThreshold, defaultProbeFailureThreshold),
+	}
+	switch {
+	case p.TCPSocket != nil:
+		out.Action = &watcherv1.ReadinessProbe_TcpSocket{TcpSocket: &watcherv1.TCPSocketAction{Port: p.TCPSocket.Port}}
+	case p.HTTPGet != nil:
+		out.Action = &watcherv1.ReadinessProbe_HttpGet{HttpGet: &watcherv1.HTTPGetAction{
+			Path: orDefault(p.HTTPGet.Path, defaultProbeHTTPPath), Port: p.HTTPGet.Port, Scheme: orDefault(p.HTTPGet.Scheme, defaultProbeHTTPScheme),
+		}}
+	}
+	return out
 }
 
 // IPPool converts an unstructured ipledger.io/v1alpha1 IPPool.
@@ -92,6 +148,9 @@ func ExternalWorkload(u *unstructured.Unstructured) (*watcherv1.Object, error) {
 			proto = "TCP" // the CRD default
 		}
 		body.Ports = append(body.Ports, &watcherv1.WorkloadPort{Name: p.Name, Port: p.Port, Protocol: proto})
+	}
+	if w.Spec.ReadinessProbe != nil {
+		body.ReadinessProbe = convertProbe(w.Spec.ReadinessProbe)
 	}
 	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, Meta: Meta(u), Body: &watcherv1.Object_ExternalWorkload{ExternalWorkload: body}}, nil
 }

@@ -126,6 +126,9 @@ func TestServiceAccountsAreLeastPrivileged(t *testing.T) {
 		{"endpoints", "patch", "", "services", "status", "default", false},
 		{"endpoints", "update", "coordination.k8s.io", "leases", "", testenv.SystemNamespace, true},
 		{"endpoints", "update", "coordination.k8s.io", "leases", "", "default", false},
+		{"endpoints", "patch", "ipledger.io", "externalworkloads", "status", "default", true}, // the Ready condition of probed workloads
+		{"endpoints", "patch", "ipledger.io", "externalworkloads", "", "default", false},
+		{"endpoints", "update", "ipledger.io", "externalworkloads", "status", "default", false},
 		{"eipd", "patch", "", "nodes", "", "", true},
 		{"eipd", "delete", "", "nodes", "", "", false},
 		{"eipd", "create", "ipledger.io", "reservations", "", "", false},

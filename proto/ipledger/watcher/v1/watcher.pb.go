@@ -1909,11 +1909,15 @@ func (x *IPPoolAllocation) GetServiceSelectors() []*LabelSelector {
 type ExternalWorkload struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// workload_ips: at most one per address family.
-	WorkloadIps   []string        `protobuf:"bytes,1,rep,name=workload_ips,json=workloadIps,proto3" json:"workload_ips,omitempty"`
-	Ports         []*WorkloadPort `protobuf:"bytes,2,rep,name=ports,proto3" json:"ports,omitempty"`
-	Conditions    []*Condition    `protobuf:"bytes,3,rep,name=conditions,proto3" json:"conditions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WorkloadIps []string        `protobuf:"bytes,1,rep,name=workload_ips,json=workloadIps,proto3" json:"workload_ips,omitempty"`
+	Ports       []*WorkloadPort `protobuf:"bytes,2,rep,name=ports,proto3" json:"ports,omitempty"`
+	Conditions  []*Condition    `protobuf:"bytes,3,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// readiness_probe is spec.readinessProbe, with the CRD's defaults filled
+	// in; unset when the workload has none (it is then ready unless its Ready
+	// condition says otherwise).
+	ReadinessProbe *ReadinessProbe `protobuf:"bytes,4,opt,name=readiness_probe,json=readinessProbe,proto3" json:"readiness_probe,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ExternalWorkload) Reset() {
@@ -1967,6 +1971,250 @@ func (x *ExternalWorkload) GetConditions() []*Condition {
 	return nil
 }
 
+func (x *ExternalWorkload) GetReadinessProbe() *ReadinessProbe {
+	if x != nil {
+		return x.ReadinessProbe
+	}
+	return nil
+}
+
+// ReadinessProbe is how the endpoints leader checks that an ExternalWorkload
+// serves, modelled on a Pod's readiness probe. Exactly one action is set.
+type ReadinessProbe struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Action:
+	//
+	//	*ReadinessProbe_TcpSocket
+	//	*ReadinessProbe_HttpGet
+	Action isReadinessProbe_Action `protobuf_oneof:"action"`
+	// initial_delay_seconds after the workload's creation before the first probe.
+	InitialDelaySeconds int32 `protobuf:"varint,3,opt,name=initial_delay_seconds,json=initialDelaySeconds,proto3" json:"initial_delay_seconds,omitempty"`
+	// period_seconds between two probes of the workload.
+	PeriodSeconds int32 `protobuf:"varint,4,opt,name=period_seconds,json=periodSeconds,proto3" json:"period_seconds,omitempty"`
+	// timeout_seconds bounds one probe of one address.
+	TimeoutSeconds int32 `protobuf:"varint,5,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	// success_threshold consecutive successes make the workload Ready.
+	SuccessThreshold int32 `protobuf:"varint,6,opt,name=success_threshold,json=successThreshold,proto3" json:"success_threshold,omitempty"`
+	// failure_threshold consecutive failures make it not Ready.
+	FailureThreshold int32 `protobuf:"varint,7,opt,name=failure_threshold,json=failureThreshold,proto3" json:"failure_threshold,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ReadinessProbe) Reset() {
+	*x = ReadinessProbe{}
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadinessProbe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadinessProbe) ProtoMessage() {}
+
+func (x *ReadinessProbe) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadinessProbe.ProtoReflect.Descriptor instead.
+func (*ReadinessProbe) Descriptor() ([]byte, []int) {
+	return file_ipledger_watcher_v1_watcher_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ReadinessProbe) GetAction() isReadinessProbe_Action {
+	if x != nil {
+		return x.Action
+	}
+	return nil
+}
+
+func (x *ReadinessProbe) GetTcpSocket() *TCPSocketAction {
+	if x != nil {
+		if x, ok := x.Action.(*ReadinessProbe_TcpSocket); ok {
+			return x.TcpSocket
+		}
+	}
+	return nil
+}
+
+func (x *ReadinessProbe) GetHttpGet() *HTTPGetAction {
+	if x != nil {
+		if x, ok := x.Action.(*ReadinessProbe_HttpGet); ok {
+			return x.HttpGet
+		}
+	}
+	return nil
+}
+
+func (x *ReadinessProbe) GetInitialDelaySeconds() int32 {
+	if x != nil {
+		return x.InitialDelaySeconds
+	}
+	return 0
+}
+
+func (x *ReadinessProbe) GetPeriodSeconds() int32 {
+	if x != nil {
+		return x.PeriodSeconds
+	}
+	return 0
+}
+
+func (x *ReadinessProbe) GetTimeoutSeconds() int32 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
+}
+
+func (x *ReadinessProbe) GetSuccessThreshold() int32 {
+	if x != nil {
+		return x.SuccessThreshold
+	}
+	return 0
+}
+
+func (x *ReadinessProbe) GetFailureThreshold() int32 {
+	if x != nil {
+		return x.FailureThreshold
+	}
+	return 0
+}
+
+type isReadinessProbe_Action interface {
+	isReadinessProbe_Action()
+}
+
+type ReadinessProbe_TcpSocket struct {
+	TcpSocket *TCPSocketAction `protobuf:"bytes,1,opt,name=tcp_socket,json=tcpSocket,proto3,oneof"`
+}
+
+type ReadinessProbe_HttpGet struct {
+	HttpGet *HTTPGetAction `protobuf:"bytes,2,opt,name=http_get,json=httpGet,proto3,oneof"`
+}
+
+func (*ReadinessProbe_TcpSocket) isReadinessProbe_Action() {}
+
+func (*ReadinessProbe_HttpGet) isReadinessProbe_Action() {}
+
+// TCPSocketAction succeeds when a TCP connection to the port opens.
+type TCPSocketAction struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Port          int32                  `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TCPSocketAction) Reset() {
+	*x = TCPSocketAction{}
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TCPSocketAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TCPSocketAction) ProtoMessage() {}
+
+func (x *TCPSocketAction) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TCPSocketAction.ProtoReflect.Descriptor instead.
+func (*TCPSocketAction) Descriptor() ([]byte, []int) {
+	return file_ipledger_watcher_v1_watcher_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *TCPSocketAction) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+// HTTPGetAction succeeds when a GET answers with a status in [200, 400).
+type HTTPGetAction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path, with the query if any; starts with "/".
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Port int32  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	// scheme is "HTTP" or "HTTPS" (certificates are not verified, as the kubelet).
+	Scheme        string `protobuf:"bytes,3,opt,name=scheme,proto3" json:"scheme,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HTTPGetAction) Reset() {
+	*x = HTTPGetAction{}
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HTTPGetAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HTTPGetAction) ProtoMessage() {}
+
+func (x *HTTPGetAction) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HTTPGetAction.ProtoReflect.Descriptor instead.
+func (*HTTPGetAction) Descriptor() ([]byte, []int) {
+	return file_ipledger_watcher_v1_watcher_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *HTTPGetAction) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *HTTPGetAction) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *HTTPGetAction) GetScheme() string {
+	if x != nil {
+		return x.Scheme
+	}
+	return ""
+}
+
 // WorkloadPort is a port an ExternalWorkload serves.
 type WorkloadPort struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1979,7 +2227,7 @@ type WorkloadPort struct {
 
 func (x *WorkloadPort) Reset() {
 	*x = WorkloadPort{}
-	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[22]
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2239,7 @@ func (x *WorkloadPort) String() string {
 func (*WorkloadPort) ProtoMessage() {}
 
 func (x *WorkloadPort) ProtoReflect() protoreflect.Message {
-	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[22]
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2252,7 @@ func (x *WorkloadPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadPort.ProtoReflect.Descriptor instead.
 func (*WorkloadPort) Descriptor() ([]byte, []int) {
-	return file_ipledger_watcher_v1_watcher_proto_rawDescGZIP(), []int{22}
+	return file_ipledger_watcher_v1_watcher_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WorkloadPort) GetName() string {
@@ -2038,7 +2286,7 @@ type ConfigMap struct {
 
 func (x *ConfigMap) Reset() {
 	*x = ConfigMap{}
-	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[23]
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2298,7 @@ func (x *ConfigMap) String() string {
 func (*ConfigMap) ProtoMessage() {}
 
 func (x *ConfigMap) ProtoReflect() protoreflect.Message {
-	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[23]
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2311,7 @@ func (x *ConfigMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigMap.ProtoReflect.Descriptor instead.
 func (*ConfigMap) Descriptor() ([]byte, []int) {
-	return file_ipledger_watcher_v1_watcher_proto_rawDescGZIP(), []int{23}
+	return file_ipledger_watcher_v1_watcher_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ConfigMap) GetData() map[string]string {
@@ -2244,13 +2492,30 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"namespaces\x18\x02 \x03(\tR\n" +
 	"namespaces\x12S\n" +
 	"\x13namespace_selectors\x18\x03 \x03(\v2\".ipledger.watcher.v1.LabelSelectorR\x12namespaceSelectors\x12O\n" +
-	"\x11service_selectors\x18\x04 \x03(\v2\".ipledger.watcher.v1.LabelSelectorR\x10serviceSelectors\"\xae\x01\n" +
+	"\x11service_selectors\x18\x04 \x03(\v2\".ipledger.watcher.v1.LabelSelectorR\x10serviceSelectors\"\xfc\x01\n" +
 	"\x10ExternalWorkload\x12!\n" +
 	"\fworkload_ips\x18\x01 \x03(\tR\vworkloadIps\x127\n" +
 	"\x05ports\x18\x02 \x03(\v2!.ipledger.watcher.v1.WorkloadPortR\x05ports\x12>\n" +
 	"\n" +
 	"conditions\x18\x03 \x03(\v2\x1e.ipledger.watcher.v1.ConditionR\n" +
-	"conditions\"R\n" +
+	"conditions\x12L\n" +
+	"\x0freadiness_probe\x18\x04 \x01(\v2#.ipledger.watcher.v1.ReadinessProbeR\x0ereadinessProbe\"\x80\x03\n" +
+	"\x0eReadinessProbe\x12E\n" +
+	"\n" +
+	"tcp_socket\x18\x01 \x01(\v2$.ipledger.watcher.v1.TCPSocketActionH\x00R\ttcpSocket\x12?\n" +
+	"\bhttp_get\x18\x02 \x01(\v2\".ipledger.watcher.v1.HTTPGetActionH\x00R\ahttpGet\x122\n" +
+	"\x15initial_delay_seconds\x18\x03 \x01(\x05R\x13initialDelaySeconds\x12%\n" +
+	"\x0eperiod_seconds\x18\x04 \x01(\x05R\rperiodSeconds\x12'\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\x05R\x0etimeoutSeconds\x12+\n" +
+	"\x11success_threshold\x18\x06 \x01(\x05R\x10successThreshold\x12+\n" +
+	"\x11failure_threshold\x18\a \x01(\x05R\x10failureThresholdB\b\n" +
+	"\x06action\"%\n" +
+	"\x0fTCPSocketAction\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\x05R\x04port\"O\n" +
+	"\rHTTPGetAction\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x16\n" +
+	"\x06scheme\x18\x03 \x01(\tR\x06scheme\"R\n" +
 	"\fWorkloadPort\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x1a\n" +
@@ -2290,7 +2555,7 @@ func file_ipledger_watcher_v1_watcher_proto_rawDescGZIP() []byte {
 }
 
 var file_ipledger_watcher_v1_watcher_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ipledger_watcher_v1_watcher_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_ipledger_watcher_v1_watcher_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_ipledger_watcher_v1_watcher_proto_goTypes = []any{
 	(Kind)(0),                        // 0: ipledger.watcher.v1.Kind
 	(EventType)(0),                   // 1: ipledger.watcher.v1.EventType
@@ -2316,13 +2581,16 @@ var file_ipledger_watcher_v1_watcher_proto_goTypes = []any{
 	(*IPPool)(nil),                   // 21: ipledger.watcher.v1.IPPool
 	(*IPPoolAllocation)(nil),         // 22: ipledger.watcher.v1.IPPoolAllocation
 	(*ExternalWorkload)(nil),         // 23: ipledger.watcher.v1.ExternalWorkload
-	(*WorkloadPort)(nil),             // 24: ipledger.watcher.v1.WorkloadPort
-	(*ConfigMap)(nil),                // 25: ipledger.watcher.v1.ConfigMap
-	nil,                              // 26: ipledger.watcher.v1.ObjectMeta.LabelsEntry
-	nil,                              // 27: ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
-	nil,                              // 28: ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
-	nil,                              // 29: ipledger.watcher.v1.Service.SelectorEntry
-	nil,                              // 30: ipledger.watcher.v1.ConfigMap.DataEntry
+	(*ReadinessProbe)(nil),           // 24: ipledger.watcher.v1.ReadinessProbe
+	(*TCPSocketAction)(nil),          // 25: ipledger.watcher.v1.TCPSocketAction
+	(*HTTPGetAction)(nil),            // 26: ipledger.watcher.v1.HTTPGetAction
+	(*WorkloadPort)(nil),             // 27: ipledger.watcher.v1.WorkloadPort
+	(*ConfigMap)(nil),                // 28: ipledger.watcher.v1.ConfigMap
+	nil,                              // 29: ipledger.watcher.v1.ObjectMeta.LabelsEntry
+	nil,                              // 30: ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
+	nil,                              // 31: ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
+	nil,                              // 32: ipledger.watcher.v1.Service.SelectorEntry
+	nil,                              // 33: ipledger.watcher.v1.ConfigMap.DataEntry
 }
 var file_ipledger_watcher_v1_watcher_proto_depIdxs = []int32{
 	0,  // 0: ipledger.watcher.v1.WatchRequest.kinds:type_name -> ipledger.watcher.v1.Kind
@@ -2339,13 +2607,13 @@ var file_ipledger_watcher_v1_watcher_proto_depIdxs = []int32{
 	18, // 11: ipledger.watcher.v1.Object.endpoint_slice:type_name -> ipledger.watcher.v1.EndpointSlice
 	21, // 12: ipledger.watcher.v1.Object.ip_pool:type_name -> ipledger.watcher.v1.IPPool
 	23, // 13: ipledger.watcher.v1.Object.external_workload:type_name -> ipledger.watcher.v1.ExternalWorkload
-	25, // 14: ipledger.watcher.v1.Object.config_map:type_name -> ipledger.watcher.v1.ConfigMap
-	26, // 15: ipledger.watcher.v1.ObjectMeta.labels:type_name -> ipledger.watcher.v1.ObjectMeta.LabelsEntry
-	27, // 16: ipledger.watcher.v1.ObjectMeta.annotations:type_name -> ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
+	28, // 14: ipledger.watcher.v1.Object.config_map:type_name -> ipledger.watcher.v1.ConfigMap
+	29, // 15: ipledger.watcher.v1.ObjectMeta.labels:type_name -> ipledger.watcher.v1.ObjectMeta.LabelsEntry
+	30, // 16: ipledger.watcher.v1.ObjectMeta.annotations:type_name -> ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
 	7,  // 17: ipledger.watcher.v1.ObjectMeta.owner_references:type_name -> ipledger.watcher.v1.OwnerReference
-	28, // 18: ipledger.watcher.v1.LabelSelector.match_labels:type_name -> ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
+	31, // 18: ipledger.watcher.v1.LabelSelector.match_labels:type_name -> ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
 	10, // 19: ipledger.watcher.v1.LabelSelector.match_expressions:type_name -> ipledger.watcher.v1.LabelSelectorRequirement
-	29, // 20: ipledger.watcher.v1.Service.selector:type_name -> ipledger.watcher.v1.Service.SelectorEntry
+	32, // 20: ipledger.watcher.v1.Service.selector:type_name -> ipledger.watcher.v1.Service.SelectorEntry
 	12, // 21: ipledger.watcher.v1.Service.ports:type_name -> ipledger.watcher.v1.ServicePort
 	13, // 22: ipledger.watcher.v1.Service.ingress:type_name -> ipledger.watcher.v1.LoadBalancerIngress
 	8,  // 23: ipledger.watcher.v1.Service.conditions:type_name -> ipledger.watcher.v1.Condition
@@ -2356,14 +2624,17 @@ var file_ipledger_watcher_v1_watcher_proto_depIdxs = []int32{
 	8,  // 28: ipledger.watcher.v1.IPPool.conditions:type_name -> ipledger.watcher.v1.Condition
 	9,  // 29: ipledger.watcher.v1.IPPoolAllocation.namespace_selectors:type_name -> ipledger.watcher.v1.LabelSelector
 	9,  // 30: ipledger.watcher.v1.IPPoolAllocation.service_selectors:type_name -> ipledger.watcher.v1.LabelSelector
-	24, // 31: ipledger.watcher.v1.ExternalWorkload.ports:type_name -> ipledger.watcher.v1.WorkloadPort
+	27, // 31: ipledger.watcher.v1.ExternalWorkload.ports:type_name -> ipledger.watcher.v1.WorkloadPort
 	8,  // 32: ipledger.watcher.v1.ExternalWorkload.conditions:type_name -> ipledger.watcher.v1.Condition
-	30, // 33: ipledger.watcher.v1.ConfigMap.data:type_name -> ipledger.watcher.v1.ConfigMap.DataEntry
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	24, // 33: ipledger.watcher.v1.ExternalWorkload.readiness_probe:type_name -> ipledger.watcher.v1.ReadinessProbe
+	25, // 34: ipledger.watcher.v1.ReadinessProbe.tcp_socket:type_name -> ipledger.watcher.v1.TCPSocketAction
+	26, // 35: ipledger.watcher.v1.ReadinessProbe.http_get:type_name -> ipledger.watcher.v1.HTTPGetAction
+	33, // 36: ipledger.watcher.v1.ConfigMap.data:type_name -> ipledger.watcher.v1.ConfigMap.DataEntry
+	37, // [37:37] is the sub-list for method output_type
+	37, // [37:37] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_ipledger_watcher_v1_watcher_proto_init() }
@@ -2381,13 +2652,17 @@ func file_ipledger_watcher_v1_watcher_proto_init() {
 		(*Object_ExternalWorkload)(nil),
 		(*Object_ConfigMap)(nil),
 	}
+	file_ipledger_watcher_v1_watcher_proto_msgTypes[22].OneofWrappers = []any{
+		(*ReadinessProbe_TcpSocket)(nil),
+		(*ReadinessProbe_HttpGet)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ipledger_watcher_v1_watcher_proto_rawDesc), len(file_ipledger_watcher_v1_watcher_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

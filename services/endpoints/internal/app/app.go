@@ -13,13 +13,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/ipledger/ipledger/pkg/cmdmain"
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/opsserver"
 	"github.com/ipledger/ipledger/pkg/stream"
 	"github.com/ipledger/ipledger/services/endpoints/internal/controller"
+	"github.com/ipledger/ipledger/services/endpoints/internal/prober"
 )
 
 // LeaseName is the default Lease the replicas campaign for.
@@ -32,8 +35,9 @@ type Config struct {
 	Leader     leader.Config
 	Controller controller.Config
 	Ops        opsserver.Config
-	// KubeQPS and KubeBurst are the client's rate limits for EndpointSlice
-	// and Event writes; client-go's 5/10 would throttle a cold start.
+	// KubeQPS and KubeBurst are the process's rate limit for its writes
+	// (EndpointSlices, Ready conditions, Events), shared by its clients;
+	// client-go's 5/10 would throttle a cold start.
 	KubeQPS   float64
 	KubeBurst int
 }
@@ -89,8 +93,16 @@ func New(cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One budget for the process: the typed client (slices, Events) and the
+	// dynamic one (Ready conditions) draw from the same token bucket, where
+	// each would otherwise build its own.
+	restCfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(restCfg.QPS, restCfg.Burst)
 	if a.client, err = kubernetes.NewForConfig(restCfg); err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
 	sc := cfg.Stream
 	sc.Kinds = controller.Kinds
@@ -98,7 +110,7 @@ func New(cfg Config) (*App, error) {
 		return nil, fmt.Errorf("watcher stream: %w", err)
 	}
 	controller.AddIndexes(a.watch.Store())
-	if a.Controller, err = controller.New(cfg.Controller, a.client, a.watch, a.watch.Store(), a.log, a.Registry); err != nil {
+	if a.Controller, err = controller.New(cfg.Controller, a.client, prober.DynamicWriter{Client: dyn}, a.watch, a.watch.Store(), a.log, a.Registry); err != nil {
 		return nil, err
 	}
 	a.ops = opsserver.New(cfg.Ops, a.Registry, a.ready)

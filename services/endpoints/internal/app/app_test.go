@@ -26,6 +26,7 @@ import (
 	"github.com/ipledger/ipledger/services/endpoints/internal/app"
 	"github.com/ipledger/ipledger/services/endpoints/internal/controller"
 	"github.com/ipledger/ipledger/services/endpoints/internal/planner"
+	"github.com/ipledger/ipledger/services/endpoints/internal/prober"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -114,8 +115,9 @@ func startReplica(t *testing.T, env *testenv.Env, watcherAddr, name string, o re
 			LeaseDuration: o.leaseDuration, RenewDeadline: o.leaseDuration * 2 / 3, RetryPeriod: o.retryPeriod,
 			StopTimeout: 20 * time.Second,
 		},
-		Controller: controller.Config{MaxEndpointsPerSlice: o.maxPerSlice, Workers: o.workers, ExpectationTimeout: time.Minute},
-		KubeQPS:    o.qps, KubeBurst: burst,
+		Controller: controller.Config{MaxEndpointsPerSlice: o.maxPerSlice, Workers: o.workers, ExpectationTimeout: time.Minute,
+			Probe: prober.Config{Concurrency: 10, Dial: loopbackDial}},
+		KubeQPS: o.qps, KubeBurst: burst,
 	}
 	if cfg.Controller.MaxEndpointsPerSlice == 0 {
 		cfg.Controller.MaxEndpointsPerSlice = planner.DefaultMaxEndpointsPerSlice
@@ -224,6 +226,10 @@ type wlSpec struct {
 	ports []map[string]any
 	ready bool
 	zone  string
+	// probe is spec.readinessProbe; nil for none.
+	probe map[string]any
+	// noCondition leaves the status empty (ready is then ignored).
+	noCondition bool
 }
 
 func createWorkload(t testing.TB, env *testenv.Env, ns, name string, spec wlSpec) {
@@ -245,6 +251,9 @@ func createWorkload(t testing.TB, env *testenv.Env, ns, name string, spec wlSpec
 		}
 		body["ports"] = ports
 	}
+	if spec.probe != nil {
+		body["readinessProbe"] = spec.probe
+	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "ipledger.io/v1alpha1", "kind": "ExternalWorkload",
 		"metadata": map[string]any{"name": name, "namespace": ns, "labels": labels},
@@ -255,7 +264,14 @@ func createWorkload(t testing.TB, env *testenv.Env, ns, name string, spec wlSpec
 	if err != nil {
 		t.Fatalf("create ExternalWorkload %s/%s: %v", ns, name, err)
 	}
-	setReady(t, env, created, spec.ready)
+	if spec.probe != nil {
+		// Later replicas of this test binary serve every namespace: leave
+		// them no probed workload of this test.
+		t.Cleanup(func() { _ = res.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	if !spec.noCondition {
+		setReady(t, env, created, spec.ready)
+	}
 }
 
 func setReady(t testing.TB, env *testenv.Env, u *unstructured.Unstructured, ready bool) {

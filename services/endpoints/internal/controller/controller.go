@@ -6,6 +6,9 @@
 // event handlers (which replays the cached world), and removes them and
 // drains its queue when the term ends. What the slices should be is decided
 // by package planner; this package gathers its inputs and sends its writes.
+// Each term also runs a prober (package prober) fed by the same handler: it
+// probes the workloads that have a readiness probe and writes their Ready
+// condition, which comes back through the stream like any workload change.
 package controller
 
 import (
@@ -34,6 +37,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/stream"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/endpoints/internal/planner"
+	"github.com/ipledger/ipledger/services/endpoints/internal/prober"
 )
 
 // Component is the name Events are reported under.
@@ -68,6 +72,8 @@ type Config struct {
 	// this term's own write before it stops waiting (see tracker); zero
 	// waits forever.
 	ExpectationTimeout time.Duration
+	// Probe tunes the readiness probes of ExternalWorkloads.
+	Probe prober.Config
 }
 
 // Flags registers the controller's flags with their defaults.
@@ -85,6 +91,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Workers, "workers", c.Workers, "Services synced concurrently")
 	fs.DurationVar(&c.ExpectationTimeout, "expectation-timeout", c.ExpectationTimeout,
 		"how long a sync waits for the watcher stream to show this replica's own EndpointSlice write before acting anyway")
+	c.Probe.Flags(fs)
 }
 
 // Validate reports a Config that cannot work.
@@ -95,7 +102,7 @@ func (c *Config) Validate() error {
 	if c.Workers < 1 {
 		return fmt.Errorf("--workers=%d: must be at least 1", c.Workers)
 	}
-	return nil
+	return c.Probe.Validate()
 }
 
 // Store is the read side of the stream the controller uses (*stream.Store).
@@ -160,12 +167,15 @@ func serviceSelectorIndex(o *watcherv1.Object) []string {
 type Controller struct {
 	cfg     Config
 	client  kubernetes.Interface
+	status  prober.StatusWriter
 	source  Source
 	store   Store
 	log     *slog.Logger
 	reg     prometheus.Registerer
 	Metrics *Metrics
-	now     func() time.Time
+	// ProbeMetrics are the readiness probes' metrics.
+	ProbeMetrics *prober.Metrics
+	now          func() time.Time
 
 	mu      sync.Mutex
 	current *worker // the running term's worker, nil while not leading
@@ -184,15 +194,15 @@ func (c *Controller) Pending() int {
 	return w.queue.Len() + int(w.st.inflight.Load())
 }
 
-// New builds the controller; reg receives its metrics and each term's
-// workqueue metrics.
-func New(cfg Config, client kubernetes.Interface, source Source, store Store, log *slog.Logger, reg prometheus.Registerer) (*Controller, error) {
+// New builds the controller; status writes the Ready condition of probed
+// workloads; reg receives its metrics and each term's workqueue metrics.
+func New(cfg Config, client kubernetes.Interface, status prober.StatusWriter, source Source, store Store, log *slog.Logger, reg prometheus.Registerer) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return &Controller{
-		cfg: cfg, client: client, source: source, store: store, log: log, reg: reg,
-		Metrics: NewMetrics(reg), now: time.Now,
+		cfg: cfg, client: client, status: status, source: source, store: store, log: log, reg: reg,
+		Metrics: NewMetrics(reg), ProbeMetrics: prober.NewMetrics(reg), now: time.Now,
 	}, nil
 }
 
@@ -201,6 +211,8 @@ func (c *Controller) NewWorker(term *leader.Term) (leader.Worker, error) {
 	q := leader.NewQueue[string]("endpoints", c.reg).WithLogger(c.log)
 	st := c.newTermState(c.log.With("term", term.ID()))
 	st.enqueue = q.Add
+	// Probes and their writes use the term's context: none outlives it.
+	st.prober = prober.New(term.Context(), c.cfg.Probe, c.status, c.ProbeMetrics, st.log)
 	return &worker{st: st, queue: q}, nil
 }
 
@@ -252,6 +264,8 @@ func (w *worker) Run(term *leader.Term) error {
 		case <-done:
 		}
 		st.c.source.RemoveHandler(reg)
+		// No update reaches the prober any more; end its probes.
+		st.prober.Stop()
 	})
 	w.queue.Run(term, st.c.cfg.Workers, st.sync)
 	close(done)
@@ -269,6 +283,8 @@ type termState struct {
 	enqueue  func(key string)
 	recorder record.EventRecorder
 	inflight atomic.Int32
+	// prober probes the workloads with a readiness probe; nil probes none.
+	prober *prober.Prober
 
 	mu       sync.Mutex
 	triggers map[string]time.Time // service key -> earliest change not yet synced
@@ -297,6 +313,7 @@ func (st *termState) onChange(old, o *watcherv1.Object) {
 	case watcherv1.Kind_KIND_SERVICE:
 		st.queue(stream.Key(o))
 	case watcherv1.Kind_KIND_EXTERNAL_WORKLOAD:
+		st.prober.Update(o)
 		st.queueSelecting(old)
 		st.queueSelecting(o)
 	case watcherv1.Kind_KIND_ENDPOINT_SLICE:
@@ -315,6 +332,7 @@ func (st *termState) onDelete(o *watcherv1.Object) {
 	case watcherv1.Kind_KIND_SERVICE:
 		st.queue(stream.Key(o))
 	case watcherv1.Kind_KIND_EXTERNAL_WORKLOAD:
+		st.prober.Delete(o)
 		st.queueSelecting(o)
 	case watcherv1.Kind_KIND_ENDPOINT_SLICE:
 		key := planner.ServiceKeyOfSlice(o)

@@ -27,6 +27,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/stream"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/endpoints/internal/prober"
 )
 
 // fakeAPI serves EndpointSlices with the API server's semantics that the
@@ -325,7 +326,7 @@ func newHarness(t *testing.T) *harness {
 	api, cs := newFakeAPI()
 	fs := newFakeStream()
 	reg := prometheus.NewRegistry()
-	c, err := New(Config{MaxEndpointsPerSlice: 100, Workers: 1, ExpectationTimeout: time.Hour}, cs, fs, fs,
+	c, err := New(Config{MaxEndpointsPerSlice: 100, Workers: 1, ExpectationTimeout: time.Hour, Probe: prober.Config{Concurrency: 1}}, cs, nil, fs, fs,
 		slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
 	if err != nil {
 		t.Fatal(err)

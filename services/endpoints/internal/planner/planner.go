@@ -207,8 +207,12 @@ func desiredGroups(meta *watcherv1.ObjectMeta, svc *watcherv1.Service, workloads
 		}
 		pk := portKey(ports)
 		placed := false
+		var refused []string
 		for _, f := range families {
-			addr, ok := workloadAddress(ew, f)
+			addr, ok, why := workloadAddress(ew, f)
+			if why != "" {
+				refused = append(refused, why)
+			}
 			if !ok {
 				continue
 			}
@@ -222,7 +226,11 @@ func desiredGroups(meta *watcherv1.ObjectMeta, svc *watcherv1.Service, workloads
 			total++
 			placed = true
 		}
-		if !placed {
+		switch {
+		case placed:
+		case len(refused) > 0:
+			skipped = append(skipped, Skipped{Workload: wm.GetName(), Reason: "has no address an EndpointSlice may hold: " + strings.Join(refused, ", ")})
+		default:
 			skipped = append(skipped, Skipped{Workload: wm.GetName(), Reason: "has no address of the Service's IP families"})
 		}
 	}
@@ -266,19 +274,43 @@ func addressType(a netip.Addr) discoveryv1.AddressType {
 	return discoveryv1.AddressTypeIPv6
 }
 
-func workloadAddress(ew *watcherv1.ExternalWorkload, t discoveryv1.AddressType) (string, bool) {
+// AddressRefused says why the API server refuses a as an EndpointSlice
+// address (k8s.io/kubernetes validation.ValidateEndpointIP: unspecified,
+// loopback, link-local, link-local multicast), or "" when it takes it.
+// Such an address would make the whole slice, and with it every endpoint
+// of the Service, fail to write; it is also never probed (it is the
+// leader's own host, or a cloud metadata service).
+func AddressRefused(a netip.Addr) string {
+	a = a.Unmap()
+	switch {
+	case a.IsUnspecified():
+		return "unspecified"
+	case a.IsLoopback():
+		return "loopback"
+	case a.IsLinkLocalUnicast():
+		return "link-local"
+	case a.IsLinkLocalMulticast():
+		return "link-local multicast"
+	}
+	return ""
+}
+
+// workloadAddress is the workload's address of type t; refused says why an
+// address of that type cannot be used.
+func workloadAddress(ew *watcherv1.ExternalWorkload, t discoveryv1.AddressType) (addr string, ok bool, refused string) {
 	for _, ip := range ew.GetWorkloadIps() {
 		a, err := netip.ParseAddr(ip)
-		if err != nil {
+		if err != nil || addressType(a) != t {
 			continue
 		}
-		if addressType(a) == t {
-			// Canonical form, so what the API server stores compares equal
-			// to what the next plan computes.
-			return a.Unmap().String(), true
+		if why := AddressRefused(a); why != "" {
+			return "", false, ip + " is " + why
 		}
+		// Canonical form, so what the API server stores compares equal
+		// to what the next plan computes.
+		return a.Unmap().String(), true, ""
 	}
-	return "", false
+	return "", false, ""
 }
 
 // endpointPorts resolves the Service's target ports on one workload. A
@@ -348,14 +380,17 @@ func workloadEndpoint(wm *watcherv1.ObjectMeta, ew *watcherv1.ExternalWorkload, 
 	return ep
 }
 
-// WorkloadReady reports whether the workload's Ready condition is True.
+// WorkloadReady reports whether the workload is ready: its Ready condition
+// is True, or it has no Ready condition and no readiness probe (like a Pod
+// without a readiness probe, a workload nobody checks is ready). A workload
+// with a probe and no condition yet is not ready until the probe passes.
 func WorkloadReady(ew *watcherv1.ExternalWorkload) bool {
 	for _, c := range ew.GetConditions() {
 		if c.GetType() == ConditionReady {
 			return c.GetStatus() == string(metav1.ConditionTrue)
 		}
 	}
-	return false
+	return ew.GetReadinessProbe() == nil
 }
 
 // endpointKey identifies an endpoint across plans, as upstream's hash does:

@@ -2,6 +2,7 @@ package planner
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -627,5 +628,91 @@ func BenchmarkComputeUnchanged(b *testing.B) {
 		if Compute(in).Writes() != 0 {
 			b.Fatal("writes")
 		}
+	}
+}
+
+func TestWorkloadReady(t *testing.T) {
+	probe := &watcherv1.ReadinessProbe{Action: &watcherv1.ReadinessProbe_TcpSocket{TcpSocket: &watcherv1.TCPSocketAction{Port: 22}},
+		PeriodSeconds: 10, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 3}
+	cond := func(status string) []*watcherv1.Condition {
+		return []*watcherv1.Condition{{Type: "Other", Status: "False"}, {Type: "Ready", Status: status}}
+	}
+	cases := []struct {
+		name  string
+		ew    *watcherv1.ExternalWorkload
+		ready bool
+	}{
+		{"no probe, no condition: ready, as a Pod without a readiness probe", &watcherv1.ExternalWorkload{}, true},
+		{"no probe, other conditions only: ready", &watcherv1.ExternalWorkload{Conditions: []*watcherv1.Condition{{Type: "Other", Status: "False"}}}, true},
+		{"no probe, Ready=True", &watcherv1.ExternalWorkload{Conditions: cond("True")}, true},
+		{"no probe, Ready=False", &watcherv1.ExternalWorkload{Conditions: cond("False")}, false},
+		{"no probe, Ready=Unknown", &watcherv1.ExternalWorkload{Conditions: cond("Unknown")}, false},
+		{"probe, no condition yet: not ready until it passes", &watcherv1.ExternalWorkload{ReadinessProbe: probe}, false},
+		{"probe, Ready=True", &watcherv1.ExternalWorkload{ReadinessProbe: probe, Conditions: cond("True")}, true},
+		{"probe, Ready=False", &watcherv1.ExternalWorkload{ReadinessProbe: probe, Conditions: cond("False")}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := WorkloadReady(tc.ew); got != tc.ready {
+				t.Fatalf("WorkloadReady = %v, want %v", got, tc.ready)
+			}
+		})
+	}
+}
+
+func TestAddressRefused(t *testing.T) {
+	cases := []struct {
+		addr    string
+		refused bool
+	}{
+		{"192.0.2.1", false},
+		{"10.1.2.3", false},
+		{"2001:db8::1", false},
+		{"127.0.0.1", true},
+		{"127.1.2.3", true},
+		{"::1", true},
+		{"0.0.0.0", true},
+		{"::", true},
+		{"169.254.169.254", true},
+		{"fe80::1", true},
+		{"224.0.0.1", true},
+		{"ff02::1", true},
+		{"::ffff:127.0.0.1", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.addr, func(t *testing.T) {
+			reason := AddressRefused(netip.MustParseAddr(tc.addr))
+			if (reason != "") != tc.refused {
+				t.Fatalf("AddressRefused(%s) = %q, want refused %v", tc.addr, reason, tc.refused)
+			}
+		})
+	}
+}
+
+// A workload with an address no EndpointSlice may hold (the API server
+// refuses the whole slice) is left out with a reason; the Service's other
+// workloads still get their endpoints.
+func TestComputeSkipsAddressesSlicesRefuse(t *testing.T) {
+	p := Compute(Input{
+		Service: service("a", "web", withFamilies("IPv4", "IPv6")),
+		Workloads: []*watcherv1.Object{
+			workload("a", "vm-ok", []string{"192.0.2.1"}),
+			workload("a", "vm-loop", []string{"127.0.0.1"}),
+			workload("a", "vm-meta", []string{"169.254.169.254", "2001:db8::9"}),
+		},
+	})
+	var eps []string
+	for _, s := range p.Create {
+		for _, e := range s.Endpoints {
+			eps = append(eps, e.TargetRef.Name+" "+e.Addresses[0])
+		}
+	}
+	slices.Sort(eps)
+	if want := []string{"vm-meta 2001:db8::9", "vm-ok 192.0.2.1"}; !slices.Equal(eps, want) {
+		t.Fatalf("endpoints %v, want %v", eps, want)
+	}
+	if len(p.Skipped) != 1 || p.Skipped[0].Workload != "vm-loop" || !strings.Contains(p.Skipped[0].Reason, "127.0.0.1") ||
+		!strings.Contains(p.Skipped[0].Reason, "loopback") {
+		t.Fatalf("skipped %+v, want vm-loop with its loopback address named", p.Skipped)
 	}
 }

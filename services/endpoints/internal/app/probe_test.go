@@ -1,0 +1,312 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ipledger/ipledger/pkg/testenv"
+)
+
+// loopbackDial sends every probe of 192.0.2.N (TEST-NET-1) to 127.0.0.N.
+// A workload cannot have a loopback address (no EndpointSlice may hold
+// one), so the workloads of these tests have TEST-NET addresses and their
+// probes reach the tests' loopback listeners; no probe leaves the machine.
+func loopbackDial(ctx context.Context, network, address string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	n, ok := strings.CutPrefix(host, "192.0.2.")
+	if !ok {
+		return nil, fmt.Errorf("test: %s is not a TEST-NET-1 address, not probed", host)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, net.JoinHostPort("127.0.0."+n, port))
+}
+
+// listener accepts TCP connections on 127.0.0.1 (where the probes of the
+// workload 192.0.2.1 land) and records when each arrived.
+type listener struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func listenLoopback(t *testing.T) *listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &listener{ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			l.mu.Lock()
+			l.times = append(l.times, time.Now())
+			l.mu.Unlock()
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return l
+}
+
+func (l *listener) port() int { return l.ln.Addr().(*net.TCPAddr).Port }
+
+func (l *listener) accepted() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Time(nil), l.times...)
+}
+
+func tcpProbe(port int, failureThreshold int64) map[string]any {
+	return map[string]any{"tcpSocket": map[string]any{"port": int64(port)}, "periodSeconds": int64(1), "failureThreshold": failureThreshold}
+}
+
+// readyCondition is the workload's Ready condition as the API server has it.
+func readyCondition(env *testenv.Env, ns, name string) (status, reason, message string, err error) {
+	u, err := env.Dynamic.Resource(workloadGVR).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return "", "", "", err
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Ready" {
+			return fmt.Sprint(m["status"]), fmt.Sprint(m["reason"]), fmt.Sprint(m["message"]), nil
+		}
+	}
+	return "", "", "", nil
+}
+
+// waitCondition waits for the workload's Ready condition to have status,
+// reason and a message containing every one of contains.
+func waitCondition(t *testing.T, env *testenv.Env, ns, name, status, reason string, contains ...string) string {
+	t.Helper()
+	var msg string
+	testenv.Eventually(t, 60*time.Second, func() error {
+		s, r, m, err := readyCondition(env, ns, name)
+		if err != nil {
+			return err
+		}
+		if s != status || r != reason {
+			return fmt.Errorf("Ready=%q reason %q (%q), want %s/%s", s, r, m, status, reason)
+		}
+		for _, c := range contains {
+			if !strings.Contains(m, c) {
+				return fmt.Errorf("message %q does not contain %q", m, c)
+			}
+		}
+		msg = m
+		return nil
+	})
+	return msg
+}
+
+// waitEndpoint waits until the Service's slices hold the workload's
+// endpoint with the given ready and serving conditions.
+func waitEndpoint(t *testing.T, env *testenv.Env, ns, svc, workload string, ready bool) {
+	t.Helper()
+	testenv.Eventually(t, 60*time.Second, func() error {
+		ss, err := ourSlices(env, ns, svc)
+		if err != nil {
+			return err
+		}
+		for _, s := range ss {
+			for _, e := range s.Endpoints {
+				if e.TargetRef == nil || e.TargetRef.Name != workload {
+					continue
+				}
+				if r, sv := e.Conditions.Ready != nil && *e.Conditions.Ready, e.Conditions.Serving != nil && *e.Conditions.Serving; r != ready || sv != ready {
+					return fmt.Errorf("%s in %s: ready %v serving %v, want %v", workload, svc, r, sv, ready)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no endpoint of %s in %s's %d slices", workload, svc, len(ss))
+	})
+}
+
+func (r *replica) metric(t testing.TB, name string, labels map[string]string) float64 {
+	return testenv.MetricValue(t, r.Registry, name, labels)
+}
+
+// probes counts every probe the replica sent, of any workload: a replica
+// serves every namespace, other tests' too.
+func (r *replica) probes(t testing.TB) float64 {
+	return r.metric(t, "ipledger_endpoints_probes_total", nil)
+}
+
+// resourceVersion of the workload: unchanged means nothing wrote it.
+func resourceVersion(t *testing.T, env *testenv.Env, ns, name string) string {
+	t.Helper()
+	u, err := env.Dynamic.Resource(workloadGVR).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.GetResourceVersion()
+}
+
+// waitAccepts waits until the listener has accepted at least n probes.
+func waitAccepts(t *testing.T, l *listener, n int) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if got := len(l.accepted()); got < n {
+			return fmt.Errorf("%d probes so far, want %d", got, n)
+		}
+		return nil
+	})
+}
+
+// TestNoProbeNoConditionIsReady: a workload that has no readiness probe and
+// no Ready condition is ready, as a Pod without a readiness probe, and the
+// leader writes no condition for it.
+func TestNoProbeNoConditionIsReady(t *testing.T) {
+	env := testenv.Get(t)
+	addr := startWatcher(t, env)
+	ns := env.Namespace(t, nil)
+	createService(t, env, ns, "plain", svcSpec{})
+	createWorkload(t, env, ns, "vm-0", wlSpec{app: "plain", ips: []string{"192.0.2.1"}, noCondition: true})
+	r := startReplica(t, env, addr, "a", replicaOpts{lease: leaseName(t)})
+	waitSlices(t, env, ns, "plain", 1, 1)
+	waitEndpoint(t, env, ns, "plain", "vm-0", true)
+	waitQuiet(t, r)
+	if s, _, _, err := readyCondition(env, ns, "vm-0"); err != nil || s != "" {
+		t.Fatalf("a workload without a probe got a Ready condition %q (%v)", s, err)
+	}
+}
+
+// TestReadinessProbe: a workload with a TCP probe against a live listener
+// becomes Ready=True and its endpoint ready in both Services that select it,
+// probed once per period (not once per Service), with no write while it
+// stays ready; once the listener closes, failureThreshold failed probes make
+// it Ready=False, saying why, and its endpoints not ready.
+func TestReadinessProbe(t *testing.T) {
+	env := testenv.Get(t)
+	addr := startWatcher(t, env)
+	ns := env.Namespace(t, nil)
+	l := listenLoopback(t)
+	createService(t, env, ns, "web", svcSpec{})
+	// A second Service selecting the same workload.
+	if _, err := env.Client.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-too"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createWorkload(t, env, ns, "vm-0", wlSpec{app: "web", ips: []string{"192.0.2.1"}, noCondition: true, probe: tcpProbe(l.port(), 2)})
+	startReplica(t, env, addr, "a", replicaOpts{lease: leaseName(t)})
+
+	hostPort := fmt.Sprintf("192.0.2.1:%d", l.port())
+	waitCondition(t, env, ns, "vm-0", "True", "ProbeSucceeded", hostPort)
+	waitEndpoint(t, env, ns, "web", "vm-0", true)
+	waitEndpoint(t, env, ns, "web-too", "vm-0", true)
+
+	// One probe per period for the workload, though two Services select it;
+	// and while it stays ready, nothing more is written.
+	rv := resourceVersion(t, env, ns, "vm-0")
+	waitAccepts(t, l, len(l.accepted())+4)
+	times := l.accepted()
+	for i := 1; i < len(times); i++ {
+		if gap := times[i].Sub(times[i-1]); gap < 500*time.Millisecond {
+			t.Fatalf("probes %d and %d %s apart with periodSeconds 1: more than one probe per period", i-1, i, gap)
+		}
+	}
+	if now := resourceVersion(t, env, ns, "vm-0"); now != rv {
+		t.Fatalf("the workload was written (resourceVersion %s -> %s) while it stayed ready", rv, now)
+	}
+
+	// The message counts the failures in a row that made it not Ready.
+	l.ln.Close()
+	closed := time.Now()
+	waitCondition(t, env, ns, "vm-0", "False", "ProbeFailed", hostPort, "connection refused", "(2 consecutive failures)")
+	if d := time.Since(closed); d < time.Second {
+		t.Fatalf("Ready=False %s after the listener closed, want at least failureThreshold-1 periods (1s)", d)
+	}
+	waitEndpoint(t, env, ns, "web", "vm-0", false)
+	waitEndpoint(t, env, ns, "web-too", "vm-0", false)
+}
+
+// TestProbesOnlyWhileLeading: a standby never probes; a leader that loses
+// the Lease stops probing with its term, though its process runs on; the
+// next leader probes, and writes nothing when the condition already agrees.
+func TestProbesOnlyWhileLeading(t *testing.T) {
+	env := testenv.Get(t)
+	addr := startWatcher(t, env)
+	ns := env.Namespace(t, nil)
+	l := listenLoopback(t)
+	createService(t, env, ns, "web", svcSpec{})
+	createWorkload(t, env, ns, "vm-0", wlSpec{app: "web", ips: []string{"192.0.2.1"}, noCondition: true, probe: tcpProbe(l.port(), 3)})
+	lease := leaseName(t)
+	a := startReplica(t, env, addr, "a", replicaOpts{lease: lease})
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if a.leader() != 1 {
+			return fmt.Errorf("A does not lead yet")
+		}
+		return nil
+	})
+	b := startReplica(t, env, addr, "b", replicaOpts{lease: lease})
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if b.leader() != 0 {
+			return fmt.Errorf("B is not a campaigning standby yet (leader gauge %v)", b.leader())
+		}
+		return nil
+	})
+	waitCondition(t, env, ns, "vm-0", "True", "ProbeSucceeded")
+	waitEndpoint(t, env, ns, "web", "vm-0", true)
+	waitAccepts(t, l, 3)
+	if n := b.probes(t); n != 0 {
+		t.Fatalf("the standby probed %v times", n)
+	}
+	if g := b.metric(t, "ipledger_endpoints_probed_workloads", nil); g != 0 {
+		t.Fatalf("the standby exports %v probed workloads", g)
+	}
+
+	// An intruder holds the Lease for a while: A's term ends; until someone
+	// leads again, nobody probes.
+	rv := resourceVersion(t, env, ns, "vm-0")
+	takeLease(t, env, lease, 4*time.Second)
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if a.termsStopped() == 0 {
+			return fmt.Errorf("A's term has not stopped")
+		}
+		return nil
+	})
+	aProbes := a.probes(t)
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if n := a.probes(t); n != aProbes && a.leader() != 1 {
+			t.Fatalf("A probed %v times after its term ended", n-aProbes)
+		}
+		if n := b.probes(t); n != 0 && b.leader() != 1 {
+			t.Fatalf("B probed %v times while not leading", n)
+		}
+		if a.leader() != 1 && b.leader() != 1 {
+			return fmt.Errorf("nobody leads yet")
+		}
+		return nil
+	})
+	// The new leader probes; the condition already says True, so it
+	// writes nothing, from its first probe on.
+	waitAccepts(t, l, len(l.accepted())+3)
+	if now := resourceVersion(t, env, ns, "vm-0"); now != rv {
+		t.Fatalf("the workload was written (resourceVersion %s -> %s) by a new leader though its condition already said True", rv, now)
+	}
+	if s, _, _, _ := readyCondition(env, ns, "vm-0"); s != "True" {
+		t.Fatalf("Ready=%q after the handover", s)
+	}
+}

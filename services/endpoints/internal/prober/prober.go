@@ -1,0 +1,561 @@
+// Package prober runs the readiness probes of ExternalWorkloads for one
+// leadership term of ipledger-endpoints and writes their Ready condition.
+// A Prober is built at the start of a term with the term's context, hears
+// of workloads from the term's stream handler (Update, Delete), probes each
+// workload that has spec.readinessProbe once per period (whatever number of
+// Services select it), never more than Config.Concurrency probes at once,
+// and stops every probe when the term ends (Stop). What the condition should
+// say is decided by package readiness; this package dials, times and writes.
+package prober
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/ipledger/ipledger/pkg/convert"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/endpoints/internal/planner"
+	"github.com/ipledger/ipledger/services/endpoints/internal/readiness"
+)
+
+// DefaultConcurrency is the default bound on probes in flight: 1,000
+// workloads probed every 10s whose every probe times out after 1s need 100.
+const DefaultConcurrency = 100
+
+// UserAgent is sent with every HTTP probe.
+const UserAgent = "ipledger-probe/1.0"
+
+// maxBodyBytes of an HTTP probe's answer are read (and discarded), as the
+// kubelet reads at most 10 KiB.
+const maxBodyBytes = 10 << 10
+
+// Config tunes the probes.
+type Config struct {
+	// Concurrency bounds the probes in flight at once over all workloads;
+	// a probe due while all slots are taken waits for one.
+	Concurrency int
+	// Dial opens the connection of every probe (TCP and HTTP); nil dials
+	// the address directly. Tests set it to send probes of TEST-NET
+	// addresses to loopback listeners: an EndpointSlice cannot hold a
+	// loopback address, so a workload cannot have one.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// Flags registers the prober's flags with their defaults.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	fs.IntVar(&c.Concurrency, "probe-concurrency", c.Concurrency,
+		"readiness probes of ExternalWorkloads in flight at once on the leader; a probe due while all are taken waits")
+}
+
+// Validate reports a Config that cannot work.
+func (c *Config) Validate() error {
+	if c.Concurrency < 1 {
+		return fmt.Errorf("--probe-concurrency=%d: must be at least 1", c.Concurrency)
+	}
+	return nil
+}
+
+// StatusWriter sends a JSON merge patch to an ExternalWorkload's status
+// subresource and returns the resourceVersion it produced.
+type StatusWriter interface {
+	PatchStatus(ctx context.Context, namespace, name string, patch []byte) (resourceVersion string, err error)
+}
+
+// WorkloadResource is the ExternalWorkload resource.
+var WorkloadResource = schema.GroupVersionResource{Group: "ipledger.io", Version: "v1alpha1", Resource: "externalworkloads"}
+
+// DynamicWriter is a StatusWriter over the dynamic client.
+type DynamicWriter struct {
+	Client dynamic.Interface
+}
+
+// PatchStatus patches the status subresource.
+func (w DynamicWriter) PatchStatus(ctx context.Context, namespace, name string, patch []byte) (string, error) {
+	u, err := w.Client.Resource(WorkloadResource).Namespace(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return "", err
+	}
+	return u.GetResourceVersion(), nil
+}
+
+// Prober is one term's probes. Its zero value is not usable; a nil *Prober
+// probes nothing (controller tests that do not exercise probes use one).
+type Prober struct {
+	cfg    Config
+	writer StatusWriter
+	m      *Metrics
+	log    *slog.Logger
+	now    func() time.Time
+	// unit is one second of the probe spec; tests shorten it.
+	unit time.Duration
+	// running counts the target goroutines alive (tests check Stop).
+	running atomic.Int32
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	slots  chan struct{}
+	http   *http.Client
+	dial   func(ctx context.Context, network, address string) (net.Conn, error)
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	stopped bool
+	targets map[string]*target // by "namespace/name"
+	probed  int                // targets with a probe (the rest clear a condition)
+}
+
+// New returns the prober of a term: every probe and every write uses ctx
+// (the term's context), so none outlives the term.
+func New(ctx context.Context, cfg Config, w StatusWriter, m *Metrics, log *slog.Logger) *Prober {
+	if cfg.Concurrency < 1 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	p := &Prober{
+		cfg: cfg, writer: w, m: m, log: log, now: time.Now, unit: time.Second,
+		ctx: ctx, cancel: cancel,
+		slots:   make(chan struct{}, cfg.Concurrency),
+		targets: map[string]*target{},
+		dial:    cfg.Dial,
+	}
+	if p.dial == nil {
+		p.dial = (&net.Dialer{}).DialContext
+	}
+	m.Workloads.Set(0) // a leader exports it, even with nothing to probe
+	p.http = &http.Client{
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
+				return p.dial(ctx, network, address)
+			},
+			// A probe is one request: no pool of idle connections to
+			// thousands of workloads, and no proxy from the environment.
+			DisableKeepAlives:      true,
+			Proxy:                  nil,
+			MaxResponseHeaderBytes: 16 << 10,
+			// As the kubelet: a probe checks that the workload serves,
+			// not who it is.
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // see above
+		},
+		// As the kubelet's, a redirect is an answer (3xx is success),
+		// and following it could lead the probe anywhere.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return p
+}
+
+// target is one workload the prober looks after: one goroutine that either
+// probes it every period or, for a workload whose probe was removed, clears
+// the condition the probe wrote.
+type target struct {
+	key    string
+	spec   *watcherv1.ExternalWorkload // the probe, addresses
+	uid    string
+	cancel context.CancelFunc
+	done   chan struct{}
+	wake   chan struct{}
+
+	mu  sync.Mutex
+	obj *watcherv1.Object // the newest view: the stream's, or our own write's
+}
+
+func (t *target) view() *watcherv1.Object {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.obj
+}
+
+func (t *target) show(o *watcherv1.Object) {
+	t.mu.Lock()
+	t.obj = o
+	t.mu.Unlock()
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wrote makes our accepted write the view, unless the stream has shown a
+// newer object meanwhile.
+func (t *target) wrote(from *watcherv1.Object, conds []metav1.Condition, rv string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.obj != from {
+		return
+	}
+	o := proto.Clone(from).(*watcherv1.Object)
+	o.Meta.ResourceVersion = rv
+	o.GetExternalWorkload().Conditions = convert.Conditions(conds)
+	t.obj = o
+}
+
+func (t *target) running() bool {
+	select {
+	case <-t.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// sameSpec says whether o needs no restart of t: same object (uid), same
+// probe, same addresses.
+func (t *target) sameSpec(o *watcherv1.Object) bool {
+	ew := o.GetExternalWorkload()
+	return t.uid == o.GetMeta().GetUid() && proto.Equal(t.spec.GetReadinessProbe(), ew.GetReadinessProbe()) &&
+		slices.Equal(t.spec.GetWorkloadIps(), ew.GetWorkloadIps())
+}
+
+func key(o *watcherv1.Object) string { return o.GetMeta().GetNamespace() + "/" + o.GetMeta().GetName() }
+
+// Update tells the prober of a workload's new state (the stream's add or
+// update). It returns at once; probes and writes happen on the prober's
+// goroutines.
+func (p *Prober) Update(o *watcherv1.Object) {
+	if p == nil || o.GetExternalWorkload() == nil {
+		return
+	}
+	ew := o.GetExternalWorkload()
+	k := key(o)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	t := p.targets[k]
+	if t != nil && t.sameSpec(o) && (t.running() || ew.GetReadinessProbe() != nil) {
+		t.show(o)
+		return
+	}
+	if t != nil {
+		p.remove(t)
+	}
+	if ew.GetReadinessProbe() == nil &&
+		readiness.Decide(false, readiness.State{}, readiness.ReadyCondition(ew), "").Action == readiness.None {
+		return
+	}
+	ctx, cancel := context.WithCancel(p.ctx)
+	t = &target{key: k, spec: ew, uid: o.GetMeta().GetUid(), cancel: cancel, obj: o,
+		done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	p.targets[k] = t
+	if ew.GetReadinessProbe() != nil {
+		p.probed++
+		p.m.Workloads.Set(float64(p.probed))
+	}
+	p.wg.Add(1)
+	p.running.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer p.running.Add(-1)
+		defer close(t.done)
+		if ew.GetReadinessProbe() != nil {
+			p.probeLoop(ctx, t)
+		} else {
+			p.clearLoop(ctx, t)
+		}
+	}()
+}
+
+// Delete ends the probes of a deleted workload.
+func (p *Prober) Delete(o *watcherv1.Object) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t := p.targets[key(o)]; t != nil {
+		p.remove(t)
+	}
+}
+
+// remove ends a target's goroutine and forgets it; p.mu is held.
+func (p *Prober) remove(t *target) {
+	t.cancel()
+	delete(p.targets, t.key)
+	if t.spec.GetReadinessProbe() != nil {
+		p.probed--
+		p.m.Workloads.Set(float64(p.probed))
+	}
+}
+
+// Stop ends every probe and waits for them: when it returns, nothing probes
+// or writes any more. Updates after Stop are ignored.
+func (p *Prober) Stop() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.stopped = true
+	p.cancel()
+	p.targets, p.probed = map[string]*target{}, 0
+	p.mu.Unlock()
+	p.wg.Wait()
+	p.m.Workloads.Forget()
+}
+
+func (p *Prober) seconds(n int32) time.Duration { return time.Duration(n) * p.unit }
+
+// offset spreads the first probes of a term over the period, the same for
+// a workload in every term (a hash of its uid).
+func offset(uid string, period time.Duration) time.Duration {
+	if period <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(uid))
+	return time.Duration(h.Sum64() % uint64(period))
+}
+
+func (p *Prober) probeLoop(ctx context.Context, t *target) {
+	probe := t.spec.GetReadinessProbe()
+	period := p.seconds(max(probe.GetPeriodSeconds(), 1))
+	created := time.Unix(0, t.view().GetMeta().GetCreationTimestamp())
+	first := readiness.FirstProbe(created, p.now(), p.seconds(probe.GetInitialDelaySeconds()), offset(t.uid, period))
+	if !wait(ctx, first.Sub(p.now())) {
+		return
+	}
+	ticker := time.NewTicker(period)
+	defer ticker.Stop()
+	th := readiness.ThresholdsOf(probe)
+	var st readiness.State
+	for {
+		ok, detail := readiness.Combine(p.probeAddresses(ctx, probe, t.spec.GetWorkloadIps()))
+		if ctx.Err() != nil {
+			return
+		}
+		prev := st.Status
+		st = st.Next(ok, th)
+		if st.Status != prev {
+			p.log.Debug("Probe reached a threshold", "workload", t.key, "status", st.Status.String(), "detail", detail)
+		}
+		obj := t.view()
+		if d := readiness.Decide(true, st, readiness.ReadyCondition(obj.GetExternalWorkload()), detail); d.Action != readiness.None {
+			_ = p.write(ctx, t, obj, d)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// clearLoop removes the Ready condition a removed probe left behind,
+// retrying after a conflict (once a newer view arrives) or an error.
+func (p *Prober) clearLoop(ctx context.Context, t *target) {
+	backoff := p.unit
+	for {
+		obj := t.view()
+		d := readiness.Decide(false, readiness.State{}, readiness.ReadyCondition(obj.GetExternalWorkload()), "")
+		if d.Action == readiness.None {
+			return
+		}
+		if p.write(ctx, t, obj, d) == nil {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.wake:
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 30*p.unit)
+		}
+	}
+}
+
+func wait(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tm.C:
+		return true
+	}
+}
+
+// write sends the decision as a merge patch of the whole conditions list,
+// conditional on the resourceVersion of the view it was decided on: if the
+// workload changed since, the API server refuses (Conflict) and the next
+// period decides again on the newer view.
+func (p *Prober) write(ctx context.Context, t *target, obj *watcherv1.Object, d readiness.Decision) error {
+	meta := obj.GetMeta()
+	conds := readiness.Conditions(obj.GetExternalWorkload().GetConditions(), d, meta.GetGeneration(), p.now())
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": meta.GetResourceVersion()},
+		"status":   map[string]any{"conditions": conds},
+	})
+	if err != nil {
+		return err
+	}
+	rv, err := p.writer.PatchStatus(ctx, meta.GetNamespace(), meta.GetName(), patch)
+	switch {
+	case err == nil:
+		p.m.ConditionWrites.WithLabelValues(resultSuccess).Inc()
+		t.wrote(obj, conds, rv)
+		if d.Action == readiness.Clear {
+			p.log.Info("Readiness probe removed: removed the Ready condition it had written", "workload", t.key)
+		} else {
+			p.log.Info("Workload readiness changed", "workload", t.key, "ready", string(d.Status), "message", d.Message)
+		}
+		return nil
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		p.m.ConditionWrites.WithLabelValues(resultConflict).Inc()
+		p.log.Debug("Ready condition not written: the workload changed since", "workload", t.key, "err", err)
+	case ctx.Err() != nil:
+		// The term ended.
+	default:
+		p.m.ConditionWrites.WithLabelValues(resultError).Inc()
+		p.log.Warn("Writing the Ready condition failed", "workload", t.key, "err", err)
+	}
+	return err
+}
+
+// probeAddresses probes every address of a workload at once.
+func (p *Prober) probeAddresses(ctx context.Context, probe *watcherv1.ReadinessProbe, ips []string) []readiness.Result {
+	rs := make([]readiness.Result, len(ips))
+	if len(ips) == 1 {
+		rs[0] = p.probeOne(ctx, probe, ips[0])
+		return rs
+	}
+	var wg sync.WaitGroup
+	for i, ip := range ips {
+		wg.Go(func() { rs[i] = p.probeOne(ctx, probe, ip) })
+	}
+	wg.Wait()
+	return rs
+}
+
+// probeOne probes one address once a slot is free.
+func (p *Prober) probeOne(ctx context.Context, probe *watcherv1.ReadinessProbe, ip string) readiness.Result {
+	queued := time.Now()
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return readiness.Result{Detail: "term ended"}
+	}
+	defer func() { <-p.slots }()
+	start := time.Now()
+	p.m.SlotWait.Observe(start.Sub(queued).Seconds())
+	timeout := p.seconds(max(probe.GetTimeoutSeconds(), 1))
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var r readiness.Result
+	addr, err := netip.ParseAddr(ip)
+	if err == nil {
+		if why := planner.AddressRefused(addr); why != "" {
+			err = fmt.Errorf("%s is %s", ip, why)
+		}
+	}
+	switch a := probe.GetAction().(type) {
+	case nil:
+		r = readiness.Result{Detail: "the readiness probe has no tcpSocket or httpGet"}
+	case *watcherv1.ReadinessProbe_TcpSocket:
+		if err != nil {
+			r = readiness.Result{Detail: fmt.Sprintf("TCP probe of %s not probed: %v", ip, err)}
+			break
+		}
+		r = p.probeTCP(pctx, net.JoinHostPort(ip, strconv.Itoa(int(a.TcpSocket.GetPort()))), timeout)
+	case *watcherv1.ReadinessProbe_HttpGet:
+		if err != nil {
+			r = readiness.Result{Detail: fmt.Sprintf("HTTP probe of %s not probed: %v", ip, err)}
+			break
+		}
+		r = p.probeHTTP(pctx, ip, a.HttpGet, timeout)
+	}
+	if ctx.Err() != nil {
+		return r // the term ended: not a result of the workload's
+	}
+	p.m.ProbeDuration.Observe(time.Since(start).Seconds())
+	if r.OK {
+		p.m.Probes.WithLabelValues(resultSuccess).Inc()
+	} else {
+		p.m.Probes.WithLabelValues(resultFailure).Inc()
+	}
+	return r
+}
+
+func (p *Prober) probeTCP(ctx context.Context, addr string, timeout time.Duration) readiness.Result {
+	conn, err := p.dial(ctx, "tcp", addr)
+	if err != nil {
+		return readiness.Result{Detail: fmt.Sprintf("TCP probe of %s: %s", addr, failure(ctx, err, timeout))}
+	}
+	_ = conn.Close()
+	return readiness.Result{OK: true, Detail: fmt.Sprintf("TCP probe of %s succeeded", addr)}
+}
+
+func (p *Prober) probeHTTP(ctx context.Context, ip string, a *watcherv1.HTTPGetAction, timeout time.Duration) readiness.Result {
+	scheme := strings.ToLower(a.GetScheme())
+	if scheme == "" {
+		scheme = "http"
+	}
+	path := a.GetPath()
+	if path == "" {
+		path = "/"
+	}
+	target := scheme + "://" + net.JoinHostPort(ip, strconv.Itoa(int(a.GetPort()))) + path
+	u, err := url.Parse(target)
+	if err != nil {
+		return readiness.Result{Detail: fmt.Sprintf("HTTP probe GET %s: invalid URL: %v", target, err)}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return readiness.Result{Detail: fmt.Sprintf("HTTP probe GET %s: %v", target, err)}
+	}
+	req.Header.Set("User-Agent", UserAgent)
+	req.Header.Set("Accept", "*/*")
+	resp, err := p.http.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return readiness.Result{Detail: fmt.Sprintf("HTTP probe GET %s: %s", target, failure(ctx, err, timeout))}
+	}
+	_, _ = io.CopyN(io.Discard, resp.Body, maxBodyBytes)
+	_ = resp.Body.Close()
+	detail := fmt.Sprintf("HTTP probe GET %s: %s", target, resp.Status)
+	return readiness.Result{OK: resp.StatusCode >= 200 && resp.StatusCode < 400, Detail: detail}
+}
+
+// failure says why a probe failed, in words a user reads: the dial or read
+// error, or that the probe ran out of time.
+func failure(ctx context.Context, err error, timeout time.Duration) string {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+		return "timed out after " + timeout.String()
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err.Error()
+	}
+	return err.Error()
+}

@@ -1,0 +1,573 @@
+package prober
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/proto"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/ipledger/ipledger/pkg/convert"
+	"github.com/ipledger/ipledger/pkg/testenv"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/endpoints/internal/readiness"
+)
+
+// unit is one "second" of a probe spec in these tests: periods of 1 are
+// 100ms, so a threshold of 3 is reached in a few hundred milliseconds.
+const unit = 100 * time.Millisecond
+
+// written is one status patch the prober sent.
+type written struct {
+	key             string
+	resourceVersion string // the precondition the patch carried
+	conditions      []metav1.Condition
+	failuresBefore  float64 // failed probes counted when the patch was sent
+}
+
+// fakeWriter records status patches and, like the watcher stream, shows
+// each accepted one back to the prober (echo), unless told not to.
+type fakeWriter struct {
+	p         func() *Prober
+	m         *Metrics
+	noEcho    bool
+	conflicts atomic.Int32 // answer this many patches with a conflict first
+
+	mu      sync.Mutex
+	rv      int
+	objs    map[string]*watcherv1.Object
+	patches []written
+}
+
+func (w *fakeWriter) PatchStatus(ctx context.Context, ns, name string, patch []byte) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	var body struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+		Status struct {
+			Conditions []metav1.Condition `json:"conditions"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(patch, &body); err != nil {
+		return "", err
+	}
+	key := ns + "/" + name
+	w.mu.Lock()
+	w.patches = append(w.patches, written{key: key, resourceVersion: body.Metadata.ResourceVersion, conditions: body.Status.Conditions,
+		failuresBefore: testutil.ToFloat64(w.m.Probes.WithLabelValues(resultFailure))})
+	cur := w.objs[key]
+	if cur == nil || cur.GetMeta().GetResourceVersion() != body.Metadata.ResourceVersion {
+		w.mu.Unlock()
+		return "", apierrors.NewConflict(schema.GroupResource{Group: "ipledger.io", Resource: "externalworkloads"}, name, fmt.Errorf("resourceVersion"))
+	}
+	if w.conflicts.Load() > 0 {
+		w.conflicts.Add(-1)
+		w.mu.Unlock()
+		return "", apierrors.NewConflict(schema.GroupResource{Group: "ipledger.io", Resource: "externalworkloads"}, name, fmt.Errorf("injected"))
+	}
+	next := proto.Clone(cur).(*watcherv1.Object)
+	w.rv++
+	next.Meta.ResourceVersion = strconv.Itoa(w.rv)
+	next.GetExternalWorkload().Conditions = convert.Conditions(body.Status.Conditions)
+	w.objs[key] = next
+	w.mu.Unlock()
+	if !w.noEcho {
+		w.p().Update(next)
+	}
+	return next.Meta.ResourceVersion, nil
+}
+
+// show makes o the current object, as the API server and the stream have it.
+func (w *fakeWriter) show(o *watcherv1.Object) *watcherv1.Object {
+	w.mu.Lock()
+	w.rv++
+	o = proto.Clone(o).(*watcherv1.Object)
+	o.Meta.ResourceVersion = strconv.Itoa(w.rv)
+	w.objs[o.Meta.Namespace+"/"+o.Meta.Name] = o
+	w.mu.Unlock()
+	w.p().Update(o)
+	return o
+}
+
+func (w *fakeWriter) written() []written {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]written(nil), w.patches...)
+}
+
+// LoopbackDial sends a probe of 192.0.2.N (TEST-NET-1, which workloads may
+// use) to 127.0.0.N: the tests' listeners stand in for the workloads, and
+// no probe leaves the machine.
+func LoopbackDial(ctx context.Context, network, address string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(host, "192.0.2.") {
+		return nil, fmt.Errorf("test: %s is not a TEST-NET-1 address", host)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, net.JoinHostPort("127.0.0."+strings.TrimPrefix(host, "192.0.2."), port))
+}
+
+type harness struct {
+	p      *Prober
+	w      *fakeWriter
+	m      *Metrics
+	cancel context.CancelFunc
+}
+
+func newHarness(t *testing.T, concurrency int) *harness {
+	t.Helper()
+	m := NewMetrics(prometheus.NewRegistry())
+	h := &harness{m: m}
+	h.w = &fakeWriter{p: func() *Prober { return h.p }, m: m, objs: map[string]*watcherv1.Object{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.p = New(ctx, Config{Concurrency: concurrency, Dial: LoopbackDial}, h.w, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.p.unit = unit
+	t.Cleanup(func() { h.p.Stop(); cancel() })
+	return h
+}
+
+func (h *harness) probes(result string) float64 {
+	return testutil.ToFloat64(h.m.Probes.WithLabelValues(result))
+}
+
+func tcpProbe(port int) *watcherv1.ReadinessProbe {
+	return &watcherv1.ReadinessProbe{Action: &watcherv1.ReadinessProbe_TcpSocket{TcpSocket: &watcherv1.TCPSocketAction{Port: int32(port)}},
+		PeriodSeconds: 1, TimeoutSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3}
+}
+
+func httpProbe(port int, path string) *watcherv1.ReadinessProbe {
+	return &watcherv1.ReadinessProbe{Action: &watcherv1.ReadinessProbe_HttpGet{HttpGet: &watcherv1.HTTPGetAction{Port: int32(port), Path: path, Scheme: "HTTP"}},
+		PeriodSeconds: 1, TimeoutSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3}
+}
+
+func workload(name string, probe *watcherv1.ReadinessProbe, ips ...string) *watcherv1.Object {
+	return &watcherv1.Object{
+		Kind: watcherv1.Kind_KIND_EXTERNAL_WORKLOAD,
+		Meta: &watcherv1.ObjectMeta{Namespace: "ns", Name: name, Uid: "uid-" + name, Generation: 1,
+			CreationTimestamp: time.Now().Add(-time.Hour).UnixNano()},
+		Body: &watcherv1.Object_ExternalWorkload{ExternalWorkload: &watcherv1.ExternalWorkload{WorkloadIps: ips, ReadinessProbe: probe}},
+	}
+}
+
+// countingListener accepts TCP connections on 127.0.0.1 and counts them.
+type countingListener struct {
+	ln       net.Listener
+	accepted atomic.Int64
+	mu       sync.Mutex
+	times    []time.Time
+}
+
+func listen(t *testing.T) *countingListener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &countingListener{ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			l.mu.Lock()
+			l.times = append(l.times, time.Now())
+			l.mu.Unlock()
+			l.accepted.Add(1)
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return l
+}
+
+func (l *countingListener) port() int { return l.ln.Addr().(*net.TCPAddr).Port }
+
+func (l *countingListener) acceptTimes() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Time(nil), l.times...)
+}
+
+// waitWrites waits until n patches were sent and returns them.
+func (h *harness) waitWrites(t *testing.T, n int) []written {
+	t.Helper()
+	var got []written
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if got = h.w.written(); len(got) < n {
+			return fmt.Errorf("%d status patches, want %d", len(got), n)
+		}
+		return nil
+	})
+	return got
+}
+
+// waitProbes waits until at least n more probes (any result) ran.
+func (h *harness) waitProbes(t *testing.T, n float64) {
+	t.Helper()
+	start := h.probes(resultSuccess) + h.probes(resultFailure)
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if done := h.probes(resultSuccess) + h.probes(resultFailure) - start; done < n {
+			return fmt.Errorf("%v of %v probes", done, n)
+		}
+		return nil
+	})
+}
+
+func ready(t *testing.T, w written) metav1.Condition {
+	t.Helper()
+	for _, c := range w.conditions {
+		if c.Type == readiness.ConditionReady {
+			return c
+		}
+	}
+	t.Fatalf("patch of %s has no Ready condition: %+v", w.key, w.conditions)
+	return metav1.Condition{}
+}
+
+func TestTCPProbeReadyThenNotReady(t *testing.T) {
+	h := newHarness(t, 10)
+	l := listen(t)
+	h.w.show(workload("vm", tcpProbe(l.port()), "192.0.2.1"))
+
+	got := h.waitWrites(t, 1)
+	c := ready(t, got[0])
+	if c.Status != metav1.ConditionTrue || c.Reason != readiness.ReasonProbeSucceeded || c.ObservedGeneration != 1 ||
+		!strings.Contains(c.Message, fmt.Sprintf("192.0.2.1:%d", l.port())) {
+		t.Fatalf("first write %+v, want Ready=True naming the address", c)
+	}
+	if got[0].resourceVersion == "" {
+		t.Fatalf("the status patch carries no resourceVersion precondition")
+	}
+
+	// Steady state: probes go on, nothing is written.
+	h.waitProbes(t, 5)
+	if n := len(h.w.written()); n != 1 {
+		t.Fatalf("%d writes while the workload stayed ready, want 1", n)
+	}
+
+	l.ln.Close()
+	got = h.waitWrites(t, 2)
+	c = ready(t, got[1])
+	if c.Status != metav1.ConditionFalse || c.Reason != readiness.ReasonProbeFailed ||
+		!strings.Contains(c.Message, "connection refused") || !strings.Contains(c.Message, "3 consecutive failures") {
+		t.Fatalf("second write %+v, want Ready=False saying why", c)
+	}
+	if got[1].failuresBefore < 3 {
+		t.Fatalf("Ready=False written after %v failed probes, want failureThreshold (3)", got[1].failuresBefore)
+	}
+	h.waitProbes(t, 3)
+	if n := len(h.w.written()); n != 2 {
+		t.Fatalf("%d writes while the workload stayed not ready, want 2", n)
+	}
+}
+
+func TestHTTPProbe(t *testing.T) {
+	h := newHarness(t, 10)
+	var code atomic.Int32
+	code.Store(http.StatusOK)
+	var gotPath, gotAgent atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotPath.Store(r.URL.RequestURI())
+		gotAgent.Store(r.UserAgent())
+		w.WriteHeader(int(code.Load()))
+	}))
+	t.Cleanup(srv.Close)
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	h.w.show(workload("vm", httpProbe(port, "/healthz?deep=1"), "192.0.2.1"))
+
+	c := ready(t, h.waitWrites(t, 1)[0])
+	want := fmt.Sprintf("HTTP probe GET http://192.0.2.1:%d/healthz?deep=1: 200 OK", port)
+	if c.Status != metav1.ConditionTrue || c.Message != want {
+		t.Fatalf("%+v, want True with message %q", c, want)
+	}
+	if gotPath.Load() != "/healthz?deep=1" || !strings.HasPrefix(gotAgent.Load().(string), "ipledger-probe/") {
+		t.Fatalf("request %v with User-Agent %v", gotPath.Load(), gotAgent.Load())
+	}
+
+	// A redirect is not followed and counts as success, as for the kubelet.
+	code.Store(http.StatusFound)
+	h.waitProbes(t, 3)
+	if n := len(h.w.written()); n != 1 {
+		t.Fatalf("a 302 changed the condition (%d writes)", n)
+	}
+
+	code.Store(http.StatusServiceUnavailable)
+	c = ready(t, h.waitWrites(t, 2)[1])
+	if c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "503 Service Unavailable (3 consecutive failures)") {
+		t.Fatalf("%+v, want False naming the 503", c)
+	}
+}
+
+func TestHTTPProbeTimeout(t *testing.T) {
+	h := newHarness(t, 10)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(release); srv.Close() })
+	probe := httpProbe(srv.Listener.Addr().(*net.TCPAddr).Port, "/")
+	probe.TimeoutSeconds, probe.FailureThreshold = 1, 1
+	h.w.show(workload("vm", probe, "192.0.2.1"))
+	c := ready(t, h.waitWrites(t, 1)[0])
+	if c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "timed out after 100ms") {
+		t.Fatalf("%+v, want False saying the probe timed out", c)
+	}
+}
+
+// A workload with two addresses is Ready only when both pass; the message
+// names the one that fails.
+func TestEveryAddressMustPass(t *testing.T) {
+	h := newHarness(t, 10)
+	l := listen(t) // on 127.0.0.1 only: 192.0.2.2, sent to 127.0.0.2, is refused
+	probe := tcpProbe(l.port())
+	probe.FailureThreshold = 1
+	h.w.show(workload("vm", probe, "192.0.2.1", "192.0.2.2"))
+	c := ready(t, h.waitWrites(t, 1)[0])
+	bad := fmt.Sprintf("192.0.2.2:%d", l.port())
+	if c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, bad) || strings.Contains(c.Message, fmt.Sprintf("192.0.2.1:%d", l.port())) {
+		t.Fatalf("%+v, want False naming only %s", c, bad)
+	}
+	if l.accepted.Load() == 0 {
+		t.Fatalf("192.0.2.1 was never probed")
+	}
+}
+
+// Probes in flight never exceed the concurrency, over all workloads.
+func TestConcurrencyIsBounded(t *testing.T) {
+	h := newHarness(t, 3)
+	var inflight, peak atomic.Int32
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inflight.Add(1)
+		defer inflight.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	for i := range 10 {
+		h.w.show(workload(fmt.Sprintf("vm-%d", i), httpProbe(port, "/"), "192.0.2.1"))
+	}
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if n := inflight.Load(); n != 3 {
+			return fmt.Errorf("%d probes in flight, want 3 (the bound) reached", n)
+		}
+		if w := testutil.CollectAndCount(h.m.SlotWait); w == 0 {
+			return fmt.Errorf("no probe waited for a slot yet")
+		}
+		return nil
+	})
+	close(release)
+	h.waitProbes(t, 20)
+	if p := peak.Load(); p > 3 {
+		t.Fatalf("%d probes in flight at once, want at most 3", p)
+	}
+}
+
+// One probe per workload per period, however often the stream shows it.
+func TestOneProbePerPeriod(t *testing.T) {
+	h := newHarness(t, 10)
+	l := listen(t)
+	o := h.w.show(workload("vm", tcpProbe(l.port()), "192.0.2.1"))
+	h.waitWrites(t, 1)
+	start := l.accepted.Load()
+	// Updates that do not change the probe (labels, say, or other
+	// Services' interest) neither restart nor add probes.
+	for range 50 {
+		o = proto.Clone(o).(*watcherv1.Object)
+		o.Meta.Labels = map[string]string{"touched": strconv.Itoa(int(time.Now().UnixNano()))}
+		o = h.w.show(o)
+	}
+	h.waitProbes(t, 10)
+	times := l.acceptTimes()[start:]
+	for i := 1; i < len(times); i++ {
+		if gap := times[i].Sub(times[i-1]); gap < unit/2 {
+			t.Fatalf("probes %d and %d only %s apart, want about one period (%s)", i-1, i, gap, unit)
+		}
+	}
+}
+
+// Stop ends every probe: nothing connects and nothing is written after it
+// returns, and updates after it start nothing.
+func TestStopEndsProbes(t *testing.T) {
+	h := newHarness(t, 10)
+	l := listen(t)
+	h.w.show(workload("vm", tcpProbe(l.port()), "192.0.2.1"))
+	h.waitWrites(t, 1)
+	if v := testutil.ToFloat64(h.m.Workloads); v != 1 {
+		t.Fatalf("probed workloads gauge %v, want 1", v)
+	}
+	h.p.Stop()
+	if n := testutil.CollectAndCount(h.m.Workloads); n != 0 {
+		t.Fatalf("probed workloads still exported after the term ended")
+	}
+	// Stop waited for every probe goroutine: none is left to probe or write.
+	if n := h.p.running.Load(); n != 0 {
+		t.Fatalf("%d probe goroutines still running after Stop", n)
+	}
+	accepted, writes := l.accepted.Load(), len(h.w.written())
+	h.p.Update(workload("vm-2", tcpProbe(l.port()), "192.0.2.1"))
+	if n := h.p.running.Load(); n != 0 {
+		t.Fatalf("an update after Stop started %d probe goroutines", n)
+	}
+	if l.accepted.Load() != accepted || len(h.w.written()) != writes {
+		t.Fatalf("probed or wrote after Stop")
+	}
+}
+
+// The write is conditional on the resourceVersion the decision was made on;
+// a conflict is retried at the next period.
+func TestConflictRetried(t *testing.T) {
+	h := newHarness(t, 10)
+	l := listen(t)
+	h.w.conflicts.Store(1)
+	h.w.show(workload("vm", tcpProbe(l.port()), "192.0.2.1"))
+	got := h.waitWrites(t, 2)
+	if c := ready(t, got[1]); c.Status != metav1.ConditionTrue {
+		t.Fatalf("retry wrote %+v", c)
+	}
+	if v := testutil.ToFloat64(h.m.ConditionWrites.WithLabelValues(resultConflict)); v != 1 {
+		t.Fatalf("conflicts counted %v, want 1", v)
+	}
+}
+
+// Removing the probe removes the condition the probe wrote (the workload is
+// then ready, like one never probed); a condition somebody else wrote stays.
+func TestProbeRemovedClearsItsCondition(t *testing.T) {
+	h := newHarness(t, 10)
+	l := listen(t)
+	probe := tcpProbe(l.port())
+	o := h.w.show(workload("vm", probe, "192.0.2.1"))
+	h.waitWrites(t, 1)
+	h.w.mu.Lock()
+	o = proto.Clone(h.w.objs["ns/vm"]).(*watcherv1.Object)
+	h.w.mu.Unlock()
+	o.GetExternalWorkload().ReadinessProbe = nil
+	o.GetExternalWorkload().Conditions = append(o.GetExternalWorkload().Conditions, &watcherv1.Condition{Type: "Maintenance", Status: "False"})
+	h.w.show(o)
+	got := h.waitWrites(t, 2)[1]
+	if len(got.conditions) != 1 || got.conditions[0].Type != "Maintenance" {
+		t.Fatalf("clear wrote %+v, want only the other condition left", got.conditions)
+	}
+	if v := testutil.ToFloat64(h.m.Workloads); v != 0 {
+		t.Fatalf("probed workloads %v after the probe was removed", v)
+	}
+
+	manual := workload("vm-manual", nil, "192.0.2.1")
+	manual.GetExternalWorkload().Conditions = []*watcherv1.Condition{{Type: "Ready", Status: "False", Reason: "Maintenance"}}
+	h.w.show(manual)
+	h.waitWrites(t, 2)
+	if n := len(h.w.written()); n != 2 {
+		t.Fatalf("an operator's Ready condition was rewritten")
+	}
+}
+
+// A new workload is first probed initialDelaySeconds after its creation.
+func TestInitialDelay(t *testing.T) {
+	h := newHarness(t, 10)
+	l := listen(t)
+	probe := tcpProbe(l.port())
+	probe.InitialDelaySeconds = 5
+	o := workload("vm", probe, "192.0.2.1")
+	created := time.Now()
+	o.Meta.CreationTimestamp = created.UnixNano()
+	h.w.show(o)
+	h.waitWrites(t, 1)
+	if first := l.acceptTimes()[0]; first.Sub(created) < 5*unit {
+		t.Fatalf("first probe %s after creation, want at least the initial delay %s", first.Sub(created), 5*unit)
+	}
+}
+
+// A changed probe starts over with the new spec.
+func TestProbeChangeRestarts(t *testing.T) {
+	h := newHarness(t, 10)
+	dead := listen(t)
+	dead.ln.Close()
+	live := listen(t)
+	o := h.w.show(workload("vm", tcpProbe(dead.port()), "192.0.2.1"))
+	if c := ready(t, h.waitWrites(t, 1)[0]); c.Status != metav1.ConditionFalse {
+		t.Fatalf("%+v", c)
+	}
+	h.w.mu.Lock()
+	o = proto.Clone(h.w.objs["ns/vm"]).(*watcherv1.Object)
+	h.w.mu.Unlock()
+	o.GetExternalWorkload().ReadinessProbe = tcpProbe(live.port())
+	h.w.show(o)
+	if c := ready(t, h.waitWrites(t, 2)[1]); c.Status != metav1.ConditionTrue {
+		t.Fatalf("%+v", c)
+	}
+}
+
+// Deleting the workload ends its probes.
+func TestDeleteEndsProbes(t *testing.T) {
+	h := newHarness(t, 10)
+	l := listen(t)
+	o := h.w.show(workload("vm", tcpProbe(l.port()), "192.0.2.1"))
+	h.waitWrites(t, 1)
+	h.p.Delete(o)
+	if v := testutil.ToFloat64(h.m.Workloads); v != 0 {
+		t.Fatalf("%v probed workloads after the delete", v)
+	}
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if n := h.p.running.Load(); n != 0 {
+			return fmt.Errorf("%d probe goroutines still running", n)
+		}
+		return nil
+	})
+}
+
+// An address no EndpointSlice may hold is never probed: it would be the
+// leader's own host (loopback) or a cloud metadata service (link-local).
+func TestRefusedAddressesAreNeverProbed(t *testing.T) {
+	h := newHarness(t, 10)
+	h.p.dial = func(ctx context.Context, network, address string) (net.Conn, error) {
+		t.Errorf("dialled %s", address)
+		return nil, fmt.Errorf("test: no dial")
+	}
+	probe := tcpProbe(8080)
+	probe.FailureThreshold = 1
+	for i, ip := range []string{"127.0.0.1", "169.254.169.254", "::1", "0.0.0.0"} {
+		h.w.show(workload(fmt.Sprintf("vm-%d", i), probe, ip))
+	}
+	got := h.waitWrites(t, 4)
+	for _, w := range got {
+		if c := ready(t, w); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "not probed") {
+			t.Errorf("%s: %+v, want False saying the address is not probed", w.key, c)
+		}
+	}
+}
