@@ -36,8 +36,11 @@ var pure = []string{
 	// the allocator's inputs.
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator",
 	"github.com/ipledger/ipledger/services/ipam/internal/objects",
-	// endpoints: EndpointSlice packing.
+	// ipam: a pass's decisions and the term-start rebuild.
+	"github.com/ipledger/ipledger/services/ipam/internal/plan",
+	// endpoints: EndpointSlice packing, and an ExternalWorkload's readiness.
 	"github.com/ipledger/ipledger/services/endpoints/internal/planner",
+	"github.com/ipledger/ipledger/services/endpoints/internal/readiness",
 	// eipd: orphan choice, and what eipd expects EC2 to show.
 	"github.com/ipledger/ipledger/services/eipd/internal/decide",
 	"github.com/ipledger/ipledger/services/eipd/internal/expect",
