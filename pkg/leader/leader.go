@@ -131,8 +131,10 @@ func DefaultIdentity() string {
 type Term struct {
 	ctx      context.Context
 	stopping chan struct{}
-	identity string
-	id       string
+	// stoppingCtx is ctx's child cancelled when stopping is closed.
+	stoppingCtx context.Context
+	identity    string
+	id          string
 	// holder reads the Lease's holder from the API server; nil for a Term
 	// not backed by a Lease.
 	holder func(ctx context.Context) (string, error)
@@ -144,9 +146,16 @@ type Term struct {
 // end (graceful) — or end, then stop (lost). Both are idempotent.
 func NewTerm(parent context.Context, identity, id string) (term *Term, stop, end func()) {
 	ctx, cancel := context.WithCancel(parent)
-	t := &Term{ctx: ctx, stopping: make(chan struct{}), identity: identity, id: id}
+	stoppingCtx, cancelStopping := context.WithCancel(ctx)
+	t := &Term{ctx: ctx, stopping: make(chan struct{}), stoppingCtx: stoppingCtx, identity: identity, id: id}
 	var once sync.Once
-	return t, func() { once.Do(func() { close(t.stopping) }) }, cancel
+	stop = func() {
+		once.Do(func() {
+			close(t.stopping)
+			cancelStopping()
+		})
+	}
+	return t, stop, cancel
 }
 
 // Context is cancelled the moment the term ends (lost lease, or after a
@@ -159,6 +168,13 @@ func (t *Term) Context() context.Context { return t.ctx }
 // should drain; when Context is already done, the lease was lost and
 // queued work must be dropped.
 func (t *Term) Stopping() <-chan struct{} { return t.stopping }
+
+// StoppingContext is cancelled as soon as the term stops accepting new work
+// (Stopping is closed) or ends (Context is cancelled), whichever comes
+// first. Use it for what must not hold up a drain — waiting for a sync,
+// sleeping between retries, a loop that takes new work — and Context for
+// the writes a graceful drain must still finish.
+func (t *Term) StoppingContext() context.Context { return t.stoppingCtx }
 
 // Identity is the candidate identity holding the term.
 func (t *Term) Identity() string { return t.identity }

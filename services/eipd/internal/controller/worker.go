@@ -31,17 +31,7 @@ func (c *Controller) NewWorker(src Source, reg prometheus.Registerer) func(term 
 			log := c.log.With("term", term.ID())
 			// Never act on a partial view: an absent Node means "give its
 			// address back", so wait for the whole world first.
-			syncCtx, cancel := context.WithCancel(term.Context())
-			go func() {
-				select {
-				case <-term.Stopping():
-					cancel()
-				case <-syncCtx.Done():
-				}
-			}()
-			err := src.WaitForSync(syncCtx)
-			cancel()
-			if err != nil {
+			if err := src.WaitForSync(term.StoppingContext()); err != nil {
 				log.Info("Term ended before the stream synced")
 				return nil
 			}

@@ -119,15 +119,7 @@ func sleep(term *leader.Term, d time.Duration) bool {
 // term stops.
 func (w *worker) Run(term *leader.Term) error {
 	log := w.log
-	ctx, cancel := context.WithCancel(term.Context())
-	defer cancel()
-	go func() {
-		select {
-		case <-term.Stopping():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx := term.StoppingContext()
 	if err := w.c.source.WaitForSync(ctx); err != nil {
 		return nil // the term ended before the stream synced
 	}
