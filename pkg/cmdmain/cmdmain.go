@@ -24,6 +24,15 @@ import (
 // DefaultNamespace is where ipledger runs and keeps its Leases and ledger.
 const DefaultNamespace = "ipledger-system"
 
+// DefaultKubeAPIQPS and DefaultKubeAPIBurst are the Kubernetes client rate
+// limits of a binary that presets none. client-go's own 5/10 is far too low
+// for a controller that writes thousands of objects: each binary chooses
+// deliberately and presets its own before Flags.
+const (
+	DefaultKubeAPIQPS   = 50
+	DefaultKubeAPIBurst = 100
+)
+
 // Common holds the flags every binary shares.
 type Common struct {
 	// Kubeconfig is a kubeconfig path; empty means in-cluster configuration.
@@ -34,19 +43,40 @@ type Common struct {
 	LogFormat string
 	// Namespace is ipledger's own namespace (Leases, ledger ConfigMaps).
 	Namespace string
+	// KubeAPIQPS and KubeAPIBurst are the client-side rate limits of the
+	// Kubernetes clients built from RESTConfig.
+	KubeAPIQPS   float64
+	KubeAPIBurst int
 
 	logger *slog.Logger
 }
 
-// Flags registers --kubeconfig, --log-level, --log-format and --namespace.
-// --kubeconfig defaults to $KUBECONFIG so that a local process finds the
-// cluster; in a Pod neither is set and the in-cluster config is used.
-func (c *Common) Flags(fs *flag.FlagSet) {
+// Defaults fills the fields left unset; values already set are kept, so a
+// binary presets its own defaults (such as its rate limits) before Flags.
+func (c *Common) Defaults() {
 	c.LogLevel = orDefault(c.LogLevel, "info")
 	c.LogFormat = orDefault(c.LogFormat, "json")
 	c.Namespace = orDefault(c.Namespace, DefaultNamespace)
+	if c.KubeAPIQPS == 0 {
+		c.KubeAPIQPS = DefaultKubeAPIQPS
+	}
+	if c.KubeAPIBurst == 0 {
+		c.KubeAPIBurst = DefaultKubeAPIBurst
+	}
+}
+
+// Flags registers --kubeconfig, --kube-api-qps, --kube-api-burst,
+// --log-level, --log-format and --namespace, with the current values (after
+// Defaults) as their defaults. --kubeconfig defaults to $KUBECONFIG so that
+// a local process finds the cluster; in a Pod neither is set and the
+// in-cluster config is used.
+func (c *Common) Flags(fs *flag.FlagSet) {
+	c.Defaults()
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", orDefault(c.Kubeconfig, os.Getenv("KUBECONFIG")),
 		"path to a kubeconfig; empty uses the in-cluster ServiceAccount (default $KUBECONFIG)")
+	fs.Float64Var(&c.KubeAPIQPS, "kube-api-qps", c.KubeAPIQPS,
+		"client-side rate limit (queries per second) of the Kubernetes clients; client-go's default of 5 would throttle the writes of a cold start")
+	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "client-side burst of the Kubernetes clients (client-go's default is 10)")
 	fs.Func("log-level", "log level: debug, info, warn or error (default info)", func(s string) error {
 		if _, err := ParseLevel(s); err != nil {
 			return err
@@ -105,10 +135,10 @@ func NewLogger(w io.Writer, level, format string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
-// RESTConfig returns the Kubernetes client configuration with the given
-// client-side rate limits (client-go's default 5 QPS / burst 10 is far too
-// low for a controller that writes thousands of statuses: choose deliberately).
-func (c *Common) RESTConfig(qps float32, burst int) (*rest.Config, error) {
+// RESTConfig returns the Kubernetes client configuration with the
+// client-side rate limits KubeAPIQPS and KubeAPIBurst (the defaults of
+// Defaults when unset).
+func (c *Common) RESTConfig() (*rest.Config, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -124,8 +154,10 @@ func (c *Common) RESTConfig(qps float32, burst int) (*rest.Config, error) {
 			return nil, fmt.Errorf("kubeconfig %s: %w", c.Kubeconfig, err)
 		}
 	}
-	cfg.QPS = qps
-	cfg.Burst = burst
+	d := *c
+	d.Defaults()
+	cfg.QPS = float32(d.KubeAPIQPS)
+	cfg.Burst = d.KubeAPIBurst
 	return cfg, nil
 }
 

@@ -18,9 +18,9 @@ func TestFlags(t *testing.T) {
 		want    Common
 		wantErr bool
 	}{
-		{"defaults", nil, Common{LogLevel: "info", LogFormat: "json", Namespace: "ipledger-system"}, false},
-		{"all", []string{"--kubeconfig=/k", "--log-level=debug", "--log-format=text", "--namespace=x"},
-			Common{Kubeconfig: "/k", LogLevel: "debug", LogFormat: "text", Namespace: "x"}, false},
+		{"defaults", nil, Common{LogLevel: "info", LogFormat: "json", Namespace: "ipledger-system", KubeAPIQPS: 50, KubeAPIBurst: 100}, false},
+		{"all", []string{"--kubeconfig=/k", "--log-level=debug", "--log-format=text", "--namespace=x", "--kube-api-qps=7.5", "--kube-api-burst=9"},
+			Common{Kubeconfig: "/k", LogLevel: "debug", LogFormat: "text", Namespace: "x", KubeAPIQPS: 7.5, KubeAPIBurst: 9}, false},
 		{"bad level", []string{"--log-level=loud"}, Common{}, true},
 		{"bad format", []string{"--log-format=xml"}, Common{}, true},
 	}
@@ -36,10 +36,30 @@ func TestFlags(t *testing.T) {
 				t.Fatalf("Parse error = %v, wantErr %v", err, tt.wantErr)
 			}
 			if err == nil && (c.Kubeconfig != tt.want.Kubeconfig || c.LogLevel != tt.want.LogLevel ||
-				c.LogFormat != tt.want.LogFormat || c.Namespace != tt.want.Namespace) {
+				c.LogFormat != tt.want.LogFormat || c.Namespace != tt.want.Namespace ||
+				c.KubeAPIQPS != tt.want.KubeAPIQPS || c.KubeAPIBurst != tt.want.KubeAPIBurst) {
 				t.Errorf("got %+v, want %+v", c, tt.want)
 			}
 		})
+	}
+}
+
+func TestPresetRateLimitsBecomeFlagDefaults(t *testing.T) {
+	t.Setenv("KUBECONFIG", "/k")
+	c := Common{KubeAPIQPS: 2000, KubeAPIBurst: 4000}
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	c.Flags(fs)
+	if got := fs.Lookup("kube-api-qps").DefValue; got != "2000" {
+		t.Errorf("--kube-api-qps default %s, want 2000", got)
+	}
+	if got := fs.Lookup("kube-api-burst").DefValue; got != "4000" {
+		t.Errorf("--kube-api-burst default %s, want 4000", got)
+	}
+	if err := fs.Parse([]string{"--kube-api-burst=5"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.KubeAPIQPS != 2000 || c.KubeAPIBurst != 5 {
+		t.Errorf("got qps %v burst %d, want 2000 and 5", c.KubeAPIQPS, c.KubeAPIBurst)
 	}
 }
 

@@ -65,7 +65,7 @@ type Config struct {
 // Flags registers the --leader-elect-* flags and --stop-timeout; preset
 // fields become the flags' defaults.
 func (c *Config) Flags(fs *flag.FlagSet) {
-	c.defaults()
+	c.Defaults()
 	fs.StringVar(&c.LeaseName, "leader-elect-lease-name", c.LeaseName, "name of the Lease used for leader election")
 	fs.StringVar(&c.LeaseNamespace, "leader-elect-namespace", c.LeaseNamespace, "namespace of the leader election Lease")
 	fs.StringVar(&c.LeaseNamespace, "leader-elect-lease-namespace", c.LeaseNamespace, "alias of --leader-elect-namespace")
@@ -79,7 +79,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 // DefaultNamespace is where ipledger keeps its Leases.
 const DefaultNamespace = "ipledger-system"
 
-func (c *Config) defaults() {
+// Defaults fills the fields left unset (not LeaseName nor Identity).
+func (c *Config) Defaults() {
 	if c.LeaseNamespace == "" {
 		c.LeaseNamespace = DefaultNamespace
 	}
@@ -229,7 +230,7 @@ var exit = os.Exit
 // the error of newWorker or of a Worker (after the term's orderly end).
 func Run(ctx context.Context, client kubernetes.Interface, cfg Config, newWorker func(term *Term) (Worker, error),
 	log *slog.Logger, reg prometheus.Registerer) error {
-	cfg.defaults()
+	cfg.Defaults()
 	if cfg.Identity == "" {
 		cfg.Identity = DefaultIdentity()
 	}

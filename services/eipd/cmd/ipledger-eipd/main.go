@@ -14,7 +14,7 @@ import (
 )
 
 func main() {
-	cfg := app.DefaultConfig()
+	var cfg app.Config
 	fs := flag.NewFlagSet("ipledger-eipd", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	cfg.Flags(fs)

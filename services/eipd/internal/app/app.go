@@ -57,26 +57,39 @@ type Config struct {
 	// ClusterID goes into the ipledger.io/cluster tag of every address:
 	// eipd only ever sees and touches its own cluster's addresses.
 	ClusterID string
-	KubeQPS   float64
-	KubeBurst int
 	// EC2Options adjust the EC2 client beyond the SDK's standard chain
 	// (tests point it at a fault proxy); not a flag.
 	EC2Options []func(*ec2.Options)
 }
 
-// DefaultConfig returns the defaults Flags starts from.
-func DefaultConfig() Config {
-	return Config{
-		Leader:     leader.Config{LeaseName: LeaseName},
-		Controller: controller.DefaultConfig(),
-		EC2:        awsec2.DefaultConfig(),
-		KubeQPS:    50,
-		KubeBurst:  100,
+// Defaults of the Kubernetes client's rate limits: eipd writes a label and
+// an annotation per Node, and Events.
+const (
+	DefaultKubeAPIQPS   = 50
+	DefaultKubeAPIBurst = 100
+)
+
+// Defaults fills the fields left unset with eipd's defaults.
+func (c *Config) Defaults() {
+	if c.Common.KubeAPIQPS == 0 {
+		c.Common.KubeAPIQPS = DefaultKubeAPIQPS
 	}
+	if c.Common.KubeAPIBurst == 0 {
+		c.Common.KubeAPIBurst = DefaultKubeAPIBurst
+	}
+	c.Common.Defaults()
+	if c.Leader.LeaseName == "" {
+		c.Leader.LeaseName = LeaseName
+	}
+	c.Leader.Defaults()
+	c.Controller.Defaults()
+	c.EC2.Defaults()
 }
 
-// Flags registers every flag with the current values as defaults.
+// Flags registers every flag with the current values (after Defaults) as
+// defaults.
 func (c *Config) Flags(fs *flag.FlagSet) {
+	c.Defaults()
 	c.Common.Flags(fs)
 	c.Stream.Flags(fs)
 	c.Leader.Flags(fs)
@@ -85,8 +98,6 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	c.GRPC.Flags(fs, DefaultGRPCAddr)
 	c.Ops.Flags(fs)
 	fs.StringVar(&c.ClusterID, "cluster-id", c.ClusterID, "identifies this cluster in the ipledger.io/cluster tag of its Elastic IPs (required; unique among the clusters of one AWS account: eipd never touches an address tagged for another cluster)")
-	fs.Float64Var(&c.KubeQPS, "kube-api-qps", c.KubeQPS, "queries per second to the Kubernetes API")
-	fs.IntVar(&c.KubeBurst, "kube-api-burst", c.KubeBurst, "burst of queries to the Kubernetes API")
 }
 
 // App is one ipledger-eipd process.
@@ -119,10 +130,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.cfg.Leader.LeaseNamespace == "" {
 		a.cfg.Leader.LeaseNamespace = cfg.Common.Namespace
 	}
-	if a.cfg.KubeQPS == 0 {
-		a.cfg.KubeQPS, a.cfg.KubeBurst = 50, 100
-	}
-	restCfg, err := cfg.Common.RESTConfig(float32(a.cfg.KubeQPS), a.cfg.KubeBurst)
+	restCfg, err := cfg.Common.RESTConfig()
 	if err != nil {
 		return nil, err
 	}

@@ -99,7 +99,8 @@ func startReplica(t testing.TB, env *testenv.Env, watcher, name string, o replic
 	}
 	t.Cleanup(func() { proxy.Close() })
 	tokenFile := env.TokenFile(t, system, "ipledger-eipd")
-	cfg := app.DefaultConfig()
+	var cfg app.Config
+	cfg.Defaults()
 	cfg.Common = cmdmain.Common{Kubeconfig: env.ServiceAccountKubeconfig(t, system, "ipledger-eipd"), LogLevel: "debug", LogFormat: "text", Namespace: system}
 	cfg.Stream = stream.Config{Target: watcher, TokenFile: tokenFile, Plaintext: true}
 	cfg.Leader = leader.Config{

@@ -77,7 +77,9 @@ func BenchmarkColdStart(b *testing.B) {
 		calls := r.proxy.Counts()
 		r.stop()
 
-		floor := floorRun(b, env, moto, cluster+"-floor", prefix, insts[n:], controller.DefaultConfig().Workers)
+		var def controller.Config
+		def.Defaults()
+		floor := floorRun(b, env, moto, cluster+"-floor", prefix, insts[n:], def.Workers)
 		b.ReportMetric(eipd.Seconds(), "eipd-s")
 		b.ReportMetric(floor.Seconds(), "floor-s")
 		b.ReportMetric(eipd.Seconds()/floor.Seconds(), "ratio")

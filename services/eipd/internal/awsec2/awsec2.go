@@ -51,12 +51,21 @@ type Config struct {
 	CallTimeout time.Duration
 }
 
-// DefaultConfig returns the defaults used by Flags.
-func DefaultConfig() Config {
-	return Config{MaxAttempts: 8, MaxBackoff: 20 * time.Second, CallTimeout: 2 * time.Minute}
+// Defaults fills the fields left unset.
+func (c *Config) Defaults() {
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 8
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 20 * time.Second
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 2 * time.Minute
+	}
 }
 
-// Flags registers the EC2 client flags.
+// Flags registers the EC2 client flags with the current values as their
+// defaults (call Defaults first).
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxAttempts, "ec2-max-attempts", c.MaxAttempts, "attempts per EC2 call with adaptive retry (AllocateAddress is never retried)")
 	fs.DurationVar(&c.MaxBackoff, "ec2-max-backoff", c.MaxBackoff, "longest delay between retries of an EC2 call")
@@ -102,15 +111,7 @@ func New(ctx context.Context, clusterID string, cfg Config, reg prometheus.Regis
 	if err := ValidateClusterID(clusterID); err != nil {
 		return nil, err
 	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = DefaultConfig().MaxAttempts
-	}
-	if cfg.MaxBackoff <= 0 {
-		cfg.MaxBackoff = DefaultConfig().MaxBackoff
-	}
-	if cfg.CallTimeout <= 0 {
-		cfg.CallTimeout = DefaultConfig().CallTimeout
-	}
+	cfg.Defaults()
 	awsCfg, err := config.LoadDefaultConfig(ctx, config.WithRetryer(func() aws.Retryer {
 		return retry.NewAdaptiveMode(func(o *retry.AdaptiveModeOptions) {
 			o.StandardOptions = append(o.StandardOptions, func(so *retry.StandardOptions) {

@@ -57,7 +57,7 @@ func TestEndpointFromStandardChain(t *testing.T) {
 	moto := ec2test.Get(t)
 	t.Setenv("AWS_ENDPOINT_URL_EC2", moto.URL)
 	cluster := ec2test.ClusterID(t)
-	c, err := awsec2.New(ctx(t), cluster, awsec2.DefaultConfig(), nil)
+	c, err := awsec2.New(ctx(t), cluster, awsec2.Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

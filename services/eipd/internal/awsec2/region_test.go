@@ -52,7 +52,7 @@ func TestRegionResolution(t *testing.T) {
 			t.Setenv("AWS_REGION", tt.envRegion)
 			t.Setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds(t, tt.imdsRegion))
 			t.Setenv("AWS_EC2_METADATA_DISABLED", map[bool]string{true: "true", false: "false"}[tt.imdsOff])
-			c, err := awsec2.New(context.Background(), "region-test", awsec2.DefaultConfig(), nil)
+			c, err := awsec2.New(context.Background(), "region-test", awsec2.Config{}, nil)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)

@@ -82,18 +82,27 @@ type Config struct {
 	Workers int
 }
 
-// DefaultConfig returns the defaults used by Flags.
-func DefaultConfig() Config {
-	return Config{
-		MinReconciliationInterval: 10 * time.Second,
-		RequeueInterval:           time.Minute,
-		ConsistencyTimeout:        time.Minute,
-		PendingPoll:               time.Second,
-		Workers:                   4,
+// Defaults fills the fields left unset.
+func (c *Config) Defaults() {
+	if c.MinReconciliationInterval == 0 {
+		c.MinReconciliationInterval = 10 * time.Second
+	}
+	if c.RequeueInterval <= 0 {
+		c.RequeueInterval = time.Minute
+	}
+	if c.ConsistencyTimeout <= 0 {
+		c.ConsistencyTimeout = time.Minute
+	}
+	if c.PendingPoll <= 0 {
+		c.PendingPoll = time.Second
+	}
+	if c.Workers <= 0 {
+		c.Workers = 4
 	}
 }
 
-// Flags registers the controller's flags.
+// Flags registers the controller's flags with the current values as their
+// defaults (call Defaults first).
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MinReconciliationInterval, "node-min-reconciliation-interval", c.MinReconciliationInterval, "minimum time between two event-driven reconciliations of the same Node")
 	fs.DurationVar(&c.RequeueInterval, "node-reconciliation-requeue-interval", c.RequeueInterval, "how often every Node is reconciled again, and stale addresses swept")
@@ -140,19 +149,10 @@ type Controller struct {
 
 // New returns a controller. events may be nil (no Events).
 func New(cfg Config, ec2 EC2, store Store, kube kubernetes.Interface, events record.EventRecorder, log *slog.Logger, reg prometheus.Registerer) (*Controller, error) {
-	def := DefaultConfig()
-	if cfg.RequeueInterval <= 0 {
-		cfg.RequeueInterval = def.RequeueInterval
-	}
-	if cfg.ConsistencyTimeout <= 0 {
-		cfg.ConsistencyTimeout = def.ConsistencyTimeout
-	}
-	if cfg.PendingPoll <= 0 {
-		cfg.PendingPoll = def.PendingPoll
-	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = def.Workers
-	}
+	// A zero MinReconciliationInterval is kept: it means no spacing.
+	minInterval := cfg.MinReconciliationInterval
+	cfg.Defaults()
+	cfg.MinReconciliationInterval = minInterval
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err

@@ -35,31 +35,40 @@ type Config struct {
 	Leader     leader.Config
 	Controller controller.Config
 	Ops        opsserver.Config
-	// KubeQPS and KubeBurst are the process's rate limit for its writes
-	// (EndpointSlices, Ready conditions, Events), shared by its clients;
-	// client-go's 5/10 would throttle a cold start.
-	KubeQPS   float64
-	KubeBurst int
 }
 
-// Flags registers every flag with its default.
-func (c *Config) Flags(fs *flag.FlagSet) {
+// Defaults of the Kubernetes clients' rate limits: one budget for the
+// process's writes (EndpointSlices, Ready conditions, Events), shared by its
+// clients; client-go's 5/10 would throttle a cold start.
+const (
+	DefaultKubeAPIQPS   = 100
+	DefaultKubeAPIBurst = 200
+)
+
+// Defaults fills the fields left unset with endpoints' defaults.
+func (c *Config) Defaults() {
+	if c.Common.KubeAPIQPS == 0 {
+		c.Common.KubeAPIQPS = DefaultKubeAPIQPS
+	}
+	if c.Common.KubeAPIBurst == 0 {
+		c.Common.KubeAPIBurst = DefaultKubeAPIBurst
+	}
+	c.Common.Defaults()
 	if c.Leader.LeaseName == "" {
 		c.Leader.LeaseName = LeaseName
 	}
-	if c.KubeQPS == 0 {
-		c.KubeQPS = 100
-	}
-	if c.KubeBurst == 0 {
-		c.KubeBurst = 200
-	}
+	c.Leader.Defaults()
+}
+
+// Flags registers every flag with the current values (after Defaults) as
+// their defaults.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	c.Defaults()
 	c.Common.Flags(fs)
 	c.Stream.Flags(fs)
 	c.Leader.Flags(fs)
 	c.Controller.Flags(fs)
 	c.Ops.Flags(fs)
-	fs.Float64Var(&c.KubeQPS, "kube-api-qps", c.KubeQPS, "queries per second to the Kubernetes API")
-	fs.IntVar(&c.KubeBurst, "kube-api-burst", c.KubeBurst, "burst of queries to the Kubernetes API")
 }
 
 // App is one ipledger-endpoints process.
@@ -89,7 +98,7 @@ func New(cfg Config) (*App, error) {
 	if a.cfg.Leader.LeaseNamespace == "" {
 		a.cfg.Leader.LeaseNamespace = cfg.Common.Namespace
 	}
-	restCfg, err := cfg.Common.RESTConfig(float32(cfg.KubeQPS), cfg.KubeBurst)
+	restCfg, err := cfg.Common.RESTConfig()
 	if err != nil {
 		return nil, err
 	}

@@ -108,7 +108,8 @@ func startReplica(t *testing.T, env *testenv.Env, watcherAddr, name string, o re
 		o.workers = 4
 	}
 	cfg := app.Config{
-		Common: cmdmain.Common{Kubeconfig: env.ServiceAccountKubeconfig(t, system, "ipledger-endpoints"), LogLevel: "info", LogFormat: "text", Namespace: system},
+		Common: cmdmain.Common{Kubeconfig: env.ServiceAccountKubeconfig(t, system, "ipledger-endpoints"), LogLevel: "info", LogFormat: "text", Namespace: system,
+			KubeAPIQPS: o.qps, KubeAPIBurst: burst},
 		Stream: stream.Config{Target: watcherAddr, TokenFile: tokenFile, Plaintext: true},
 		Leader: leader.Config{
 			LeaseName: o.lease, LeaseNamespace: system, Identity: name,
@@ -117,7 +118,6 @@ func startReplica(t *testing.T, env *testenv.Env, watcherAddr, name string, o re
 		},
 		Controller: controller.Config{MaxEndpointsPerSlice: o.maxPerSlice, Workers: o.workers, ExpectationTimeout: time.Minute,
 			Probe: prober.Config{Concurrency: 10, Dial: loopbackDial}},
-		KubeQPS: o.qps, KubeBurst: burst,
 	}
 	if cfg.Controller.MaxEndpointsPerSlice == 0 {
 		cfg.Controller.MaxEndpointsPerSlice = planner.DefaultMaxEndpointsPerSlice

@@ -50,21 +50,33 @@ type Config struct {
 	GRPC       grpcserver.Config
 	Ops        opsserver.Config
 	Controller controller.Config
-	QPS        float64
-	Burst      int
 }
 
-// Flags registers the flags with their defaults.
-func (c *Config) Flags(fs *flag.FlagSet) {
-	c.Common.Flags(fs)
-	c.Stream.Flags(fs)
+// Defaults fills the fields left unset with ipam's defaults.
+func (c *Config) Defaults() {
+	if c.Common.KubeAPIQPS == 0 {
+		c.Common.KubeAPIQPS = DefaultQPS
+	}
+	if c.Common.KubeAPIBurst == 0 {
+		c.Common.KubeAPIBurst = DefaultBurst
+	}
+	c.Common.Defaults()
 	if c.Leader.LeaseName == "" {
 		c.Leader.LeaseName = DefaultLeaseName
 	}
+	c.Leader.Defaults()
+	c.Controller.Defaults()
+}
+
+// Flags registers the flags with the current values (after Defaults) as
+// their defaults.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	c.Defaults()
+	c.Common.Flags(fs)
+	c.Stream.Flags(fs)
 	c.Leader.Flags(fs)
 	c.GRPC.Flags(fs, DefaultGRPCAddr)
 	c.Ops.Flags(fs)
-	c.Controller.Defaults()
 	fs.StringVar(&c.Controller.LBClass, "lb-class", c.Controller.LBClass,
 		"spec.loadBalancerClass served (type LoadBalancer Services of other classes are left alone)")
 	fs.BoolVar(&c.Controller.RequireLBClass, "require-lb-class", c.Controller.RequireLBClass,
@@ -72,12 +84,6 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 			"Set it where another load-balancer controller (the cloud provider's, MetalLB during a migration) serves class-less Services")
 	fs.IntVar(&c.Controller.StatusWorkers, "status-workers", c.Controller.StatusWorkers, "Service status writes in flight at once")
 	fs.IntVar(&c.Controller.BatchSize, "batch-size", c.Controller.BatchSize, "Services decided per ledger write")
-	if c.QPS == 0 {
-		c.QPS, c.Burst = DefaultQPS, DefaultBurst
-	}
-	fs.Float64Var(&c.QPS, "kube-api-qps", c.QPS,
-		"client-side rate limit for Kubernetes API calls, raised deliberately from client-go's 5 so that thousands of status writes are not throttled")
-	fs.IntVar(&c.Burst, "kube-api-burst", c.Burst, "client-side burst for Kubernetes API calls (client-go's default is 10)")
 }
 
 // NewRecorder returns an Event recorder posting to the API server as
@@ -101,7 +107,7 @@ func (c *Config) Run(ctx context.Context) error {
 	if c.Controller.LBClass == "" {
 		c.Controller.LBClass = objects.DefaultLBClass
 	}
-	restCfg, err := c.Common.RESTConfig(float32(c.QPS), c.Burst)
+	restCfg, err := c.Common.RESTConfig()
 	if err != nil {
 		return err
 	}
@@ -156,6 +162,6 @@ func (c *Config) Run(ctx context.Context) error {
 	g.Go(func() error { return gs.Serve(ctx) })
 	g.Go(func() error { return ops.Serve(ctx) })
 	log.Info("Starting ipledger-ipam", "namespace", c.Common.Namespace, "lbClass", c.Controller.LBClass, "requireLBClass", c.Controller.RequireLBClass,
-		"identity", c.Leader.Identity, "grpcAddr", gs.Addr().String(), "qps", c.QPS, "burst", c.Burst)
+		"identity", c.Leader.Identity, "grpcAddr", gs.Addr().String(), "qps", c.Common.KubeAPIQPS, "burst", c.Common.KubeAPIBurst)
 	return g.Wait()
 }

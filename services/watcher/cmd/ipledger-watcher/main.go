@@ -11,7 +11,7 @@ import (
 )
 
 func main() {
-	cfg := watcher.DefaultConfig()
+	var cfg watcher.Config
 	fs := flag.NewFlagSet("ipledger-watcher", flag.ContinueOnError)
 	cfg.Flags(fs)
 	cmdmain.Main("ipledger-watcher", fs, func(ctx context.Context) error { return watcher.Main(ctx, cfg) })

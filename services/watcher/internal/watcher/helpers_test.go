@@ -37,7 +37,8 @@ func testLogger(t testing.TB) *slog.Logger {
 // waits until it serves.
 func startWatcher(t *testing.T, env *testenv.Env, mod func(*Config)) (*Watcher, *prometheus.Registry) {
 	t.Helper()
-	cfg := DefaultConfig()
+	var cfg Config
+	cfg.Defaults()
 	cfg.Common.Namespace = testenv.SystemNamespace
 	cfg.GRPC = grpcserver.Config{Addr: "127.0.0.1:0", Plaintext: true, ShutdownTimeout: time.Second}
 	if mod != nil {

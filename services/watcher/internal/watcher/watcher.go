@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"flag"
-	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -50,18 +49,42 @@ type Config struct {
 	StallTimeout time.Duration
 	// HistorySize: changes kept for subscribers that resume.
 	HistorySize int
-	// QPS and Burst limit the watcher's Kubernetes client (lists and watches only).
-	QPS   float32
-	Burst int
 }
 
-// DefaultConfig returns the defaults.
-func DefaultConfig() Config {
-	return Config{HeartbeatInterval: 10 * time.Second, QueueSize: 10000, StallTimeout: server.DefaultStallTimeout, HistorySize: 50000, QPS: 50, Burst: 100}
+// Defaults of the Kubernetes client's rate limits: the watcher only lists
+// and watches.
+const (
+	DefaultKubeAPIQPS   = 50
+	DefaultKubeAPIBurst = 100
+)
+
+// Defaults fills the fields left unset with the watcher's defaults.
+func (c *Config) Defaults() {
+	if c.Common.KubeAPIQPS == 0 {
+		c.Common.KubeAPIQPS = DefaultKubeAPIQPS
+	}
+	if c.Common.KubeAPIBurst == 0 {
+		c.Common.KubeAPIBurst = DefaultKubeAPIBurst
+	}
+	c.Common.Defaults()
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 10 * time.Second
+	}
+	if c.QueueSize == 0 {
+		c.QueueSize = 10000
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = server.DefaultStallTimeout
+	}
+	if c.HistorySize == 0 {
+		c.HistorySize = 50000
+	}
 }
 
-// Flags registers every flag of the watcher.
+// Flags registers every flag of the watcher with the current values (after
+// Defaults) as their defaults.
 func (c *Config) Flags(fs *flag.FlagSet) {
+	c.Defaults()
 	c.Common.Flags(fs)
 	c.GRPC.Flags(fs, ":9443")
 	c.Ops.Flags(fs)
@@ -71,15 +94,6 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StallTimeout, "subscriber-stall-timeout", c.StallTimeout,
 		"how long a subscriber may accept nothing (in its snapshot or its deltas) while events wait for it before its stream is closed with RESOURCE_EXHAUSTED")
 	fs.IntVar(&c.HistorySize, "history-size", c.HistorySize, "changes kept so that a reconnecting subscriber can resume without a snapshot")
-	fs.Func("kube-api-qps", fmt.Sprintf("client-side QPS limit towards the API server (default %v)", c.QPS), func(s string) error {
-		var v float64
-		if _, err := fmt.Sscan(s, &v); err != nil {
-			return err
-		}
-		c.QPS = float32(v)
-		return nil
-	})
-	fs.IntVar(&c.Burst, "kube-api-burst", c.Burst, "client-side burst towards the API server")
 }
 
 // Watcher is an assembled, not yet running, watcher.
@@ -179,7 +193,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 // Main is the whole program behind cmd/ipledger-watcher.
 func Main(ctx context.Context, cfg Config) error {
 	log := cfg.Common.Logger().With("service", "watcher")
-	restCfg, err := cfg.Common.RESTConfig(cfg.QPS, cfg.Burst)
+	restCfg, err := cfg.Common.RESTConfig()
 	if err != nil {
 		return err
 	}
