@@ -123,7 +123,7 @@ func (c *Config) Run(ctx context.Context) error {
 
 	sc := c.Stream
 	sc.Kinds = []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP}
-	src, err := stream.New(sc, log.With("component", "stream"), reg)
+	src, err := stream.New(sc, log, reg) // the stream names itself component=stream
 	if err != nil {
 		return err
 	}

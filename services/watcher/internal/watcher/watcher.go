@@ -192,7 +192,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 // Main is the whole program behind cmd/ipledger-watcher.
 func Main(ctx context.Context, cfg Config) error {
-	log := cfg.Common.Logger().With("service", "watcher")
+	log := cfg.Common.Logger().With("component", "watcher")
 	restCfg, err := cfg.Common.RESTConfig()
 	if err != nil {
 		return err
