@@ -33,8 +33,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 )
 
@@ -60,6 +62,13 @@ type Config struct {
 	// StopTimeout bounds how long a term may take to stop (default 30s);
 	// overrunning it exits the process with code 1.
 	StopTimeout time.Duration
+	// Events, when set, is where terms write Events (typically
+	// client.CoreV1()): every term gets its own recorder (Term.Recorder)
+	// that writes with the term's context and is shut down when the term
+	// ends. Not a flag.
+	Events typedcorev1.EventsGetter
+	// EventComponent is the source component of those Events. Not a flag.
+	EventComponent string
 }
 
 // Flags registers the --leader-elect-* flags and --stop-timeout; preset
@@ -136,6 +145,7 @@ type Term struct {
 	stoppingCtx context.Context
 	identity    string
 	id          string
+	recorder    record.EventRecorder
 	// holder reads the Lease's holder from the API server; nil for a Term
 	// not backed by a Lease.
 	holder func(ctx context.Context) (string, error)
@@ -364,6 +374,12 @@ func (c *candidate) lead(leCtx context.Context, lock *observingLock, shutdown <-
 	term, stop, end := NewTerm(leCtx, c.cfg.Identity, id)
 	defer end()
 	term.holder = c.holder
+	if c.cfg.Events != nil {
+		var stopEvents func()
+		term.recorder, stopEvents = newTermRecorder(term.Context(), c.cfg.Events, c.cfg.EventComponent)
+		// Deferred after end: runs once the term's context is cancelled.
+		defer stopEvents()
+	}
 	log := c.log.With("term", id)
 	// Seeing another holder in the Lease ends the term at once, without
 	// waiting for client-go's renew deadline; so does any release.

@@ -39,3 +39,10 @@ func TestStoppingContextEndsWithStoppingOrTheTerm(t *testing.T) {
 		})
 	}
 }
+
+func TestRecorderOfATermWithoutEventsDiscards(t *testing.T) {
+	term, _, end := leader.NewTerm(context.Background(), "me", "me/0/t")
+	defer end()
+	// Must not panic or block.
+	term.Recorder().Event(nil, "Normal", "Reason", "message")
+}
