@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/stream"
@@ -65,15 +64,14 @@ func (c *Config) Defaults() {
 // Controller lives as long as the process; it builds a fresh worker for
 // every lease term.
 type Controller struct {
-	cfg      Config
-	client   kubernetes.Interface
-	dynamic  dynamic.Interface
-	source   Source
-	recorder record.EventRecorder
-	log      *slog.Logger
-	metrics  *metrics
-	ledgerM  *ledger.Metrics
-	reg      prometheus.Registerer
+	cfg     Config
+	client  kubernetes.Interface
+	dynamic dynamic.Interface
+	source  Source
+	log     *slog.Logger
+	metrics *metrics
+	ledgerM *ledger.Metrics
+	reg     prometheus.Registerer
 
 	// pools remembers each IPPool's last valid spec across terms.
 	pools objects.PoolSet
@@ -82,12 +80,13 @@ type Controller struct {
 	current *worker // the term's worker once it has rebuilt, else nil
 }
 
-// New builds the controller. recorder posts Events (see NewRecorder).
-func New(cfg Config, client kubernetes.Interface, dyn dynamic.Interface, source Source, recorder record.EventRecorder,
+// New builds the controller. Its Events go through each term's recorder
+// (leader.Term.Recorder).
+func New(cfg Config, client kubernetes.Interface, dyn dynamic.Interface, source Source,
 	log *slog.Logger, reg prometheus.Registerer) *Controller {
 	cfg.Defaults()
 	return &Controller{
-		cfg: cfg, client: client, dynamic: dyn, source: source, recorder: recorder, log: log,
+		cfg: cfg, client: client, dynamic: dyn, source: source, log: log,
 		metrics: newMetrics(reg), ledgerM: ledger.NewMetrics(reg), reg: reg,
 	}
 }

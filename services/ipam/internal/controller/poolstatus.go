@@ -125,7 +125,7 @@ func (w *worker) writePoolStatuses(ctx context.Context, holders poolHolders) {
 		}
 		w.poolWritten[name] = status
 		if ready := status.ready(); (!had || old.ready() != ready) && ready.Status == "False" {
-			w.c.event(poolRef(obj), "Warning", ready.Reason, ready.Message)
+			w.event(poolRef(obj), "Warning", ready.Reason, ready.Message)
 		}
 	}
 	for name := range w.poolWritten {

@@ -259,10 +259,10 @@ func poolRef(obj *watcherv1.Object) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "IPPool", APIVersion: "ipledger.io/v1alpha1", Name: m.GetName(), UID: types.UID(m.GetUid())}
 }
 
-func (c *Controller) event(ref *corev1.ObjectReference, typ, reason, msg string) {
-	if c.recorder != nil {
-		c.recorder.Event(ref, typ, reason, msg)
-	}
+// event records an Event with the term's recorder: Events are writes, and
+// end with the term.
+func (w *worker) event(ref *corev1.ObjectReference, typ, reason, msg string) {
+	w.term.Recorder().Event(ref, typ, reason, msg)
 }
 
 func addrs(ips []netip.Addr) string {

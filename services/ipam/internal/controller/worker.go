@@ -177,7 +177,7 @@ func (w *worker) open(ctx context.Context) error {
 		w.log.Warn("Conflicting claim to an IP", "service", cf.Service, "ip", addrs(cf.IPs), "source", string(cf.Source), "reason", cf.Message)
 		if ns, name, ok := strings.Cut(cf.Service, "/"); ok {
 			if obj, ok := w.store().Get(watcherv1.Kind_KIND_SERVICE, ns, name); ok {
-				w.c.event(serviceRef(obj), "Warning", "IPConflict",
+				w.event(serviceRef(obj), "Warning", "IPConflict",
 					fmt.Sprintf("The %s of this Service names %s, which is already held: %s", cf.Source, addrs(cf.IPs), cf.Message))
 			}
 		}
@@ -224,7 +224,7 @@ func (w *worker) reportCorrupt(ctx context.Context, ce *ledger.CorruptError) {
 	w.c.metrics.ledgerCorrupt.Set(1)
 	if first {
 		w.log.Error("The ledger cannot be read; no address is allocated until it is repaired", "configMap", ce.Shard, "err", ce.Err)
-		w.c.event(configMapRef(w.c.cfg.Namespace, ce.Shard), "Warning", "LedgerCorrupt", ce.Error())
+		w.event(configMapRef(w.c.cfg.Namespace, ce.Shard), "Warning", "LedgerCorrupt", ce.Error())
 	}
 	w.writePoolStatuses(ctx, nil)
 }
@@ -567,7 +567,7 @@ func (w *worker) writeStatuses(ctx context.Context, writes []*write) {
 				w.mark(key)
 			}
 			if e := r.wr.event; e != nil {
-				w.c.event(serviceRef(r.wr.obj), e.Type, e.Reason, e.Message)
+				w.event(serviceRef(r.wr.obj), e.Type, e.Reason, e.Message)
 			}
 		case apierrors.IsNotFound(r.err):
 			w.c.metrics.statusWrites.WithLabelValues("notfound").Inc()

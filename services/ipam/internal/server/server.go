@@ -9,12 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/cmdmain"
@@ -33,6 +29,8 @@ import (
 const (
 	DefaultLeaseName = "ipledger-ipam"
 	DefaultGRPCAddr  = ":8443"
+	// Component is the source of ipam's Events.
+	Component = "ipledger-ipam"
 	// DefaultQPS and DefaultBurst are raised deliberately from client-go's
 	// 5/10: a cold start writes one status per Service, and the API server
 	// on 2 cores takes ~1,100 status writes/s from 32 workers. At 500 QPS
@@ -86,14 +84,6 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Controller.BatchSize, "batch-size", c.Controller.BatchSize, "Services decided per ledger write")
 }
 
-// NewRecorder returns an Event recorder posting to the API server as
-// component ipledger-ipam, and a function that stops it.
-func NewRecorder(client kubernetes.Interface) (record.EventRecorder, func()) {
-	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ipledger-ipam"}), b.Shutdown
-}
-
 // Run runs ipam until ctx ends.
 func (c *Config) Run(ctx context.Context) error {
 	log := c.Common.Logger()
@@ -127,9 +117,7 @@ func (c *Config) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	recorder, stopRecorder := NewRecorder(client)
-	defer stopRecorder()
-	ctrl := controller.New(c.Controller, client, dyn, src, recorder, log.With("component", "controller"), reg)
+	ctrl := controller.New(c.Controller, client, dyn, src, log.With("component", "controller"), reg)
 
 	gs, err := grpcserver.New(c.GRPC, authz.New(client, api.Rules(), log.With("component", "authz")), log.With("component", "grpc"), reg)
 	if err != nil {
@@ -156,8 +144,10 @@ func (c *Config) Run(ctx context.Context) error {
 		gs.SetServing(true)
 		return nil
 	})
+	lc := c.Leader
+	lc.Events, lc.EventComponent = client.CoreV1(), Component
 	g.Go(func() error {
-		return leader.Run(ctx, client, c.Leader, ctrl.NewWorker, log.With("component", "leader"), reg)
+		return leader.Run(ctx, client, lc, ctrl.NewWorker, log.With("component", "leader"), reg)
 	})
 	g.Go(func() error { return gs.Serve(ctx) })
 	g.Go(func() error { return ops.Serve(ctx) })

@@ -106,8 +106,7 @@ func (h *harness) startWith(identity string, client kubernetes.Interface) *ipam 
 	if err != nil {
 		t.Fatal(err)
 	}
-	recorder, stopRec := server.NewRecorder(h.env.Client)
-	ctrl := controller.New(controller.Config{Namespace: h.ledgerNS, LBClass: h.class, RequireLBClass: h.requireClass}, client, h.env.Dynamic, src, recorder, log, reg)
+	ctrl := controller.New(controller.Config{Namespace: h.ledgerNS, LBClass: h.class, RequireLBClass: h.requireClass}, client, h.env.Dynamic, src, log, reg)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &ipam{ctrl: ctrl, src: src, reg: reg, cancel: cancel, done: make(chan struct{})}
 	var wg sync.WaitGroup
@@ -118,12 +117,13 @@ func (h *harness) startWith(identity string, client kubernetes.Interface) *ipam 
 		err := leader.Run(ctx, client, leader.Config{
 			LeaseName: h.lease, LeaseNamespace: h.ledgerNS, Identity: identity,
 			LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond, StopTimeout: 20 * time.Second,
+			Events: h.env.Client.CoreV1(), EventComponent: server.Component,
 		}, ctrl.NewWorker, log, reg)
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("leader.Run: %v", err)
 		}
 	}()
-	go func() { wg.Wait(); stopRec(); close(r.done) }()
+	go func() { wg.Wait(); close(r.done) }()
 	t.Cleanup(r.stop)
 	return r
 }
