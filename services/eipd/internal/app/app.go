@@ -15,11 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/cmdmain"
@@ -107,14 +103,13 @@ type App struct {
 	// Controller is the Elastic IP controller.
 	Controller *controller.Controller
 
-	cfg         Config
-	log         *slog.Logger
-	client      kubernetes.Interface
-	watch       *stream.Client
-	grpc        *grpcserver.Server
-	ops         *opsserver.Server
-	broadcaster record.EventBroadcaster
-	synced      atomic.Bool
+	cfg    Config
+	log    *slog.Logger
+	client kubernetes.Interface
+	watch  *stream.Client
+	grpc   *grpcserver.Server
+	ops    *opsserver.Server
+	synced atomic.Bool
 }
 
 // New builds the process from cfg without starting anything (the gRPC
@@ -146,10 +141,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.watch, err = stream.New(sc, a.log, a.Registry); err != nil {
 		return nil, fmt.Errorf("watcher stream: %w", err)
 	}
-	a.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
-	a.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
-	recorder := a.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component})
-	if a.Controller, err = controller.New(cfg.Controller, ec2c, a.watch.Store(), a.client, recorder, a.log, a.Registry); err != nil {
+	a.cfg.Leader.Events, a.cfg.Leader.EventComponent = a.client.CoreV1(), Component
+	if a.Controller, err = controller.New(cfg.Controller, ec2c, a.watch.Store(), a.client, a.log, a.Registry); err != nil {
 		return nil, err
 	}
 	if a.grpc, err = grpcserver.New(cfg.GRPC, authz.New(a.client, server.Rules, a.log), a.log, a.Registry); err != nil {
@@ -173,7 +166,6 @@ func (a *App) ready() error {
 // Run runs the process until ctx ends or a part fails. On the way out the
 // leader drains its queue and releases the Lease before Run returns.
 func (a *App) Run(ctx context.Context) error {
-	defer a.broadcaster.Shutdown()
 	g, gctx := errgroup.WithContext(ctx)
 	if a.cfg.Ops.Addr != "" {
 		g.Go(func() error { return a.ops.Serve(gctx) })

@@ -141,14 +141,13 @@ type Controller struct {
 	ec2     EC2
 	store   Store
 	kube    kubernetes.Interface
-	events  record.EventRecorder
 	log     *slog.Logger
 	metrics *metrics
 	status  *StatusBook
 }
 
-// New returns a controller. events may be nil (no Events).
-func New(cfg Config, ec2 EC2, store Store, kube kubernetes.Interface, events record.EventRecorder, log *slog.Logger, reg prometheus.Registerer) (*Controller, error) {
+// New returns a controller. Its Events go through each Run's recorder.
+func New(cfg Config, ec2 EC2, store Store, kube kubernetes.Interface, log *slog.Logger, reg prometheus.Registerer) (*Controller, error) {
 	// A zero MinReconciliationInterval is kept: it means no spacing.
 	minInterval := cfg.MinReconciliationInterval
 	cfg.Defaults()
@@ -157,7 +156,7 @@ func New(cfg Config, ec2 EC2, store Store, kube kubernetes.Interface, events rec
 	if err != nil {
 		return nil, err
 	}
-	return &Controller{cfg: cfg, ec2: ec2, store: store, kube: kube, events: events, log: log, metrics: m, status: NewStatusBook()}, nil
+	return &Controller{cfg: cfg, ec2: ec2, store: store, kube: kube, log: log, metrics: m, status: NewStatusBook()}, nil
 }
 
 // Config returns the controller's effective configuration.
@@ -175,18 +174,20 @@ func Wants(node *watcherv1.Object) bool {
 
 // Run is one term's work: its queue and its expectations.
 type Run struct {
-	c     *Controller
-	queue Queue
-	exp   *expect.Expectations
+	c      *Controller
+	queue  Queue
+	events record.EventRecorder
+	exp    *expect.Expectations
 
 	mu       sync.Mutex
 	lastSync map[string]time.Time
 }
 
-// NewRun starts a term's state on a fresh queue.
-func (c *Controller) NewRun(queue Queue) *Run {
+// NewRun starts a term's state on a fresh queue; events is the term's
+// recorder (nil: no Events).
+func (c *Controller) NewRun(queue Queue, events record.EventRecorder) *Run {
 	c.status.Reset() // the last term's outcomes say nothing about this one
-	return &Run{c: c, queue: queue, exp: expect.New(c.cfg.ConsistencyTimeout, nil), lastSync: map[string]time.Time{}}
+	return &Run{c: c, queue: queue, events: events, exp: expect.New(c.cfg.ConsistencyTimeout, nil), lastSync: map[string]time.Time{}}
 }
 
 // Handler enqueues the Nodes whose Elastic IP may need work. Pods are read
@@ -537,7 +538,7 @@ func (r *Run) publish(ctx context.Context, obj *watcherv1.Object, ip, allocation
 }
 
 func (r *Run) event(obj any, eventType, reason, format string, args ...any) {
-	if r.c.events == nil {
+	if r.events == nil {
 		return
 	}
 	var ref *corev1.ObjectReference
@@ -549,7 +550,7 @@ func (r *Run) event(obj any, eventType, reason, format string, args ...any) {
 	default:
 		return
 	}
-	r.c.events.Eventf(ref, eventType, reason, format, args...)
+	r.events.Eventf(ref, eventType, reason, format, args...)
 }
 
 func nodeRef(name string, obj *watcherv1.Object) *corev1.ObjectReference {

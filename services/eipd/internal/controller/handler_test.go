@@ -40,14 +40,14 @@ func TestHandlerEnqueuesOnlyWhatMatters(t *testing.T) {
 		{name: "delete of a labelled node", new: nodeObj("1", want, nil, "p"), deleted: true, enqueued: true},
 		{name: "delete of an unlabelled node", new: nodeObj("1", nil, nil, "p"), deleted: true},
 	}
-	c, err := New(Config{}, nil, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	c, err := New(Config{}, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			q := &recordingQueue{}
-			h := c.NewRun(q).Handler()
+			h := c.NewRun(q, nil).Handler()
 			switch {
 			case tt.deleted:
 				h.OnDelete(tt.new)

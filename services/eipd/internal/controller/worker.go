@@ -26,7 +26,7 @@ type Source interface {
 func (c *Controller) NewWorker(src Source, reg prometheus.Registerer) func(term *leader.Term) (leader.Worker, error) {
 	return func(term *leader.Term) (leader.Worker, error) {
 		queue := leader.NewQueue[string]("eipd_nodes", reg).WithLogger(c.log)
-		run := c.NewRun(queue)
+		run := c.NewRun(queue, term.Recorder())
 		return leader.WorkerFunc(func(term *leader.Term) error {
 			log := c.log.With("term", term.ID())
 			// Never act on a partial view: an absent Node means "give its

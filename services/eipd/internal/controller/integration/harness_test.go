@@ -262,14 +262,14 @@ func newHarness(t *testing.T, opts options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.ctrl, err = controller.New(cfg, ec2c, store, kube, recorder, log, h.reg)
+	h.ctrl, err = controller.New(cfg, ec2c, store, kube, log, h.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 2*time.Second))
 	t.Cleanup(queue.ShutDown)
-	run := h.ctrl.NewRun(&addTap{Queue: queue, h: h})
+	run := h.ctrl.NewRun(&addTap{Queue: queue, h: h}, recorder)
 	h.run = run
 	store.handler = run.Handler()
 
