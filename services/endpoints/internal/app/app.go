@@ -119,6 +119,7 @@ func New(cfg Config) (*App, error) {
 		return nil, fmt.Errorf("watcher stream: %w", err)
 	}
 	controller.AddIndexes(a.watch.Store())
+	a.cfg.Leader.Events, a.cfg.Leader.EventComponent = a.client.CoreV1(), controller.Component
 	if a.Controller, err = controller.New(cfg.Controller, a.client, prober.DynamicWriter{Client: dyn}, a.watch, a.watch.Store(), a.log, a.Registry); err != nil {
 		return nil, err
 	}

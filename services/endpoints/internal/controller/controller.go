@@ -29,8 +29,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/ipledger/ipledger/pkg/leader"
@@ -211,6 +209,9 @@ func (c *Controller) NewWorker(term *leader.Term) (leader.Worker, error) {
 	q := leader.NewQueue[string]("endpoints", c.reg).WithLogger(c.log)
 	st := c.newTermState(c.log.With("term", term.ID()))
 	st.enqueue = q.Add
+	// Events are writes too: the term's recorder writes them with the
+	// term's context and drops what is still buffered when the term ends.
+	st.recorder = term.Recorder()
 	// Probes and their writes use the term's context: none outlives it.
 	st.prober = prober.New(term.Context(), c.cfg.Probe, c.status, c.ProbeMetrics, st.log)
 	return &worker{st: st, queue: q}, nil
@@ -237,15 +238,6 @@ type worker struct {
 // syncs until the term stops, removes the handlers and drains the queue.
 func (w *worker) Run(term *leader.Term) error {
 	st := w.st
-	// Events are writes too: they go through a sink bound to the term, and
-	// whatever is still buffered when the term ends is dropped.
-	sinkCtx, cancelSink := context.WithCancel(term.Context())
-	defer cancelSink()
-	broadcaster := record.NewBroadcaster(record.WithContext(sinkCtx))
-	defer broadcaster.Shutdown()
-	broadcaster.StartRecordingToSink(&termSink{ctx: sinkCtx, events: st.c.client.CoreV1()})
-	st.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component})
-
 	st.c.mu.Lock()
 	st.c.current = w
 	st.c.mu.Unlock()
@@ -552,32 +544,4 @@ func (st *termState) resetManaged() {
 	st.managed = map[string]int{}
 	st.mu.Unlock()
 	st.c.Metrics.EndpointsManaged.Sub(float64(total))
-}
-
-// termSink writes Events with the term's context, so none is sent after
-// the term ended.
-type termSink struct {
-	ctx    context.Context
-	events typedcorev1.EventsGetter
-}
-
-func (s *termSink) Create(e *corev1.Event) (*corev1.Event, error) {
-	if err := s.ctx.Err(); err != nil {
-		return nil, err
-	}
-	return s.events.Events(e.Namespace).Create(s.ctx, e, metav1.CreateOptions{})
-}
-
-func (s *termSink) Update(e *corev1.Event) (*corev1.Event, error) {
-	if err := s.ctx.Err(); err != nil {
-		return nil, err
-	}
-	return s.events.Events(e.Namespace).Update(s.ctx, e, metav1.UpdateOptions{})
-}
-
-func (s *termSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
-	if err := s.ctx.Err(); err != nil {
-		return nil, err
-	}
-	return s.events.Events(e.Namespace).Patch(s.ctx, e.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
 }
