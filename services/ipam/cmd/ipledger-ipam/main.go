@@ -7,12 +7,12 @@ import (
 	"flag"
 
 	"github.com/ipledger/ipledger/pkg/cmdmain"
-	"github.com/ipledger/ipledger/services/ipam/internal/server"
+	"github.com/ipledger/ipledger/services/ipam/internal/app"
 )
 
 func main() {
 	fs := flag.NewFlagSet("ipledger-ipam", flag.ContinueOnError)
-	var cfg server.Config
+	var cfg app.Config
 	cfg.Flags(fs)
 	cmdmain.Main("ipledger-ipam", fs, cfg.Run)
 }

@@ -7,12 +7,12 @@ import (
 	"flag"
 
 	"github.com/ipledger/ipledger/pkg/cmdmain"
-	"github.com/ipledger/ipledger/services/watcher/internal/watcher"
+	"github.com/ipledger/ipledger/services/watcher/internal/app"
 )
 
 func main() {
-	var cfg watcher.Config
+	var cfg app.Config
 	fs := flag.NewFlagSet("ipledger-watcher", flag.ContinueOnError)
 	cfg.Flags(fs)
-	cmdmain.Main("ipledger-watcher", fs, func(ctx context.Context) error { return watcher.Main(ctx, cfg) })
+	cmdmain.Main("ipledger-watcher", fs, func(ctx context.Context) error { return app.Main(ctx, cfg) })
 }

@@ -31,8 +31,8 @@ import (
 	"github.com/ipledger/ipledger/pkg/stream"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/app"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
-	"github.com/ipledger/ipledger/services/ipam/internal/server"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -117,7 +117,7 @@ func (h *harness) startWith(identity string, client kubernetes.Interface) *ipam 
 		err := leader.Run(ctx, client, leader.Config{
 			LeaseName: h.lease, LeaseNamespace: h.ledgerNS, Identity: identity,
 			LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond, StopTimeout: 20 * time.Second,
-			Events: h.env.Client.CoreV1(), EventComponent: server.Component,
+			Events: h.env.Client.CoreV1(), EventComponent: app.Component,
 		}, ctrl.NewWorker, log, reg)
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("leader.Run: %v", err)

@@ -1,6 +1,6 @@
-// Package server wires ipledger-ipam together: the stream client, the
+// Package app wires ipledger-ipam together: the stream client, the
 // lease-gated controller, the gRPC API and the ops server, under one errgroup.
-package server
+package app
 
 import (
 	"context"

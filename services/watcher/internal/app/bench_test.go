@@ -1,4 +1,4 @@
-package watcher
+package app
 
 import (
 	"bufio"
@@ -36,7 +36,7 @@ import (
 // ExternalWorkloads created through the API server, each number beside a
 // floor measured in the same run (see BENCHMARKS.md).
 //
-//	go test -count=1 -run XXX -bench Binary -benchtime 1x -timeout 40m ./internal/watcher/
+//	go test -count=1 -run XXX -bench Binary -benchtime 1x -timeout 40m ./internal/app/
 //
 // IPLEDGER_BENCH_OBJECTS (default 10000) sets the number of objects,
 // IPLEDGER_BENCH_CHANGES (default 3000) the number of label patches made at

@@ -1,7 +1,7 @@
-// Package watcher assembles ipledger-watcher: informers feeding the versioned
+// Package app wires ipledger-watcher together: informers feeding the versioned
 // store, the WatcherService gRPC server (authorized with `snapshots`/`watch`),
 // and the ops server, under one errgroup.
-package watcher
+package app
 
 import (
 	"context"
