@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
 
@@ -251,10 +252,6 @@ func sortObjects(objs []*watcherv1.Object) {
 	sort.Slice(objs, func(i, j int) bool { return Key(objs[i]) < Key(objs[j]) })
 }
 
-// Key returns "namespace/name", or "name" for a cluster-scoped object.
-func Key(obj *watcherv1.Object) string {
-	if ns := obj.GetMeta().GetNamespace(); ns != "" {
-		return ns + "/" + obj.GetMeta().GetName()
-	}
-	return obj.GetMeta().GetName()
-}
+// Key returns "namespace/name", or "name" for a cluster-scoped object (the
+// format of package objkey, which decision packages use).
+func Key(obj *watcherv1.Object) string { return objkey.Of(obj) }

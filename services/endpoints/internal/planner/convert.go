@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
 
@@ -92,5 +93,5 @@ func ServiceKeyOfSlice(o *watcherv1.Object) string {
 	if svc == "" {
 		return ""
 	}
-	return m.GetNamespace() + "/" + svc
+	return objkey.Join(m.GetNamespace(), svc)
 }

@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/ipledger/ipledger/pkg/convert"
+	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/endpoints/internal/planner"
 	"github.com/ipledger/ipledger/services/endpoints/internal/readiness"
@@ -232,8 +233,6 @@ func (t *target) sameSpec(o *watcherv1.Object) bool {
 		slices.Equal(t.spec.GetWorkloadIps(), ew.GetWorkloadIps())
 }
 
-func key(o *watcherv1.Object) string { return o.GetMeta().GetNamespace() + "/" + o.GetMeta().GetName() }
-
 // Update tells the prober of a workload's new state (the stream's add or
 // update). It returns at once; probes and writes happen on the prober's
 // goroutines.
@@ -242,7 +241,7 @@ func (p *Prober) Update(o *watcherv1.Object) {
 		return
 	}
 	ew := o.GetExternalWorkload()
-	k := key(o)
+	k := objkey.Of(o)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopped {
@@ -289,7 +288,7 @@ func (p *Prober) Delete(o *watcherv1.Object) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if t := p.targets[key(o)]; t != nil {
+	if t := p.targets[objkey.Of(o)]; t != nil {
 		p.remove(t)
 	}
 }

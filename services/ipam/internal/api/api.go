@@ -28,6 +28,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/stream"
+	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
 	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -342,7 +343,7 @@ func (s *Server) ExplainService(ctx context.Context, req *ipamv1.ExplainServiceR
 		resp.Reason = string(allocator.ReasonInvalidRequest)
 		resp.Decision = "The Service gets no IP: its request is invalid: " + perr.Error()
 		ex.mu.Lock()
-		held := ex.alloc.Allocations(objects.Key(obj))
+		held := ex.alloc.Allocations(objkey.Of(obj))
 		ex.mu.Unlock()
 		for _, a := range held {
 			resp.Ips = append(resp.Ips, a.IP.String())

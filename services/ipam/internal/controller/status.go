@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
@@ -94,7 +95,7 @@ func conditionJSON(typ, status, reason, message string, observedGeneration int64
 // newest version it knows of: what it wrote, until the stream has caught up
 // with that write.
 func (w *worker) current(obj *watcherv1.Object) svcStatus {
-	key := objects.Key(obj)
+	key := objkey.Of(obj)
 	streamed := statusOf(obj)
 	e, ok := w.expect[key]
 	if !ok {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/stream"
+	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
@@ -76,7 +77,7 @@ func (w *worker) handler() stream.Handler {
 	on := func(obj *watcherv1.Object) {
 		switch obj.GetKind() {
 		case watcherv1.Kind_KIND_SERVICE:
-			w.mark(objects.Key(obj))
+			w.mark(objkey.Of(obj))
 		case watcherv1.Kind_KIND_IP_POOL:
 			w.mu.Lock()
 			w.poolsDirty = true
@@ -84,7 +85,7 @@ func (w *worker) handler() stream.Handler {
 			w.poke()
 		case watcherv1.Kind_KIND_NAMESPACE:
 			for _, s := range w.store().ListNamespace(watcherv1.Kind_KIND_SERVICE, obj.GetMeta().GetName()) {
-				w.mark(objects.Key(s))
+				w.mark(objkey.Of(s))
 			}
 		}
 	}
@@ -207,7 +208,7 @@ func (w *worker) rebuild() {
 	w.ledgerBySvc = objects.ByService(st.Allocations)
 	keys := make([]string, 0, len(services)+len(w.ledgerBySvc))
 	for _, s := range services {
-		keys = append(keys, objects.Key(s))
+		keys = append(keys, objkey.Of(s))
 	}
 	for k := range w.ledgerBySvc {
 		keys = append(keys, k)
@@ -308,7 +309,7 @@ func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, pool
 		present = present[:n]
 		w.mu.Lock()
 		for _, o := range rest {
-			w.dirty[objects.Key(o)] = struct{}{}
+			w.dirty[objkey.Of(o)] = struct{}{}
 		}
 		w.mu.Unlock()
 		w.poke()
@@ -346,8 +347,8 @@ func (w *worker) pass(ctx context.Context) {
 	current := make(map[string]svcStatus, len(present))
 	for _, obj := range present {
 		cur := w.current(obj)
-		current[objects.Key(obj)] = cur
-		b.Current[objects.Key(obj)] = cur.Status
+		current[objkey.Of(obj)] = cur
+		b.Current[objkey.Of(obj)] = cur.Status
 		if ns := obj.GetMeta().GetNamespace(); b.Namespaces[ns] == nil {
 			b.Namespaces[ns] = w.namespace(obj)
 		}
@@ -515,7 +516,7 @@ func (w *worker) setPools() {
 	// pending Service could take an IP a younger one may now claim.
 	var keys []string
 	for _, s := range w.store().List(watcherv1.Kind_KIND_SERVICE) {
-		keys = append(keys, objects.Key(s))
+		keys = append(keys, objkey.Of(s))
 		if w.c.class().Serves(s) {
 			if req, err := objects.Request(s, w.namespace(s)); err == nil && len(req.RequestedIPs) > 0 {
 				_ = w.alloc.Claim(req)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
@@ -65,7 +66,8 @@ func Less(a, b *watcherv1.Object) int {
 	return compareKeys(a.GetMeta().GetNamespace(), a.GetMeta().GetName(), b.GetMeta().GetNamespace(), b.GetMeta().GetName())
 }
 
-// compareKeys compares the Keys ns1+"/"+name1 and ns2+"/"+name2, building
+// compareKeys compares the keys (objkey.Of) ns1+"/"+name1 and ns2+"/"+name2
+// of two namespaced objects, building
 // them only when one namespace is a prefix of the other (sorting 10,000
 // Services built millions of keys).
 func compareKeys(ns1, name1, ns2, name2 string) int {
@@ -76,11 +78,6 @@ func compareKeys(ns1, name1, ns2, name2 string) int {
 		return strings.Compare(ns1, ns2) // they differ before either ends
 	}
 	return strings.Compare(ns1+"/"+name1, ns2+"/"+name2)
-}
-
-// Key is "namespace/name".
-func Key(obj *watcherv1.Object) string {
-	return obj.GetMeta().GetNamespace() + "/" + obj.GetMeta().GetName()
 }
 
 // Ref is the ledger's reference to a Service.
@@ -120,7 +117,7 @@ func Request(obj *watcherv1.Object, ns *watcherv1.Object) (allocator.Request, er
 	svc := obj.GetService()
 	sr, err := allocator.ParseServiceRequest(obj.GetMeta().GetAnnotations(), svc.GetLoadBalancerIp())
 	req := allocator.Request{
-		Service:       Key(obj),
+		Service:       objkey.Of(obj),
 		ServiceLabels: obj.GetMeta().GetLabels(),
 		FamilyPolicy:  allocator.FamilyPolicy(svc.GetIpFamilyPolicy()),
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 )
@@ -65,14 +66,15 @@ func TestSharingUsesSelectorOnlyForLocal(t *testing.T) {
 
 func TestLessOrdersByKey(t *testing.T) {
 	parts := []string{"a", "a-b", "a0", "ab", "b", "", "a/"}
-	for _, ns1 := range parts {
+	namespaces := []string{"a", "a-b", "a0", "ab", "b", "a/"} // a Service always has one
+	for _, ns1 := range namespaces {
 		for _, n1 := range parts {
-			for _, ns2 := range parts {
+			for _, ns2 := range namespaces {
 				for _, n2 := range parts {
 					a := &watcherv1.Object{Meta: &watcherv1.ObjectMeta{Namespace: ns1, Name: n1}}
 					b := &watcherv1.Object{Meta: &watcherv1.ObjectMeta{Namespace: ns2, Name: n2}}
-					if got, want := Less(a, b), strings.Compare(Key(a), Key(b)); got != want {
-						t.Errorf("Less(%s, %s) = %d, want %d", Key(a), Key(b), got, want)
+					if got, want := Less(a, b), strings.Compare(objkey.Of(a), objkey.Of(b)); got != want {
+						t.Errorf("Less(%s, %s) = %d, want %d", objkey.Of(a), objkey.Of(b), got, want)
 					}
 				}
 			}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
@@ -138,7 +139,7 @@ func (p *Plan) release(b Batch, key string) {
 // notOurs releases what a Service ipam no longer serves holds: its status
 // and annotation are cleared first, the ledger entry goes after.
 func (p *Plan) notOurs(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
-	key := objects.Key(obj)
+	key := objkey.Of(obj)
 	cur := b.Current[key]
 	held := a.Allocations(key)
 	p.Settled = append(p.Settled, key)
@@ -152,7 +153,7 @@ func (p *Plan) notOurs(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
 
 // decide allocates one of our Services and says so in its status.
 func (p *Plan) decide(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
-	key := objects.Key(obj)
+	key := objkey.Of(obj)
 	cur := b.Current[key]
 	held := a.Allocations(key)
 	want := Status{Cond: &Condition{ObservedGeneration: obj.GetMeta().GetGeneration()}}

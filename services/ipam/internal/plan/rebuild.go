@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
@@ -75,7 +76,7 @@ func Rebuild(in Inputs) Rebuilt {
 	ours := map[string]*watcherv1.Object{}
 	for _, s := range services {
 		if (objects.Class{Name: in.LBClass, Required: in.RequireLBClass}).Serves(s) {
-			ours[objects.Key(s)] = s
+			ours[objkey.Of(s)] = s
 		}
 	}
 	sharingOf := func(key string, fallback string) allocator.Sharing {
@@ -92,7 +93,7 @@ func Rebuild(in Inputs) Rebuilt {
 	var ledgerKeys []string
 	seen := map[string]bool{}
 	for _, s := range services {
-		if k := objects.Key(s); len(byService[k]) > 0 {
+		if k := objkey.Of(s); len(byService[k]) > 0 {
 			ledgerKeys = append(ledgerKeys, k)
 			seen[k] = true
 		}
@@ -125,7 +126,7 @@ func Rebuild(in Inputs) Rebuilt {
 
 	// 2. Statuses of our Services that the ledger does not name.
 	for _, s := range services {
-		k := objects.Key(s)
+		k := objkey.Of(s)
 		if ours[k] == nil || len(r.Alloc.Allocations(k)) > 0 {
 			continue
 		}
@@ -145,7 +146,7 @@ func Rebuild(in Inputs) Rebuilt {
 	// auto-filled family) nor a pending Service afterwards takes an IP that
 	// a Service further down the list asks for.
 	for _, s := range services {
-		if ours[objects.Key(s)] == nil {
+		if ours[objkey.Of(s)] == nil {
 			continue
 		}
 		if req, err := objects.Request(s, in.Namespaces[s.GetMeta().GetNamespace()]); err == nil && len(req.RequestedIPs) > 0 {
@@ -155,7 +156,7 @@ func Rebuild(in Inputs) Rebuilt {
 
 	// 3. Requests of our Services that hold nothing yet.
 	for _, s := range services {
-		k := objects.Key(s)
+		k := objkey.Of(s)
 		if ours[k] == nil || len(r.Alloc.Allocations(k)) > 0 {
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
@@ -58,11 +59,11 @@ func allocatePending(r Rebuilt, services []*watcherv1.Object) map[string]string 
 		var ae *allocator.Error
 		switch {
 		case err == nil:
-			out[objects.Key(s)] = res.IPs[0].String()
+			out[objkey.Of(s)] = res.IPs[0].String()
 		case errors.As(err, &ae):
-			out[objects.Key(s)] = string(ae.Reason)
+			out[objkey.Of(s)] = string(ae.Reason)
 		default:
-			out[objects.Key(s)] = err.Error()
+			out[objkey.Of(s)] = err.Error()
 		}
 	}
 	return out
