@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
@@ -164,6 +166,38 @@ func TestQueueRetriesErrors(t *testing.T) {
 		defer mu.Unlock()
 		if attempts["a"] != 3 {
 			return errors.New("not yet retried twice")
+		}
+		return nil
+	})
+	stop()
+	<-done
+	end()
+}
+
+// A queue given a rate limiter uses it: an hour's backoff capped by MaxDelay
+// at 10 ms retries at once.
+func TestQueueWithRateLimiterCappedByMaxDelay(t *testing.T) {
+	slow := workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Hour, time.Hour)
+	if d := MaxDelay(slow, 10*time.Millisecond).When("x"); d != 10*time.Millisecond {
+		t.Fatalf("MaxDelay(1h, 10ms).When = %s, want 10ms", d)
+	}
+	q := NewQueue("capped", prometheus.NewRegistry(), WithRateLimiter(MaxDelay(slow, 10*time.Millisecond)))
+	var attempts atomic.Int32
+	term, stop, end := NewTerm(context.Background(), "test", "id")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		q.Run(term, 1, func(ctx context.Context, item string) error {
+			if attempts.Add(1) < 3 {
+				return errors.New("transient")
+			}
+			return nil
+		})
+	}()
+	q.Add("a")
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if n := attempts.Load(); n != 3 {
+			return fmt.Errorf("%d attempts", n)
 		}
 		return nil
 	})

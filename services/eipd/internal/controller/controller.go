@@ -26,10 +26,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/stream"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
@@ -281,18 +283,17 @@ func (r *Run) Sweep(ctx context.Context) error {
 			r.queue.Add(node)
 		}
 	}
-	// Nodes whose last sync failed may sit behind a long per-item backoff
-	// after a throttling storm: retry them now, so that recovery takes at
-	// most one interval.
-	for _, o := range r.c.store.List(watcherv1.Kind_KIND_NODE) {
-		if !Wants(o) {
-			continue
-		}
-		if st, ok := r.c.status.Get(o.GetMeta().GetName()); !ok || st.State == StateError {
-			r.queue.Add(o.GetMeta().GetName())
-		}
-	}
+	// Nodes whose last sync failed are not re-added here: the queue's
+	// retries are capped at one interval (RetryLimiter).
 	return nil
+}
+
+// RetryLimiter is the queue's backoff for failed syncs: client-go's
+// controller limiter capped at the requeue interval, so that a Node whose
+// sync failed — however often, as in a throttling storm — is retried within
+// one interval.
+func (c *Controller) RetryLimiter() workqueue.TypedRateLimiter[string] {
+	return leader.MaxDelay(workqueue.DefaultTypedControllerRateLimiter[string](), c.cfg.RequeueInterval)
 }
 
 // Sync brings one Node's Elastic IP to what its labels ask for. It is the
@@ -357,7 +358,10 @@ func (r *Run) reconcile(ctx context.Context, log *slog.Logger, node string, obj 
 	if err != nil {
 		r.c.status.Set(node, StateError, err.Error())
 		r.event(obj, corev1.EventTypeWarning, ReasonInvalidProviderID, "Cannot give the Node an Elastic IP: %v", err)
-		return nil // a Node update requeues it
+		// A Node update requeues it; until then it is looked at again every
+		// interval, like every Node in error.
+		r.queue.AddAfter(node, r.c.cfg.RequeueInterval)
+		return nil
 	}
 	target, err := r.c.ec2.PrimaryTarget(ctx, instanceID)
 	if err != nil {

@@ -25,7 +25,7 @@ type Source interface {
 // writes only with the term's context.
 func (c *Controller) NewWorker(src Source, reg prometheus.Registerer) func(term *leader.Term) (leader.Worker, error) {
 	return func(term *leader.Term) (leader.Worker, error) {
-		queue := leader.NewQueue[string]("eipd_nodes", reg).WithLogger(c.log)
+		queue := leader.NewQueue("eipd_nodes", reg, leader.WithRateLimiter(c.RetryLimiter())).WithLogger(c.log)
 		run := c.NewRun(queue, term.Recorder())
 		return leader.WorkerFunc(func(term *leader.Term) error {
 			log := c.log.With("term", term.ID())
