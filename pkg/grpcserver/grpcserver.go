@@ -69,7 +69,7 @@ type Config struct {
 // --grpc-plaintext, --grpc-token-audience, --grpc-auth-cache-ttl and
 // --grpc-max-streams-per-identity.
 func (c *Config) Flags(fs *flag.FlagSet, defaultAddr string) {
-	c.defaults()
+	c.Defaults()
 	fs.StringVar(&c.Addr, "grpc-addr", defaultAddr, "gRPC listen address")
 	fs.StringVar(&c.TLSCertFile, "grpc-tls-cert-file", c.TLSCertFile, "PEM serving certificate for gRPC (re-read on change)")
 	fs.StringVar(&c.TLSKeyFile, "grpc-tls-key-file", c.TLSKeyFile, "PEM private key of --grpc-tls-cert-file")
@@ -82,8 +82,9 @@ func (c *Config) Flags(fs *flag.FlagSet, defaultAddr string) {
 		"open streams one caller (user name) may hold; one more is refused with RESOURCE_EXHAUSTED")
 }
 
-// defaults fills the zero values of the authorization settings.
-func (c *Config) defaults() {
+// Defaults fills the zero values of the authorization settings (the
+// address is Flags' defaultAddr).
+func (c *Config) Defaults() {
 	if c.TokenAudience == "" {
 		c.TokenAudience = authz.Audience
 	}
@@ -130,7 +131,7 @@ type Server struct {
 // on reg (re-using collectors already there, so several servers may share a
 // registry).
 func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometheus.Registerer) (*Server, error) {
-	cfg.defaults()
+	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -35,11 +35,17 @@ type Config struct {
 	Pprof bool
 }
 
-// Flags registers --ops-addr; a preset Addr becomes the flag's default.
-func (c *Config) Flags(fs *flag.FlagSet) {
+// Defaults fills the fields left unset.
+func (c *Config) Defaults() {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}
+}
+
+// Flags registers --ops-addr and --enable-pprof; a preset Addr becomes the
+// flag's default.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	c.Defaults()
 	fs.StringVar(&c.Addr, "ops-addr", c.Addr, "listen address for /metrics, /healthz, /readyz (and /debug/pprof with --enable-pprof)")
 	fs.BoolVar(&c.Pprof, "enable-pprof", c.Pprof,
 		"serve /debug/pprof on the ops port; off by default because the port is not authenticated and profiles expose memory contents")

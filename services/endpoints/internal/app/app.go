@@ -58,6 +58,7 @@ func (c *Config) Defaults() {
 		c.Leader.LeaseName = LeaseName
 	}
 	c.Leader.Defaults()
+	c.Controller.Defaults()
 }
 
 // Flags registers every flag with the current values (after Defaults) as

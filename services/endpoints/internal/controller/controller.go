@@ -74,8 +74,8 @@ type Config struct {
 	Probe prober.Config
 }
 
-// Flags registers the controller's flags with their defaults.
-func (c *Config) Flags(fs *flag.FlagSet) {
+// Defaults fills the fields left unset.
+func (c *Config) Defaults() {
 	if c.MaxEndpointsPerSlice == 0 {
 		c.MaxEndpointsPerSlice = planner.DefaultMaxEndpointsPerSlice
 	}
@@ -85,6 +85,13 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	if c.ExpectationTimeout == 0 {
 		c.ExpectationTimeout = time.Minute
 	}
+	c.Probe.Defaults()
+}
+
+// Flags registers the controller's flags with the current values (after
+// Defaults) as their defaults.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	c.Defaults()
 	fs.IntVar(&c.MaxEndpointsPerSlice, "max-endpoints-per-slice", c.MaxEndpointsPerSlice, "maximum number of endpoints in one EndpointSlice (1-1000)")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "Services synced concurrently")
 	fs.DurationVar(&c.ExpectationTimeout, "expectation-timeout", c.ExpectationTimeout,

@@ -66,11 +66,17 @@ type Config struct {
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
-// Flags registers the prober's flags with their defaults.
-func (c *Config) Flags(fs *flag.FlagSet) {
+// Defaults fills the fields left unset (Dial stays nil).
+func (c *Config) Defaults() {
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
+}
+
+// Flags registers the prober's flags with the current values (after
+// Defaults) as their defaults.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	c.Defaults()
 	fs.IntVar(&c.Concurrency, "probe-concurrency", c.Concurrency,
 		"readiness probes of ExternalWorkloads in flight at once on the leader; a probe due while all are taken waits")
 }
