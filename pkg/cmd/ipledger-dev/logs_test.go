@@ -43,13 +43,17 @@ func TestLogFollowerEndsWithItsCommand(t *testing.T) {
 	})
 }
 
-// childTail finds the tail process started by pid.
+// childTail finds the tail process started by pid. Go forks from any of
+// the process's threads, so every thread's children are looked at.
 func childTail(pid int) (int, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	if err != nil {
-		return 0, false
+	lists, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var children []string
+	for _, l := range lists {
+		if b, err := os.ReadFile(l); err == nil {
+			children = append(children, strings.Fields(string(b))...)
+		}
 	}
-	for _, f := range strings.Fields(string(b)) {
+	for _, f := range children {
 		var child int
 		if _, err := fmt.Sscan(f, &child); err == nil {
 			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", child)); strings.TrimSpace(string(comm)) == "tail" {
