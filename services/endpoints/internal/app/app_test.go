@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
 	"net"
 	"slices"
 	"strings"
@@ -117,7 +118,7 @@ func startReplica(t *testing.T, env *testenv.Env, watcherAddr, name string, o re
 			StopTimeout: 20 * time.Second,
 		},
 		Controller: controller.Config{MaxEndpointsPerSlice: o.maxPerSlice, Workers: o.workers, ExpectationTimeout: time.Minute,
-			Probe: prober.Config{Concurrency: 10, Dial: loopbackDial}},
+			Probe: prober.Config{Concurrency: 10, Dial: probetest.LoopbackDial}},
 	}
 	if cfg.Controller.MaxEndpointsPerSlice == 0 {
 		cfg.Controller.MaxEndpointsPerSlice = planner.DefaultMaxEndpointsPerSlice

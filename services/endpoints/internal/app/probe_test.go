@@ -3,9 +3,8 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"net"
+	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,62 +15,6 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
-
-// loopbackDial sends every probe of 192.0.2.N (TEST-NET-1) to 127.0.0.N.
-// A workload cannot have a loopback address (no EndpointSlice may hold
-// one), so the workloads of these tests have TEST-NET addresses and their
-// probes reach the tests' loopback listeners; no probe leaves the machine.
-func loopbackDial(ctx context.Context, network, address string) (net.Conn, error) {
-	host, port, err := net.SplitHostPort(address)
-	if err != nil {
-		return nil, err
-	}
-	n, ok := strings.CutPrefix(host, "192.0.2.")
-	if !ok {
-		return nil, fmt.Errorf("test: %s is not a TEST-NET-1 address, not probed", host)
-	}
-	var d net.Dialer
-	return d.DialContext(ctx, network, net.JoinHostPort("127.0.0."+n, port))
-}
-
-// listener accepts TCP connections on 127.0.0.1 (where the probes of the
-// workload 192.0.2.1 land) and records when each arrived.
-type listener struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	times []time.Time
-}
-
-func listenLoopback(t *testing.T) *listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &listener{ln: ln}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			l.mu.Lock()
-			l.times = append(l.times, time.Now())
-			l.mu.Unlock()
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	return l
-}
-
-func (l *listener) port() int { return l.ln.Addr().(*net.TCPAddr).Port }
-
-func (l *listener) accepted() []time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]time.Time(nil), l.times...)
-}
 
 func tcpProbe(port int, failureThreshold int64) map[string]any {
 	return map[string]any{"tcpSocket": map[string]any{"port": int64(port)}, "periodSeconds": int64(1), "failureThreshold": failureThreshold}
@@ -162,10 +105,10 @@ func resourceVersion(t *testing.T, env *testenv.Env, ns, name string) string {
 }
 
 // waitAccepts waits until the listener has accepted at least n probes.
-func waitAccepts(t *testing.T, l *listener, n int) {
+func waitAccepts(t *testing.T, l *probetest.Listener, n int) {
 	t.Helper()
 	testenv.Eventually(t, 30*time.Second, func() error {
-		if got := len(l.accepted()); got < n {
+		if got := len(l.Accepted()); got < n {
 			return fmt.Errorf("%d probes so far, want %d", got, n)
 		}
 		return nil
@@ -199,7 +142,7 @@ func TestReadinessProbe(t *testing.T) {
 	env := testenv.Get(t)
 	addr := startWatcher(t, env)
 	ns := env.Namespace(t, nil)
-	l := listenLoopback(t)
+	l := probetest.Listen(t)
 	createService(t, env, ns, "web", svcSpec{})
 	// A second Service selecting the same workload.
 	if _, err := env.Client.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{
@@ -209,10 +152,10 @@ func TestReadinessProbe(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	createWorkload(t, env, ns, "vm-0", wlSpec{app: "web", ips: []string{"192.0.2.1"}, noCondition: true, probe: tcpProbe(l.port(), 2)})
+	createWorkload(t, env, ns, "vm-0", wlSpec{app: "web", ips: []string{"192.0.2.1"}, noCondition: true, probe: tcpProbe(l.Port(), 2)})
 	startReplica(t, env, addr, "a", replicaOpts{lease: leaseName(t)})
 
-	hostPort := fmt.Sprintf("192.0.2.1:%d", l.port())
+	hostPort := fmt.Sprintf("192.0.2.1:%d", l.Port())
 	waitCondition(t, env, ns, "vm-0", "True", "ProbeSucceeded", hostPort)
 	waitEndpoint(t, env, ns, "web", "vm-0", true)
 	waitEndpoint(t, env, ns, "web-too", "vm-0", true)
@@ -220,8 +163,8 @@ func TestReadinessProbe(t *testing.T) {
 	// One probe per period for the workload, though two Services select it;
 	// and while it stays ready, nothing more is written.
 	rv := resourceVersion(t, env, ns, "vm-0")
-	waitAccepts(t, l, len(l.accepted())+4)
-	times := l.accepted()
+	waitAccepts(t, l, len(l.Accepted())+4)
+	times := l.Accepted()
 	for i := 1; i < len(times); i++ {
 		if gap := times[i].Sub(times[i-1]); gap < 500*time.Millisecond {
 			t.Fatalf("probes %d and %d %s apart with periodSeconds 1: more than one probe per period", i-1, i, gap)
@@ -232,7 +175,7 @@ func TestReadinessProbe(t *testing.T) {
 	}
 
 	// The message counts the failures in a row that made it not Ready.
-	l.ln.Close()
+	l.Close()
 	closed := time.Now()
 	waitCondition(t, env, ns, "vm-0", "False", "ProbeFailed", hostPort, "connection refused", "(2 consecutive failures)")
 	if d := time.Since(closed); d < time.Second {
@@ -249,9 +192,9 @@ func TestProbesOnlyWhileLeading(t *testing.T) {
 	env := testenv.Get(t)
 	addr := startWatcher(t, env)
 	ns := env.Namespace(t, nil)
-	l := listenLoopback(t)
+	l := probetest.Listen(t)
 	createService(t, env, ns, "web", svcSpec{})
-	createWorkload(t, env, ns, "vm-0", wlSpec{app: "web", ips: []string{"192.0.2.1"}, noCondition: true, probe: tcpProbe(l.port(), 3)})
+	createWorkload(t, env, ns, "vm-0", wlSpec{app: "web", ips: []string{"192.0.2.1"}, noCondition: true, probe: tcpProbe(l.Port(), 3)})
 	lease := leaseName(t)
 	a := startReplica(t, env, addr, "a", replicaOpts{lease: lease})
 	testenv.Eventually(t, 60*time.Second, func() error {
@@ -302,7 +245,7 @@ func TestProbesOnlyWhileLeading(t *testing.T) {
 	})
 	// The new leader probes; the condition already says True, so it
 	// writes nothing, from its first probe on.
-	waitAccepts(t, l, len(l.accepted())+3)
+	waitAccepts(t, l, len(l.Accepted())+3)
 	if now := resourceVersion(t, env, ns, "vm-0"); now != rv {
 		t.Fatalf("the workload was written (resourceVersion %s -> %s) by a new leader though its condition already said True", rv, now)
 	}

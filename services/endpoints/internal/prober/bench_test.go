@@ -15,6 +15,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
 	"io"
 	"log/slog"
 	"net"
@@ -138,7 +139,7 @@ func BenchmarkProbes(b *testing.B) {
 				h := &harness{m: m}
 				h.w = &fakeWriter{p: func() *Prober { return h.p }, m: m, objs: map[string]*watcherv1.Object{}}
 				ctx, cancel := context.WithCancel(context.Background())
-				h.p = New(ctx, Config{Concurrency: DefaultConcurrency, Dial: LoopbackDial}, h.w, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+				h.p = New(ctx, Config{Concurrency: DefaultConcurrency, Dial: probetest.LoopbackDial}, h.w, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 				for i := range n {
 					probe := tcpProbe(tcpPort)
 					if kind == "http" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
 	"io"
 	"log/slog"
 	"net"
@@ -114,21 +115,6 @@ func (w *fakeWriter) written() []written {
 	return append([]written(nil), w.patches...)
 }
 
-// LoopbackDial sends a probe of 192.0.2.N (TEST-NET-1, which workloads may
-// use) to 127.0.0.N: the tests' listeners stand in for the workloads, and
-// no probe leaves the machine.
-func LoopbackDial(ctx context.Context, network, address string) (net.Conn, error) {
-	host, port, err := net.SplitHostPort(address)
-	if err != nil {
-		return nil, err
-	}
-	if !strings.HasPrefix(host, "192.0.2.") {
-		return nil, fmt.Errorf("test: %s is not a TEST-NET-1 address", host)
-	}
-	var d net.Dialer
-	return d.DialContext(ctx, network, net.JoinHostPort("127.0.0."+strings.TrimPrefix(host, "192.0.2."), port))
-}
-
 type harness struct {
 	p      *Prober
 	w      *fakeWriter
@@ -143,7 +129,7 @@ func newHarness(t *testing.T, concurrency int) *harness {
 	h.w = &fakeWriter{p: func() *Prober { return h.p }, m: m, objs: map[string]*watcherv1.Object{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
-	h.p = New(ctx, Config{Concurrency: concurrency, Dial: LoopbackDial}, h.w, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.p = New(ctx, Config{Concurrency: concurrency, Dial: probetest.LoopbackDial}, h.w, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h.p.unit = unit
 	t.Cleanup(func() { h.p.Stop(); cancel() })
 	return h
@@ -170,46 +156,6 @@ func workload(name string, probe *watcherv1.ReadinessProbe, ips ...string) *watc
 			CreationTimestamp: time.Now().Add(-time.Hour).UnixNano()},
 		Body: &watcherv1.Object_ExternalWorkload{ExternalWorkload: &watcherv1.ExternalWorkload{WorkloadIps: ips, ReadinessProbe: probe}},
 	}
-}
-
-// countingListener accepts TCP connections on 127.0.0.1 and counts them.
-type countingListener struct {
-	ln       net.Listener
-	accepted atomic.Int64
-	mu       sync.Mutex
-	times    []time.Time
-}
-
-func listen(t *testing.T) *countingListener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &countingListener{ln: ln}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			l.mu.Lock()
-			l.times = append(l.times, time.Now())
-			l.mu.Unlock()
-			l.accepted.Add(1)
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	return l
-}
-
-func (l *countingListener) port() int { return l.ln.Addr().(*net.TCPAddr).Port }
-
-func (l *countingListener) acceptTimes() []time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]time.Time(nil), l.times...)
 }
 
 // waitWrites waits until n patches were sent and returns them.
@@ -250,13 +196,13 @@ func ready(t *testing.T, w written) metav1.Condition {
 
 func TestTCPProbeReadyThenNotReady(t *testing.T) {
 	h := newHarness(t, 10)
-	l := listen(t)
-	h.w.show(workload("vm", tcpProbe(l.port()), "192.0.2.1"))
+	l := probetest.Listen(t)
+	h.w.show(workload("vm", tcpProbe(l.Port()), "192.0.2.1"))
 
 	got := h.waitWrites(t, 1)
 	c := ready(t, got[0])
 	if c.Status != metav1.ConditionTrue || c.Reason != readiness.ReasonProbeSucceeded || c.ObservedGeneration != 1 ||
-		!strings.Contains(c.Message, fmt.Sprintf("192.0.2.1:%d", l.port())) {
+		!strings.Contains(c.Message, fmt.Sprintf("192.0.2.1:%d", l.Port())) {
 		t.Fatalf("first write %+v, want Ready=True naming the address", c)
 	}
 	if got[0].resourceVersion == "" {
@@ -269,7 +215,7 @@ func TestTCPProbeReadyThenNotReady(t *testing.T) {
 		t.Fatalf("%d writes while the workload stayed ready, want 1", n)
 	}
 
-	l.ln.Close()
+	l.Close()
 	got = h.waitWrites(t, 2)
 	c = ready(t, got[1])
 	if c.Status != metav1.ConditionFalse || c.Reason != readiness.ReasonProbeFailed ||
@@ -345,16 +291,16 @@ func TestHTTPProbeTimeout(t *testing.T) {
 // names the one that fails.
 func TestEveryAddressMustPass(t *testing.T) {
 	h := newHarness(t, 10)
-	l := listen(t) // on 127.0.0.1 only: 192.0.2.2, sent to 127.0.0.2, is refused
-	probe := tcpProbe(l.port())
+	l := probetest.Listen(t) // on 127.0.0.1 only: 192.0.2.2, sent to 127.0.0.2, is refused
+	probe := tcpProbe(l.Port())
 	probe.FailureThreshold = 1
 	h.w.show(workload("vm", probe, "192.0.2.1", "192.0.2.2"))
 	c := ready(t, h.waitWrites(t, 1)[0])
-	bad := fmt.Sprintf("192.0.2.2:%d", l.port())
-	if c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, bad) || strings.Contains(c.Message, fmt.Sprintf("192.0.2.1:%d", l.port())) {
+	bad := fmt.Sprintf("192.0.2.2:%d", l.Port())
+	if c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, bad) || strings.Contains(c.Message, fmt.Sprintf("192.0.2.1:%d", l.Port())) {
 		t.Fatalf("%+v, want False naming only %s", c, bad)
 	}
-	if l.accepted.Load() == 0 {
+	if l.Count() == 0 {
 		t.Fatalf("192.0.2.1 was never probed")
 	}
 }
@@ -402,10 +348,10 @@ func TestConcurrencyIsBounded(t *testing.T) {
 // One probe per workload per period, however often the stream shows it.
 func TestOneProbePerPeriod(t *testing.T) {
 	h := newHarness(t, 10)
-	l := listen(t)
-	o := h.w.show(workload("vm", tcpProbe(l.port()), "192.0.2.1"))
+	l := probetest.Listen(t)
+	o := h.w.show(workload("vm", tcpProbe(l.Port()), "192.0.2.1"))
 	h.waitWrites(t, 1)
-	start := l.accepted.Load()
+	start := l.Count()
 	// Updates that do not change the probe (labels, say, or other
 	// Services' interest) neither restart nor add probes.
 	for range 50 {
@@ -414,7 +360,7 @@ func TestOneProbePerPeriod(t *testing.T) {
 		o = h.w.show(o)
 	}
 	h.waitProbes(t, 10)
-	times := l.acceptTimes()[start:]
+	times := l.Accepted()[start:]
 	for i := 1; i < len(times); i++ {
 		if gap := times[i].Sub(times[i-1]); gap < unit/2 {
 			t.Fatalf("probes %d and %d only %s apart, want about one period (%s)", i-1, i, gap, unit)
@@ -426,8 +372,8 @@ func TestOneProbePerPeriod(t *testing.T) {
 // returns, and updates after it start nothing.
 func TestStopEndsProbes(t *testing.T) {
 	h := newHarness(t, 10)
-	l := listen(t)
-	h.w.show(workload("vm", tcpProbe(l.port()), "192.0.2.1"))
+	l := probetest.Listen(t)
+	h.w.show(workload("vm", tcpProbe(l.Port()), "192.0.2.1"))
 	h.waitWrites(t, 1)
 	if v := testutil.ToFloat64(h.m.Workloads); v != 1 {
 		t.Fatalf("probed workloads gauge %v, want 1", v)
@@ -440,12 +386,12 @@ func TestStopEndsProbes(t *testing.T) {
 	if n := h.p.running.Load(); n != 0 {
 		t.Fatalf("%d probe goroutines still running after Stop", n)
 	}
-	accepted, writes := l.accepted.Load(), len(h.w.written())
-	h.p.Update(workload("vm-2", tcpProbe(l.port()), "192.0.2.1"))
+	accepted, writes := l.Count(), len(h.w.written())
+	h.p.Update(workload("vm-2", tcpProbe(l.Port()), "192.0.2.1"))
 	if n := h.p.running.Load(); n != 0 {
 		t.Fatalf("an update after Stop started %d probe goroutines", n)
 	}
-	if l.accepted.Load() != accepted || len(h.w.written()) != writes {
+	if l.Count() != accepted || len(h.w.written()) != writes {
 		t.Fatalf("probed or wrote after Stop")
 	}
 }
@@ -454,9 +400,9 @@ func TestStopEndsProbes(t *testing.T) {
 // a conflict is retried at the next period.
 func TestConflictRetried(t *testing.T) {
 	h := newHarness(t, 10)
-	l := listen(t)
+	l := probetest.Listen(t)
 	h.w.conflicts.Store(1)
-	h.w.show(workload("vm", tcpProbe(l.port()), "192.0.2.1"))
+	h.w.show(workload("vm", tcpProbe(l.Port()), "192.0.2.1"))
 	got := h.waitWrites(t, 2)
 	if c := ready(t, got[1]); c.Status != metav1.ConditionTrue {
 		t.Fatalf("retry wrote %+v", c)
@@ -470,8 +416,8 @@ func TestConflictRetried(t *testing.T) {
 // then ready, like one never probed); a condition somebody else wrote stays.
 func TestProbeRemovedClearsItsCondition(t *testing.T) {
 	h := newHarness(t, 10)
-	l := listen(t)
-	probe := tcpProbe(l.port())
+	l := probetest.Listen(t)
+	probe := tcpProbe(l.Port())
 	o := h.w.show(workload("vm", probe, "192.0.2.1"))
 	h.waitWrites(t, 1)
 	h.w.mu.Lock()
@@ -500,15 +446,15 @@ func TestProbeRemovedClearsItsCondition(t *testing.T) {
 // A new workload is first probed initialDelaySeconds after its creation.
 func TestInitialDelay(t *testing.T) {
 	h := newHarness(t, 10)
-	l := listen(t)
-	probe := tcpProbe(l.port())
+	l := probetest.Listen(t)
+	probe := tcpProbe(l.Port())
 	probe.InitialDelaySeconds = 5
 	o := workload("vm", probe, "192.0.2.1")
 	created := time.Now()
 	o.Meta.CreationTimestamp = created.UnixNano()
 	h.w.show(o)
 	h.waitWrites(t, 1)
-	if first := l.acceptTimes()[0]; first.Sub(created) < 5*unit {
+	if first := l.Accepted()[0]; first.Sub(created) < 5*unit {
 		t.Fatalf("first probe %s after creation, want at least the initial delay %s", first.Sub(created), 5*unit)
 	}
 }
@@ -516,17 +462,17 @@ func TestInitialDelay(t *testing.T) {
 // A changed probe starts over with the new spec.
 func TestProbeChangeRestarts(t *testing.T) {
 	h := newHarness(t, 10)
-	dead := listen(t)
-	dead.ln.Close()
-	live := listen(t)
-	o := h.w.show(workload("vm", tcpProbe(dead.port()), "192.0.2.1"))
+	dead := probetest.Listen(t)
+	dead.Close()
+	live := probetest.Listen(t)
+	o := h.w.show(workload("vm", tcpProbe(dead.Port()), "192.0.2.1"))
 	if c := ready(t, h.waitWrites(t, 1)[0]); c.Status != metav1.ConditionFalse {
 		t.Fatalf("%+v", c)
 	}
 	h.w.mu.Lock()
 	o = proto.Clone(h.w.objs["ns/vm"]).(*watcherv1.Object)
 	h.w.mu.Unlock()
-	o.GetExternalWorkload().ReadinessProbe = tcpProbe(live.port())
+	o.GetExternalWorkload().ReadinessProbe = tcpProbe(live.Port())
 	h.w.show(o)
 	if c := ready(t, h.waitWrites(t, 2)[1]); c.Status != metav1.ConditionTrue {
 		t.Fatalf("%+v", c)
@@ -536,8 +482,8 @@ func TestProbeChangeRestarts(t *testing.T) {
 // Deleting the workload ends its probes.
 func TestDeleteEndsProbes(t *testing.T) {
 	h := newHarness(t, 10)
-	l := listen(t)
-	o := h.w.show(workload("vm", tcpProbe(l.port()), "192.0.2.1"))
+	l := probetest.Listen(t)
+	o := h.w.show(workload("vm", tcpProbe(l.Port()), "192.0.2.1"))
 	h.waitWrites(t, 1)
 	h.p.Delete(o)
 	if v := testutil.ToFloat64(h.m.Workloads); v != 0 {
