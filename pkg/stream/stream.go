@@ -25,7 +25,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,7 +38,6 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/ipledger/ipledger/pkg/authz"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -281,21 +280,20 @@ func (c *Client) RemoveHandler(r Registration) {
 // and returns nil. Call it once.
 func (c *Client) Run(ctx context.Context) error {
 	defer c.conn.Close()
-	// Reconnect delays double from MinBackoff to MaxBackoff, each with up to
-	// 50 % jitter so that many clients of a restarted watcher spread out.
-	newBackoff := func() wait.Backoff {
-		return wait.Backoff{Duration: c.cfg.MinBackoff, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: c.cfg.MaxBackoff}
-	}
-	backoff := newBackoff()
+	backoff := c.cfg.MinBackoff
 	for {
 		reachedSync, err := c.watchOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if reachedSync {
-			backoff = newBackoff()
+			backoff = c.cfg.MinBackoff
 		}
-		delay := backoff.Step()
+		// Equal jitter: a delay in [backoff/2, backoff], never above
+		// MaxBackoff, so that many clients of a restarted watcher spread out.
+		// (apimachinery's wait.Backoff adds its jitter on top of its cap.)
+		delay := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(backoff*2, c.cfg.MaxBackoff)
 		code := status.Code(err)
 		c.m.disconnects.WithLabelValues(code.String()).Inc()
 		switch refused := code == codes.Unauthenticated || code == codes.PermissionDenied; {
