@@ -795,15 +795,6 @@ func (a *Allocator) NoteOrigin(ip netip.Addr, pool string) {
 	}
 }
 
-// Origin returns the pool a held IP was handed out from: its serving pool,
-// or for an orphan the pool it came from ("" when unknown).
-func (a *Allocator) Origin(ip netip.Addr) string {
-	if st := a.ips[ip]; st != nil {
-		return st.origin
-	}
-	return ""
-}
-
 // HeldOutside counts, by the pool they came from, the held IPs that their
 // pool no longer offers (outside every serving pool, or inside one that no
 // longer hands them out): see ReasonHeldOutsidePool. IPs of unknown origin

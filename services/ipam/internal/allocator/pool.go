@@ -257,9 +257,6 @@ func (p *Pool) unusableRange(ip netip.Addr) *addrRange {
 	return nil
 }
 
-// Terminating reports whether the IPPool is being deleted.
-func (p *Pool) Terminating() bool { return p.spec.Terminating }
-
 // servesNamespace reports whether the pool serves the namespace.
 func (p *Pool) servesNamespace(ns string, nsLabels map[string]string) bool {
 	s := p.spec

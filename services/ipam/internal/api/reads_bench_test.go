@@ -272,7 +272,7 @@ func (s *rebuildPerCall) world() (plan.Rebuilt, error) {
 	if err != nil {
 		return plan.Rebuilt{}, err
 	}
-	pools, _ := objects.Pools(s.store().List(watcherv1.Kind_KIND_IP_POOL))
+	pools, _ := (&objects.PoolSet{}).Parse(s.store().List(watcherv1.Kind_KIND_IP_POOL))
 	nss := map[string]*watcherv1.Object{}
 	for _, n := range s.store().List(watcherv1.Kind_KIND_NAMESPACE) {
 		nss[n.GetMeta().GetName()] = n
@@ -287,7 +287,7 @@ func (s *rebuildPerCall) ListPools(ctx context.Context, req *ipamv1.ListPoolsReq
 		return nil, err
 	}
 	poolObjs := s.store().List(watcherv1.Kind_KIND_IP_POOL)
-	pools, _ := objects.Pools(poolObjs)
+	pools, _ := (&objects.PoolSet{}).Parse(poolObjs)
 	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, LBClass: s.cfg.LBClass})
 	slices.SortFunc(poolObjs, func(a, b *watcherv1.Object) int { return strings.Compare(a.GetMeta().GetName(), b.GetMeta().GetName()) })
 	resp := &ipamv1.ListPoolsResponse{}

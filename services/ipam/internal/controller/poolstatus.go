@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/big"
 	"slices"
-	"sort"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -88,7 +87,6 @@ func (w *worker) writePoolStatuses(ctx context.Context, holders poolHolders) {
 		return
 	}
 	objs := w.store().List(watcherv1.Kind_KIND_IP_POOL)
-	sort.Slice(objs, func(i, j int) bool { return objs[i].GetMeta().GetName() < objs[j].GetMeta().GetName() })
 	seen := map[string]bool{}
 	var heldOutside map[string]int
 	if w.alloc != nil {
@@ -231,6 +229,7 @@ func (w *worker) syncPoolFinalizers(ctx context.Context, holders poolHolders) {
 	if w.c.dynamic == nil || w.alloc == nil || w.corrupt != nil {
 		return
 	}
+	failed := false
 	for _, obj := range w.store().List(watcherv1.Kind_KIND_IP_POOL) {
 		m := obj.GetMeta()
 		has := objects.HasFinalizer(obj, objects.PoolFinalizer)
@@ -248,9 +247,7 @@ func (w *worker) syncPoolFinalizers(ctx context.Context, holders poolHolders) {
 		switch {
 		case err == nil && has:
 			w.log.Info("IPPool released: no Service holds its addresses any more", "pool", m.GetName())
-			w.finalizerBackoff = 0
 		case err == nil, apierrors.IsNotFound(err):
-			w.finalizerBackoff = 0
 		default:
 			// A conflict is usually this pass's own status write, which the
 			// stream has not shown yet: decide again shortly, from the
@@ -258,8 +255,13 @@ func (w *worker) syncPoolFinalizers(ctx context.Context, holders poolHolders) {
 			if !apierrors.IsConflict(err) {
 				w.log.Warn("Cannot update the IPPool's finalizers; retrying", "pool", m.GetName(), "err", err)
 			}
-			w.retryFinalizers()
+			failed = true
 		}
+	}
+	if failed {
+		w.retryFinalizers() // one retry for the whole pass, however many pools failed
+	} else {
+		w.finalizerBackoff = 0
 	}
 }
 

@@ -172,21 +172,6 @@ func selector(s *watcherv1.LabelSelector) allocator.Selector {
 	return out
 }
 
-// Pools parses every streamed IPPool, sorted by name. Pools that do not parse
-// are returned in invalid with the error naming the field.
-func Pools(objs []*watcherv1.Object) (pools []*allocator.Pool, invalid map[string]error) {
-	invalid = map[string]error{}
-	for _, o := range sortedByName(objs) {
-		p, err := allocator.ParsePool(o.GetMeta().GetName(), PoolSpec(o))
-		if err != nil {
-			invalid[o.GetMeta().GetName()] = err
-			continue
-		}
-		pools = append(pools, p)
-	}
-	return pools, invalid
-}
-
 // PoolSet parses IPPools and remembers each one's last valid spec, so that
 // an edit ipam refuses (it got past the CRD's validation, or the CRD is
 // older) never takes effect: the pool keeps serving as it last parsed, and is

@@ -304,15 +304,17 @@ func poolOf(held []allocator.Allocation) string {
 // Service key, in place.
 func Commit(byService map[string][]ledger.Allocation, c ledger.Change) {
 	for _, a := range c.Release {
-		byService[a.Service.Key()] = slices.DeleteFunc(byService[a.Service.Key()], func(x ledger.Allocation) bool { return x.IP == a.IP })
+		k := a.Service.Key()
+		// Only the Services this change touches can become empty: no scan
+		// over every Service per commit.
+		if left := slices.DeleteFunc(byService[k], func(x ledger.Allocation) bool { return x.IP == a.IP }); len(left) > 0 {
+			byService[k] = left
+		} else {
+			delete(byService, k)
+		}
 	}
 	for _, a := range c.Allocate {
 		k := a.Service.Key()
 		byService[k] = append(slices.DeleteFunc(byService[k], func(x ledger.Allocation) bool { return x.IP == a.IP }), a)
-	}
-	for k, v := range byService {
-		if len(v) == 0 {
-			delete(byService, k)
-		}
 	}
 }
