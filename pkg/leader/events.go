@@ -13,20 +13,13 @@ import (
 
 // Recorder records the term's Events. They are writes like any other: they
 // go to the API server with the term's context, and whatever is still
-// buffered when the term ends is dropped. Without Config.Events (or for a
-// Term from NewTerm without WithRecorder) Events are discarded.
+// buffered when the term ends is dropped. Without Config.Events (and for a
+// Term from NewTerm) Events are discarded.
 func (t *Term) Recorder() record.EventRecorder {
 	if t.recorder == nil {
 		return discard
 	}
 	return t.recorder
-}
-
-// WithRecorder sets the recorder of a Term from NewTerm (tests); call it
-// before the worker runs.
-func (t *Term) WithRecorder(r record.EventRecorder) *Term {
-	t.recorder = r
-	return t
 }
 
 // discard drops every Event (a FakeRecorder without a channel).

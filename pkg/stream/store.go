@@ -40,11 +40,7 @@ func (s *Store) kind(k watcherv1.Kind) *kindStore {
 // Get returns the object of kind with that namespace ("" when cluster-scoped)
 // and name.
 func (s *Store) Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool) {
-	key := name
-	if namespace != "" {
-		key = namespace + "/" + name
-	}
-	return s.get(kind, key)
+	return s.get(kind, objkey.Join(namespace, name))
 }
 
 // get returns the object of kind with key.

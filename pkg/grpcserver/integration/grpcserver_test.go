@@ -300,7 +300,7 @@ func TestAuthPanicAndMetrics(t *testing.T) {
 			return nil
 		})
 	}
-	if got := metricValue(t, f.reg, "ipledger_grpc_server_panics_recovered_total", nil); got != 1 {
+	if got := testenv.MetricValue(t, f.reg, "ipledger_grpc_server_panics_recovered_total", nil); got != 1 {
 		t.Errorf("panics recovered = %v, want 1", got)
 	}
 
@@ -405,37 +405,8 @@ func handled(t *testing.T, reg *prometheus.Registry, method, code string) float6
 	if method == "Watch" {
 		service = "ipledger.watcher.v1.WatcherService"
 	}
-	return metricValue(t, reg, "ipledger_grpc_server_handled_total",
+	return testenv.MetricValue(t, reg, "ipledger_grpc_server_handled_total",
 		map[string]string{"grpc_service": service, "grpc_method": method, "grpc_code": code})
-}
-
-// metricValue is the value of the counter name whose labels include want
-// (0 when there is none).
-func metricValue(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if labels[k] != v {
-					continue metrics
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
 }
 
 func incoming(h map[string]string) context.Context {

@@ -58,22 +58,9 @@ type Config struct {
 	EC2Options []func(*ec2.Options)
 }
 
-// Defaults of the Kubernetes client's rate limits: eipd writes a label and
-// an annotation per Node, and Events.
-const (
-	DefaultKubeAPIQPS   = 50
-	DefaultKubeAPIBurst = 100
-)
-
 // Defaults fills the fields left unset with eipd's defaults.
 func (c *Config) Defaults() {
-	if c.Common.KubeAPIQPS == 0 {
-		c.Common.KubeAPIQPS = DefaultKubeAPIQPS
-	}
-	if c.Common.KubeAPIBurst == 0 {
-		c.Common.KubeAPIBurst = DefaultKubeAPIBurst
-	}
-	c.Common.Defaults()
+	c.Common.Defaults() // cmdmain's client rate limits (50/100) suit it
 	if c.Leader.LeaseName == "" {
 		c.Leader.LeaseName = LeaseName
 	}

@@ -32,7 +32,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
@@ -95,9 +94,6 @@ type StatusWriter interface {
 	PatchStatus(ctx context.Context, namespace, name string, patch []byte) (resourceVersion string, err error)
 }
 
-// WorkloadResource is the ExternalWorkload resource.
-var WorkloadResource = schema.GroupVersionResource{Group: "ipledger.io", Version: "v1alpha1", Resource: "externalworkloads"}
-
 // DynamicWriter is a StatusWriter over the dynamic client.
 type DynamicWriter struct {
 	Client dynamic.Interface
@@ -105,7 +101,7 @@ type DynamicWriter struct {
 
 // PatchStatus patches the status subresource.
 func (w DynamicWriter) PatchStatus(ctx context.Context, namespace, name string, patch []byte) (string, error) {
-	u, err := w.Client.Resource(WorkloadResource).Namespace(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	u, err := w.Client.Resource(convert.ExternalWorkloadResource).Namespace(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return "", err
 	}

@@ -51,22 +51,9 @@ type Config struct {
 	HistorySize int
 }
 
-// Defaults of the Kubernetes client's rate limits: the watcher only lists
-// and watches.
-const (
-	DefaultKubeAPIQPS   = 50
-	DefaultKubeAPIBurst = 100
-)
-
 // Defaults fills the fields left unset with the watcher's defaults.
 func (c *Config) Defaults() {
-	if c.Common.KubeAPIQPS == 0 {
-		c.Common.KubeAPIQPS = DefaultKubeAPIQPS
-	}
-	if c.Common.KubeAPIBurst == 0 {
-		c.Common.KubeAPIBurst = DefaultKubeAPIBurst
-	}
-	c.Common.Defaults()
+	c.Common.Defaults() // cmdmain's client rate limits (50/100) suit it
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = 10 * time.Second
 	}

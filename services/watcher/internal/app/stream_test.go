@@ -150,7 +150,7 @@ func TestStalledSubscriberIsClosedAloneAndConverges(t *testing.T) {
 	t.Logf("healthy subscriber: %d deliveries, p50 %v p99 %v while the other one was stuck", len(lat), lat[len(lat)/2], lat[len(lat)*99/100])
 
 	testenv.Eventually(t, 30*time.Second, func() error {
-		if got := counterValue(t, reg, "ipledger_watcher_subscriber_overflows_total"); got != 1 {
+		if got := testenv.MetricValue(t, reg, "ipledger_watcher_subscriber_overflows_total", nil); got != 1 {
 			return fmt.Errorf("overflows %v, want 1", got)
 		}
 		return nil
@@ -197,21 +197,6 @@ func storeObjects(w *Watcher, ns string) []*watcherv1.Object {
 	sub := w.Store().Subscribe(storeFilter(ns), nil, 1)
 	defer w.Store().Unsubscribe(sub.Sub)
 	return sub.Snapshot
-}
-
-// counterValue reads an unlabelled counter from reg (0 when absent).
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	return 0
 }
 
 var padding = strings.Repeat("x", 2048)
@@ -290,7 +275,7 @@ func TestFailoverBetweenReplicaProcessesEndsWithTheLiveObjects(t *testing.T) {
 	if len(m.deletes) != len(deleted) {
 		t.Errorf("%d OnDelete calls, want %d", len(m.deletes), len(deleted))
 	}
-	if got := counterValue(t, reg, "ipledger_stream_synthetic_deletes_total"); got != float64(len(deleted)) {
+	if got := testenv.MetricValue(t, reg, "ipledger_stream_synthetic_deletes_total", nil); got != float64(len(deleted)) {
 		t.Errorf("synthetic deletes %v, want %d (all deletes happened while disconnected)", got, len(deleted))
 	}
 }
