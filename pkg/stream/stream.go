@@ -447,7 +447,7 @@ func (c *Client) applyUpsert(ref objectRef, o *watcherv1.Object, now time.Time) 
 		c.m.staleDropped.Inc()
 	} else {
 		c.lag.forgetTomb(ref)
-		c.upsert(o)
+		c.upsert(o, held)
 	}
 	c.deleteConfirmed(ref.kind, now)
 }
@@ -493,7 +493,6 @@ func (c *Client) holdBack(ref objectRef, held *watcherv1.Object, now time.Time) 
 			"replicaProgress", c.lag.progress[ref.kind], "lagGrace", c.cfg.LagGrace)
 	}
 	c.lag.holdBack(ref, held.GetMeta().GetResourceVersion(), now)
-	c.m.heldBackNow.Set(float64(c.lag.heldBackCount()))
 }
 
 // deleteConfirmed deletes the held-back objects of kind that the replica is
@@ -506,7 +505,6 @@ func (c *Client) deleteConfirmed(kind watcherv1.Kind, now time.Time) {
 			c.m.syntheticDeletes.Inc()
 		}
 	}
-	c.m.heldBackNow.Set(float64(c.lag.heldBackCount()))
 }
 
 // expire applies the deletions held back past LagGrace (the replica is
@@ -521,13 +519,16 @@ func (c *Client) expire(now time.Time) {
 		c.m.heldBackExpired.Inc()
 	}
 	c.lag.expireTombs(now)
+	// expire ends every handled response: the one place the gauge is set.
 	c.m.heldBackNow.Set(float64(c.lag.heldBackCount()))
 }
 
-func (c *Client) upsert(o *watcherv1.Object) {
+// upsert stores o; held is what the store holds under its key (only the Run
+// goroutine writes the store, so the caller's lookup is still current).
+func (c *Client) upsert(o, held *watcherv1.Object) {
 	c.dispatchMu.Lock()
 	defer c.dispatchMu.Unlock()
-	if old, ok := c.store.get(o.GetKind(), Key(o)); ok && proto.Equal(old, o) {
+	if held != nil && proto.Equal(held, o) {
 		// A snapshot after a reconnect repeats what is known: not an update,
 		// and handlers keep the very object the store holds.
 		return
