@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -133,21 +134,15 @@ func (e *Env) Install(ctx context.Context) error {
 		"spec":     map[string]any{"addresses": []any{"192.0.2.9-192.0.2.1"}},
 	}}
 	gvr := schema.GroupVersionResource{Group: "ipledger.io", Version: "v1alpha1", Resource: "ippools"}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		_, err := e.Dynamic.Resource(gvr).Create(ctx, reversed, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil && strings.Contains(err.Error(), "ipledger-ippool-ranges") {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the ValidatingAdmissionPolicy ipledger-ippool-ranges is not enforced after 60s (last answer: %v)", err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, last = e.Dynamic.Resource(gvr).Create(ctx, reversed, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last != nil && strings.Contains(last.Error(), "ipledger-ippool-ranges"), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the ValidatingAdmissionPolicy ipledger-ippool-ranges is not enforced after 60s (last answer: %v): %w", last, err)
 	}
+	return nil
 }
 
 // Kubectl runs the pinned kubectl against the control plane as admin.

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -26,18 +27,16 @@ func TestTermRecorderWritesEvents(t *testing.T) {
 			return nil
 		}), nil
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		evs, err := env.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=TermEvent"})
-		if err == nil && len(evs.Items) > 0 {
-			if got := evs.Items[0].Source.Component; got != "ipledger-test" {
-				t.Fatalf("Event source component %q, want ipledger-test", got)
-			}
-			return
+		switch {
+		case err != nil:
+			return err
+		case len(evs.Items) == 0:
+			return fmt.Errorf("no TermEvent Event yet")
+		case evs.Items[0].Source.Component != "ipledger-test":
+			t.Fatalf("Event source component %q, want ipledger-test", evs.Items[0].Source.Component)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no TermEvent Event within 30s (err %v)", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
