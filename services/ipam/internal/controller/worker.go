@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -458,29 +459,16 @@ func (w *worker) confirmGone(ctx context.Context, absent []string) []string {
 		err  error
 	}
 	answers := make([]answer, len(ask))
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for range min(confirmGoneWorkers, len(ask)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				ns, name, _ := strings.Cut(ask[i], "/")
-				svc, err := w.c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-				switch {
-				case apierrors.IsNotFound(err) || (err == nil && svc.DeletionTimestamp != nil):
-					answers[i] = answer{gone: true}
-				case err != nil:
-					answers[i] = answer{err: err}
-				}
-			}
-		}()
-	}
-	for i := range ask {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
+	parallel(len(ask), confirmGoneWorkers, func(i int) {
+		ns, name, _ := strings.Cut(ask[i], "/")
+		svc, err := w.c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) || (err == nil && svc.DeletionTimestamp != nil):
+			answers[i] = answer{gone: true}
+		case err != nil:
+			answers[i] = answer{err: err}
+		}
+	})
 	var gone []string
 	for i, key := range ask {
 		switch a := answers[i]; {
@@ -539,23 +527,10 @@ func (w *worker) writeStatuses(ctx context.Context, writes []*write) {
 		err error
 	}
 	results := make([]result, len(writes))
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for range min(w.c.cfg.StatusWorkers, len(writes)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				rv, err := w.c.writeService(ctx, writes[i])
-				results[i] = result{wr: writes[i], rv: rv, err: err}
-			}
-		}()
-	}
-	for i := range writes {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
+	parallel(len(writes), w.c.cfg.StatusWorkers, func(i int) {
+		rv, err := w.c.writeService(ctx, writes[i])
+		results[i] = result{wr: writes[i], rv: rv, err: err}
+	})
 	for _, r := range results {
 		key := r.wr.key
 		switch {
@@ -585,4 +560,15 @@ func (w *worker) writeStatuses(ctx context.Context, writes []*write) {
 			w.requeue(key, true)
 		}
 	}
+}
+
+// parallel calls do(i) for every i < n, at most limit at a time, and
+// returns when all have returned.
+func parallel(n, limit int, do func(i int)) {
+	var g errgroup.Group
+	g.SetLimit(max(limit, 1))
+	for i := range n {
+		g.Go(func() error { do(i); return nil })
+	}
+	_ = g.Wait()
 }
