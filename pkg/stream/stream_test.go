@@ -3,7 +3,6 @@ package stream
 import (
 	"context"
 	"fmt"
-	"github.com/ipledger/ipledger/pkg/testenv"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
 

@@ -3,7 +3,6 @@ package awsec2_test
 import (
 	"context"
 	"errors"
-	"github.com/ipledger/ipledger/pkg/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/ec2test"
 	"github.com/ipledger/ipledger/pkg/faultproxy"
+	"github.com/ipledger/ipledger/pkg/testenv"
 	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
 	"github.com/ipledger/ipledger/services/eipd/internal/decide"
 )

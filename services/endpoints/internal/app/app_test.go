@@ -3,7 +3,6 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
 	"net"
 	"slices"
 	"strings"
@@ -28,6 +27,7 @@ import (
 	"github.com/ipledger/ipledger/services/endpoints/internal/controller"
 	"github.com/ipledger/ipledger/services/endpoints/internal/planner"
 	"github.com/ipledger/ipledger/services/endpoints/internal/prober"
+	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

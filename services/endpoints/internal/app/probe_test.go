@@ -3,7 +3,6 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
 )
 
 func tcpProbe(port int, failureThreshold int64) map[string]any {

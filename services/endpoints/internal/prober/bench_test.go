@@ -15,7 +15,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
 	"io"
 	"log/slog"
 	"net"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
 )
 
 const targetEnv = "IPLEDGER_PROBE_BENCH_TARGET"

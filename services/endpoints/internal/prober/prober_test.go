@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
 	"io"
 	"log/slog"
 	"net"
@@ -27,6 +26,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
 	"github.com/ipledger/ipledger/services/endpoints/internal/readiness"
 )
 
