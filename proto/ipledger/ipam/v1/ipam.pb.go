@@ -1205,6 +1205,403 @@ func (x *ReleaseReservationResponse) GetReservation() *Reservation {
 	return nil
 }
 
+// PreviewPoolRequest is an IPPool change to preview. Nothing is written.
+type PreviewPoolRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// manifest is one IPPool (apiVersion ipledger.io/v1alpha1, kind IPPool) in
+	// YAML or JSON, as `kubectl apply -f` takes it: a pool of a name that
+	// exists previews an edit of that pool, any other name a new pool.
+	Manifest []byte `protobuf:"bytes,1,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	// delete previews `kubectl delete` of the pool the manifest names (only
+	// metadata.name is read).
+	Delete        bool `protobuf:"varint,2,opt,name=delete,proto3" json:"delete,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewPoolRequest) Reset() {
+	*x = PreviewPoolRequest{}
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewPoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewPoolRequest) ProtoMessage() {}
+
+func (x *PreviewPoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewPoolRequest.ProtoReflect.Descriptor instead.
+func (*PreviewPoolRequest) Descriptor() ([]byte, []int) {
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PreviewPoolRequest) GetManifest() []byte {
+	if x != nil {
+		return x.Manifest
+	}
+	return nil
+}
+
+func (x *PreviewPoolRequest) GetDelete() bool {
+	if x != nil {
+		return x.Delete
+	}
+	return false
+}
+
+// ServicePreview is one Service whose addresses or condition would change.
+type ServicePreview struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Service *ServiceRef            `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// ips_before are the IPs its status shows now; ips_after those it would show.
+	IpsBefore []string `protobuf:"bytes,2,rep,name=ips_before,json=ipsBefore,proto3" json:"ips_before,omitempty"`
+	IpsAfter  []string `protobuf:"bytes,3,rep,name=ips_after,json=ipsAfter,proto3" json:"ips_after,omitempty"`
+	// reason_before and reason_after are its ipledger.io/AddressAllocated
+	// condition reasons now and after ("" before: no condition yet).
+	ReasonBefore string `protobuf:"bytes,4,opt,name=reason_before,json=reasonBefore,proto3" json:"reason_before,omitempty"`
+	ReasonAfter  string `protobuf:"bytes,5,opt,name=reason_after,json=reasonAfter,proto3" json:"reason_after,omitempty"`
+	// pool_after is the pool its addresses would come from
+	// (ipledger.io/allocated-from-pool).
+	PoolAfter string `protobuf:"bytes,6,opt,name=pool_after,json=poolAfter,proto3" json:"pool_after,omitempty"`
+	// message_after is the condition message it would get.
+	MessageAfter  string `protobuf:"bytes,7,opt,name=message_after,json=messageAfter,proto3" json:"message_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServicePreview) Reset() {
+	*x = ServicePreview{}
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServicePreview) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServicePreview) ProtoMessage() {}
+
+func (x *ServicePreview) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServicePreview.ProtoReflect.Descriptor instead.
+func (*ServicePreview) Descriptor() ([]byte, []int) {
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ServicePreview) GetService() *ServiceRef {
+	if x != nil {
+		return x.Service
+	}
+	return nil
+}
+
+func (x *ServicePreview) GetIpsBefore() []string {
+	if x != nil {
+		return x.IpsBefore
+	}
+	return nil
+}
+
+func (x *ServicePreview) GetIpsAfter() []string {
+	if x != nil {
+		return x.IpsAfter
+	}
+	return nil
+}
+
+func (x *ServicePreview) GetReasonBefore() string {
+	if x != nil {
+		return x.ReasonBefore
+	}
+	return ""
+}
+
+func (x *ServicePreview) GetReasonAfter() string {
+	if x != nil {
+		return x.ReasonAfter
+	}
+	return ""
+}
+
+func (x *ServicePreview) GetPoolAfter() string {
+	if x != nil {
+		return x.PoolAfter
+	}
+	return ""
+}
+
+func (x *ServicePreview) GetMessageAfter() string {
+	if x != nil {
+		return x.MessageAfter
+	}
+	return ""
+}
+
+// PoolPreview is one IPPool before and after the change.
+type PoolPreview struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// state_before and state_after: Absent (no such pool), Serving, Conflicting
+	// (overlaps an older pool and serves nothing), Terminating (deleted, kept by
+	// its finalizer while Services hold its addresses), Invalid (serves nothing).
+	StateBefore string       `protobuf:"bytes,2,opt,name=state_before,json=stateBefore,proto3" json:"state_before,omitempty"`
+	StateAfter  string       `protobuf:"bytes,3,opt,name=state_after,json=stateAfter,proto3" json:"state_after,omitempty"`
+	Ipv4Before  *FamilyUsage `protobuf:"bytes,4,opt,name=ipv4_before,json=ipv4Before,proto3" json:"ipv4_before,omitempty"`
+	Ipv4After   *FamilyUsage `protobuf:"bytes,5,opt,name=ipv4_after,json=ipv4After,proto3" json:"ipv4_after,omitempty"`
+	Ipv6Before  *FamilyUsage `protobuf:"bytes,6,opt,name=ipv6_before,json=ipv6Before,proto3" json:"ipv6_before,omitempty"`
+	Ipv6After   *FamilyUsage `protobuf:"bytes,7,opt,name=ipv6_after,json=ipv6After,proto3" json:"ipv6_after,omitempty"`
+	// held_outside_before and held_outside_after count the addresses Services
+	// keep that the pool no longer offers.
+	HeldOutsideBefore int64 `protobuf:"varint,8,opt,name=held_outside_before,json=heldOutsideBefore,proto3" json:"held_outside_before,omitempty"`
+	HeldOutsideAfter  int64 `protobuf:"varint,9,opt,name=held_outside_after,json=heldOutsideAfter,proto3" json:"held_outside_after,omitempty"`
+	// conflict_after says which older pool it would overlap, when
+	// state_after is Conflicting.
+	ConflictAfter string `protobuf:"bytes,10,opt,name=conflict_after,json=conflictAfter,proto3" json:"conflict_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolPreview) Reset() {
+	*x = PoolPreview{}
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolPreview) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolPreview) ProtoMessage() {}
+
+func (x *PoolPreview) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolPreview.ProtoReflect.Descriptor instead.
+func (*PoolPreview) Descriptor() ([]byte, []int) {
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PoolPreview) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PoolPreview) GetStateBefore() string {
+	if x != nil {
+		return x.StateBefore
+	}
+	return ""
+}
+
+func (x *PoolPreview) GetStateAfter() string {
+	if x != nil {
+		return x.StateAfter
+	}
+	return ""
+}
+
+func (x *PoolPreview) GetIpv4Before() *FamilyUsage {
+	if x != nil {
+		return x.Ipv4Before
+	}
+	return nil
+}
+
+func (x *PoolPreview) GetIpv4After() *FamilyUsage {
+	if x != nil {
+		return x.Ipv4After
+	}
+	return nil
+}
+
+func (x *PoolPreview) GetIpv6Before() *FamilyUsage {
+	if x != nil {
+		return x.Ipv6Before
+	}
+	return nil
+}
+
+func (x *PoolPreview) GetIpv6After() *FamilyUsage {
+	if x != nil {
+		return x.Ipv6After
+	}
+	return nil
+}
+
+func (x *PoolPreview) GetHeldOutsideBefore() int64 {
+	if x != nil {
+		return x.HeldOutsideBefore
+	}
+	return 0
+}
+
+func (x *PoolPreview) GetHeldOutsideAfter() int64 {
+	if x != nil {
+		return x.HeldOutsideAfter
+	}
+	return 0
+}
+
+func (x *PoolPreview) GetConflictAfter() string {
+	if x != nil {
+		return x.ConflictAfter
+	}
+	return ""
+}
+
+// PreviewPoolResponse is what the change would do, decided by the same code
+// as the leader's allocation, from this replica's view of the ledger, the
+// IPPools and the Services.
+type PreviewPoolResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pool is the name of the previewed pool.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// change is Create, Update, Delete or NoChange.
+	Change string `protobuf:"bytes,2,opt,name=change,proto3" json:"change,omitempty"`
+	// validation_errors are why the API server would refuse the manifest (the
+	// same rules as the IPPool CRD, naming the field). When set, nothing else is
+	// previewed: the change would not take effect.
+	ValidationErrors []string `protobuf:"bytes,3,rep,name=validation_errors,json=validationErrors,proto3" json:"validation_errors,omitempty"`
+	// allocated are pending Services that would get addresses.
+	Allocated []*ServicePreview `protobuf:"bytes,4,rep,name=allocated,proto3" json:"allocated,omitempty"`
+	// held_outside are Services that would keep addresses outside their pool
+	// (reason HeldOutsidePool) and do not now.
+	HeldOutside []*ServicePreview `protobuf:"bytes,5,rep,name=held_outside,json=heldOutside,proto3" json:"held_outside,omitempty"`
+	// other_changes are every other Service whose addresses or condition would
+	// change (a pending Service's reason; one held outside back in its pool).
+	OtherChanges []*ServicePreview `protobuf:"bytes,6,rep,name=other_changes,json=otherChanges,proto3" json:"other_changes,omitempty"`
+	// pools are the previewed pool and every pool whose state, usage or
+	// held-outside count would change, by name.
+	Pools []*PoolPreview `protobuf:"bytes,7,rep,name=pools,proto3" json:"pools,omitempty"`
+	// summary says it in words, one line per fact.
+	Summary       []string `protobuf:"bytes,8,rep,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewPoolResponse) Reset() {
+	*x = PreviewPoolResponse{}
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewPoolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewPoolResponse) ProtoMessage() {}
+
+func (x *PreviewPoolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewPoolResponse.ProtoReflect.Descriptor instead.
+func (*PreviewPoolResponse) Descriptor() ([]byte, []int) {
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PreviewPoolResponse) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PreviewPoolResponse) GetChange() string {
+	if x != nil {
+		return x.Change
+	}
+	return ""
+}
+
+func (x *PreviewPoolResponse) GetValidationErrors() []string {
+	if x != nil {
+		return x.ValidationErrors
+	}
+	return nil
+}
+
+func (x *PreviewPoolResponse) GetAllocated() []*ServicePreview {
+	if x != nil {
+		return x.Allocated
+	}
+	return nil
+}
+
+func (x *PreviewPoolResponse) GetHeldOutside() []*ServicePreview {
+	if x != nil {
+		return x.HeldOutside
+	}
+	return nil
+}
+
+func (x *PreviewPoolResponse) GetOtherChanges() []*ServicePreview {
+	if x != nil {
+		return x.OtherChanges
+	}
+	return nil
+}
+
+func (x *PreviewPoolResponse) GetPools() []*PoolPreview {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+func (x *PreviewPoolResponse) GetSummary() []string {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
 var File_ipledger_ipam_v1_ipam_proto protoreflect.FileDescriptor
 
 const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
@@ -1294,7 +1691,46 @@ const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
 	"\x19ReleaseReservationRequest\x12\x0e\n" +
 	"\x02ip\x18\x01 \x01(\tR\x02ip\"]\n" +
 	"\x1aReleaseReservationResponse\x12?\n" +
-	"\vreservation\x18\x01 \x01(\v2\x1d.ipledger.ipam.v1.ReservationR\vreservationB<Z:github.com/ipledger/ipledger/proto/ipledger/ipam/v1;ipamv1b\x06proto3"
+	"\vreservation\x18\x01 \x01(\v2\x1d.ipledger.ipam.v1.ReservationR\vreservation\"H\n" +
+	"\x12PreviewPoolRequest\x12\x1a\n" +
+	"\bmanifest\x18\x01 \x01(\fR\bmanifest\x12\x16\n" +
+	"\x06delete\x18\x02 \x01(\bR\x06delete\"\x90\x02\n" +
+	"\x0eServicePreview\x126\n" +
+	"\aservice\x18\x01 \x01(\v2\x1c.ipledger.ipam.v1.ServiceRefR\aservice\x12\x1d\n" +
+	"\n" +
+	"ips_before\x18\x02 \x03(\tR\tipsBefore\x12\x1b\n" +
+	"\tips_after\x18\x03 \x03(\tR\bipsAfter\x12#\n" +
+	"\rreason_before\x18\x04 \x01(\tR\freasonBefore\x12!\n" +
+	"\freason_after\x18\x05 \x01(\tR\vreasonAfter\x12\x1d\n" +
+	"\n" +
+	"pool_after\x18\x06 \x01(\tR\tpoolAfter\x12#\n" +
+	"\rmessage_after\x18\a \x01(\tR\fmessageAfter\"\xe6\x03\n" +
+	"\vPoolPreview\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fstate_before\x18\x02 \x01(\tR\vstateBefore\x12\x1f\n" +
+	"\vstate_after\x18\x03 \x01(\tR\n" +
+	"stateAfter\x12>\n" +
+	"\vipv4_before\x18\x04 \x01(\v2\x1d.ipledger.ipam.v1.FamilyUsageR\n" +
+	"ipv4Before\x12<\n" +
+	"\n" +
+	"ipv4_after\x18\x05 \x01(\v2\x1d.ipledger.ipam.v1.FamilyUsageR\tipv4After\x12>\n" +
+	"\vipv6_before\x18\x06 \x01(\v2\x1d.ipledger.ipam.v1.FamilyUsageR\n" +
+	"ipv6Before\x12<\n" +
+	"\n" +
+	"ipv6_after\x18\a \x01(\v2\x1d.ipledger.ipam.v1.FamilyUsageR\tipv6After\x12.\n" +
+	"\x13held_outside_before\x18\b \x01(\x03R\x11heldOutsideBefore\x12,\n" +
+	"\x12held_outside_after\x18\t \x01(\x03R\x10heldOutsideAfter\x12%\n" +
+	"\x0econflict_after\x18\n" +
+	" \x01(\tR\rconflictAfter\"\x89\x03\n" +
+	"\x13PreviewPoolResponse\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x16\n" +
+	"\x06change\x18\x02 \x01(\tR\x06change\x12+\n" +
+	"\x11validation_errors\x18\x03 \x03(\tR\x10validationErrors\x12>\n" +
+	"\tallocated\x18\x04 \x03(\v2 .ipledger.ipam.v1.ServicePreviewR\tallocated\x12C\n" +
+	"\fheld_outside\x18\x05 \x03(\v2 .ipledger.ipam.v1.ServicePreviewR\vheldOutside\x12E\n" +
+	"\rother_changes\x18\x06 \x03(\v2 .ipledger.ipam.v1.ServicePreviewR\fotherChanges\x123\n" +
+	"\x05pools\x18\a \x03(\v2\x1d.ipledger.ipam.v1.PoolPreviewR\x05pools\x12\x18\n" +
+	"\asummary\x18\b \x03(\tR\asummaryB<Z:github.com/ipledger/ipledger/proto/ipledger/ipam/v1;ipamv1b\x06proto3"
 
 var (
 	file_ipledger_ipam_v1_ipam_proto_rawDescOnce sync.Once
@@ -1308,7 +1744,7 @@ func file_ipledger_ipam_v1_ipam_proto_rawDescGZIP() []byte {
 	return file_ipledger_ipam_v1_ipam_proto_rawDescData
 }
 
-var file_ipledger_ipam_v1_ipam_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_ipledger_ipam_v1_ipam_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_ipledger_ipam_v1_ipam_proto_goTypes = []any{
 	(*ServiceRef)(nil),                 // 0: ipledger.ipam.v1.ServiceRef
 	(*Allocation)(nil),                 // 1: ipledger.ipam.v1.Allocation
@@ -1329,6 +1765,10 @@ var file_ipledger_ipam_v1_ipam_proto_goTypes = []any{
 	(*ReserveAddressResponse)(nil),     // 16: ipledger.ipam.v1.ReserveAddressResponse
 	(*ReleaseReservationRequest)(nil),  // 17: ipledger.ipam.v1.ReleaseReservationRequest
 	(*ReleaseReservationResponse)(nil), // 18: ipledger.ipam.v1.ReleaseReservationResponse
+	(*PreviewPoolRequest)(nil),         // 19: ipledger.ipam.v1.PreviewPoolRequest
+	(*ServicePreview)(nil),             // 20: ipledger.ipam.v1.ServicePreview
+	(*PoolPreview)(nil),                // 21: ipledger.ipam.v1.PoolPreview
+	(*PreviewPoolResponse)(nil),        // 22: ipledger.ipam.v1.PreviewPoolResponse
 }
 var file_ipledger_ipam_v1_ipam_proto_depIdxs = []int32{
 	0,  // 0: ipledger.ipam.v1.Allocation.service:type_name -> ipledger.ipam.v1.ServiceRef
@@ -1346,11 +1786,20 @@ var file_ipledger_ipam_v1_ipam_proto_depIdxs = []int32{
 	0,  // 12: ipledger.ipam.v1.ReserveAddressRequest.for_service:type_name -> ipledger.ipam.v1.ServiceRef
 	14, // 13: ipledger.ipam.v1.ReserveAddressResponse.reservation:type_name -> ipledger.ipam.v1.Reservation
 	14, // 14: ipledger.ipam.v1.ReleaseReservationResponse.reservation:type_name -> ipledger.ipam.v1.Reservation
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	0,  // 15: ipledger.ipam.v1.ServicePreview.service:type_name -> ipledger.ipam.v1.ServiceRef
+	7,  // 16: ipledger.ipam.v1.PoolPreview.ipv4_before:type_name -> ipledger.ipam.v1.FamilyUsage
+	7,  // 17: ipledger.ipam.v1.PoolPreview.ipv4_after:type_name -> ipledger.ipam.v1.FamilyUsage
+	7,  // 18: ipledger.ipam.v1.PoolPreview.ipv6_before:type_name -> ipledger.ipam.v1.FamilyUsage
+	7,  // 19: ipledger.ipam.v1.PoolPreview.ipv6_after:type_name -> ipledger.ipam.v1.FamilyUsage
+	20, // 20: ipledger.ipam.v1.PreviewPoolResponse.allocated:type_name -> ipledger.ipam.v1.ServicePreview
+	20, // 21: ipledger.ipam.v1.PreviewPoolResponse.held_outside:type_name -> ipledger.ipam.v1.ServicePreview
+	20, // 22: ipledger.ipam.v1.PreviewPoolResponse.other_changes:type_name -> ipledger.ipam.v1.ServicePreview
+	21, // 23: ipledger.ipam.v1.PreviewPoolResponse.pools:type_name -> ipledger.ipam.v1.PoolPreview
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_ipledger_ipam_v1_ipam_proto_init() }
@@ -1368,7 +1817,7 @@ func file_ipledger_ipam_v1_ipam_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ipledger_ipam_v1_ipam_proto_rawDesc), len(file_ipledger_ipam_v1_ipam_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

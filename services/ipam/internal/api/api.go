@@ -39,7 +39,10 @@ import (
 )
 
 // Rules is the authorization table of IPAMService: reads need `allocations`
-// list (List*) or get (Get/Explain), mutations `reservations` create/delete.
+// list (List*) or get (Get/Explain/Preview), mutations `reservations`
+// create/delete. PreviewPool writes nothing and tells what ListPools and
+// ExplainService tell (the pools, which Service holds or waits for what):
+// the viewer's verbs suffice.
 func Rules() authz.Rules {
 	const p = "/" + "ipledger.ipam.v1.IPAMService" + "/"
 	return authz.Rules{
@@ -47,6 +50,7 @@ func Rules() authz.Rules {
 		p + "ListPools":          {Verb: "list", Resource: "allocations"},
 		p + "GetAllocation":      {Verb: "get", Resource: "allocations"},
 		p + "ExplainService":     {Verb: "get", Resource: "allocations"},
+		p + "PreviewPool":        {Verb: "get", Resource: "allocations"},
 		p + "ReserveAddress":     {Verb: "create", Resource: "reservations"},
 		p + "ReleaseReservation": {Verb: "delete", Resource: "reservations"},
 	}

@@ -28,7 +28,7 @@ func TestRulesCoverEveryMethod(t *testing.T) {
 	rules := Rules()
 	for method, want := range map[string]string{
 		"ListAllocations": "list allocations", "ListPools": "list allocations",
-		"GetAllocation": "get allocations", "ExplainService": "get allocations",
+		"GetAllocation": "get allocations", "ExplainService": "get allocations", "PreviewPool": "get allocations",
 		"ReserveAddress": "create reservations", "ReleaseReservation": "delete reservations",
 	} {
 		r, ok := rules["/ipledger.ipam.v1.IPAMService/"+method]
@@ -36,7 +36,7 @@ func TestRulesCoverEveryMethod(t *testing.T) {
 			t.Errorf("%s: rule %+v, want %s", method, r, want)
 		}
 	}
-	if len(rules) != 6 {
-		t.Errorf("%d rules, want 6", len(rules))
+	if len(rules) != 7 {
+		t.Errorf("%d rules, want 7", len(rules))
 	}
 }

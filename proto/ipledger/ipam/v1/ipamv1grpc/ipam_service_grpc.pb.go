@@ -26,6 +26,7 @@ const (
 	IPAMService_ExplainService_FullMethodName     = "/ipledger.ipam.v1.IPAMService/ExplainService"
 	IPAMService_ReserveAddress_FullMethodName     = "/ipledger.ipam.v1.IPAMService/ReserveAddress"
 	IPAMService_ReleaseReservation_FullMethodName = "/ipledger.ipam.v1.IPAMService/ReleaseReservation"
+	IPAMService_PreviewPool_FullMethodName        = "/ipledger.ipam.v1.IPAMService/PreviewPool"
 )
 
 // IPAMServiceClient is the client API for IPAMService service.
@@ -35,7 +36,8 @@ const (
 // IPAMService answers from the ledger's current state on every replica;
 // mutations are served by the leader only (a standby answers
 // FAILED_PRECONDITION naming the leader). Authorization, API group
-// `ipledger.io`: `allocations` list/get, `reservations` create/delete.
+// `ipledger.io`: `allocations` list/get (PreviewPool: get), `reservations`
+// create/delete.
 type IPAMServiceClient interface {
 	// ListAllocations lists allocations ordered by IP, optionally filtered.
 	ListAllocations(ctx context.Context, in *v1.ListAllocationsRequest, opts ...grpc.CallOption) (*v1.ListAllocationsResponse, error)
@@ -49,6 +51,11 @@ type IPAMServiceClient interface {
 	ReserveAddress(ctx context.Context, in *v1.ReserveAddressRequest, opts ...grpc.CallOption) (*v1.ReserveAddressResponse, error)
 	// ReleaseReservation gives a reserved IP back.
 	ReleaseReservation(ctx context.Context, in *v1.ReleaseReservationRequest, opts ...grpc.CallOption) (*v1.ReleaseReservationResponse, error)
+	// PreviewPool says what applying an IPPool manifest (or deleting the pool)
+	// would do, without writing anything: which pending Services would get
+	// addresses, which would be held outside their pool, which pools would
+	// conflict, and each pool's usage before and after.
+	PreviewPool(ctx context.Context, in *v1.PreviewPoolRequest, opts ...grpc.CallOption) (*v1.PreviewPoolResponse, error)
 }
 
 type iPAMServiceClient struct {
@@ -119,6 +126,16 @@ func (c *iPAMServiceClient) ReleaseReservation(ctx context.Context, in *v1.Relea
 	return out, nil
 }
 
+func (c *iPAMServiceClient) PreviewPool(ctx context.Context, in *v1.PreviewPoolRequest, opts ...grpc.CallOption) (*v1.PreviewPoolResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.PreviewPoolResponse)
+	err := c.cc.Invoke(ctx, IPAMService_PreviewPool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IPAMServiceServer is the server API for IPAMService service.
 // All implementations must embed UnimplementedIPAMServiceServer
 // for forward compatibility.
@@ -126,7 +143,8 @@ func (c *iPAMServiceClient) ReleaseReservation(ctx context.Context, in *v1.Relea
 // IPAMService answers from the ledger's current state on every replica;
 // mutations are served by the leader only (a standby answers
 // FAILED_PRECONDITION naming the leader). Authorization, API group
-// `ipledger.io`: `allocations` list/get, `reservations` create/delete.
+// `ipledger.io`: `allocations` list/get (PreviewPool: get), `reservations`
+// create/delete.
 type IPAMServiceServer interface {
 	// ListAllocations lists allocations ordered by IP, optionally filtered.
 	ListAllocations(context.Context, *v1.ListAllocationsRequest) (*v1.ListAllocationsResponse, error)
@@ -140,6 +158,11 @@ type IPAMServiceServer interface {
 	ReserveAddress(context.Context, *v1.ReserveAddressRequest) (*v1.ReserveAddressResponse, error)
 	// ReleaseReservation gives a reserved IP back.
 	ReleaseReservation(context.Context, *v1.ReleaseReservationRequest) (*v1.ReleaseReservationResponse, error)
+	// PreviewPool says what applying an IPPool manifest (or deleting the pool)
+	// would do, without writing anything: which pending Services would get
+	// addresses, which would be held outside their pool, which pools would
+	// conflict, and each pool's usage before and after.
+	PreviewPool(context.Context, *v1.PreviewPoolRequest) (*v1.PreviewPoolResponse, error)
 	mustEmbedUnimplementedIPAMServiceServer()
 }
 
@@ -167,6 +190,9 @@ func (UnimplementedIPAMServiceServer) ReserveAddress(context.Context, *v1.Reserv
 }
 func (UnimplementedIPAMServiceServer) ReleaseReservation(context.Context, *v1.ReleaseReservationRequest) (*v1.ReleaseReservationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseReservation not implemented")
+}
+func (UnimplementedIPAMServiceServer) PreviewPool(context.Context, *v1.PreviewPoolRequest) (*v1.PreviewPoolResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewPool not implemented")
 }
 func (UnimplementedIPAMServiceServer) mustEmbedUnimplementedIPAMServiceServer() {}
 func (UnimplementedIPAMServiceServer) testEmbeddedByValue()                     {}
@@ -297,6 +323,24 @@ func _IPAMService_ReleaseReservation_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IPAMService_PreviewPool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.PreviewPoolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IPAMServiceServer).PreviewPool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IPAMService_PreviewPool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IPAMServiceServer).PreviewPool(ctx, req.(*v1.PreviewPoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IPAMService_ServiceDesc is the grpc.ServiceDesc for IPAMService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -327,6 +371,10 @@ var IPAMService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleaseReservation",
 			Handler:    _IPAMService_ReleaseReservation_Handler,
+		},
+		{
+			MethodName: "PreviewPool",
+			Handler:    _IPAMService_PreviewPool_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
