@@ -4,7 +4,7 @@ SHELL := /bin/bash
 export GOFLAGS ?= -buildvcs=false
 
 TOOLS_BIN = $(shell hack/build-tools.sh)
-MODULES := proto pkg services/watcher services/ipam services/endpoints services/eipd test/e2e
+MODULES := proto pkg services/watcher services/ipam services/endpoints services/eipd plugin test/e2e
 # go.work patterns do not cross module boundaries (./services/... matches nothing), so name each module.
 PACKAGES := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 GO_TEST_FLAGS ?= -count=1 -timeout 30m

@@ -1,0 +1,53 @@
+package connect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/transport/spdy"
+)
+
+// forward opens a port-forward to the Pod's port on a free loopback port and
+// returns its address; it ends when ctx does.
+func forward(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, port int) (string, error) {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	url := client.CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("portforward").URL()
+	rt, upgrader, err := spdy.RoundTripperFor(cfg)
+	if err != nil {
+		return "", err
+	}
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, url)
+	ready := make(chan struct{})
+	fw, err := portforward.NewOnAddressesWithContext(ctx, dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(port)}, ready, io.Discard, io.Discard)
+	if err != nil {
+		return "", err
+	}
+	failed := make(chan error, 1)
+	go func() { failed <- fw.ForwardPorts() }()
+	select {
+	case <-ready:
+	case err := <-failed:
+		if err == nil {
+			err = errors.New("ended before it was ready")
+		}
+		return "", fmt.Errorf("port-forward to ipam Pod %s/%s port %d: %w (you need create on pods/portforward there; or pass --ipam-address)", pod.Namespace, pod.Name, port, err)
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	ports, err := fw.GetPorts()
+	if err != nil {
+		return "", err
+	}
+	return "127.0.0.1:" + strconv.Itoa(int(ports[0].Local)), nil
+}
