@@ -30,7 +30,7 @@ func convertAddress(s string) (entry string, notes []string, err error) {
 		lo, hi := pfx.Addr(), lastOf(pfx)
 		notes = append(notes, unusableNotes(lo, hi)...)
 		if lo.Is6() && pfx.Bits() < 127 {
-			notes = append(notes, fmt.Sprintf("ipledger never hands out %s, the Subnet-Router anycast address of %s (MetalLB does); "+
+			notes = append(notes, fmt.Sprintf("ipledger never hands out %s, the Subnet-Router anycast address of %s; "+
 				"a Service that holds it keeps it, held outside its pool (docs/pools.md)", lo, pfx))
 		}
 		return pfx.String(), notes, nil

@@ -399,9 +399,19 @@ func (c *converter) advertisement(o *unstructured.Unstructured, pools []*unstruc
 			c.warn(describe(p), "", "announced by %s, which is not converted: announcing is reachability, not address management; keep MetalLB's speakers for it or pick another announcer (%s)", obj, reachabilityDoc)
 		}
 	}
-	what := "no IPAddressPool given"
-	if len(announced) > 0 {
+	for _, n := range names {
+		if !slices.Contains(announced, n) {
+			announced = append(announced, n) // named, but not among the objects converted
+		}
+	}
+	slices.Sort(announced)
+	what := "every IPAddressPool in its namespace"
+	switch {
+	case len(names) == 0 && len(selectors) == 0:
+	case len(announced) > 0:
 		what = "IPAddressPools " + strings.Join(announced, ", ")
+	case len(selectors) > 0:
+		what = "the IPAddressPools its ipAddressPoolSelectors select, none of those given"
 	}
 	c.warn(obj, "", "not converted (it announces %s): announcing is reachability, not address management, and ipledger does not announce; keep MetalLB's speakers with this advertisement or pick another announcer (%s)", what, reachabilityDoc)
 }

@@ -448,3 +448,38 @@ func TestDecode(t *testing.T) {
 		})
 	}
 }
+
+// TestAdvertisementNamesWhatItAnnounces: the warning on an advertisement
+// says which pools it announces, as MetalLB selects them.
+func TestAdvertisementNamesWhatItAnnounces(t *testing.T) {
+	const p = "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: p, namespace: metallb-system, labels: {adv: x}}\nspec: {addresses: [192.0.2.0/24]}\n---\n"
+	for _, tc := range []struct{ name, spec, want string }{
+		{"no pools named: every pool", "{}", "it announces every IPAddressPool"},
+		{"no pools named, none given", "", "it announces every IPAddressPool"},
+		{"by name, given or not", "{ipAddressPools: [p, other]}", "it announces IPAddressPools other, p"},
+		{"by label", "{ipAddressPoolSelectors: [{matchLabels: {adv: x}}]}", "it announces IPAddressPools p"},
+		{"by label, none given", "{ipAddressPoolSelectors: [{matchLabels: {adv: z}}]}", "the IPAddressPools its ipAddressPoolSelectors select, none of those given"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := p + "apiVersion: metallb.io/v1beta1\nkind: L2Advertisement\nmetadata: {name: a, namespace: metallb-system}\n"
+			if tc.spec != "" {
+				in += "spec: " + tc.spec + "\n"
+			}
+			if tc.name == "no pools named, none given" {
+				in = in[len(p):]
+			}
+			var found bool
+			for _, w := range Convert(decodeString(t, in)).Warnings {
+				if w.Object == "L2Advertisement metallb-system/a" {
+					found = true
+					if !strings.Contains(w.Message, tc.want) {
+						t.Errorf("warning %q, want it to say %q", w.Message, tc.want)
+					}
+				}
+			}
+			if !found {
+				t.Error("no warning on the advertisement")
+			}
+		})
+	}
+}
