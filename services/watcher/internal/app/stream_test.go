@@ -15,6 +15,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/stream"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/watcher/internal/store"
 )
 
 // mirror is a stream.Handler that counts adds and deletes per key and can be
@@ -102,7 +103,7 @@ func TestStalledSubscriberIsClosedAloneAndConverges(t *testing.T) {
 	w, reg := startWatcher(t, env, func(c *Config) { c.QueueSize = 100 })
 	const ns = "fanout-fake"
 	for i := range 50 {
-		w.Store().Upsert(fakePod(ns, fmt.Sprintf("p%d", i), 1))
+		w.Store().Upsert(store.Encode(fakePod(ns, fmt.Sprintf("p%d", i), 1)))
 	}
 	token := subscriberToken(t, env)
 	cfg := stream.Config{Target: "static:///" + w.Addr().String(), Plaintext: true, TokenFile: token,
@@ -134,7 +135,7 @@ func TestStalledSubscriberIsClosedAloneAndConverges(t *testing.T) {
 			o := fakePod(ns, fmt.Sprintf("q%d", i%2500), i)
 			o.Meta.Annotations = map[string]string{"ipledger.io/padding": padding}
 			sentAt[stream.Key(o)+"@"+o.GetMeta().GetResourceVersion()] = time.Now()
-			w.Store().Upsert(o)
+			w.Store().Upsert(store.Encode(o))
 		}
 		for {
 			ev := healthy.next(t)
@@ -159,7 +160,7 @@ func TestStalledSubscriberIsClosedAloneAndConverges(t *testing.T) {
 	want := func() []string {
 		var out []string
 		for _, o := range storeObjects(w, ns) {
-			out = append(out, stream.Key(o))
+			out = append(out, stream.Key(&watcherv1.Object{Kind: o.Kind(), Meta: &watcherv1.ObjectMeta{Namespace: o.Namespace(), Name: o.Name()}}))
 		}
 		sort.Strings(out)
 		return out
@@ -193,7 +194,7 @@ func lastRV(name string) int {
 	return i + 2500
 }
 
-func storeObjects(w *Watcher, ns string) []*watcherv1.Object {
+func storeObjects(w *Watcher, ns string) []*store.Object {
 	sub := w.Store().Subscribe(storeFilter(ns), nil, 1)
 	defer w.Store().Unsubscribe(sub.Sub)
 	return sub.Snapshot

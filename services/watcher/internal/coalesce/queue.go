@@ -2,7 +2,8 @@
 // of pending changes that merges changes to the same object (latest state wins,
 // the old state stays the one the subscriber last received) and computes the
 // resume revision a subscriber may continue from. It is plain Go with no locking;
-// the caller serialises access.
+// the caller serialises access. What the queue carries (O) is opaque to it: it
+// holds pointers to object states and never looks inside them.
 package coalesce
 
 import (
@@ -10,7 +11,7 @@ import (
 )
 
 // Change is one change offered to a subscriber's queue.
-type Change struct {
+type Change[O any] struct {
 	// Type is EVENT_TYPE_UPSERT or EVENT_TYPE_DELETE.
 	Type watcherv1.EventType
 	// Key identifies the object across its changes (kind, namespace and name).
@@ -18,29 +19,29 @@ type Change struct {
 	// Revision is the store revision of the change.
 	Revision uint64
 	// Object is the new state (UPSERT) or the last state (DELETE).
-	Object *watcherv1.Object
+	Object *O
 	// Old is the state the subscriber holds before the change; nil when the
 	// object is new to it. Ignored for DELETE, whose Object the subscriber holds.
-	Old *watcherv1.Object
+	Old *O
 }
 
 // Event is what the subscriber is sent.
-type Event struct {
+type Event[O any] struct {
 	Type     watcherv1.EventType
 	Revision uint64
-	Object   *watcherv1.Object
-	Old      *watcherv1.Object
+	Object   *O
+	Old      *O
 	// ResumeRevision is the revision up to which every change has been handed
 	// out once this event is delivered.
 	ResumeRevision uint64
 }
 
-type entry struct {
+type entry[O any] struct {
 	key string
 	// sent is what the subscriber holds (nil: nothing), kept across merges.
-	sent *watcherv1.Object
+	sent *O
 	// latest is the newest state, or the last state when deleted.
-	latest   *watcherv1.Object
+	latest   *O
 	deleted  bool
 	firstRev uint64 // oldest change not yet sent
 	rev      uint64 // newest change
@@ -49,10 +50,10 @@ type entry struct {
 
 // Queue is a bounded FIFO of distinct object keys. The zero value is not usable;
 // call New.
-type Queue struct {
+type Queue[O any] struct {
 	capacity int
-	pending  map[string]*entry
-	fifo     []*entry // entries in order of their first unsent change
+	pending  map[string]*entry[O]
+	fifo     []*entry[O] // entries in order of their first unsent change
 	head     int
 	lastRev  uint64 // highest revision offered, sent or filtered out
 	pushed   uint64 // changes accepted (for the coalescing ratio)
@@ -60,22 +61,22 @@ type Queue struct {
 }
 
 // New returns a queue that holds at most capacity distinct pending objects.
-func New(capacity int, startRevision uint64) *Queue {
+func New[O any](capacity int, startRevision uint64) *Queue[O] {
 	if capacity < 1 {
 		capacity = 1
 	}
-	return &Queue{capacity: capacity, pending: map[string]*entry{}, lastRev: startRevision}
+	return &Queue[O]{capacity: capacity, pending: map[string]*entry[O]{}, lastRev: startRevision}
 }
 
 // Len is the number of distinct objects waiting to be sent.
-func (q *Queue) Len() int { return len(q.pending) }
+func (q *Queue[O]) Len() int { return len(q.pending) }
 
 // Merged is how many changes were folded into an already pending change.
-func (q *Queue) Merged() uint64 { return q.merged }
+func (q *Queue[O]) Merged() uint64 { return q.merged }
 
 // Advance records that every change up to rev has been offered, for changes the
 // subscriber's filter drops, so its resume revision keeps moving.
-func (q *Queue) Advance(rev uint64) {
+func (q *Queue[O]) Advance(rev uint64) {
 	if rev > q.lastRev {
 		q.lastRev = rev
 	}
@@ -84,7 +85,7 @@ func (q *Queue) Advance(rev uint64) {
 // Push offers a change. It merges the change into a pending change of the same
 // key, else appends it; it returns false when that would exceed the capacity,
 // in which case the queue is left unchanged and the subscriber must be dropped.
-func (q *Queue) Push(c Change) bool {
+func (q *Queue[O]) Push(c Change[O]) bool {
 	q.Advance(c.Revision)
 	deleted := c.Type == watcherv1.EventType_EVENT_TYPE_DELETE
 	if e, ok := q.pending[c.Key]; ok {
@@ -96,7 +97,7 @@ func (q *Queue) Push(c Change) bool {
 	if len(q.pending) >= q.capacity {
 		return false
 	}
-	e := &entry{key: c.Key, latest: c.Object, deleted: deleted, firstRev: c.Revision, rev: c.Revision}
+	e := &entry[O]{key: c.Key, latest: c.Object, deleted: deleted, firstRev: c.Revision, rev: c.Revision}
 	if deleted {
 		e.sent = c.Object
 	} else {
@@ -111,16 +112,16 @@ func (q *Queue) Push(c Change) bool {
 // Pop returns the oldest pending change as an event. Changes that cancel out
 // (created and deleted before the subscriber saw the object) are skipped. ok is
 // false when nothing is pending.
-func (q *Queue) Pop() (ev Event, ok bool) {
+func (q *Queue[O]) Pop() (ev Event[O], ok bool) {
 	for {
 		e := q.popEntry()
 		if e == nil {
-			return Event{}, false
+			return Event[O]{}, false
 		}
 		if e.deleted && e.sent == nil {
 			continue // never seen, already gone
 		}
-		ev = Event{Revision: e.rev, Object: e.latest, ResumeRevision: q.ResumeRevision()}
+		ev = Event[O]{Revision: e.rev, Object: e.latest, ResumeRevision: q.ResumeRevision()}
 		if e.deleted {
 			ev.Type = watcherv1.EventType_EVENT_TYPE_DELETE
 		} else {
@@ -133,7 +134,7 @@ func (q *Queue) Pop() (ev Event, ok bool) {
 
 // ResumeRevision is the revision up to which every offered change has left the
 // queue: one less than the oldest unsent change, or the last offered revision.
-func (q *Queue) ResumeRevision() uint64 {
+func (q *Queue[O]) ResumeRevision() uint64 {
 	q.skipDead()
 	if q.head < len(q.fifo) {
 		return q.fifo[q.head].firstRev - 1
@@ -141,7 +142,7 @@ func (q *Queue) ResumeRevision() uint64 {
 	return q.lastRev
 }
 
-func (q *Queue) popEntry() *entry {
+func (q *Queue[O]) popEntry() *entry[O] {
 	q.skipDead()
 	if q.head >= len(q.fifo) {
 		return nil
@@ -155,7 +156,7 @@ func (q *Queue) popEntry() *entry {
 	return e
 }
 
-func (q *Queue) skipDead() {
+func (q *Queue[O]) skipDead() {
 	for q.head < len(q.fifo) && q.fifo[q.head].removed {
 		q.fifo[q.head] = nil
 		q.head++
@@ -164,7 +165,7 @@ func (q *Queue) skipDead() {
 
 // compact drops the consumed prefix once it dominates the slice, so a
 // long-lived queue does not grow without bound.
-func (q *Queue) compact() {
+func (q *Queue[O]) compact() {
 	if q.head == len(q.fifo) {
 		q.fifo, q.head = q.fifo[:0], 0
 		return

@@ -11,6 +11,8 @@ const (
 	del    = watcherv1.EventType_EVENT_TYPE_DELETE
 )
 
+type change = Change[watcherv1.Object]
+
 func obj(name, rv string) *watcherv1.Object {
 	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_SERVICE, Meta: &watcherv1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: rv}}
 }
@@ -35,18 +37,18 @@ func TestQueue(t *testing.T) {
 	tests := []struct {
 		name    string
 		start   uint64
-		changes []Change
+		changes []change
 		advance uint64
 		want    []want
 	}{
 		{
 			name:    "distinct keys keep order",
-			changes: []Change{{Type: upsert, Key: "a", Revision: 1, Object: a1}, {Type: upsert, Key: "b", Revision: 2, Object: b1}},
+			changes: []change{{Type: upsert, Key: "a", Revision: 1, Object: a1}, {Type: upsert, Key: "b", Revision: 2, Object: b1}},
 			want:    []want{{upsert, 1, "a@1", "-", 1}, {upsert, 2, "b@1", "-", 2}},
 		},
 		{
 			name: "updates coalesce: latest wins, old is what was last sent",
-			changes: []Change{
+			changes: []change{
 				{Type: upsert, Key: "a", Revision: 5, Object: a2, Old: a1},
 				{Type: upsert, Key: "b", Revision: 6, Object: b2, Old: b1},
 				{Type: upsert, Key: "a", Revision: 7, Object: a3, Old: a2},
@@ -55,35 +57,35 @@ func TestQueue(t *testing.T) {
 		},
 		{
 			name:    "created then deleted before sending cancels out",
-			changes: []Change{{Type: upsert, Key: "a", Revision: 1, Object: a1}, {Type: del, Key: "a", Revision: 2, Object: a1}, {Type: upsert, Key: "b", Revision: 3, Object: b1}},
+			changes: []change{{Type: upsert, Key: "a", Revision: 1, Object: a1}, {Type: del, Key: "a", Revision: 2, Object: a1}, {Type: upsert, Key: "b", Revision: 3, Object: b1}},
 			want:    []want{{upsert, 3, "b@1", "-", 3}},
 		},
 		{
 			name:    "update then delete becomes delete of the latest state",
-			changes: []Change{{Type: upsert, Key: "a", Revision: 4, Object: a2, Old: a1}, {Type: del, Key: "a", Revision: 5, Object: a2}},
+			changes: []change{{Type: upsert, Key: "a", Revision: 4, Object: a2, Old: a1}, {Type: del, Key: "a", Revision: 5, Object: a2}},
 			want:    []want{{del, 5, "a@2", "-", 5}},
 		},
 		{
 			name:    "delete then re-create becomes an update from what the subscriber held",
-			changes: []Change{{Type: del, Key: "a", Revision: 4, Object: a1}, {Type: upsert, Key: "a", Revision: 5, Object: a3}},
+			changes: []change{{Type: del, Key: "a", Revision: 4, Object: a1}, {Type: upsert, Key: "a", Revision: 5, Object: a3}},
 			want:    []want{{upsert, 5, "a@3", "a@1", 5}},
 		},
 		{
 			name:    "new object updated stays new to the subscriber",
-			changes: []Change{{Type: upsert, Key: "a", Revision: 2, Object: a1}, {Type: upsert, Key: "a", Revision: 3, Object: a2, Old: a1}},
+			changes: []change{{Type: upsert, Key: "a", Revision: 2, Object: a1}, {Type: upsert, Key: "a", Revision: 3, Object: a2, Old: a1}},
 			want:    []want{{upsert, 3, "a@2", "-", 3}},
 		},
 		{
 			name:    "filtered changes advance the resume revision",
 			start:   10,
-			changes: []Change{{Type: upsert, Key: "a", Revision: 11, Object: a2, Old: a1}},
+			changes: []change{{Type: upsert, Key: "a", Revision: 11, Object: a2, Old: a1}},
 			advance: 20,
 			want:    []want{{upsert, 11, "a@2", "a@1", 20}},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			q := New(10, tt.start)
+			q := New[watcherv1.Object](10, tt.start)
 			for _, c := range tt.changes {
 				if !q.Push(c) {
 					t.Fatalf("push %s rejected", c.Key)
@@ -111,18 +113,18 @@ func TestQueue(t *testing.T) {
 }
 
 func TestQueueOverflow(t *testing.T) {
-	q := New(2, 0)
-	if !q.Push(Change{Type: upsert, Key: "a", Revision: 1, Object: obj("a", "1")}) ||
-		!q.Push(Change{Type: upsert, Key: "b", Revision: 2, Object: obj("b", "1")}) {
+	q := New[watcherv1.Object](2, 0)
+	if !q.Push(change{Type: upsert, Key: "a", Revision: 1, Object: obj("a", "1")}) ||
+		!q.Push(change{Type: upsert, Key: "b", Revision: 2, Object: obj("b", "1")}) {
 		t.Fatal("pushes within capacity rejected")
 	}
 	// Merging into a pending key never overflows.
 	for i := range 500 {
-		if !q.Push(Change{Type: upsert, Key: "a", Revision: uint64(3 + i), Object: obj("a", "x")}) {
+		if !q.Push(change{Type: upsert, Key: "a", Revision: uint64(3 + i), Object: obj("a", "x")}) {
 			t.Fatalf("merge %d rejected", i)
 		}
 	}
-	if q.Push(Change{Type: upsert, Key: "c", Revision: 1000, Object: obj("c", "1")}) {
+	if q.Push(change{Type: upsert, Key: "c", Revision: 1000, Object: obj("c", "1")}) {
 		t.Fatal("third key accepted beyond capacity 2")
 	}
 	if q.Len() != 2 || q.Merged() != 500 {
@@ -133,7 +135,7 @@ func TestQueueOverflow(t *testing.T) {
 // TestQueueResumeRevisionNeverSkipsUnsent pops a long interleaved sequence and
 // checks that a subscriber resuming from ResumeRevision would miss nothing.
 func TestQueueResumeRevisionNeverSkipsUnsent(t *testing.T) {
-	q := New(100, 0)
+	q := New[watcherv1.Object](100, 0)
 	sentUpTo := map[string]uint64{} // key -> newest revision delivered
 	offered := map[string][]uint64{}
 	keys := []string{"a", "b", "c", "d"}
@@ -144,7 +146,7 @@ func TestQueueResumeRevisionNeverSkipsUnsent(t *testing.T) {
 				continue
 			}
 			rev++
-			q.Push(Change{Type: upsert, Key: k, Revision: rev, Object: obj(k, "x"), Old: obj(k, "y")})
+			q.Push(change{Type: upsert, Key: k, Revision: rev, Object: obj(k, "x"), Old: obj(k, "y")})
 			offered[k] = append(offered[k], rev)
 		}
 		if round%2 == 0 {

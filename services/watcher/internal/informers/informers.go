@@ -1,5 +1,9 @@
 // Package informers runs the watcher's Kubernetes informers, the only ones in
 // ipledger, and feeds every change, converted to the compact form, into a Sink.
+//
+// The informers' caches hold the compact, encoded objects the Sink gets, not
+// the API objects: each object is converted once, as it arrives, and the
+// cache and the store share that one copy.
 package informers
 
 import (
@@ -22,6 +26,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/convert"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/watcher/internal/store"
 )
 
 // Selectors the API server filters on. "Pods carrying any ipledger.io/ label"
@@ -41,8 +46,8 @@ var crdKinds = map[watcherv1.Kind]string{
 
 // Sink receives converted objects; it must not block.
 type Sink interface {
-	Upsert(obj *watcherv1.Object)
-	Delete(obj *watcherv1.Object)
+	Upsert(obj *store.Object)
+	Delete(obj *store.Object)
 }
 
 // Config says where the ledger ConfigMaps live.
@@ -140,20 +145,10 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 		{watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, crds.ForResource(convert.ExternalWorkloadResource).Informer()},
 	}
 	for _, i := range list {
-		transform := StripManagedFields
-		if kindName := crdKinds[i.kind]; kindName != "" {
-			transform = func(obj any) (any, error) {
-				// List items of a dynamic client may lack kind; convert needs it.
-				if u, ok := obj.(*unstructured.Unstructured); ok && u.GetKind() == "" {
-					u.SetKind(kindName)
-				}
-				return StripManagedFields(obj)
-			}
-		}
-		if err := i.informer.SetTransform(transform); err != nil {
+		h := &handler{kind: i.kind, sink: sink, log: log, m: m}
+		if err := i.informer.SetTransform(h.transform); err != nil {
 			return nil, fmt.Errorf("informer %v: %w", i.kind, err)
 		}
-		h := &handler{kind: i.kind, sink: sink, log: log, m: m}
 		reg, err := i.informer.AddEventHandler(h)
 		if err != nil {
 			return nil, fmt.Errorf("informer %v: %w", i.kind, err)
@@ -224,30 +219,55 @@ type handler struct {
 	m    *metrics
 }
 
-func (h *handler) convert(obj any) *watcherv1.Object {
+// cached is what the informers' caches hold: the store's form of an object,
+// with the metadata the cache keys and compares it by. (A struct of one
+// pointer is held by an interface without an allocation of its own.)
+type cached struct{ *store.Object }
+
+// GetObjectMeta makes cached usable by meta.Accessor, through which the
+// informer keys its cache and tells resyncs from updates.
+func (c cached) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: c.Namespace(), Name: c.Name(), ResourceVersion: c.ResourceVersion()}
+}
+
+// transform converts an API object to the compact, encoded form as it enters
+// the informer, so that the cache never holds the API object. An object that
+// does not convert is counted, logged and cached as it came (without
+// managedFields), and the handler skips it.
+func (h *handler) transform(obj any) (any, error) {
+	if _, done := obj.(cached); done {
+		return obj, nil
+	}
+	// List items of a dynamic client may lack kind; convert needs it.
+	if kindName := crdKinds[h.kind]; kindName != "" {
+		if u, ok := obj.(*unstructured.Unstructured); ok && u.GetKind() == "" {
+			u.SetKind(kindName)
+		}
+	}
+	obj, _ = StripManagedFields(obj)
 	ro, ok := obj.(runtime.Object)
 	if !ok {
 		h.m.convertErr.WithLabelValues(h.kind.String()).Inc()
-		return nil
+		return obj, nil
 	}
 	o, err := convert.Object(ro)
 	if err != nil {
 		h.m.convertErr.WithLabelValues(h.kind.String()).Inc()
 		h.log.Warn("Skipping an object that does not convert", "kind", h.kind.String(), "err", err)
-		return nil
+		return obj, nil
 	}
-	return o
+	return cached{store.Encode(o)}, nil
 }
 
 func (h *handler) OnAdd(obj any, _ bool) {
-	if o := h.convert(obj); o != nil {
-		h.sink.Upsert(o)
+	if c, ok := obj.(cached); ok {
+		h.sink.Upsert(c.Object)
 	}
 }
 
 func (h *handler) OnUpdate(_, newObj any) {
-	if o := h.convert(newObj); o != nil {
-		h.sink.Upsert(o)
+	if c, ok := newObj.(cached); ok {
+		h.sink.Upsert(c.Object)
 	}
 }
 
@@ -255,7 +275,7 @@ func (h *handler) OnDelete(obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	if o := h.convert(obj); o != nil {
-		h.sink.Delete(o)
+	if c, ok := obj.(cached); ok {
+		h.sink.Delete(c.Object)
 	}
 }

@@ -52,7 +52,7 @@ func benchServer(b *testing.B) (*store.Store, watcherv1grpc.WatcherServiceClient
 	b.Helper()
 	st := store.New("bench", 100000)
 	for i := range benchObjects {
-		st.Upsert(benchPod(i, 1, 0))
+		st.Upsert(store.Encode(benchPod(i, 1, 0)))
 	}
 	srv := New(Config{HeartbeatInterval: time.Minute, QueueSize: 100000}, st, nil, slog.New(slog.DiscardHandler), nil)
 	return st, serve(b, srv)
@@ -204,7 +204,7 @@ func BenchmarkDeltaLatency(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		<-tick.C
-		st.Upsert(benchPod(i%benchObjects, i+2, time.Now().UnixNano()))
+		st.Upsert(store.Encode(benchPod(i%benchObjects, i+2, time.Now().UnixNano())))
 	}
 	// Let the last changes arrive (coalescing may deliver fewer), then stop.
 	for deadline := time.Now().Add(5 * time.Second); received.Load() < int64(b.N*benchSubscribers) && time.Now().Before(deadline); {
@@ -231,7 +231,7 @@ func BenchmarkStoreMemory(b *testing.B) {
 		compact := heapDelta(func() any {
 			st := store.New("mem", 0)
 			for i := range benchObjects {
-				st.Upsert(convert.Service(benchService(i)))
+				st.Upsert(store.Encode(convert.Service(benchService(i))))
 			}
 			return st
 		})

@@ -208,15 +208,17 @@ func (s *Server) send(ctx context.Context, stream *timedStream, sub store.Subscr
 	depth prometheus.Gauge, start time.Time) error {
 	epoch := s.store.Epoch()
 	if !sub.Resumed {
+		// One response reused for every object: Send has encoded it when it
+		// returns. resume_revision 0: a snapshot cannot be resumed before SYNCED.
+		resp := &watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Epoch: epoch, Revision: sub.Revision}
 		for _, o := range sub.Snapshot {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			// resume_revision 0: a snapshot cannot be resumed before SYNCED.
-			if err := stream.Send(s.withObjects(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Epoch: epoch, Revision: sub.Revision}, o, nil)); err != nil {
+			if err := stream.Send(withObjects(resp, o, nil)); err != nil {
 				return err
 			}
-			s.m.sent.WithLabelValues(o.GetKind().String(), "UPSERT").Inc()
+			s.m.sent.WithLabelValues(o.Kind().String(), "UPSERT").Inc()
 		}
 		s.m.snapshotSeconds.Observe(time.Since(start).Seconds())
 	}
@@ -245,10 +247,10 @@ func (s *Server) send(ctx context.Context, stream *timedStream, sub store.Subscr
 					break
 				}
 				resp := &watcherv1.WatchResponse{Type: ev.Type, Epoch: epoch, Revision: ev.Revision, ResumeRevision: ev.ResumeRevision}
-				if err := stream.Send(s.withObjects(resp, ev.Object, ev.Old)); err != nil {
+				if err := stream.Send(withObjects(resp, ev.Object, ev.Old)); err != nil {
 					return err
 				}
-				s.m.sent.WithLabelValues(ev.Object.GetKind().String(), eventTypeLabel(ev.Type)).Inc()
+				s.m.sent.WithLabelValues(ev.Object.Kind().String(), eventTypeLabel(ev.Type)).Inc()
 				depth.Set(float64(sub.Sub.Len()))
 				sentSinceBeat = true
 			}
@@ -266,10 +268,10 @@ func (s *Server) send(ctx context.Context, stream *timedStream, sub store.Subscr
 	}
 }
 
-// withObjects attaches obj and old to r in their pre-encoded form (see
-// store.AppendObjects): every subscriber shares one encoding of an object.
-func (s *Server) withObjects(r *watcherv1.WatchResponse, obj, old *watcherv1.Object) *watcherv1.WatchResponse {
-	r.ProtoReflect().SetUnknown(s.store.AppendObjects(nil, obj, old))
+// withObjects attaches obj and old to r in their encoded form (see
+// store.Fields): every subscriber shares one encoding of an object.
+func withObjects(r *watcherv1.WatchResponse, obj, old *store.Object) *watcherv1.WatchResponse {
+	r.ProtoReflect().SetUnknown(store.Fields(obj, old))
 	return r
 }
 

@@ -102,7 +102,7 @@ func synced(f *fakeStream) bool {
 
 func TestBurstToOneObjectCoalescesAndOverflowClosesOnlyTheSlowStream(t *testing.T) {
 	st := store.New("e", 1000)
-	st.Upsert(pod("hot", "0"))
+	st.Upsert(store.Encode(pod("hot", "0")))
 	srv := New(Config{HeartbeatInterval: time.Hour, QueueSize: 50}, st, nil, slog.New(slog.DiscardHandler), nil)
 	req := &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_POD}}
 
@@ -118,7 +118,7 @@ func TestBurstToOneObjectCoalescesAndOverflowClosesOnlyTheSlowStream(t *testing.
 	// 500 updates of one object while the slow subscriber reads nothing: they
 	// occupy one queue slot.
 	for i := 1; i <= 500; i++ {
-		st.Upsert(pod("hot", strconv.Itoa(i)))
+		st.Upsert(store.Encode(pod("hot", strconv.Itoa(i))))
 	}
 	close(slow.gate)
 	waitFor(t, "slow stream to receive the final state", func() bool {
@@ -160,7 +160,7 @@ func TestBurstToOneObjectCoalescesAndOverflowClosesOnlyTheSlowStream(t *testing.
 		return n
 	}
 	for i := range 60 {
-		st.Upsert(pod(fmt.Sprintf("p%d", i), "1"))
+		st.Upsert(store.Encode(pod(fmt.Sprintf("p%d", i), "1")))
 		waitFor(t, "fast subscriber to keep up", func() bool { return fastNew() == i+1 })
 	}
 	select {
@@ -206,14 +206,10 @@ func TestParseRequest(t *testing.T) {
 }
 
 func TestPreEncodedObjectsDecodeAsFields(t *testing.T) {
-	st := store.New("e", 10)
 	cur := pod("a", "2")
 	cur.Meta.Labels = map[string]string{"x": "y"}
-	st.Upsert(pod("a", "1"))
-	st.Upsert(cur)
-	srv := New(Config{}, st, nil, slog.New(slog.DiscardHandler), nil)
 	old := pod("a", "1")
-	r := srv.withObjects(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Revision: 2}, cur, old)
+	r := withObjects(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Revision: 2}, store.Encode(cur), store.Encode(old))
 	b, err := proto.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +233,7 @@ func TestSubscriberThatStopsReadingIsCutOffInSnapshotAndDeltas(t *testing.T) {
 	const stall = 300 * time.Millisecond
 	st := store.New("e", 1000)
 	for i := range 20 {
-		st.Upsert(pod(fmt.Sprintf("p%d", i), "1"))
+		st.Upsert(store.Encode(pod(fmt.Sprintf("p%d", i), "1")))
 	}
 	srv := New(Config{HeartbeatInterval: 50 * time.Millisecond, QueueSize: 1000, StallTimeout: stall}, st, nil, slog.New(slog.DiscardHandler), nil)
 	req := &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_POD}}

@@ -3,16 +3,18 @@
 // epoch naming this process's history, a bounded history of changes for
 // resuming subscribers, and the subscriptions that changes are fanned out to.
 //
+// Objects are kept in their encoded form (see Object), one copy of each state
+// shared by everything that holds it.
+//
 // Writers (informer callbacks) never block on a subscriber: a change is merged
 // into each subscription's bounded coalescing queue under the store lock, and a
 // subscription that overflows is marked and left for its stream to close.
 package store
 
 import (
+	"bytes"
 	"sync"
 
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/labels"
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -24,13 +26,8 @@ type Change struct {
 	Type     watcherv1.EventType
 	Key      string
 	Revision uint64
-	Object   *watcherv1.Object // new state, or last state for DELETE
-	Old      *watcherv1.Object // previous state for UPSERT; nil when created
-}
-
-// Key identifies an object across kinds: "<kind>/<namespace>/<name>".
-func Key(o *watcherv1.Object) string {
-	return o.GetKind().String() + "/" + o.GetMeta().GetNamespace() + "/" + o.GetMeta().GetName()
+	Object   *Object // new state, or last state for DELETE
+	Old      *Object // previous state for UPSERT; nil when created
 }
 
 // Store is the watcher's versioned state. Objects it holds or hands out are
@@ -41,16 +38,12 @@ type Store struct {
 
 	mu      sync.Mutex
 	rev     uint64
-	objects map[watcherv1.Kind]map[string]*watcherv1.Object
+	objects map[watcherv1.Kind]map[string]*Object
 	history []Change // ring buffer of the last historySize changes
 	histPos int      // next write position in history
 	histLen int
 	subs    map[*Subscription]struct{}
 	onRev   func(rev uint64, kind watcherv1.Kind, objects int)
-
-	// wire holds the encoding of every current object as field `object` of a
-	// WatchResponse, made once per change instead of once per subscriber.
-	wire sync.Map // *watcherv1.Object -> []byte
 }
 
 // New returns an empty store for a process with the given epoch, keeping the
@@ -61,7 +54,7 @@ func New(epoch string, historySize int) *Store {
 	}
 	return &Store{
 		epoch: epoch, historySize: historySize,
-		objects: map[watcherv1.Kind]map[string]*watcherv1.Object{},
+		objects: map[watcherv1.Kind]map[string]*Object{},
 		history: make([]Change, historySize),
 		subs:    map[*Subscription]struct{}{},
 	}
@@ -95,53 +88,34 @@ func (s *Store) Len() int {
 // Upsert stores obj. A state equal to the stored one is not a change: fields
 // the compact form drops (status of a Pod's containers, managedFields) do not
 // wake every subscriber.
-func (s *Store) Upsert(obj *watcherv1.Object) {
-	key := Key(obj)
-	if s.unchanged(key, obj) {
-		return
-	}
-	// Encoded outside the lock; the check is repeated under it.
-	wire := appendObjectField(nil, objectField, obj)
+func (s *Store) Upsert(obj *Object) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.objects[obj.GetKind()]
+	m := s.objects[obj.kind]
 	if m == nil {
-		m = map[string]*watcherv1.Object{}
-		s.objects[obj.GetKind()] = m
+		m = map[string]*Object{}
+		s.objects[obj.kind] = m
 	}
-	old := m[key]
-	if old != nil && proto.Equal(old, obj) {
+	old := m[obj.key]
+	if old != nil && bytes.Equal(old.wire, obj.wire) {
 		return
 	}
-	m[key] = obj
-	if old != nil {
-		s.wire.Delete(old)
-	}
-	s.wire.Store(obj, wire)
-	s.record(Change{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Key: key, Object: obj, Old: old})
-}
-
-func (s *Store) unchanged(key string, obj *watcherv1.Object) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := s.objects[obj.GetKind()][key]
-	return old != nil && proto.Equal(old, obj)
+	m[obj.key] = obj
+	s.record(Change{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Key: obj.key, Object: obj, Old: old})
 }
 
 // Delete removes the object with obj's kind and key; obj is its last known
 // state, used when the store does not hold a newer one.
-func (s *Store) Delete(obj *watcherv1.Object) {
-	key := Key(obj)
+func (s *Store) Delete(obj *Object) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.objects[obj.GetKind()]
-	old, ok := m[key]
+	m := s.objects[obj.kind]
+	old, ok := m[obj.key]
 	if !ok {
 		return
 	}
-	delete(m, key)
-	s.wire.Delete(old)
-	s.record(Change{Type: watcherv1.EventType_EVENT_TYPE_DELETE, Key: key, Object: old})
+	delete(m, obj.key)
+	s.record(Change{Type: watcherv1.EventType_EVENT_TYPE_DELETE, Key: obj.key, Object: old})
 }
 
 func (s *Store) record(c Change) {
@@ -158,48 +132,8 @@ func (s *Store) record(c Change) {
 		sub.offer(c)
 	}
 	if s.onRev != nil {
-		s.onRev(s.rev, c.Object.GetKind(), len(s.objects[c.Object.GetKind()]))
+		s.onRev(s.rev, c.Object.kind, len(s.objects[c.Object.kind]))
 	}
-}
-
-// Field numbers of WatchResponse that carry objects.
-const (
-	objectField    protowire.Number = 5
-	oldObjectField protowire.Number = 6
-)
-
-// AppendObjects appends obj as WatchResponse field `object` and old as field
-// `old_object` (each when not nil) in wire format. Set on a WatchResponse as
-// unknown fields, they are marshalled verbatim and parsed by every client as
-// the ordinary fields: a snapshot to 50 subscribers encodes each object once.
-func (s *Store) AppendObjects(b []byte, obj, old *watcherv1.Object) []byte {
-	b = s.appendCached(b, objectField, obj)
-	return s.appendCached(b, oldObjectField, old)
-}
-
-func (s *Store) appendCached(b []byte, field protowire.Number, o *watcherv1.Object) []byte {
-	if o == nil {
-		return b
-	}
-	if field == objectField {
-		if w, ok := s.wire.Load(o); ok {
-			return append(b, w.([]byte)...)
-		}
-	}
-	// A replaced state (old objects, deletes queued before): encode now.
-	return appendObjectField(b, field, o)
-}
-
-func appendObjectField(b []byte, field protowire.Number, o *watcherv1.Object) []byte {
-	enc, err := proto.MarshalOptions{}.Marshal(o)
-	if err != nil {
-		// Marshal fails only on invalid UTF-8 in a string field, which the API
-		// server does not produce; send the object without that field rather
-		// than not at all.
-		enc = nil
-	}
-	b = protowire.AppendTag(b, field, protowire.BytesType)
-	return protowire.AppendBytes(b, enc)
 }
 
 // Filter selects what a subscriber sees.
@@ -213,21 +147,21 @@ type Filter struct {
 }
 
 // Match reports whether o passes the filter.
-func (f *Filter) Match(o *watcherv1.Object) bool {
-	if !f.Kinds[o.GetKind()] {
+func (f *Filter) Match(o *Object) bool {
+	if !f.Kinds[o.kind] {
 		return false
 	}
-	if ns := o.GetMeta().GetNamespace(); ns != "" && len(f.Namespaces) > 0 && !f.Namespaces[ns] {
+	if ns := o.Namespace(); ns != "" && len(f.Namespaces) > 0 && !f.Namespaces[ns] {
 		return false
 	}
-	return f.Selector == nil || f.Selector.Empty() || f.Selector.Matches(labels.Set(o.GetMeta().GetLabels()))
+	return f.Selector == nil || f.Selector.Empty() || f.Selector.Matches(o.Labels())
 }
 
 // Subscribed is what Subscribe hands a new subscriber.
 type Subscribed struct {
 	Sub *Subscription
 	// Snapshot holds every matching object at Revision, unless Resumed.
-	Snapshot []*watcherv1.Object
+	Snapshot []*Object
 	// Revision is the store revision the subscription starts at.
 	Revision uint64
 	// Resumed is true when the subscription continues from the requested
@@ -259,7 +193,11 @@ func (s *Store) Subscribe(f Filter, resume *watcherv1.ResumePoint, queueSize int
 		// The missed changes do not fit the queue: a snapshot is cheaper.
 	}
 	sub := newSubscription(f, queueSize, s.rev)
-	var snap []*watcherv1.Object
+	n := 0
+	for kind := range f.Kinds {
+		n += len(s.objects[kind])
+	}
+	snap := make([]*Object, 0, n) // at most: one allocation, not log2(n) while the store is locked
 	for kind := range f.Kinds {
 		for _, o := range s.objects[kind] {
 			if f.Match(o) {
@@ -290,14 +228,14 @@ type Subscription struct {
 	filter Filter
 
 	mu         sync.Mutex
-	q          *coalesce.Queue
+	q          *coalesce.Queue[Object]
 	ready      chan struct{} // has a value while the queue may be non-empty
 	overflow   chan struct{} // closed once the queue overflowed
 	overflowed bool
 }
 
 func newSubscription(f Filter, queueSize int, rev uint64) *Subscription {
-	return &Subscription{filter: f, q: coalesce.New(queueSize, rev), ready: make(chan struct{}, 1), overflow: make(chan struct{})}
+	return &Subscription{filter: f, q: coalesce.New[Object](queueSize, rev), ready: make(chan struct{}, 1), overflow: make(chan struct{})}
 }
 
 // offer filters c for the subscriber and queues it without blocking. A label
@@ -312,13 +250,13 @@ func (sub *Subscription) offer(c Change) bool {
 	var ok bool
 	switch newMatch, oldMatch := sub.filter.Match(c.Object), c.Old != nil && sub.filter.Match(c.Old); {
 	case c.Type == watcherv1.EventType_EVENT_TYPE_DELETE && newMatch:
-		ok = sub.q.Push(coalesce.Change{Type: c.Type, Key: c.Key, Revision: c.Revision, Object: c.Object})
+		ok = sub.q.Push(coalesce.Change[Object]{Type: c.Type, Key: c.Key, Revision: c.Revision, Object: c.Object})
 	case c.Type == watcherv1.EventType_EVENT_TYPE_UPSERT && newMatch && oldMatch:
-		ok = sub.q.Push(coalesce.Change{Type: c.Type, Key: c.Key, Revision: c.Revision, Object: c.Object, Old: c.Old})
+		ok = sub.q.Push(coalesce.Change[Object]{Type: c.Type, Key: c.Key, Revision: c.Revision, Object: c.Object, Old: c.Old})
 	case c.Type == watcherv1.EventType_EVENT_TYPE_UPSERT && newMatch:
-		ok = sub.q.Push(coalesce.Change{Type: c.Type, Key: c.Key, Revision: c.Revision, Object: c.Object})
+		ok = sub.q.Push(coalesce.Change[Object]{Type: c.Type, Key: c.Key, Revision: c.Revision, Object: c.Object})
 	case c.Type == watcherv1.EventType_EVENT_TYPE_UPSERT && oldMatch:
-		ok = sub.q.Push(coalesce.Change{Type: watcherv1.EventType_EVENT_TYPE_DELETE, Key: c.Key, Revision: c.Revision, Object: c.Old})
+		ok = sub.q.Push(coalesce.Change[Object]{Type: watcherv1.EventType_EVENT_TYPE_DELETE, Key: c.Key, Revision: c.Revision, Object: c.Old})
 	default:
 		sub.q.Advance(c.Revision)
 		return true
@@ -343,7 +281,7 @@ func (sub *Subscription) Ready() <-chan struct{} { return sub.ready }
 func (sub *Subscription) Overflowed() <-chan struct{} { return sub.overflow }
 
 // Next pops the next event without blocking.
-func (sub *Subscription) Next() (coalesce.Event, bool) {
+func (sub *Subscription) Next() (coalesce.Event[Object], bool) {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	return sub.q.Pop()

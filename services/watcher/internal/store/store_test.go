@@ -8,8 +8,8 @@ import (
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
 
-func svc(name, rv string, lbls map[string]string) *watcherv1.Object {
-	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_SERVICE, Meta: &watcherv1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: rv, Labels: lbls}}
+func svc(name, rv string, lbls map[string]string) *Object {
+	return Encode(&watcherv1.Object{Kind: watcherv1.Kind_KIND_SERVICE, Meta: &watcherv1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: rv, Labels: lbls}})
 }
 
 var services = Filter{Kinds: map[watcherv1.Kind]bool{watcherv1.Kind_KIND_SERVICE: true}}
@@ -20,7 +20,7 @@ func drain(sub *Subscription) (out []string) {
 		if !ok {
 			return out
 		}
-		out = append(out, ev.Type.String()+" "+ev.Object.GetMeta().GetName()+"@"+ev.Object.GetMeta().GetResourceVersion())
+		out = append(out, ev.Type.String()+" "+ev.Object.Name()+"@"+ev.Object.ResourceVersion())
 	}
 }
 
