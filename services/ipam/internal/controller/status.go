@@ -21,10 +21,6 @@ import (
 	"github.com/ipledger/ipledger/services/ipam/internal/plan"
 )
 
-// ipMode is written with every ingress entry: the API server defaults it, and
-// leaving it out would make every second pass see a difference.
-const ipMode = "VIP"
-
 // svcStatus is the part of a Service ipam owns, and the version of the
 // Service it was read from.
 type svcStatus struct {
@@ -52,27 +48,12 @@ type expectation struct {
 }
 
 func statusOf(obj *watcherv1.Object) svcStatus {
-	var s svcStatus
-	svc := obj.GetService()
-	for _, in := range svc.GetIngress() {
-		if in.GetIp() == "" || in.GetHostname() != "" || (in.GetIpMode() != "" && in.GetIpMode() != ipMode) {
-			s.Foreign = true
-		}
-		if in.GetIp() != "" {
-			s.Ingress = append(s.Ingress, in.GetIp())
-		}
-	}
+	s := svcStatus{Status: plan.StatusOf(obj)}
 	s.base.rv = obj.GetMeta().GetResourceVersion()
-	for _, c := range svc.GetConditions() {
-		ltt := time.Unix(0, c.GetLastTransitionTime())
-		if c.GetType() == objects.ConditionType {
-			s.Cond = &plan.Condition{Status: c.GetStatus(), Reason: c.GetReason(), Message: c.GetMessage(),
-				ObservedGeneration: c.GetObservedGeneration(), LastTransition: ltt}
-		}
+	for _, c := range obj.GetService().GetConditions() {
 		s.base.conditions = append(s.base.conditions,
-			conditionJSON(c.GetType(), c.GetStatus(), c.GetReason(), c.GetMessage(), c.GetObservedGeneration(), ltt))
+			conditionJSON(c.GetType(), c.GetStatus(), c.GetReason(), c.GetMessage(), c.GetObservedGeneration(), time.Unix(0, c.GetLastTransitionTime())))
 	}
-	s.Pool = obj.GetMeta().GetAnnotations()[allocator.AnnotationAllocatedFromPool]
 	return s
 }
 
@@ -198,7 +179,7 @@ func statusPatch(cur, want svcStatus) []byte {
 		if len(want.Ingress) > 0 {
 			list := make([]ingressJSON, 0, len(want.Ingress))
 			for _, ip := range want.Ingress {
-				list = append(list, ingressJSON{IP: ip, IPMode: ipMode})
+				list = append(list, ingressJSON{IP: ip, IPMode: plan.IPMode})
 			}
 			ingress = list
 		}

@@ -199,12 +199,8 @@ func (w *worker) rebuild() {
 	w.mu.Unlock()
 	st := w.ldg.State()
 	pools, invalid := w.c.pools.Parse(w.store().List(watcherv1.Kind_KIND_IP_POOL))
-	nss := map[string]*watcherv1.Object{}
-	for _, n := range w.store().List(watcherv1.Kind_KIND_NAMESPACE) {
-		nss[n.GetMeta().GetName()] = n
-	}
 	services := w.store().List(watcherv1.Kind_KIND_SERVICE)
-	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Services: services, Namespaces: nss, LBClass: w.c.cfg.LBClass, RequireLBClass: w.c.cfg.RequireLBClass})
+	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Services: services, Namespaces: w.namespaces(), LBClass: w.c.cfg.LBClass, RequireLBClass: w.c.cfg.RequireLBClass})
 	w.alloc, w.invalidPools, w.conflicts = r.Alloc, invalid, r.Conflicts
 	w.ledgerBySvc = objects.ByService(st.Allocations)
 	keys := make([]string, 0, len(services)+len(w.ledgerBySvc))
@@ -491,25 +487,27 @@ func (w *worker) namespace(obj *watcherv1.Object) *watcherv1.Object {
 	return ns
 }
 
+// namespaces are the streamed Namespaces by name.
+func (w *worker) namespaces() map[string]*watcherv1.Object {
+	nss := map[string]*watcherv1.Object{}
+	for _, n := range w.store().List(watcherv1.Kind_KIND_NAMESPACE) {
+		nss[n.GetMeta().GetName()] = n
+	}
+	return nss
+}
+
 // setPools applies a changed pool set and marks every Service.
 func (w *worker) setPools() {
 	pools, invalid := w.c.pools.Parse(w.store().List(watcherv1.Kind_KIND_IP_POOL))
-	w.alloc.SetPools(pools)
 	w.invalidPools = invalid
 	for name, err := range invalid {
 		w.log.Warn("IPPool spec is invalid and does not take effect", "pool", name, "err", err)
 	}
-	// Which pool would serve a requester may have changed: claim every
-	// Service's requested IPs again before any batch allocates, or an older
-	// pending Service could take an IP a younger one may now claim.
-	var keys []string
-	for _, s := range w.store().List(watcherv1.Kind_KIND_SERVICE) {
+	services := w.store().List(watcherv1.Kind_KIND_SERVICE)
+	plan.SetPools(w.alloc, pools, services, w.namespaces(), w.c.class())
+	keys := make([]string, 0, len(services))
+	for _, s := range services {
 		keys = append(keys, objkey.Of(s))
-		if w.c.class().Serves(s) {
-			if req, err := objects.Request(s, w.namespace(s)); err == nil && len(req.RequestedIPs) > 0 {
-				_ = w.alloc.Claim(req)
-			}
-		}
 	}
 	w.mark(keys...)
 }

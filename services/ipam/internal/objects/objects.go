@@ -4,6 +4,7 @@
 package objects
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -226,6 +227,17 @@ func (s *PoolSet) Parse(objs []*watcherv1.Object) (pools []*allocator.Pool, inva
 		}
 	}
 	return pools, invalid
+}
+
+// Clone returns a PoolSet remembering what s remembers now, so that a
+// caller can parse IPPools that are not stored (a preview) without s ever
+// taking them for a pool's last valid spec.
+func (s *PoolSet) Clone() *PoolSet {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// A remembered spec is replaced, never changed in place: sharing its
+	// slices is safe.
+	return &PoolSet{lastValid: maps.Clone(s.lastValid)}
 }
 
 func sortedByName(objs []*watcherv1.Object) []*watcherv1.Object {

@@ -4,8 +4,14 @@ import (
 	"slices"
 	"time"
 
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 )
+
+// IPMode is written with every ingress entry: the API server defaults it, and
+// leaving it out would make every second pass see a difference.
+const IPMode = "VIP"
 
 // Condition is the ipledger.io/AddressAllocated condition.
 type Condition struct {
@@ -23,6 +29,28 @@ type Status struct {
 	Foreign bool
 	Cond    *Condition
 	Pool    string // ipledger.io/allocated-from-pool
+}
+
+// StatusOf is the part of a streamed Service ipam owns, as it stands.
+func StatusOf(obj *watcherv1.Object) Status {
+	var s Status
+	svc := obj.GetService()
+	for _, in := range svc.GetIngress() {
+		if in.GetIp() == "" || in.GetHostname() != "" || (in.GetIpMode() != "" && in.GetIpMode() != IPMode) {
+			s.Foreign = true
+		}
+		if in.GetIp() != "" {
+			s.Ingress = append(s.Ingress, in.GetIp())
+		}
+	}
+	for _, c := range svc.GetConditions() {
+		if c.GetType() == objects.ConditionType {
+			s.Cond = &Condition{Status: c.GetStatus(), Reason: c.GetReason(), Message: c.GetMessage(),
+				ObservedGeneration: c.GetObservedGeneration(), LastTransition: time.Unix(0, c.GetLastTransitionTime())}
+		}
+	}
+	s.Pool = obj.GetMeta().GetAnnotations()[allocator.AnnotationAllocatedFromPool]
+	return s
 }
 
 // ShowsAny reports whether the ingress names any of held's IPs.
