@@ -9,7 +9,7 @@ MODULES := proto pkg services/watcher services/ipam services/endpoints services/
 PACKAGES := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: help tools proto proto-check vet test test-unit bench up down run fmt tidy
+.PHONY: help tools proto proto-check vet test test-unit bench images up down run fmt tidy
 
 help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -35,6 +35,9 @@ test-unit: ## The fast layer only: every package with tests and no TestMain (no 
 
 bench: tools ## Benchmarks (BENCHMARKS.md): hack/bench.sh [micro watcher ipam endpoints eipd]; results in .dev/bench/.
 	hack/bench.sh $(SUITES)
+
+images: ## Build the container images without Docker: OCI archives .dev/images/ipledger-<service>.tar of ipledger/<service>:dev.
+	go run ./pkg/cmd/ipledger-images
 
 up: tools ## Start the local system (etcd, kube-apiserver, moto, the four services) in the background.
 	go run ./pkg/cmd/ipledger-dev up

@@ -1,0 +1,59 @@
+package containerimage
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Binary is one ipledger binary and the image it ships in.
+type Binary struct {
+	// Name is the binary's name, and its archive's (<Name>.tar).
+	Name string
+	// Package is its main package, relative to the repository root.
+	Package string
+	// Repository is the image repository deploy/kustomize/base references.
+	Repository string
+}
+
+// Binaries are the images ipledger ships: one per service, built from
+// services/<service>/cmd/ipledger-<service> into ipledger/<service> (the
+// Dockerfile's --build-arg SERVICE=<service>).
+var Binaries = []Binary{
+	service("watcher"),
+	service("ipam"),
+	service("endpoints"),
+	service("eipd"),
+}
+
+func service(name string) Binary {
+	return Binary{
+		Name:       "ipledger-" + name,
+		Package:    "./services/" + name + "/cmd/ipledger-" + name,
+		Repository: "ipledger/" + name,
+	}
+}
+
+// Ref is the image reference of b at tag, e.g. "ipledger/ipam:dev".
+func (b Binary) Ref(tag string) string { return b.Repository + ":" + tag }
+
+// GoBuild builds bins for linux/arch with GoBuildArgs and GoBuildEnv into
+// outDir (one `go build`, so packages compile in parallel and a binary that
+// is up to date is not linked again), run in the Go workspace at root.
+func GoBuild(ctx context.Context, root, outDir, arch string, bins []Binary) error {
+	args := append([]string{"build"}, GoBuildArgs...)
+	args = append(args, "-o", outDir+string(filepath.Separator))
+	for _, b := range bins {
+		args = append(args, b.Package)
+	}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	cmd.Env = append(append(os.Environ(), GoBuildEnv...), "GOOS=linux", "GOARCH="+arch)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}

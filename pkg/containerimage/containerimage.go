@@ -1,0 +1,146 @@
+// Package containerimage builds ipledger's container images without Docker
+// or a registry: a static binary on an empty base, run as a non-root user,
+// written as an OCI image archive that `ctr images import`, `podman load`
+// and `docker load` read.
+//
+// The settings below are the ones the repository's Dockerfile spells for
+// users with Docker; TestDockerfileMatchesSettings fails when the two drift.
+package containerimage
+
+import (
+	"archive/tar"
+	"bytes"
+	"fmt"
+	"os"
+	"path"
+	"strconv"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// The settings every ipledger image is built with.
+const (
+	// Entrypoint is where the binary lives in the image, and what runs.
+	Entrypoint = "/ipledger"
+	// UID and GID are the user the binary runs as (distroless's "nonroot";
+	// the Deployments' runAsUser and runAsGroup say the same).
+	UID, GID = 65532, 65532
+	// CACertificates is where the image carries the CA bundle (the path Go's
+	// crypto/x509 reads on Linux): eipd talks HTTPS to EC2.
+	CACertificates = "/etc/ssl/certs/ca-certificates.crt"
+	// HostCACertificates is the bundle a build copies: Debian's
+	// ca-certificates package, on the build machine as in the golang image.
+	HostCACertificates = "/etc/ssl/certs/ca-certificates.crt"
+	// Tag is the tag `make images` gives every image: not "latest", which
+	// Kubernetes pulls on every start (deploy/kustomize/overlays/e2e uses it).
+	Tag = "dev"
+)
+
+// GoBuildArgs are the `go build` arguments every binary is built with, and
+// GoBuildEnv its environment: a static, reproducible, stripped binary.
+var (
+	GoBuildArgs = []string{"-trimpath", "-ldflags", "-s -w"}
+	GoBuildEnv  = []string{"CGO_ENABLED=0"}
+)
+
+// epoch stamps every file and the image itself, so that the same binary
+// always gives the same image digest.
+var epoch = time.Unix(0, 0).UTC()
+
+// Contents is what goes into one image.
+type Contents struct {
+	// Binary is the path of the static binary that becomes Entrypoint.
+	Binary string
+	// CACertificates is the path of a CA bundle copied to CACertificates;
+	// empty for an image that makes no TLS connection of its own.
+	CACertificates string
+	// Architecture is the binary's GOARCH.
+	Architecture string
+	// Title becomes the org.opencontainers.image.title label.
+	Title string
+}
+
+// Build assembles the image of c: one uncompressed layer, the
+// configuration (user, entrypoint) and OCI media types, stamped with the
+// Unix epoch.
+func Build(c Contents) (v1.Image, error) {
+	layerTar, err := layer(c)
+	if err != nil {
+		return nil, err
+	}
+	// Uncompressed: the archive is imported on this machine, never pushed,
+	// so gzip would cost seconds per build (and per check that nothing
+	// changed) to save disk in .dev/ only.
+	l := static.NewLayer(layerTar, types.OCIUncompressedLayer)
+	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	if img, err = mutate.AppendLayers(img, l); err != nil {
+		return nil, err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.OS, cfg.Architecture = "linux", c.Architecture
+	cfg.Created = v1.Time{Time: epoch}
+	cfg.Config = v1.Config{
+		Entrypoint: []string{Entrypoint},
+		User:       strconv.Itoa(UID) + ":" + strconv.Itoa(GID),
+		WorkingDir: "/",
+		Labels:     map[string]string{"org.opencontainers.image.title": c.Title},
+	}
+	return mutate.ConfigFile(img, cfg)
+}
+
+// layer is the image's only layer, as an uncompressed tar: the directories
+// leading to each file, owned by root (the user cannot change them).
+func layer(c Contents) ([]byte, error) {
+	type file struct {
+		src, dst string
+		mode     int64
+	}
+	files := []file{{src: c.Binary, dst: Entrypoint, mode: 0o755}}
+	if c.CACertificates != "" {
+		files = append(files, file{src: c.CACertificates, dst: CACertificates, mode: 0o644})
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dirs := map[string]bool{}
+	for _, f := range files {
+		data, err := os.ReadFile(f.src)
+		if err != nil {
+			return nil, fmt.Errorf("image file %s: %w", f.dst, err)
+		}
+		if err := writeDirs(tw, dirs, path.Dir(f.dst)); err != nil {
+			return nil, err
+		}
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: f.dst[1:], Mode: f.mode, Size: int64(len(data)), ModTime: epoch, Format: tar.FormatPAX}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// writeDirs writes the entries of dir and its parents not written yet.
+func writeDirs(tw *tar.Writer, done map[string]bool, dir string) error {
+	if dir == "/" || done[dir] {
+		return nil
+	}
+	if err := writeDirs(tw, done, path.Dir(dir)); err != nil {
+		return err
+	}
+	done[dir] = true
+	return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir[1:] + "/", Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX})
+}
