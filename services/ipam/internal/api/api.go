@@ -36,6 +36,7 @@ import (
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+	"github.com/ipledger/ipledger/services/ipam/internal/preview"
 )
 
 // Rules is the authorization table of IPAMService: reads need `allocations`
@@ -98,6 +99,10 @@ type Server struct {
 
 	explain coalesced[*explainState]
 	usage   coalesced[*usageState]
+
+	// previews lets one PreviewPool decide at a time: each rebuilds and
+	// decides the whole allocator (≈ the cost of a term start).
+	previews chan struct{}
 }
 
 // New builds the server. store returns the stream's store.
@@ -105,7 +110,8 @@ func New(cfg Config, store func() *stream.Store, client kubernetes.Interface, mu
 	if cfg.LBClass == "" {
 		cfg.LBClass = objects.DefaultLBClass
 	}
-	return &Server{cfg: cfg, store: store, client: client, mutator: mutator, log: log, m: newMetrics(cfg.Registerer)}
+	return &Server{cfg: cfg, store: store, client: client, mutator: mutator, log: log, m: newMetrics(cfg.Registerer),
+		previews: make(chan struct{}, 1)}
 }
 
 const (
@@ -365,6 +371,39 @@ func (s *Server) ExplainService(ctx context.Context, req *ipamv1.ExplainServiceR
 		resp.Verdicts = append(resp.Verdicts, &ipamv1.PoolVerdict{Pool: v.Pool, Eligible: v.Eligible, Reason: string(v.Reason), Message: v.Message})
 	}
 	return resp, nil
+}
+
+// PreviewPool says what applying an IPPool manifest, or deleting the pool,
+// would do, deciding with the leader's code on a copy of this replica's read
+// state (package preview). Nothing is written, and nothing is remembered:
+// not even the previewed spec as a pool's last valid one.
+func (s *Server) PreviewPool(ctx context.Context, req *ipamv1.PreviewPoolRequest) (*ipamv1.PreviewPoolResponse, error) {
+	c, err := preview.Parse(req.GetManifest(), req.GetDelete())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "manifest: %v", err)
+	}
+	select {
+	case s.previews <- struct{}{}:
+		defer func() { <-s.previews }()
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	rs, err := s.readState()
+	if err != nil {
+		return nil, err
+	}
+	nss := map[string]*watcherv1.Object{}
+	for _, n := range s.store().List(watcherv1.Kind_KIND_NAMESPACE) {
+		nss[n.GetMeta().GetName()] = n
+	}
+	resp, err := preview.Run(preview.Inputs{
+		Ledger: rs.ledger, Pools: rs.pools, Services: s.store().List(watcherv1.Kind_KIND_SERVICE), Namespaces: nss,
+		PoolSet: &s.pools, Class: s.class(), Now: time.Now(),
+	}, c)
+	if errors.Is(err, preview.ErrNoSuchPool) {
+		return nil, status.Errorf(codes.NotFound, "manifest: %v", err)
+	}
+	return resp, err
 }
 
 // ReserveAddress holds an IP outside any Service, through the leader.
