@@ -17,7 +17,10 @@ for s in $suites; do
       run go test -run XXX -bench . -benchmem -count 5 ./services/ipam/internal/allocator/ ./services/ipam/internal/ledger/ ./services/ipam/internal/api/ ./services/endpoints/internal/planner/ ;;
     watcher)
       run go test -run XXX -bench 'SnapshotFanout|StoreMemory' -benchtime 3x ./services/watcher/internal/server/
-      run go test -run XXX -bench DeltaLatency -benchtime 3000x ./services/watcher/internal/server/ ;;
+      run go test -run XXX -bench DeltaLatency -benchtime 3000x ./services/watcher/internal/server/
+      # The binary over 1,000 / 10,000 / 50,000 ExternalWorkloads (IPLEDGER_BENCH_STEPS): RSS per object,
+      # start-up, and 50 subscribers' snapshot (time, extra RSS). ~15 min.
+      run go test -run XXX -bench BinaryMemory -benchtime 1x -timeout 60m ./services/watcher/internal/app/ ;;
     ipam)
       run go test -run XXX -bench ColdStart -benchtime 1x -timeout 60m ./services/ipam/internal/bench/ ;;
     endpoints)

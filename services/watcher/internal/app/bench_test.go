@@ -75,23 +75,7 @@ func BenchmarkBinarySnapshotAndDeltaLatency(b *testing.B) {
 	ews := env.Dynamic.Resource(externalWorkloads).Namespace(ns)
 	// Registered first, so it runs last: after the watcher and the
 	// subscribers are gone (no namespace controller runs to do it).
-	// A DeleteCollection of 50,000 objects outlives the API server's request
-	// timeout (and goes on): repeat it until none is left, within a deadline.
-	b.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Minute)
-		for {
-			err := ews.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
-			l, lerr := ews.List(context.Background(), metav1.ListOptions{Limit: 1})
-			if err == nil && lerr == nil && len(l.Items) == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				b.Errorf("delete the benchmark's ExternalWorkloads: %v, %v", err, lerr)
-				return
-			}
-			time.Sleep(time.Second) // polling the deletion, not synchronising
-		}
-	})
+	b.Cleanup(func() { deleteAllExternalWorkloads(b, ews) })
 
 	// The watcher binary with its own ServiceAccount.
 	bin := env.Binary(b, "watcher")
@@ -114,7 +98,7 @@ func BenchmarkBinarySnapshotAndDeltaLatency(b *testing.B) {
 
 	// N objects through the API server.
 	start := time.Now()
-	createExternalWorkloads(b, ctx, ews, objects)
+	createExternalWorkloadsFrom(b, ctx, ews, 0, objects)
 	createSecs := time.Since(start).Seconds()
 	testenv.Eventually(b, 10*time.Minute, func() error {
 		n, err := metricValue(ops, `ipledger_watcher_objects{kind="KIND_EXTERNAL_WORKLOAD"}`)
@@ -276,9 +260,30 @@ func BenchmarkBinarySnapshotAndDeltaLatency(b *testing.B) {
 		pct(latIssue, 50), pct(latIssue, 99), pct(floorIssue, 50), pct(floorIssue, 99), pct(latIssue, 50)/pct(floorIssue, 50), pct(latIssue, 99)/pct(floorIssue, 99))
 }
 
-func createExternalWorkloads(b *testing.B, ctx context.Context, ews dynamic.ResourceInterface, n int) {
+// deleteAllExternalWorkloads empties the benchmark's namespace. A
+// DeleteCollection of 50,000 objects outlives the API server's request
+// timeout (and goes on): it is repeated until none is left, within a deadline.
+func deleteAllExternalWorkloads(b *testing.B, ews dynamic.ResourceInterface) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		err := ews.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+		l, lerr := ews.List(context.Background(), metav1.ListOptions{Limit: 1})
+		if err == nil && lerr == nil && len(l.Items) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Errorf("delete the benchmark's ExternalWorkloads: %v, %v", err, lerr)
+			return
+		}
+		time.Sleep(time.Second) // polling the deletion, not synchronising
+	}
+}
+
+// createExternalWorkloadsFrom creates ew-<from> … ew-<n-1> with 16 clients.
+func createExternalWorkloadsFrom(b *testing.B, ctx context.Context, ews dynamic.ResourceInterface, from, n int) {
 	b.Helper()
 	next := atomic.Int64{}
+	next.Store(int64(from))
 	errs := make(chan error, benchCreators)
 	var wg sync.WaitGroup
 	for range benchCreators {
