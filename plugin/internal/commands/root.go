@@ -70,6 +70,7 @@ the ServiceAccount whose token the plugin sends.`,
 		newPoolsCommand,
 		newReserveCommand,
 		newReleaseCommand,
+		newMigrateMetalLBCommand,
 	} {
 		root.AddCommand(newCommand(o))
 	}
