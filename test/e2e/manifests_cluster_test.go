@@ -3,25 +3,76 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"maps"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ipledger/ipledger/pkg/containerimage"
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
 // TestNoInstallSharesAClusterID: an Elastic IP's ipledger.io/cluster tag is
 // what keeps two clusters of one AWS account apart, so no kustomization we
 // ship may choose the cluster ID for the operator (eipd refuses to start
-// without one, saying how to set it).
+// without one, saying how to set it). The e2e overlay is the exception: it
+// runs against a moto thrown away with the test's node, never an account.
 func TestNoInstallSharesAClusterID(t *testing.T) {
 	env := testenv.Get(t)
 	for _, k := range kustomizations {
+		if k == e2eOverlay {
+			continue
+		}
 		out, err := env.Kubectl(context.Background(), "kustomize", filepath.Join(env.Root, "deploy/kustomize", k))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if bytes.Contains(out, []byte("--cluster-id")) {
 			t.Errorf("%s sets eipd's --cluster-id: every cluster installed from it would share the tag and sweep each other's addresses", k)
+		}
+	}
+}
+
+// TestE2EOverlayRunsTheImagesMakeImagesBuilds: the real-node tests install
+// overlays/e2e on a node with no registry, so every container must run an
+// image `make images` builds (every one of them, under the tag it gives) and
+// never pull it.
+func TestE2EOverlayRunsTheImagesMakeImagesBuilds(t *testing.T) {
+	env := testenv.Get(t)
+	out, err := env.Kubectl(context.Background(), "kustomize", filepath.Join(env.Root, "deploy/kustomize", e2eOverlay))
+	if err != nil {
+		t.Fatal(err)
+	}
+	built := map[string]bool{}
+	for _, b := range containerimage.Binaries {
+		built[b.Ref(containerimage.Tag)] = false
+	}
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var d appsv1.Deployment
+		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Kind != "Deployment" {
+			continue
+		}
+		for _, c := range append(d.Spec.Template.Spec.InitContainers, d.Spec.Template.Spec.Containers...) {
+			if _, ok := built[c.Image]; !ok {
+				t.Errorf("Deployment %s, container %s: image %s is not one `make images` builds (%v)", d.Name, c.Name, c.Image, slices.Sorted(maps.Keys(built)))
+			}
+			built[c.Image] = true
+			if c.ImagePullPolicy != corev1.PullNever {
+				t.Errorf("Deployment %s, container %s: imagePullPolicy %q, want Never (the node has no registry)", d.Name, c.Name, c.ImagePullPolicy)
+			}
+		}
+	}
+	for ref, used := range built {
+		if !used {
+			t.Errorf("`make images` builds %s, which no Deployment of %s runs: the real-node tests would not test it", ref, e2eOverlay)
 		}
 	}
 }

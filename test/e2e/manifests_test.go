@@ -15,7 +15,11 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files of rendered manifests")
 
-var kustomizations = []string{"base", "overlays/dev", "overlays/production", "overlays/cloud"}
+var kustomizations = []string{"base", "overlays/dev", "overlays/production", "overlays/cloud", e2eOverlay}
+
+// e2eOverlay is what make test-cluster installs on a real node: a test
+// install, not one for users.
+const e2eOverlay = "overlays/e2e"
 
 // TestManifestsMatchGoldenFiles renders every kustomization with the pinned
 // kubectl and compares it with testdata/golden, so every change to what users
