@@ -37,7 +37,9 @@ func Allocations(allocs []*ipamv1.Allocation, allNamespaces bool) *metav1.Table 
 }
 
 // Pools is the table of `pools`: usage per family as USED/TOTAL, the
-// Services held outside the pool, and the Ready condition's reason.
+// Services that hold an address outside the pool, and the Ready condition
+// (as the leader last wrote it); -o wide adds priority, addresses and
+// Ready's message.
 func Pools(pools []*ipamv1.Pool) *metav1.Table {
 	t := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
 		{Name: "Name", Type: "string"},
@@ -45,14 +47,22 @@ func Pools(pools []*ipamv1.Pool) *metav1.Table {
 		{Name: "IPv6", Type: "string", Description: "used/total"},
 		{Name: "Held Outside", Type: "integer"},
 		{Name: "Auto Assign", Type: "boolean"},
-		{Name: "Conditions", Type: "string"},
+		{Name: "Ready", Type: "string"},
+		{Name: "Reason", Type: "string"},
 		{Name: "Priority", Type: "integer", Priority: 1},
 		{Name: "Addresses", Type: "string", Priority: 1},
+		{Name: "Message", Type: "string", Priority: 1},
 	}}
 	for _, p := range pools {
+		ready := &ipamv1.PoolCondition{Status: "Unknown"}
+		for _, c := range p.GetConditions() {
+			if c.GetType() == "Ready" {
+				ready = c
+			}
+		}
 		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
 			p.GetName(), usage(p.GetIpv4()), usage(p.GetIpv6()), p.GetHeldOutside(), p.GetAutoAssign(),
-			conditions(p.GetConditions()), p.GetPriority(), strings.Join(p.GetAddresses(), ","),
+			ready.GetStatus(), orNone(ready.GetReason()), p.GetPriority(), orNone(strings.Join(p.GetAddresses(), ",")), orNone(ready.GetMessage()),
 		}})
 	}
 	return t
@@ -64,23 +74,6 @@ func usage(u *ipamv1.FamilyUsage) string {
 		return "<none>"
 	}
 	return fmt.Sprintf("%s/%s", u.GetUsed(), u.GetTotal())
-}
-
-// conditions lists the true conditions by type, and each false one with its
-// reason, e.g. "Ready" or "Ready=False(Overlaps)".
-func conditions(cs []*ipamv1.PoolCondition) string {
-	var out []string
-	for _, c := range cs {
-		s := c.GetType()
-		if c.GetStatus() != "True" {
-			s = fmt.Sprintf("%s=%s", c.GetType(), c.GetStatus())
-			if c.GetReason() != "" {
-				s += "(" + c.GetReason() + ")"
-			}
-		}
-		out = append(out, s)
-	}
-	return orNone(strings.Join(out, ","))
 }
 
 func orNone(s string) string {

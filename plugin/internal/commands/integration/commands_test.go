@@ -263,18 +263,21 @@ func TestCommandsAgainstIPAM(t *testing.T) {
 	}
 
 	t.Run("pools", func(t *testing.T) {
-		rows := fields(s.ok(t, read("pools")...))
-		want := [][]string{
-			{"NAME", "IPV4", "IPV6", "HELD", "OUTSIDE", "AUTO", "ASSIGN", "CONDITIONS"},
-		}
-		if len(rows) != 2 || strings.Join(rows[0], " ") != strings.Join(want[0], " ") {
-			t.Fatalf("pools table:\n%v", rows)
-		}
-		if got := strings.Join(rows[1][:5], " "); got != pool+" 4/8 <none> 0 true" {
-			t.Errorf("pools row %q, want %q", got, pool+" 4/8 <none> 0 true")
-		}
+		// The leader writes the pool's Ready condition after the Services'
+		// statuses: poll for it.
+		want := "NAME IPV4 IPV6 HELD OUTSIDE AUTO ASSIGN READY REASON\n" + pool + " 4/8 <none> 0 true True Serving"
+		testenv.Eventually(t, wait, func() error {
+			var lines []string
+			for _, row := range fields(s.ok(t, read("pools")...)) {
+				lines = append(lines, strings.Join(row, " "))
+			}
+			if got := strings.Join(lines, "\n"); got != want {
+				return fmt.Errorf("pools printed\n%s\nwant\n%s", got, want)
+			}
+			return nil
+		})
 		wide := s.ok(t, read("pools", "-o", "wide")...)
-		wantAll(t, "pools -o wide", wide, "PRIORITY", "ADDRESSES", "10.91.0.0/29")
+		wantAll(t, "pools -o wide", wide, "PRIORITY", "ADDRESSES", "MESSAGE", "10.91.0.0/29", "The pool serves Services")
 		var resp ipamv1.ListPoolsResponse
 		if err := protojson.Unmarshal([]byte(s.ok(t, read("pools", "-o", "json")...)), &resp); err != nil {
 			t.Fatal(err)

@@ -275,7 +275,7 @@ spec:
 	if err != nil {
 		t.Fatalf("migrate-metallb: %v\n%s", err, stderr)
 	}
-	if !strings.Contains(stderr, "Warning: L2Advertisement metallb-system/l2: not converted (it announces IPAddressPools mlb-auto, mlb-named)") {
+	if !strings.Contains(stderr, "Warning: L2Advertisement metallb-system/l2: not converted (it announces every IPAddressPool in its namespace)") {
 		t.Errorf("stderr does not name the advertisement:\n%s", stderr)
 	}
 	// The same pools from the file (whose Deployment is only a warning).
@@ -313,6 +313,10 @@ spec:
   ports: [{port: 80}]
 `)
 	m.kubectl("apply", "-n", m.ns, "-f", filepath.Join(m.dir, "trial.yaml"))
+	// The install the guide names (nothing runs it here: the test runs ipam
+	// itself with the flags it sets).
+	m.kubectl("apply", "--server-side", "-k", filepath.Join(env.Root, "deploy/kustomize/overlays/cloud"))
+	m.ipamArgs(true)
 	m.startIPAM("ipam-beside", true)
 	testenv.Eventually(t, wait, func() error {
 		if got := ingress(m.service("trial")); len(got) != 1 || !strings.HasPrefix(got[0], "10.93.9.") {
@@ -330,11 +334,14 @@ spec:
 	// Step: switch. MetalLB's controller stops allocating, the IPPools are
 	// applied, ipam serves class-less Services (restarted without
 	// --require-lb-class: a new term, which adopts the addresses in status).
-	m.kubectl("-n", "metallb-system", "scale", "deploy/controller", "--replicas=0")
-	m.kubectl("apply", "-f", filepath.Join(m.dir, "ippools.yaml"))
+	m.kubectl("-n", sysNS, "scale", "deploy/ipledger-ipam", "--replicas=0")
 	if err := m.ipam.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	m.kubectl("-n", "metallb-system", "scale", "deploy/controller", "--replicas=0")
+	m.kubectl("apply", "-f", filepath.Join(m.dir, "ippools.yaml"))
+	m.kubectl("apply", "--server-side", "-k", filepath.Join(env.Root, "deploy/kustomize/base"))
+	m.ipamArgs(false)
 	m.startIPAM("ipam-switched", false)
 	wantPool := map[string]string{"held": "mlb-auto", "requested": "mlb-auto", "named": "mlb-named", "shared-a": "mlb-auto", "shared-b": "mlb-auto"}
 	testenv.Eventually(t, wait, func() error {
@@ -373,6 +380,7 @@ spec:
 	})
 
 	// Rollback: ipam stopped, MetalLB's controller back; the statuses stay.
+	m.kubectl("-n", sysNS, "scale", "deploy/ipledger-ipam", "--replicas=0")
 	if err := m.ipam.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -391,6 +399,17 @@ spec:
 	}
 	m.kubectl("delete", "ippools", "-l", "ipledger.io/converted-from=metallb")
 	m.kubectl("delete", "ippool", "trial")
+}
+
+// ipamArgs checks that the ipledger-ipam Deployment, as the last kubectl
+// apply left it, runs with --require-lb-class=true or without it, and with
+// one replica.
+func (m *migration) ipamArgs(requireClass bool) {
+	m.t.Helper()
+	out := m.kubectl("-n", testenv.SystemNamespace, "get", "deploy/ipledger-ipam", "-o", "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].args}")
+	if strings.Contains(out, "--require-lb-class=true") != requireClass || !strings.HasPrefix(out, "1 ") {
+		m.t.Fatalf("ipledger-ipam Deployment: replicas and args %s, want --require-lb-class=true: %t and 1 replica", out, requireClass)
+	}
 }
 
 func writeFile(t *testing.T, dir, name, content string) string {

@@ -1,0 +1,162 @@
+package output
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
+)
+
+func print(t *testing.T, f func(*bytes.Buffer) error) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := f(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestAllocationsTable(t *testing.T) {
+	allocs := []*ipamv1.Allocation{
+		{Ip: "10.0.0.1", Pool: "public", Service: &ipamv1.ServiceRef{Namespace: "shop", Name: "web", Uid: "u1"}, AllocatedAt: "2026-12-01T10:00:00Z"},
+		{Ip: "2001:db8::1", Pool: "public-v6", SharingKey: "k", Service: &ipamv1.ServiceRef{Namespace: "shop", Name: "web-dual"}},
+	}
+	for _, tc := range []struct {
+		name string
+		all  bool
+		wide bool
+		want string
+	}{
+		{"namespaced", false, false, `
+SERVICE    IP            POOL
+web        10.0.0.1      public
+web-dual   2001:db8::1   public-v6
+`},
+		{"all namespaces", true, false, `
+NAMESPACE   SERVICE    IP            POOL
+shop        web        10.0.0.1      public
+shop        web-dual   2001:db8::1   public-v6
+`},
+		{"wide", false, true, `
+SERVICE    IP            POOL        SHARING KEY   ALLOCATED              UID
+web        10.0.0.1      public      <none>        2026-12-01T10:00:00Z   u1
+web-dual   2001:db8::1   public-v6   k             <none>                 <none>
+`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := print(t, func(b *bytes.Buffer) error { return PrintTable(b, Allocations(allocs, tc.all), tc.wide) })
+			if want := strings.TrimPrefix(tc.want, "\n"); got != want {
+				t.Errorf("got\n%s\nwant\n%s", got, want)
+			}
+		})
+	}
+}
+
+func TestPoolsTable(t *testing.T) {
+	pools := []*ipamv1.Pool{
+		{Name: "public", Addresses: []string{"10.0.0.0/30", "2001:db8::/126"}, AutoAssign: true, HeldOutside: 2,
+			Ipv4: &ipamv1.FamilyUsage{Total: "4", Used: "1"}, Ipv6: &ipamv1.FamilyUsage{Total: "4", Used: "0"},
+			Conditions: []*ipamv1.PoolCondition{
+				{Type: "Ready", Status: "True", Reason: "Serving", Message: "The pool serves Services"},
+				{Type: "Conflicting", Status: "False", Reason: "NoOverlap"},
+			}},
+		{Name: "manual", Addresses: []string{"10.1.0.0/24"}, Priority: 10,
+			Ipv4: &ipamv1.FamilyUsage{Total: "256", Used: "0"}, Ipv6: &ipamv1.FamilyUsage{Total: "0", Used: "0"}},
+	}
+	got := print(t, func(b *bytes.Buffer) error { return PrintTable(b, Pools(pools), false) })
+	want := `NAME     IPV4    IPV6     HELD OUTSIDE   AUTO ASSIGN   READY     REASON
+public   1/4     0/4      2              true          True      Serving
+manual   0/256   <none>   0              false         Unknown   <none>
+`
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	wide := print(t, func(b *bytes.Buffer) error { return PrintTable(b, Pools(pools), true) })
+	for _, w := range []string{"PRIORITY   ADDRESSES", "10.0.0.0/30,2001:db8::/126", "The pool serves Services", "10   "} {
+		if !strings.Contains(wide, w) {
+			t.Errorf("wide lacks %q:\n%s", w, wide)
+		}
+	}
+}
+
+func TestExplanation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		resp *ipamv1.ExplainServiceResponse
+		want string
+	}{
+		{"pending", &ipamv1.ExplainServiceResponse{
+			Decision: "The Service gets no IP: no pool can serve it.", Reason: "NoPoolSelected",
+			Verdicts: []*ipamv1.PoolVerdict{
+				{Pool: "public", Reason: "NamespaceMismatch", Message: "namespace shop is not selected"},
+				{Pool: "tiny", Reason: "Exhausted", Message: "no free address"},
+			},
+		}, `Service:   shop/web
+Decision:  The Service gets no IP: no pool can serve it.
+Reason:    NoPoolSelected
+IPs:       <none>
+Pools:
+  public  not eligible  NamespaceMismatch  namespace shop is not selected
+  tiny    not eligible  Exhausted          no free address
+`},
+		{"not served", &ipamv1.ExplainServiceResponse{Decision: "ipam does not serve this Service."}, `Service:   shop/web
+Decision:  ipam does not serve this Service.
+IPs:       <none>
+`},
+		{"dual stack", &ipamv1.ExplainServiceResponse{Decision: "Holds both.", Reason: "Allocated", Ips: []string{"10.0.0.1", "2001:db8::1"},
+			Verdicts: []*ipamv1.PoolVerdict{{Pool: "public", Eligible: true, Reason: "Selected", Message: "chosen"}}}, `Service:   shop/web
+Decision:  Holds both.
+Reason:    Allocated
+IPs:       10.0.0.1, 2001:db8::1
+Pools:
+  public  eligible  Selected  chosen
+`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := print(t, func(b *bytes.Buffer) error { return Explanation(b, "shop", "web", tc.resp) })
+			if got != tc.want {
+				t.Errorf("got\n%s\nwant\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		allowed []Format
+		want    Format
+		err     string
+	}{
+		{"", []Format{Table, JSON}, Table, ""},
+		{"json", []Format{Table, JSON, YAML}, JSON, ""},
+		{"wide", []Format{Table, Wide}, Wide, ""},
+		{"wide", []Format{Table, JSON, YAML}, "", "-o wide: unknown output format; use one of json, yaml"},
+		{"name", []Format{Table, Wide, JSON, YAML}, "", "use one of wide, json, yaml"},
+	} {
+		got, err := Parse(tc.in, tc.allowed...)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("Parse(%q): %v, want an error with %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("Parse(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestMessage(t *testing.T) {
+	resp := &ipamv1.ListAllocationsResponse{Allocations: []*ipamv1.Allocation{{Ip: "10.0.0.1", Pool: "public", SharingKey: "k"}}}
+	yaml := print(t, func(b *bytes.Buffer) error { return Message(b, YAML, resp) })
+	want := "allocations:\n- ip: 10.0.0.1\n  pool: public\n  sharingKey: k\n"
+	if yaml != want {
+		t.Errorf("yaml:\n%s\nwant\n%s", yaml, want)
+	}
+	json := print(t, func(b *bytes.Buffer) error { return Message(b, JSON, resp) })
+	if !strings.Contains(json, `"sharingKey": "k"`) || !strings.HasSuffix(json, "}\n") {
+		t.Errorf("json:\n%s", json)
+	}
+}
