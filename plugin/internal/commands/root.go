@@ -71,6 +71,7 @@ the ServiceAccount whose token the plugin sends.`,
 		newReserveCommand,
 		newReleaseCommand,
 		newMigrateMetalLBCommand,
+		newPreviewCommand,
 	} {
 		root.AddCommand(newCommand(o))
 	}

@@ -17,10 +17,7 @@ import (
 func Find(ctx context.Context, client kubernetes.Interface, f Flags, target Target) (*corev1.Pod, error) {
 	pods, err := client.CoreV1().Pods(f.Namespace).List(ctx, metav1.ListOptions{LabelSelector: PodSelector})
 	if err != nil {
-		if apierrors.IsForbidden(err) {
-			return nil, fmt.Errorf("listing ipam's Pods in namespace %s: %w; the plugin needs list on pods there (and create on pods/portforward): bind the Role ipledger:kubectl-plugin, or give --ipam-address", f.Namespace, err)
-		}
-		return nil, fmt.Errorf("listing ipam's Pods in namespace %s: %w", f.Namespace, err)
+		return nil, fmt.Errorf("listing ipam's Pods in namespace %s: %w%s", f.Namespace, err, pluginRoleFix(err, f.Namespace))
 	}
 	if len(pods.Items) == 0 {
 		return nil, noIPAM(ctx, client, f.Namespace)
@@ -29,13 +26,22 @@ func Find(ctx context.Context, client kubernetes.Interface, f Flags, target Targ
 	if target == Leader {
 		lease, err := client.CoordinationV1().Leases(f.Namespace).Get(ctx, f.Lease, metav1.GetOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("reading ipam's Lease %s/%s to find the leader, which takes reservations: %w", f.Namespace, f.Lease, err)
+			return nil, fmt.Errorf("reading ipam's Lease %s/%s to find the leader, which takes reservations: %w%s", f.Namespace, f.Lease, err, pluginRoleFix(err, f.Namespace))
 		}
 		if lease.Spec.HolderIdentity != nil {
 			holder = *lease.Spec.HolderIdentity
 		}
 	}
 	return ChoosePod(pods.Items, target, holder, f.Namespace, f.Lease)
+}
+
+// pluginRoleFix names the ClusterRole that grants what the plugin needs of
+// the Kubernetes API, when err is a refusal.
+func pluginRoleFix(err error, namespace string) string {
+	if !apierrors.IsForbidden(err) {
+		return ""
+	}
+	return fmt.Sprintf("\nfix: bind the ClusterRole ipledger:kubectl-plugin in %s (kubectl -n %s create rolebinding NAME --clusterrole=ipledger:kubectl-plugin --user=YOU), or give --ipam-address", namespace, namespace)
 }
 
 // noIPAM says where ipam is, if the caller may look in every namespace.

@@ -41,7 +41,8 @@ func forward(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, port int) (
 		if err == nil {
 			err = errors.New("ended before it was ready")
 		}
-		return "", fmt.Errorf("port-forward to ipam Pod %s/%s port %d: %w (you need create on pods/portforward there; or pass --ipam-address)", pod.Namespace, pod.Name, port, err)
+		return "", fmt.Errorf("port-forward to ipam Pod %s/%s port %d: %w\nfix: the Pod must be running on a node; you need create on pods/portforward in %s (ClusterRole ipledger:kubectl-plugin); or pass --ipam-address",
+			pod.Namespace, pod.Name, port, err, pod.Namespace)
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}

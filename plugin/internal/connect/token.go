@@ -60,7 +60,9 @@ func Token(ctx context.Context, client kubernetes.Interface, f Flags) (string, e
 	}, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsForbidden(err):
-		return "", fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w; you need create on serviceaccounts/token for it (the Role ipledger:kubectl-plugin grants it in %s), or pass --token-file", ns, name, err, DefaultNamespace)
+		return "", fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w\nfix: you need create on serviceaccounts/token for it: "+
+			"kubectl -n %s create role %s-token --verb=create --resource=serviceaccounts/token --resource-name=%s, and a rolebinding of it to you; or pass --token-file",
+			ns, name, err, ns, name, name)
 	case apierrors.IsNotFound(err):
 		return "", fmt.Errorf("ServiceAccount %s/%s does not exist: create it (kubectl -n %s create serviceaccount %s) and bind it to ipledger:viewer, or name another with --service-account", ns, name, ns, name)
 	case err != nil:

@@ -411,7 +411,9 @@ func TestCommandsAgainstIPAM(t *testing.T) {
 // Without --ipam-address the plugin looks for ipam's Pods in
 // --ipam-namespace: it says where they are when they are elsewhere, and
 // sends reserve to the Lease holder (the port-forward then fails here, with
-// no kubelet, naming the Pod it chose).
+// no kubelet, naming the Pod it chose). A user bound only to
+// ipledger:kubectl-plugin (deploy/kustomize/base/rbac) gets that far; one
+// without it is told to bind it.
 func TestFindsIPAMAndItsLeader(t *testing.T) {
 	env := testenv.Get(t)
 	ctx := context.Background()
@@ -450,12 +452,40 @@ func TestFindsIPAMAndItsLeader(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-
 	wantAll(t, "ipam elsewhere", s.fails(t, "pools", "--ipam-namespace", empty, "--service-account", viewer),
 		"no ipam found", "but in "+home, "--ipam-namespace "+home)
-	wantAll(t, "reads go to a Ready Pod", s.fails(t, "pools", "--ipam-namespace", home, "--service-account", viewer),
-		"port-forward to ipam Pod "+home+"/ipam-x port 9443")
-	wantAll(t, "writes go to the leader", s.fails(t, "reserve", "10.0.0.1", "--note", "x", "--ipam-namespace", home, "--service-account", viewer),
+
+	// From here on as ServiceAccount finder, with a token file: only the
+	// Kubernetes API's permissions are in question.
+	s.serviceAccount(t, "finder", "")
+	as := []string{"--ipam-namespace", home, "--token-file", env.TokenFile(t, testenv.SystemNamespace, "finder"),
+		"--kubeconfig", env.ServiceAccountKubeconfig(t, testenv.SystemNamespace, "finder")}
+	wantAll(t, "finding without ipledger:kubectl-plugin", s.fails(t, append([]string{"pools"}, as...)...),
+		"forbidden", "fix: bind the ClusterRole ipledger:kubectl-plugin in "+home)
+	if _, err := env.Client.RbacV1().RoleBindings(home).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "finder"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "ipledger:kubectl-plugin"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "finder", Namespace: testenv.SystemNamespace}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, wait, func() error { // RBAC reaches the authorizer asynchronously
+		_, _, err := s.run(t, append([]string{"pools"}, as...)...)
+		if err == nil || !strings.Contains(err.Error(), "port-forward to ipam Pod "+home+"/ipam-x port 9443") {
+			return fmt.Errorf("pools as finder: %v", err)
+		}
+		return nil
+	})
+	for _, msg := range []string{
+		s.fails(t, append([]string{"pools"}, as...)...),
+		s.fails(t, append([]string{"reserve", "10.0.0.1", "--note", "x"}, as...)...),
+	} {
+		// The API server refuses the port-forward for the Pod, not the user.
+		if strings.Contains(msg, "forbidden") {
+			t.Errorf("ipledger:kubectl-plugin lacks a permission: %s", msg)
+		}
+	}
+	wantAll(t, "writes go to the leader", s.fails(t, append([]string{"reserve", "10.0.0.1", "--note", "x"}, as...)...),
 		"port-forward to ipam Pod "+home+"/ipam-y port 9443")
 
 	holder = "ipam-z"
@@ -464,7 +494,7 @@ func TestFindsIPAMAndItsLeader(t *testing.T) {
 	}, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	wantAll(t, "a leader that is not Ready", s.fails(t, "release", "10.0.0.1", "--ipam-namespace", home, "--service-account", viewer),
+	wantAll(t, "a leader that is not Ready", s.fails(t, append([]string{"release", "10.0.0.1"}, as...)...),
 		"the ipam leader ipam-z (holder of Lease "+home+"/ipledger-ipam) is not Ready")
 }
 

@@ -101,6 +101,8 @@ type migration struct {
 	ipamToken  string
 	kubeconfig string
 	ipam       *testenv.Process
+	ipamAddr   string // gRPC
+	viewer     string // token file of a ServiceAccount bound to ipledger:viewer
 }
 
 func (m *migration) kubectl(args ...string) string {
@@ -136,12 +138,12 @@ func freePort(t *testing.T) string {
 // components/require-lb-class sets it, and waits until it leads.
 func (m *migration) startIPAM(id string, requireClass bool) {
 	t := m.t
-	ops := freePort(t)
+	ops, grpcAddr := freePort(t), freePort(t)
 	p := testenv.StartProcess(t, id, m.env.Binary(t, "ipam"), nil,
 		"--kubeconfig", m.kubeconfig, "--namespace", testenv.SystemNamespace, "--lb-class", "ipledger.io/lb",
 		fmt.Sprintf("--require-lb-class=%t", requireClass), "--log-format", "text",
 		"--watcher-addr", m.watcher, "--watcher-token-file", m.ipamToken, "--watcher-plaintext",
-		"--grpc-addr", freePort(t), "--grpc-plaintext", "--ops-addr", ops,
+		"--grpc-addr", grpcAddr, "--grpc-plaintext", "--ops-addr", ops,
 		"--leader-elect-identity", id, "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s",
 		"--leader-elect-retry-period", "500ms")
 	testenv.Eventually(t, wait, func() error {
@@ -165,7 +167,22 @@ func (m *migration) startIPAM(id string, requireClass bool) {
 		}
 		return nil
 	})
-	m.ipam = p
+	m.ipam, m.ipamAddr = p, grpcAddr
+}
+
+// why runs kubectl ipledger why svc/name (against the ipam started last) and
+// checks its answer says want.
+func (m *migration) why(name string, want ...string) {
+	m.t.Helper()
+	out, stderr, err := m.plugin("", "why", "svc/"+name, "-n", m.ns, "--ipam-address", m.ipamAddr, "--token-file", m.viewer)
+	if err != nil {
+		m.t.Fatalf("why svc/%s: %v\n%s", name, err, stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			m.t.Errorf("why svc/%s does not say %q:\n%s", name, w, out)
+		}
+	}
 }
 
 // metallbService creates a class-less LoadBalancer Service and writes the
@@ -284,6 +301,11 @@ spec:
 		t.Errorf("from the cluster:\n%s\nfrom the file (err %v):\n%s", stdout, err, fromFile)
 	}
 	writeFile(t, m.dir, "ippools.yaml", stdout)
+	// And from what kubectl prints (a List), through stdin.
+	listed := m.kubectl("get", "ipaddresspools", "-n", "metallb-system", "-o", "yaml")
+	if fromStdin, stderr, err := m.plugin(listed, "migrate-metallb", "-f", "-"); err != nil || fromStdin != stdout {
+		t.Errorf("from kubectl get -o yaml | migrate-metallb -f - (err %v, %s):\n%s\nwant\n%s", err, stderr, fromStdin, stdout)
+	}
 
 	// Step: ipam beside MetalLB (components/require-lb-class), with a trial
 	// pool of its own that overlaps none of MetalLB's addresses.
@@ -297,6 +319,8 @@ spec:
 		t.Fatal(err)
 	}
 	m.kubeconfig, m.ipamToken = env.KubeconfigFor(t, token), env.TokenFile(t, sysNS, "ipledger-ipam")
+	m.viewer = env.TokenFile(t, sysNS, "migration-viewer")
+	m.kubectl("create", "clusterrolebinding", "migration-viewer", "--clusterrole=ipledger:viewer", "--serviceaccount="+sysNS+":migration-viewer")
 	writeFile(t, m.dir, "trial.yaml", `apiVersion: ipledger.io/v1alpha1
 kind: IPPool
 metadata: {name: trial}
@@ -324,6 +348,7 @@ spec:
 		}
 		return nil
 	})
+	m.why("trial", "Allocated", "10.93.9.")
 	for name, ip := range metallbIPs {
 		s := m.service(name)
 		if got := ingress(s); !slices.Equal(got, []string{ip}) || condition(s) != nil {
@@ -359,6 +384,8 @@ spec:
 		}
 		return nil
 	})
+
+	m.why("named", "Allocated", "10.93.1.1", "mlb-named")
 
 	// After the switch, MetalLB's annotations on a new Service are honoured.
 	m.kubectl("apply", "-n", m.ns, "-f", writeFile(t, m.dir, "after.yaml", `apiVersion: v1
