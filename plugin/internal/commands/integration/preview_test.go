@@ -40,6 +40,7 @@ func TestPreviewCommand(t *testing.T) {
 	var used int
 	t.Run("shrinking the pool, in words", func(t *testing.T) {
 		out := s.ok(t, read("preview", "-f", shrink)...)
+		t.Logf("kubectl ipledger preview -f shrink.yaml:\n%s", out)
 		wantAll(t, "preview", out, "Pool:  "+pool+" (Update)", "would keep their addresses outside their pool (HeldOutsidePool; nothing is moved)")
 		row := regexp.MustCompile(`(?m)^` + pool + `\s+Serving\s+(\d)/8 -> 2/2\s+-\s+0 -> (\d)$`).FindStringSubmatch(out)
 		if row == nil {
