@@ -21,6 +21,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
+	"github.com/ipledger/ipledger/test/e2e/journey"
 )
 
 // noNodePorts: the suite creates thousands of LoadBalancer Services with
@@ -104,17 +105,17 @@ func checkIPAMConverged(t *testing.T, sys *System, ns string, n int, timeout tim
 		}
 		return nil
 	})
-	viewerToken(t, env)
+	journey.ViewerToken(t, env.Client)
 	conn := sys.Dial(t, readFrom.GRPCAddr, "e2e-viewer")
 	testenv.Eventually(t, 20*time.Second, func() error {
-		services, err := ourLoadBalancers(ctx, sys)
+		services, err := journey.LoadBalancers(ctx, env.Client)
 		if err != nil {
 			return err
 		}
-		if err := checkNoIPOnTwoServices(services); err != nil {
+		if err := journey.NoIPOnTwoServices(services); err != nil {
 			t.Fatal(err) // a duplicate never heals by waiting
 		}
-		return checkLedgerEqualsStatuses(ctx, conn, services)
+		return journey.LedgerEqualsStatuses(ctx, conn, services)
 	})
 }
 
@@ -151,7 +152,7 @@ func TestIPAMLeaderKilledDuringBurst(t *testing.T) {
 	env := testenv.Get(t)
 	sys := StartSystem(t, SystemOptions{Watchers: 1, IPAM: 2})
 	ns := env.Namespace(t, nil)
-	createPool(t, "leader-kill", 23, ns)
+	journey.CreatePool(t, env.Dynamic, "leader-kill", 23, ns)
 	leader := ipamLeader(t, sys)
 	const n = 300
 	burst(t, ns, "svc", n, func() { leader.Kill() })
@@ -168,7 +169,7 @@ func TestWatchersKilledWhileObjectsChange(t *testing.T) {
 	env := testenv.Get(t)
 	sys := StartSystem(t, SystemOptions{Watchers: 3, IPAM: 1})
 	ns := env.Namespace(t, nil)
-	createPool(t, "watcher-kill", 24, ns)
+	journey.CreatePool(t, env.Dynamic, "watcher-kill", 24, ns)
 	const n = 150
 	burst(t, ns, "svc", n, func() {
 		sys.Watchers[0].Kill()
@@ -183,7 +184,7 @@ func TestAPIServerRestart(t *testing.T) {
 	env := testenv.Get(t)
 	sys := StartSystem(t, SystemOptions{Watchers: 2, IPAM: 2})
 	ns := env.Namespace(t, nil)
-	createPool(t, "apiserver-restart", 24, ns)
+	journey.CreatePool(t, env.Dynamic, "apiserver-restart", 24, ns)
 	const n = 150
 	burst(t, ns, "svc", n, func() {
 		sys.TolerateDenials(func() {
@@ -215,7 +216,7 @@ func TestEC2ThrottlingStorm(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "storm-" + strings.ToLower(inst.ID), Labels: map[string]string{"ipledger.io/externalip-auto-assign": "true"}},
 			Spec:       corev1.NodeSpec{ProviderID: inst.ProviderID()},
 		}
-		createNode(t, node)
+		journey.CreateNode(t, env.Client, node)
 	}
 	testenv.Eventually(t, 30*time.Second, func() error {
 		if n := proxy.TotalFaults(); n < 10 {
@@ -286,7 +287,7 @@ func TestStalledSubscriber(t *testing.T) {
 		}
 	}
 	ns := env.Namespace(t, nil)
-	createPool(t, "stalled", 23, ns)
+	journey.CreatePool(t, env.Dynamic, "stalled", 23, ns)
 	const n = 300
 	burst(t, ns, "svc", n, nil)
 	checkIPAMConverged(t, sys, ns, n, 90*time.Second, sys.IPAM[0])

@@ -23,6 +23,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/ec2test"
 	"github.com/ipledger/ipledger/pkg/faultproxy"
 	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/test/e2e/journey"
 )
 
 // The monitoring component (deploy/kustomize/components/monitoring) is in no
@@ -208,13 +209,13 @@ func TestMonitoringNamesOnlyExportedMetrics(t *testing.T) {
 	sys := StartSystem(t, SystemOptions{Watchers: 1, IPAM: 1, Endpoints: 1, EIPD: 1, EC2Endpoint: proxy.URL(), ClusterID: cluster})
 
 	ns := env.Namespace(t, nil)
-	pool := createPool(t, "monitoring", 31, ns) // two addresses
-	web := createLoadBalancer(t, ns, "web", nil, corev1.ProtocolTCP, 80)
-	createLoadBalancer(t, ns, "api", nil, corev1.ProtocolTCP, 80)
-	createLoadBalancer(t, ns, "waits", nil, corev1.ProtocolTCP, 80)
-	createWorkload(t, ns, "vm-0", "10.21.0.1", web.Spec.Selector, true)
+	pool := journey.CreatePool(t, env.Dynamic, "monitoring", 31, ns) // two addresses
+	web := journey.CreateLoadBalancer(t, env.Client, ns, "web", nil, corev1.ProtocolTCP, 80)
+	journey.CreateLoadBalancer(t, env.Client, ns, "api", nil, corev1.ProtocolTCP, 80)
+	journey.CreateLoadBalancer(t, env.Client, ns, "waits", nil, corev1.ProtocolTCP, 80)
+	journey.CreateWorkload(t, env.Dynamic, ns, "vm-0", "10.21.0.1", web.Spec.Selector, true)
 	inst := moto.RunInstance(t)
-	createNode(t, &corev1.Node{
+	journey.CreateNode(t, env.Client, &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "monitoring-" + strings.ToLower(inst.ID), Labels: map[string]string{"ipledger.io/externalip-auto-assign": "true"}},
 		Spec:       corev1.NodeSpec{ProviderID: inst.ProviderID()},
 	})
@@ -230,7 +231,7 @@ func TestMonitoringNamesOnlyExportedMetrics(t *testing.T) {
 		}
 		return nil
 	})
-	grpcurl(t, env, viewerToken(t, env), sys.IPAM[0].GRPCAddr, "ipledger.ipam.v1.IPAMService/ListPools", "{}")
+	journey.Grpcurl(t, filepath.Join(env.CP.BinDir, "grpcurl"), journey.ViewerToken(t, env.Client), sys.IPAM[0].GRPCAddr, "ipledger.ipam.v1.IPAMService/ListPools", "{}")
 	// Every stream client sees its stream end once (ipledger_stream_disconnects_total).
 	sys.Watchers[0].Kill()
 	sys.Watchers[0].Restart(t)

@@ -1,4 +1,4 @@
-package e2e
+package journey
 
 import (
 	"context"
@@ -10,16 +10,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
 	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 )
 
-const sharedIPAnnotation = "ipledger.io/allow-shared-ip"
+// SharedIPAnnotation lets Services with the same value share an IP.
+const SharedIPAnnotation = "ipledger.io/allow-shared-ip"
 
-// ourLoadBalancers lists the Services ipam is responsible for.
-func ourLoadBalancers(ctx context.Context, s *System) ([]corev1.Service, error) {
-	list, err := s.env.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+// LoadBalancers lists the Services ipam is responsible for.
+func LoadBalancers(ctx context.Context, c kubernetes.Interface) ([]corev1.Service, error) {
+	list, err := c.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -33,8 +35,8 @@ func ourLoadBalancers(ctx context.Context, s *System) ([]corev1.Service, error) 
 	return out, nil
 }
 
-// statusIPs maps each IP in a Service status to the Services showing it.
-func statusIPs(services []corev1.Service) map[string][]corev1.Service {
+// StatusIPs maps each IP in a Service status to the Services showing it.
+func StatusIPs(services []corev1.Service) map[string][]corev1.Service {
 	byIP := map[string][]corev1.Service{}
 	for _, svc := range services {
 		for _, in := range svc.Status.LoadBalancer.Ingress {
@@ -44,16 +46,16 @@ func statusIPs(services []corev1.Service) map[string][]corev1.Service {
 	return byIP
 }
 
-// checkNoIPOnTwoServices fails when one IP shows on two Services that did
+// NoIPOnTwoServices fails when one IP shows on two Services that did
 // not both ask to share it under the same key.
-func checkNoIPOnTwoServices(services []corev1.Service) error {
-	for ip, holders := range statusIPs(services) {
+func NoIPOnTwoServices(services []corev1.Service) error {
+	for ip, holders := range StatusIPs(services) {
 		if len(holders) < 2 {
 			continue
 		}
-		key := holders[0].Annotations[sharedIPAnnotation]
+		key := holders[0].Annotations[SharedIPAnnotation]
 		for _, h := range holders[1:] {
-			if key == "" || h.Annotations[sharedIPAnnotation] != key {
+			if key == "" || h.Annotations[SharedIPAnnotation] != key {
 				var names []string
 				for _, h := range holders {
 					names = append(names, h.Namespace+"/"+h.Name)
@@ -65,9 +67,9 @@ func checkNoIPOnTwoServices(services []corev1.Service) error {
 	return nil
 }
 
-// ledgerAllocations pages through ipam's ListAllocations: the ledger as any
+// LedgerAllocations pages through ipam's ListAllocations: the ledger as any
 // replica sees it.
-func ledgerAllocations(ctx context.Context, conn *grpc.ClientConn) ([]*ipamv1.Allocation, error) {
+func LedgerAllocations(ctx context.Context, conn *grpc.ClientConn) ([]*ipamv1.Allocation, error) {
 	client := ipamv1grpc.NewIPAMServiceClient(conn)
 	var all []*ipamv1.Allocation
 	token := ""
@@ -83,10 +85,10 @@ func ledgerAllocations(ctx context.Context, conn *grpc.ClientConn) ([]*ipamv1.Al
 	}
 }
 
-// checkLedgerEqualsStatuses compares the ledger's (service, ip) pairs with
+// LedgerEqualsStatuses compares the ledger's (service, ip) pairs with
 // the Services' status ingress.
-func checkLedgerEqualsStatuses(ctx context.Context, conn *grpc.ClientConn, services []corev1.Service) error {
-	allocs, err := ledgerAllocations(ctx, conn)
+func LedgerEqualsStatuses(ctx context.Context, conn *grpc.ClientConn, services []corev1.Service) error {
+	allocs, err := LedgerAllocations(ctx, conn)
 	if err != nil {
 		return err
 	}
@@ -126,10 +128,10 @@ func minus(a, b []string) []string {
 	return out
 }
 
-// sliceAddresses returns the addresses in the EndpointSlices ipledger
+// SliceAddresses returns the addresses in the EndpointSlices ipledger
 // manages for one Service.
-func sliceAddresses(ctx context.Context, s *System, namespace, service string) ([]string, error) {
-	slices, err := s.env.Client.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{
+func SliceAddresses(ctx context.Context, c kubernetes.Interface, namespace, service string) ([]string, error) {
+	slices, err := c.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: discoveryv1.LabelServiceName + "=" + service + "," + discoveryv1.LabelManagedBy + "=endpoints.ipledger.io",
 	})
 	if err != nil {
