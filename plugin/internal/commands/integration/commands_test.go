@@ -10,7 +10,14 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -54,6 +61,8 @@ type system struct {
 	admin            string // kubeconfig
 	viewer, operator string // --service-account of ServiceAccounts bound to ipledger:viewer / ipledger:operator
 	nobody           string // a ServiceAccount bound to nothing
+	// startIPAM starts another replica; grpcArgs replace --grpc-plaintext.
+	startIPAM func(t *testing.T, id string, grpcArgs ...string) (grpcAddr string)
 }
 
 func freePort(t *testing.T) string {
@@ -81,14 +90,17 @@ func startSystem(t *testing.T) *system {
 		t.Fatal(err)
 	}
 	kubeconfig, tokenFile, bin := env.KubeconfigFor(t, token), env.TokenFile(t, sysNS, "ipledger-ipam"), env.Binary(t, "ipam")
-	start := func(id string) (grpcAddr string) {
+	s.startIPAM = func(t *testing.T, id string, grpcArgs ...string) (grpcAddr string) {
+		if len(grpcArgs) == 0 {
+			grpcArgs = []string{"--grpc-plaintext"}
+		}
 		grpcAddr, ops := freePort(t), freePort(t)
-		p := testenv.StartProcess(t, id, bin, nil,
+		p := testenv.StartProcess(t, id, bin, nil, append([]string{
 			"--kubeconfig", kubeconfig, "--namespace", sysNS, "--lb-class", class, "--log-format", "text",
 			"--watcher-addr", watcherAddr, "--watcher-token-file", tokenFile, "--watcher-plaintext",
-			"--grpc-addr", grpcAddr, "--grpc-plaintext", "--ops-addr", ops,
+			"--grpc-addr", grpcAddr, "--ops-addr", ops,
 			"--leader-elect-identity", id, "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s",
-			"--leader-elect-retry-period", "500ms")
+			"--leader-elect-retry-period", "500ms"}, grpcArgs...)...)
 		testenv.Eventually(t, wait, func() error {
 			if p.Exited() {
 				t.Fatalf("%s exited: %v\n%s", id, p.Err(), p.Logs())
@@ -105,7 +117,7 @@ func startSystem(t *testing.T) *system {
 		})
 		return grpcAddr
 	}
-	s.leader = start("ipam-a")
+	s.leader = s.startIPAM(t, "ipam-a")
 	testenv.Eventually(t, wait, func() error {
 		lease, err := env.Client.CoordinationV1().Leases(sysNS).Get(ctx, "ipledger-ipam", metav1.GetOptions{})
 		if err != nil {
@@ -116,7 +128,7 @@ func startSystem(t *testing.T) *system {
 		}
 		return nil
 	})
-	s.standby = start("ipam-b")
+	s.standby = s.startIPAM(t, "ipam-b")
 
 	s.viewer = s.serviceAccount(t, "plugin-viewer", "ipledger:viewer")
 	s.operator = s.serviceAccount(t, "plugin-operator", "ipledger:operator")
@@ -402,6 +414,17 @@ func TestCommandsAgainstIPAM(t *testing.T) {
 			"ServiceAccount ipledger-system/nope does not exist", "create serviceaccount nope")
 	})
 
+	t.Run("TLS, as components/tls serves it", func(t *testing.T) {
+		const name = "ipledger-ipam.ipledger-system.svc"
+		cert, key := writeSelfSigned(t, name)
+		addr := s.startIPAM(t, "ipam-tls", "--grpc-tls-cert-file", cert, "--grpc-tls-key-file", key)
+		wantAll(t, "pools over TLS", s.ok(t, "pools", "--ipam-address", addr, "--service-account", s.viewer, "--ipam-ca-file", cert, "--ipam-tls-server-name", name), pool+" ")
+		wantAll(t, "pools in plaintext to TLS", s.fails(t, "pools", "--ipam-address", addr, "--service-account", s.viewer, "--timeout", "5s"),
+			"ipam unreachable", "--ipam-ca-file when ipam serves TLS")
+		wantAll(t, "pools to a certificate without the address's name", s.fails(t, "pools", "--ipam-address", addr, "--service-account", s.viewer, "--ipam-ca-file", cert, "--timeout", "5s"),
+			"ipam unreachable", "certificate")
+	})
+
 	t.Run("unreachable", func(t *testing.T) {
 		msg := s.fails(t, "pools", "--ipam-address", freePort(t), "--service-account", s.viewer, "--timeout", "5s")
 		wantAll(t, "pools of nothing", msg, "ipam unreachable", "--ipam-address is right")
@@ -496,6 +519,39 @@ func TestFindsIPAMAndItsLeader(t *testing.T) {
 	}
 	wantAll(t, "a leader that is not Ready", s.fails(t, append([]string{"release", "10.0.0.1"}, as...)...),
 		"the ipam leader ipam-z (holder of Lease "+home+"/ipledger-ipam) is not Ready")
+}
+
+// writeSelfSigned writes a self-signed certificate for dnsName (its own CA)
+// and its key.
+func writeSelfSigned(t *testing.T, dnsName string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: dnsName}, DNSNames: []string{dnsName},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
 }
 
 func leaseVersion(t *testing.T, s *system, ns string) string {
