@@ -104,10 +104,15 @@ func SetEnv() {
 	os.Setenv("AWS_SHARED_CREDENTIALS_FILE", os.DevNull)
 }
 
-// Start runs moto_server and waits until it answers.
-func Start() (*Moto, error) {
+// Start runs moto_server on loopback and waits until it answers.
+func Start() (*Moto, error) { return StartAt("127.0.0.1") }
+
+// StartAt runs moto_server on a free port of host (an address of this
+// machine: pods on pkg/cluster's node reach it at the node address) and
+// waits until it answers.
+func StartAt(host string) (*Moto, error) {
 	SetEnv()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +120,7 @@ func Start() (*Moto, error) {
 	ln.Close()
 	// moto logs every request; keep it only when asked (EIPD_MOTO_LOG=path).
 	logPath := os.Getenv("EIPD_MOTO_LOG")
-	cmd := exec.Command("moto_server", "-H", "127.0.0.1", "-p", fmt.Sprint(port))
+	cmd := exec.Command("moto_server", "-H", host, "-p", fmt.Sprint(port))
 	if logPath != "" {
 		out, err := os.Create(logPath)
 		if err != nil {
@@ -128,7 +133,7 @@ func Start() (*Moto, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start moto_server: %w", err)
 	}
-	m := &Moto{URL: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd}
+	m := &Moto{URL: "http://" + net.JoinHostPort(host, fmt.Sprint(port)), cmd: cmd}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get(m.URL + "/moto-api/")

@@ -1,0 +1,331 @@
+package cluster
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// cniBinDir is where Debian's containernetworking-plugins installs.
+const cniBinDir = "/usr/lib/cni"
+
+// sysctls are the kernel settings the node's parts may change: the bridge
+// plugin turns on forwarding, the kubelet sets its kernel defaults, and
+// kube-proxy could size conntrack (its configuration asks it not to).
+// Up records them and Down puts them back.
+var sysctls = []string{
+	"net/ipv4/ip_forward",
+	"net/ipv6/conf/all/forwarding",
+	"net/ipv4/conf/all/route_localnet",
+	"net/bridge/bridge-nf-call-iptables",
+	"net/bridge/bridge-nf-call-ip6tables",
+	"net/netfilter/nf_conntrack_max",
+	"net/netfilter/nf_conntrack_tcp_timeout_established",
+	"net/netfilter/nf_conntrack_tcp_timeout_close_wait",
+	"vm/overcommit_memory",
+	"vm/panic_on_oom",
+	"kernel/panic",
+	"kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys",
+	"kernel/keys/root_maxbytes",
+}
+
+// hostPaths are fixed paths outside the node's folder that containerd, the
+// CNI plugins or the kubelet create whatever they are configured with. Down
+// removes those that did not exist before Up.
+var hostPaths = []string{
+	"/run/containerd",
+	"/run/netns",
+	"/var/run/netns",
+	"/var/lib/cni",
+	"/var/log/containers",
+	"/var/log/pods",
+	"/var/lib/kubelet",
+	"/var/lib/containerd",
+	"/opt/containerd",
+	"/etc/cni",
+}
+
+// cgroupName is the cgroup the kubelet puts every pod under, in each
+// hierarchy.
+const cgroupName = "kubepods"
+
+// HostState is what of the machine the node changes, as Snapshot reads it.
+// Down compares the machine with the snapshot Up took before changing
+// anything.
+type HostState struct {
+	Sysctls  map[string]string `json:"sysctls"`
+	Paths    []string          `json:"paths"`
+	Chains   []string          `json:"chains"`
+	NFTables []string          `json:"nftTables"`
+	Links    []string          `json:"links"`
+	Cgroups  []string          `json:"cgroups"`
+	Netns    []string          `json:"netns"`
+	Mounts   []string          `json:"mounts"`
+}
+
+// Snapshot reads the host state that the node may change; mounts are those
+// under dir.
+func Snapshot(dir string) (HostState, error) {
+	s := HostState{Sysctls: map[string]string{}}
+	for _, key := range sysctls {
+		if v, err := os.ReadFile(filepath.Join("/proc/sys", key)); err == nil {
+			s.Sysctls[key] = strings.TrimSpace(string(v))
+		}
+	}
+	for _, p := range hostPaths {
+		if _, err := os.Lstat(p); err == nil {
+			s.Paths = append(s.Paths, p)
+		}
+	}
+	for _, tool := range []string{"iptables", "ip6tables"} {
+		out, err := exec.Command(tool + "-save").Output()
+		if err != nil {
+			return s, fmt.Errorf("%s-save: %w", tool, err)
+		}
+		for _, c := range ownChains(string(out)) {
+			s.Chains = append(s.Chains, tool+" "+c)
+		}
+	}
+	if out, err := exec.Command("nft", "list", "tables").Output(); err == nil {
+		s.NFTables = nftTables(string(out))
+	}
+	ifaces, err := os.ReadDir("/sys/class/net")
+	if err != nil {
+		return s, err
+	}
+	for _, i := range ifaces {
+		s.Links = append(s.Links, i.Name())
+	}
+	s.Cgroups = podCgroups()
+	if entries, err := os.ReadDir("/run/netns"); err == nil {
+		for _, e := range entries {
+			s.Netns = append(s.Netns, e.Name())
+		}
+	}
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return s, err
+	}
+	s.Mounts = mountsUnder(string(info), dir)
+	return s, nil
+}
+
+// Diff says what of after differs from before, one line each; empty when
+// the machine is as it was.
+func (before HostState) Diff(after HostState) []string {
+	var out []string
+	keys := make([]string, 0, len(after.Sysctls))
+	for k := range after.Sysctls {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if b, ok := before.Sysctls[k]; ok && b != after.Sysctls[k] {
+			out = append(out, fmt.Sprintf("sysctl %s is %s, was %s", k, after.Sysctls[k], b))
+		}
+	}
+	list := func(what string, b, a []string) {
+		for _, x := range a {
+			if !slices.Contains(b, x) {
+				out = append(out, what+" "+x+" left behind")
+			}
+		}
+	}
+	list("path", before.Paths, after.Paths)
+	list("iptables chain", before.Chains, after.Chains)
+	list("nftables table", before.NFTables, after.NFTables)
+	list("network link", before.Links, after.Links)
+	list("cgroup", before.Cgroups, after.Cgroups)
+	list("network namespace", before.Netns, after.Netns)
+	list("mount", before.Mounts, after.Mounts)
+	return out
+}
+
+// isOwnChain says whether an iptables chain is the node's: kube-proxy's and
+// the kubelet's start with KUBE-, the CNI plugins' with CNI-.
+func isOwnChain(name string) bool {
+	return strings.HasPrefix(name, "KUBE-") || strings.HasPrefix(name, "CNI-")
+}
+
+// ownChains lists the node's chains in iptables-save output, as "table
+// chain".
+func ownChains(save string) []string {
+	var out []string
+	table := ""
+	for _, line := range strings.Split(save, "\n") {
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table = line[1:]
+		case strings.HasPrefix(line, ":"):
+			if name, _, _ := strings.Cut(line[1:], " "); isOwnChain(name) {
+				out = append(out, table+" "+name)
+			}
+		}
+	}
+	return out
+}
+
+// iptablesCleanup turns iptables-save output into the iptables commands
+// (arguments, table first) that remove the node's rules and chains: first
+// every rule of another chain that jumps to one of the node's, then, per
+// table, flush every own chain before deleting any (they jump to each
+// other).
+func iptablesCleanup(save string) [][]string {
+	var jumps, flushes, deletes [][]string
+	table := ""
+	for _, line := range strings.Split(save, "\n") {
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table = line[1:]
+		case strings.HasPrefix(line, ":"):
+			if name, _, _ := strings.Cut(line[1:], " "); isOwnChain(name) {
+				flushes = append(flushes, []string{"-t", table, "-F", name})
+				deletes = append(deletes, []string{"-t", table, "-X", name})
+			}
+		case strings.HasPrefix(line, "-A "):
+			fields := splitRule(line)
+			if len(fields) < 2 || isOwnChain(fields[1]) {
+				continue
+			}
+			for i, f := range fields {
+				if (f == "-j" || f == "-g") && i+1 < len(fields) && isOwnChain(fields[i+1]) {
+					jumps = append(jumps, append([]string{"-t", table, "-D"}, fields[1:]...))
+					break
+				}
+			}
+		}
+	}
+	return append(append(jumps, flushes...), deletes...)
+}
+
+// splitRule splits an iptables-save rule into arguments: at spaces, except
+// inside the double quotes iptables-save puts around a comment with spaces.
+func splitRule(line string) []string {
+	var out []string
+	var cur strings.Builder
+	quoted, started := false, false
+	for i := 0; i < len(line); i++ {
+		switch c := line[i]; {
+		case c == '\\' && quoted && i+1 < len(line):
+			i++
+			cur.WriteByte(line[i])
+		case c == '"':
+			quoted, started = !quoted, true
+		case c == ' ' && !quoted:
+			if started {
+				out = append(out, cur.String())
+				cur.Reset()
+				started = false
+			}
+		default:
+			cur.WriteByte(c)
+			started = true
+		}
+	}
+	if started {
+		out = append(out, cur.String())
+	}
+	return out
+}
+
+// nftTables lists `nft list tables` output as "family name".
+func nftTables(out string) []string {
+	var tables []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "table" {
+			tables = append(tables, f[1]+" "+f[2])
+		}
+	}
+	return tables
+}
+
+// mountsUnder lists the mount points in mountinfo that are dir or below it,
+// deepest first (the order to unmount them in). Mount points are octal
+// escaped in mountinfo (a space is \040); they are returned as written.
+func mountsUnder(mountinfo, dir string) []string {
+	var out []string
+	for _, line := range strings.Split(mountinfo, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		if p := f[4]; p == dir || strings.HasPrefix(p, dir+"/") {
+			out = append(out, p)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return strings.Count(out[i], "/") > strings.Count(out[j], "/") })
+	return out
+}
+
+// podCgroups lists the kubelet's pod cgroup in each hierarchy that has one.
+func podCgroups() []string {
+	var out []string
+	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
+	hierarchies = append(hierarchies, "/sys/fs/cgroup")
+	for _, h := range hierarchies {
+		if _, err := os.Stat(filepath.Join(h, cgroupName)); err == nil {
+			out = append(out, filepath.Join(h, cgroupName))
+		}
+	}
+	return out
+}
+
+// cgroupProcesses returns the processes in cgroup dir and below.
+func cgroupProcesses(dir string) []int {
+	var pids []int
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var pid int
+			if _, err := fmt.Sscan(sc.Text(), &pid); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return nil
+	})
+	return pids
+}
+
+// removeCgroup removes dir and every cgroup below it, deepest first; it
+// fails while a process is still inside.
+func removeCgroup(dir string) error {
+	var dirs []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := syscall.Rmdir(dirs[i]); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove cgroup %s: %w", dirs[i], err)
+		}
+	}
+	return nil
+}
