@@ -149,6 +149,20 @@ func startSystem(t *testing.T) *system {
 	for _, svc := range []struct{ ns, name string }{{s.ns, "api"}, {s.ns, "db"}, {s.ns, "web"}, {s.ns2, "other"}} {
 		s.loadBalancer(t, svc.ns, svc.name)
 	}
+	// The next test's system starts with the same pool and class: leave it
+	// no Services (the test API server has no namespace controller).
+	t.Cleanup(func() {
+		for _, ns := range []string{s.ns, s.ns2} {
+			list, err := env.Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Error(err)
+				continue
+			}
+			for _, svc := range list.Items {
+				_ = env.Client.CoreV1().Services(ns).Delete(ctx, svc.Name, metav1.DeleteOptions{})
+			}
+		}
+	})
 	if _, err := env.Client.CoreV1().Services(s.ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "internal"},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
