@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -197,7 +198,7 @@ func lastRV(name string) int {
 func storeObjects(w *Watcher, ns string) []*store.Object {
 	sub := w.Store().Subscribe(storeFilter(ns), nil, 1)
 	defer w.Store().Unsubscribe(sub.Sub)
-	return sub.Snapshot
+	return slices.Collect(sub.Snapshot.All())
 }
 
 var padding = strings.Repeat("x", 2048)

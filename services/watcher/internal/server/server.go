@@ -139,7 +139,7 @@ func (s *Server) Watch(req *watcherv1.WatchRequest, stream grpc.ServerStreamingS
 	defer s.m.subscribers.Dec()
 	depth := s.m.queueDepth.WithLabelValues(id)
 	defer s.m.queueDepth.DeleteLabelValues(id)
-	log.Debug("Subscriber connected", "resumed", sub.Resumed, "snapshot", len(sub.Snapshot), "revision", sub.Revision)
+	log.Debug("Subscriber connected", "resumed", sub.Resumed, "snapshotOf", sub.Snapshot.Candidates(), "revision", sub.Revision)
 
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
@@ -211,7 +211,7 @@ func (s *Server) send(ctx context.Context, stream *timedStream, sub store.Subscr
 		// One response reused for every object: Send has encoded it when it
 		// returns. resume_revision 0: a snapshot cannot be resumed before SYNCED.
 		resp := &watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_UPSERT, Epoch: epoch, Revision: sub.Revision}
-		for _, o := range sub.Snapshot {
+		for o := range sub.Snapshot.All() {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}

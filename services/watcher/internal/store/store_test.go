@@ -1,6 +1,7 @@
 package store
 
 import (
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -54,8 +55,9 @@ func TestSubscribeResume(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got := st.Subscribe(services, tt.resume, 10)
 			defer st.Unsubscribe(got.Sub)
-			if got.Resumed != tt.wantResumed || len(got.Snapshot) != tt.wantSnap || got.Revision != 5 {
-				t.Fatalf("resumed=%v snapshot=%d rev=%d, want %v %d 5", got.Resumed, len(got.Snapshot), got.Revision, tt.wantResumed, tt.wantSnap)
+			snap := slices.Collect(got.Snapshot.All())
+			if got.Resumed != tt.wantResumed || len(snap) != tt.wantSnap || got.Revision != 5 {
+				t.Fatalf("resumed=%v snapshot=%d rev=%d, want %v %d 5", got.Resumed, len(snap), got.Revision, tt.wantResumed, tt.wantSnap)
 			}
 			q := drain(got.Sub)
 			if len(q) != len(tt.wantQueued) {
@@ -86,5 +88,37 @@ func TestSelectorMovesObjectsInAndOut(t *testing.T) {
 	}
 	if rr := sub.ResumeRevision(); rr != 3 {
 		t.Fatalf("resume revision %d, want 3", rr)
+	}
+}
+
+// TestSnapshotsShareListsUntilTheKindChanges: subscribers starting at the same
+// revision share one list of objects, and a change of the kind gives the next
+// subscriber a list with that change (never the shared, stale one).
+func TestSnapshotsShareListsUntilTheKindChanges(t *testing.T) {
+	st := New("e1", 10)
+	st.Upsert(svc("a", "1", nil))
+	names := func(sn Snapshot) (out []string) {
+		for o := range sn.All() {
+			out = append(out, o.Name()+"@"+o.ResourceVersion())
+		}
+		slices.Sort(out)
+		return out
+	}
+	first := st.Subscribe(services, nil, 10)
+	second := st.Subscribe(services, nil, 10)
+	if &first.Snapshot.lists[0][0] != &second.Snapshot.lists[0][0] {
+		t.Error("two snapshots at one revision hold a list each, want one shared list")
+	}
+	st.Upsert(svc("a", "2", nil))
+	st.Upsert(svc("b", "1", nil))
+	if got, want := names(st.Subscribe(services, nil, 10).Snapshot), []string{"a@2", "b@1"}; !slices.Equal(got, want) {
+		t.Errorf("snapshot after updates %q, want %q", got, want)
+	}
+	st.Delete(svc("a", "2", nil))
+	if got, want := names(st.Subscribe(services, nil, 10).Snapshot), []string{"b@1"}; !slices.Equal(got, want) {
+		t.Errorf("snapshot after a delete %q, want %q", got, want)
+	}
+	if got, want := names(first.Snapshot), []string{"a@1"}; !slices.Equal(got, want) {
+		t.Errorf("the first snapshot changed under its subscriber: %q, want %q", got, want)
 	}
 }
