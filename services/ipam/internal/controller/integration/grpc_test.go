@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -98,5 +99,19 @@ func TestGRPCBinaryAuthz(t *testing.T) {
 		"-d", fmt.Sprintf(`{"service":{"namespace":%q,"name":"a"}}`, h.ns), grpcAddr, "ipledger.ipam.v1.IPAMService/ExplainService").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "10.77.9.0") {
 		t.Fatalf("grpcurl ExplainService: %v\n%s", err, out)
+	}
+
+	// PreviewPool as a viewer, the manifest sent as services/ipam/README.md shows.
+	dir := t.TempDir()
+	manifest := "apiVersion: ipledger.io/v1alpha1\nkind: IPPool\nmetadata:\n  name: tgrpc-one\nspec:\n  addresses: [10.77.9.2/31]\n"
+	if err := os.WriteFile(filepath.Join(dir, "pool.yaml"), []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sh := exec.Command("bash", "-c", `grpcurl -plaintext -H "authorization: Bearer $TOKEN" -d "{\"manifest\":\"$(base64 < pool.yaml | tr -d '\n')\"}" \
+  $IPAM ipledger.ipam.v1.IPAMService/PreviewPool`)
+	sh.Dir, sh.Env = dir, append(os.Environ(), "PATH="+env.CP.BinDir+":"+os.Getenv("PATH"), "TOKEN="+viewer, "IPAM="+grpcAddr)
+	out, err = sh.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"reasonAfter": "HeldOutsidePool"`) || !strings.Contains(string(out), `"heldOutsideAfter": "1"`) {
+		t.Fatalf("grpcurl PreviewPool: %v\n%s", err, out)
 	}
 }
