@@ -43,7 +43,7 @@ const AnnotationConvertedFrom = "ipledger.io/converted-from"
 // Limits of the IPPool CRD (deploy/kustomize/base/crds/ipledger.io_ippools.yaml).
 const (
 	maxAddresses = 64
-	maxNamesp    = 256
+	maxNamespaces    = 256
 	maxSelectors = 16
 )
 
@@ -320,8 +320,8 @@ func (c *converter) allocation(obj string, sa *serviceAllocation) (Allocation, b
 		}
 	}
 	slices.Sort(out.Namespaces)
-	if len(out.Namespaces) > maxNamesp {
-		c.warn(obj, f+"namespaces", "not converted: %d namespaces, and an IPPool lists at most %d; label the namespaces and use namespaceSelectors", len(out.Namespaces), maxNamesp)
+	if len(out.Namespaces) > maxNamespaces {
+		c.warn(obj, f+"namespaces", "not converted: %d namespaces, and an IPPool lists at most %d; label the namespaces and use namespaceSelectors", len(out.Namespaces), maxNamespaces)
 		ok = false
 	}
 	if len(sa.Namespaces) > 0 && len(out.Namespaces) == 0 && len(sa.NamespaceSelectors) == 0 {

@@ -60,8 +60,10 @@ func render(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	buf.WriteString("# stderr:\n")
-	for _, w := range res.Warnings {
-		buf.WriteString("# Warning: " + w.String() + "\n")
+	for _, line := range strings.SplitAfter(Warnings(res.Warnings), "\n") {
+		if line != "" {
+			buf.WriteString("# " + line)
+		}
 	}
 	return buf.Bytes()
 }
