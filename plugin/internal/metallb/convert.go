@@ -42,9 +42,9 @@ const AnnotationConvertedFrom = "ipledger.io/converted-from"
 
 // Limits of the IPPool CRD (deploy/kustomize/base/crds/ipledger.io_ippools.yaml).
 const (
-	maxAddresses = 64
-	maxNamespaces    = 256
-	maxSelectors = 16
+	maxAddresses  = 64
+	maxNamespaces = 256
+	maxSelectors  = 16
 )
 
 const reachabilityDoc = "docs/reachability.md"
