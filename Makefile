@@ -33,7 +33,7 @@ test: tools proto-check vet ## Everything CI runs: proto checks, vet, unit, inte
 test-unit: ## The fast layer only: every package with tests and no TestMain (no etcd, kube-apiserver or moto), no tools.
 	go test $(GO_TEST_FLAGS) $$(hack/unit-packages.sh $(PACKAGES))
 
-bench: tools ## Benchmarks (BENCHMARKS.md): hack/bench.sh [micro watcher ipam endpoints eipd]; results in .dev/bench/.
+bench: tools ## Benchmarks (BENCHMARKS.md): hack/bench.sh [micro watcher ipam endpoints eipd anchors]; results in .dev/bench/.
 	hack/bench.sh $(SUITES)
 
 images: ## Build the container images without Docker: OCI archives .dev/images/ipledger-<service>.tar of ipledger/<service>:dev.

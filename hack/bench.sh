@@ -2,7 +2,10 @@
 # Runs ipledger's benchmarks (see BENCHMARKS.md) and writes their output to
 # .dev/bench/<date>.txt. Sizes are the small defaults; the headline sizes:
 #   IPLEDGER_BENCH_N=10000 hack/bench.sh ipam        (ipam cold start, ~10 min)
-# With no argument every suite runs; name suites to pick: micro watcher ipam endpoints eipd.
+#   IPLEDGER_BENCH_N=10000 hack/bench.sh anchors     (ipam, then MetalLB, same Services, ~20 min)
+# With no argument every suite runs but anchors, which builds MetalLB's
+# controller first (hack/build-metallb.sh, ~4 min once); name suites to pick:
+# micro watcher ipam endpoints eipd anchors.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -10,7 +13,7 @@ export IPLEDGER_TOOLS_BIN=${IPLEDGER_TOOLS_BIN:-$(hack/build-tools.sh)}
 out=.dev/bench/$(date -u +%Y%m%dT%H%M%SZ).txt
 mkdir -p .dev/bench
 suites=${*:-micro watcher ipam endpoints eipd}
-run() { echo "== $*" | tee -a "$out"; "$@" 2>&1 | grep -E '^(Benchmark|ok|FAIL|---|    bench)' | tee -a "$out"; }
+run() { echo "== $*" | tee -a "$out"; "$@" 2>&1 | grep -E '^(Benchmark|ok|FAIL|---|    bench|    anchors)' | tee -a "$out"; }
 for s in $suites; do
   case $s in
     micro)
@@ -27,7 +30,10 @@ for s in $suites; do
       run go test -run XXX -bench . -benchtime 1x -timeout 30m ./services/endpoints/internal/app/ ;;
     eipd)
       run go test -run XXX -bench ColdStart -benchtime 1x -timeout 30m ./services/eipd/internal/app/ ;;
-    *) echo "unknown suite $s (micro watcher ipam endpoints eipd)" >&2; exit 2 ;;
+    anchors)
+      export IPLEDGER_METALLB_DIR=${IPLEDGER_METALLB_DIR:-$(hack/build-metallb.sh)}
+      run go test -run XXX -bench Anchors -benchtime 1x -timeout 90m ./services/ipam/internal/bench/ ;;
+    *) echo "unknown suite $s (micro watcher ipam endpoints eipd anchors)" >&2; exit 2 ;;
   esac
 done
 echo "bench: results in $out"

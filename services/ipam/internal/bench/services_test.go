@@ -1,0 +1,108 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+)
+
+// lbServices are a benchmark's N LoadBalancer Services of one class, with
+// the objects the benchmark last wrote, so that a floor writes without
+// reading first.
+type lbServices struct {
+	client kubernetes.Interface
+	ns     string
+	objs   []*corev1.Service
+}
+
+// createServices creates n LoadBalancer Services of class in ns from 32
+// workers, with no node ports (none of the controllers measured needs them,
+// and allocating them would slow creation down).
+func createServices(b *testing.B, client kubernetes.Interface, ns, class string, n int) *lbServices {
+	b.Helper()
+	s := &lbServices{client: client, ns: ns, objs: make([]*corev1.Service, n)}
+	start := time.Now()
+	if err := parallel(n, 32, func(i int) error {
+		out, err := client.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%05d", i), Namespace: ns},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
+				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
+		}, metav1.CreateOptions{})
+		s.objs[i] = out
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("created %d Services in %s", n, time.Since(start).Round(time.Millisecond))
+	return s
+}
+
+// setStatus writes status.loadBalancer.ingress of every Service — ip(i),
+// or none where ip(i) is "" — with one UpdateStatus per Service from
+// workers client workers, and returns how long that took: the floor a
+// controller's status writes are compared with.
+func (s *lbServices) setStatus(b *testing.B, workers int, ip func(i int) string) time.Duration {
+	b.Helper()
+	start := time.Now()
+	if err := parallel(len(s.objs), workers, func(i int) error {
+		svc := s.objs[i]
+		svc.Status.LoadBalancer.Ingress = nil
+		if v := ip(i); v != "" {
+			vip := corev1.LoadBalancerIPModeVIP
+			svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: v, IPMode: &vip}}
+		}
+		out, err := s.client.CoreV1().Services(s.ns).UpdateStatus(context.Background(), svc, metav1.UpdateOptions{})
+		if err == nil {
+			s.objs[i] = out
+		}
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// floors measures both floors — every status written from 1 worker, then
+// from 32 — and leaves every status empty again.
+func (s *lbServices) floors(b *testing.B) (one, thirtyTwo time.Duration) {
+	b.Helper()
+	ipOf := func(base int) func(i int) string {
+		return func(i int) string { return fmt.Sprintf("10.%d.%d.%d", base, i/250, i%250+1) }
+	}
+	one = s.setStatus(b, 1, ipOf(200))
+	thirtyTwo = s.setStatus(b, 32, ipOf(201))
+	s.setStatus(b, 32, func(int) string { return "" })
+	return one, thirtyTwo
+}
+
+// wipe empties every Service's status after a controller wrote it (the
+// objects are read again first: the controller moved their
+// resourceVersions).
+func (s *lbServices) wipe(b *testing.B) {
+	b.Helper()
+	list, err := s.client.CoreV1().Services(s.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	byName := make(map[string]*corev1.Service, len(list.Items))
+	for i := range list.Items {
+		byName[list.Items[i].Name] = &list.Items[i]
+	}
+	for i, svc := range s.objs {
+		fresh, ok := byName[svc.Name]
+		if !ok {
+			b.Fatalf("Service %s/%s is gone", s.ns, svc.Name)
+		}
+		fresh.Status = corev1.ServiceStatus{}
+		s.objs[i] = fresh
+	}
+	start := time.Now()
+	s.setStatus(b, 32, func(int) string { return "" })
+	b.Logf("wiped %d statuses in %s", len(s.objs), time.Since(start).Round(time.Millisecond))
+}
