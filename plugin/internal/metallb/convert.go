@@ -380,12 +380,15 @@ func (c *converter) advertisement(o *unstructured.Unstructured, pools []*unstruc
 	names, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "ipAddressPools")
 	rawSel, _, _ := unstructured.NestedSlice(o.Object, "spec", "ipAddressPoolSelectors")
 	var selectors []metav1.LabelSelector
+	const why = "announcing is reachability, not address management, and ipledger does not announce; keep MetalLB's speakers with this advertisement or pick another announcer"
 	if err := decode(rawSel, &selectors); err != nil {
-		c.warn(obj, "spec.ipAddressPoolSelectors", "cannot be read (%v); which pools it announces is unknown", err)
+		c.warn(obj, "spec.ipAddressPoolSelectors", "cannot be read (%v)", err)
+		c.warn(obj, "", "not converted (which IPAddressPools it announces is unknown): %s (%s)", why, reachabilityDoc)
+		return
 	}
 	var announced []string
 	for _, p := range pools {
-		if p.GetNamespace() != o.GetNamespace() {
+		if p.GetNamespace() != o.GetNamespace() || p.GetName() == "" {
 			continue
 		}
 		selected := len(names) == 0 && len(selectors) == 0 || slices.Contains(names, p.GetName())
@@ -413,7 +416,7 @@ func (c *converter) advertisement(o *unstructured.Unstructured, pools []*unstruc
 	case len(selectors) > 0:
 		what = "the IPAddressPools its ipAddressPoolSelectors select, none of those given"
 	}
-	c.warn(obj, "", "not converted (it announces %s): announcing is reachability, not address management, and ipledger does not announce; keep MetalLB's speakers with this advertisement or pick another announcer (%s)", what, reachabilityDoc)
+	c.warn(obj, "", "not converted (it announces %s): %s (%s)", what, why, reachabilityDoc)
 }
 
 // decode converts unstructured data into a typed value through JSON, with

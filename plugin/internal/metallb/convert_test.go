@@ -247,6 +247,11 @@ func TestConvert(t *testing.T) {
 			},
 		},
 		{
+			name:     "more namespaces than an IPPool lists: not converted",
+			in:       pool("  addresses: [192.0.2.0/24]\n  serviceAllocation: {namespaces: [" + manyNames(257) + "]}\n"),
+			warnings: []string{"spec.serviceAllocation.namespaces: not converted: 257 namespaces, and an IPPool lists at most 256"},
+		},
+		{
 			name:     "another version: not converted",
 			in:       "apiVersion: metallb.io/v1alpha1\nkind: IPAddressPool\nmetadata: {name: p, namespace: metallb-system}\nspec: {addresses: [192.0.2.0/24]}\n",
 			warnings: []string{"apiVersion: not converted: metallb.io/v1alpha1 is not a version this converter knows"},
@@ -290,6 +295,14 @@ next:
 			t.Errorf("missing warning on %s: %s", obj, s)
 		}
 	}
+}
+
+func manyNames(n int) string {
+	var s []string
+	for i := range n {
+		s = append(s, fmt.Sprintf("ns-%d", i))
+	}
+	return strings.Join(s, ", ")
 }
 
 func manyCIDRs(n int) string {
@@ -338,6 +351,20 @@ kind: AddressPool
 metadata: {name: old, namespace: metallb-system}
 spec: {protocol: layer2, addresses: [10.1.0.0/24]}
 ---
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {namespace: metallb-system}
+spec: {addresses: [10.2.0.0/24]}
+---
+apiVersion: metallb.io/v1beta1
+kind: ServiceL2Status
+metadata: {name: l2-status, namespace: metallb-system}
+---
+apiVersion: metallb.io/v1beta1
+kind: L2Advertisement
+metadata: {name: unreadable, namespace: metallb-system}
+spec: {ipAddressPoolSelectors: [{matchLabels: [adv]}]}
+---
 apiVersion: v1
 kind: ConfigMap
 metadata: {name: config, namespace: metallb-system}
@@ -359,19 +386,25 @@ metadata: {name: web, namespace: shop}
 		a.Metadata.Annotations[AnnotationConvertedFrom] != "IPAddressPool metallb-system/a" || a.Spec.Addresses[0] != "198.51.100.0/24" {
 		t.Errorf("pool a = %+v", a)
 	}
-	if !slices.Equal(res.NotConverted, []string{"IPAddressPool other/a"}) {
+	if !slices.Equal(res.NotConverted, []string{"IPAddressPool metallb-system/(no name)", "IPAddressPool other/a"}) {
 		t.Errorf("NotConverted = %v", res.NotConverted)
 	}
 	want := map[string][]string{
-		"IPAddressPool other/a":                   {"metadata.name: not converted: IPAddressPool metallb-system/a already becomes IPPool \"a\""},
-		"IPAddressPool metallb-system/a":          {": announced by BGPAdvertisement metallb-system/by-list"},
-		"IPAddressPool metallb-system/b":          {": announced by L2Advertisement metallb-system/by-label", "metadata.labels: not carried over (adv=l2)"},
-		"L2Advertisement metallb-system/by-label": {": not converted (it announces IPAddressPools b): announcing is reachability"},
-		"BGPAdvertisement metallb-system/by-list": {": not converted (it announces IPAddressPools a)"},
-		"BGPPeer metallb-system/peer":             {": not converted: BGP sessions announce addresses"},
-		"AddressPool metallb-system/old":          {": not converted: AddressPool is MetalLB's deprecated pool kind"},
-		"ConfigMap metallb-system/config":         {": not converted: MetalLB's ConfigMap configuration"},
-		"Service shop/web":                        {": not converted: not a MetalLB object"},
+		"IPAddressPool other/a":                    {"metadata.name: not converted: IPAddressPool metallb-system/a already becomes IPPool \"a\""},
+		"IPAddressPool metallb-system/a":           {": announced by BGPAdvertisement metallb-system/by-list"},
+		"IPAddressPool metallb-system/b":           {": announced by L2Advertisement metallb-system/by-label", "metadata.labels: not carried over (adv=l2)"},
+		"L2Advertisement metallb-system/by-label":  {": not converted (it announces IPAddressPools b): announcing is reachability"},
+		"BGPAdvertisement metallb-system/by-list":  {": not converted (it announces IPAddressPools a)"},
+		"BGPPeer metallb-system/peer":              {": not converted: BGP sessions announce addresses"},
+		"AddressPool metallb-system/old":           {": not converted: AddressPool is MetalLB's deprecated pool kind"},
+		"IPAddressPool metallb-system/(no name)":   {"metadata.name: not converted: the pool has no name"},
+		"ServiceL2Status metallb-system/l2-status": {": not converted: ServiceL2Status is not address configuration"},
+		"L2Advertisement metallb-system/unreadable": {
+			"spec.ipAddressPoolSelectors: cannot be read",
+			": not converted (which IPAddressPools it announces is unknown)",
+		},
+		"ConfigMap metallb-system/config": {": not converted: MetalLB's ConfigMap configuration"},
+		"Service shop/web":                {": not converted: not a MetalLB object"},
 	}
 	for o, ws := range want {
 		var mine []Warning
