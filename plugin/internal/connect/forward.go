@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
@@ -27,7 +28,16 @@ func forward(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, port int) (
 	if err != nil {
 		return "", err
 	}
-	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, url)
+	// As kubectl port-forward: WebSockets first, SPDY where the API server
+	// or a proxy on the way does not upgrade to them.
+	var dialer httpstream.Dialer = spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, url)
+	ws, err := portforward.NewSPDYOverWebsocketDialer(url, cfg)
+	if err != nil {
+		return "", err
+	}
+	dialer = portforward.NewFallbackDialer(ws, dialer, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
 	ready := make(chan struct{})
 	fw, err := portforward.NewOnAddressesWithContext(ctx, dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(port)}, ready, io.Discard, io.Discard)
 	if err != nil {
@@ -41,7 +51,7 @@ func forward(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, port int) (
 		if err == nil {
 			err = errors.New("ended before it was ready")
 		}
-		return "", fmt.Errorf("port-forward to ipam Pod %s/%s port %d: %w\nfix: the Pod must be running on a node; you need create on pods/portforward in %s (ClusterRole ipledger:kubectl-plugin); or pass --ipam-address",
+		return "", fmt.Errorf("port-forward to ipam Pod %s/%s port %d: %w\nfix: the Pod must be running on a node; you need get and create on pods/portforward in %s (ClusterRole ipledger:kubectl-plugin); or pass --ipam-address",
 			pod.Namespace, pod.Name, port, err, pod.Namespace)
 	case <-ctx.Done():
 		return "", ctx.Err()
