@@ -269,6 +269,10 @@ type Allocator struct {
 	bySvc   map[string][]netip.Addr            // Service -> held IPs, IPv4 first
 	byShare map[string]map[netip.Addr]struct{} // sharing key -> IPs held under it
 
+	// foreignOf: Services ipam does not serve -> the addresses their status
+	// shows (SetForeign).
+	foreignOf map[string][]netip.Addr
+
 	claimed  addrSet                            // IPs some Service requests
 	claims   map[netip.Addr]map[string]struct{} // IP -> requesting Services
 	claimsOf map[string][]netip.Addr            // Service -> requested IPs
@@ -285,6 +289,9 @@ type ipState struct {
 	origin      string
 	holders     []holder // sorted by service
 	reservation *Reservation
+	// foreign are the Services ipam does not serve whose status shows the
+	// IP (sorted): another controller gave it out, so ipam never does.
+	foreign []string
 }
 
 type holder struct {
@@ -303,6 +310,7 @@ func New() *Allocator {
 		claims:     map[netip.Addr]map[string]struct{}{},
 		claimsOf:   map[string][]netip.Addr{},
 		used:       map[string]*[2]*big.Int{},
+		foreignOf:  map[string][]netip.Addr{},
 	}
 }
 
@@ -402,7 +410,7 @@ func (a *Allocator) state(ip netip.Addr) *ipState {
 // dropIfFree forgets ip when nobody holds or reserves it.
 func (a *Allocator) dropIfFree(ip netip.Addr) {
 	st := a.ips[ip]
-	if st == nil || len(st.holders) > 0 || st.reservation != nil {
+	if st == nil || len(st.holders) > 0 || st.reservation != nil || len(st.foreign) > 0 {
 		return
 	}
 	a.count(ip, st, -1)
@@ -519,6 +527,14 @@ func (a *Allocator) usable(ip netip.Addr, service string, sh Sharing) *Error {
 			msg = fmt.Sprintf("%s is reserved for Service %s (%s)", ip, r.ForService, r.Note)
 		}
 		return &Error{Reason: ReasonRequestedIPInUse, Message: msg + "; release the reservation or request another IP"}
+	}
+	if others := without(st.foreign, service); len(others) > 0 {
+		return &Error{
+			Reason: ReasonRequestedIPInUse,
+			Message: fmt.Sprintf("%s is in the status of Service %s, which ipam does not serve: another controller (MetalLB, the cloud provider) gave it out; "+
+				"ipam hands it to nobody while that status shows it. Request another IP, or free it there first", ip, strings.Join(others, ", ")),
+			Holders: others,
+		}
 	}
 	var why []string
 	var holders []string
@@ -693,6 +709,53 @@ func (a *Allocator) claimedByOther(ip netip.Addr, service string) bool {
 		}
 	}
 	return false
+}
+
+// SetForeign records the addresses the status of a Service ipam does not
+// serve shows (another lbClass, or class-less under --require-lb-class),
+// replacing what it recorded for that Service before; nil forgets it. Such
+// an address was handed out by another controller — MetalLB beside ipam
+// during a migration, a cloud provider — so ipam never hands it out: not
+// automatically, not on request, not to a sharing Service, and it counts as
+// used in its pool. It is no hold: the ledger knows nothing of it, and a
+// Service of ipam's that already holds the address keeps it (Rebuild
+// reports the clash).
+func (a *Allocator) SetForeign(service string, ips []netip.Addr) {
+	old := a.foreignOf[service]
+	if len(old) == 0 && len(ips) == 0 {
+		return
+	}
+	for _, ip := range old {
+		if st := a.ips[ip]; st != nil {
+			st.foreign = without(st.foreign, service)
+			a.dropIfFree(ip)
+		}
+	}
+	delete(a.foreignOf, service)
+	var kept []netip.Addr
+	for _, ip := range ips {
+		if !ip.IsValid() || ip.Zone() != "" || ip.Is4In6() || slices.Contains(kept, ip) {
+			continue
+		}
+		kept = append(kept, ip)
+		st := a.state(ip)
+		if i, found := slices.BinarySearch(st.foreign, service); !found {
+			st.foreign = slices.Insert(st.foreign, i, service)
+		}
+	}
+	if len(kept) > 0 {
+		a.foreignOf[service] = kept
+	}
+}
+
+// without returns the sorted services without s (a new slice when s is in
+// it, services itself otherwise).
+func without(services []string, s string) []string {
+	i, found := slices.BinarySearch(services, s)
+	if !found {
+		return services
+	}
+	return slices.Delete(slices.Clone(services), i, i+1)
 }
 
 // Reserve holds r.IP outside any Service. It fails when a Service other than

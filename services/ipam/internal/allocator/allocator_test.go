@@ -902,3 +902,49 @@ func TestClaimsProtectRequestedIPs(t *testing.T) {
 		t.Fatalf("claimed = %v, want only E's", a.claimed.ranges())
 	}
 }
+
+// An address another controller gave out (the status of a Service ipam does
+// not serve) is handed to nobody — automatically, on request, by sharing —
+// until that status lets it go.
+func TestForeignAddressesAreNeverHandedOut(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "p", spec("10.0.0.0/30")))
+	a.SetForeign("ns/metallb", addrs("10.0.0.0"))
+	if got := mustAllocate(t, a, Request{Service: "ns/auto"}).IPs[0].String(); got != "10.0.0.1" {
+		t.Fatalf("auto allocation got %s, want 10.0.0.1 (10.0.0.0 is in another controller's status)", got)
+	}
+	_, err := a.Allocate(Request{Service: "ns/asker", RequestedIPs: addrs("10.0.0.0")})
+	if reasonOf(err) != ReasonRequestedIPInUse || !strings.Contains(err.Error(), "ns/metallb") {
+		t.Fatalf("request of a foreign address: err = %v, want RequestedIPInUse naming ns/metallb", err)
+	}
+	if err := a.Assign("ns/sharer", addrs("10.0.0.0"), Sharing{Key: "k"}); reasonOf(err) != ReasonRequestedIPInUse {
+		t.Fatalf("assign of a foreign address: err = %v, want RequestedIPInUse", err)
+	}
+	if u, _ := a.Usage("p"); u.IPv4.Used.Int64() != 2 {
+		t.Fatalf("used = %v, want 2 (one foreign, one held)", u.IPv4.Used)
+	}
+	a.SetForeign("ns/metallb", addrs("10.0.0.2")) // its status moved
+	if got := mustAllocate(t, a, Request{Service: "ns/asker", RequestedIPs: addrs("10.0.0.0")}).IPs[0].String(); got != "10.0.0.0" {
+		t.Fatalf("after the foreign status moved, the request got %s", got)
+	}
+	a.SetForeign("ns/metallb", nil)
+	if got := mustAllocate(t, a, Request{Service: "ns/next"}).IPs[0].String(); got != "10.0.0.2" {
+		t.Fatalf("after the foreign status cleared, auto allocation got %s, want 10.0.0.2", got)
+	}
+	if u, _ := a.Usage("p"); u.IPv4.Used.Int64() != 3 {
+		t.Fatalf("used = %v, want 3", u.IPv4.Used)
+	}
+}
+
+// A foreign mark never takes an address from a Service ipam serves.
+func TestForeignMarkKeepsOurHolder(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "p", spec("10.0.0.0/30")))
+	mustAllocate(t, a, Request{Service: "ns/ours"})
+	a.SetForeign("ns/other", addrs("10.0.0.0"))
+	if got := a.Allocations("ns/ours"); len(got) != 1 || got[0].IP.String() != "10.0.0.0" {
+		t.Fatalf("ns/ours holds %+v", got)
+	}
+	a.Release("ns/ours")
+	if _, err := a.Allocate(Request{Service: "ns/third", RequestedIPs: addrs("10.0.0.0")}); reasonOf(err) != ReasonRequestedIPInUse {
+		t.Fatalf("released, but still in another controller's status: err = %v, want RequestedIPInUse", err)
+	}
+}

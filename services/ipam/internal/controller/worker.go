@@ -339,7 +339,7 @@ func (w *worker) pass(ctx context.Context) {
 	}
 	b := plan.Batch{
 		Services: present, Current: map[string]plan.Status{}, Namespaces: map[string]*watcherv1.Object{},
-		Gone: w.confirmGone(ctx, absent), Ledger: w.ledgerBySvc, Class: w.c.class(), Now: time.Now(),
+		Gone: w.confirmGone(ctx, absent), Absent: absent, Ledger: w.ledgerBySvc, Class: w.c.class(), Now: time.Now(),
 	}
 	current := make(map[string]svcStatus, len(present))
 	for _, obj := range present {

@@ -32,6 +32,10 @@ type Batch struct {
 	Namespaces map[string]*watcherv1.Object
 	// Gone are the Services the API server confirmed are gone.
 	Gone []string
+	// Absent are the Services of the batch the stream no longer shows (Gone
+	// are those of them that held an address): what another controller's
+	// status showed for them is forgotten.
+	Absent []string
 	// Ledger is what the ledger records, by Service key.
 	Ledger map[string][]ledger.Allocation
 	// Class is the set of Services served.
@@ -102,6 +106,18 @@ func Decide(a *allocator.Allocator, b Batch) Plan {
 	var p Plan
 	for _, key := range b.Gone {
 		p.release(b, key)
+	}
+	for _, key := range b.Absent {
+		a.SetForeign(key, nil)
+	}
+	// What other controllers gave out is marked before anything of this
+	// batch is claimed or allocated.
+	for _, obj := range b.Services {
+		if b.Class.Serves(obj) {
+			a.SetForeign(objkey.Of(obj), nil)
+		} else {
+			a.SetForeign(objkey.Of(obj), foreignIPs(a, obj))
+		}
 	}
 	// Claim what every Service of the batch requests before allocating any
 	// of them, so an older pending Service is never handed an IP that a

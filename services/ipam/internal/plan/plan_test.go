@@ -170,6 +170,19 @@ func TestDecide(t *testing.T) {
 			Settled:  []string{"ns/a"},
 		},
 	}, {
+		name: "an address in the status of another controller's Service is never handed out",
+		pool: "10.0.0.0/30",
+		services: []*watcherv1.Object{
+			svc("metallb", 1, withClass("other.example/lb"), withStatus("10.0.0.0")),
+			svc("a", 2),
+		},
+		want: summary{
+			Allocate:  []string{"ns/a=10.0.0.1@one"},
+			Writes:    []string{`ns/a: [10.0.0.1] pool="one" True/Allocated event=Normal/Allocated`},
+			Settled:   []string{"ns/metallb", "ns/a"},
+			Allocated: 1,
+		},
+	}, {
 		name:   "a Service confirmed gone gives its address back",
 		pool:   "10.0.0.0/30",
 		held:   map[string]string{"a": "10.0.0.1"},
@@ -253,5 +266,25 @@ func TestCommit(t *testing.T) {
 	slices.Sort(keys)
 	if !slices.Equal(keys, []string{"ns/b", "ns/c"}) || !reflect.DeepEqual(byService["ns/b"], []ledger.Allocation{moved}) {
 		t.Fatalf("after the commit: %+v", byService)
+	}
+}
+
+// Another controller's address is free again once its Service is gone from
+// the stream (or its status lets it go).
+func TestDecideForgetsForeignAddressesOfAbsentServices(t *testing.T) {
+	a := allocator.New()
+	a.SetPools([]*allocator.Pool{pool(t, "one", "10.0.0.0/31")})
+	class := objects.Class{Name: objects.DefaultLBClass, Required: true}
+	metallb := svc("metallb", 1, withStatus("10.0.0.0"))
+	decide := func(b Batch) summary {
+		b.Class, b.Now = class, time.Unix(1000, 0)
+		return summarize(Decide(a, b))
+	}
+	decide(Batch{Services: []*watcherv1.Object{metallb}})
+	if got := decide(Batch{Services: []*watcherv1.Object{svc("a", 2, withClass(objects.DefaultLBClass))}}); !slices.Equal(got.Allocate, []string{"ns/a=10.0.0.1@one"}) {
+		t.Fatalf("while MetalLB's Service shows 10.0.0.0: %+v", got)
+	}
+	if got := decide(Batch{Services: []*watcherv1.Object{svc("b", 3, withClass(objects.DefaultLBClass))}, Absent: []string{"ns/metallb"}}); !slices.Equal(got.Allocate, []string{"ns/b=10.0.0.0@one"}) {
+		t.Fatalf("after MetalLB's Service left the stream: %+v", got)
 	}
 }

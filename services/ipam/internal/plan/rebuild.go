@@ -141,6 +141,24 @@ func Rebuild(in Inputs) Rebuilt {
 		}
 	}
 
+	// The addresses other controllers gave out: statuses of Services ipam
+	// does not serve. Nothing new may take them; one of ours already
+	// holding one keeps it, and the clash is reported.
+	for _, s := range services {
+		k := objkey.Of(s)
+		if ours[k] != nil {
+			continue
+		}
+		foreign := foreignIPs(r.Alloc, s)
+		r.Alloc.SetForeign(k, foreign)
+		for _, ip := range foreign {
+			if holders := r.Alloc.Holders(ip); len(holders) > 0 {
+				r.Conflicts = append(r.Conflicts, Conflict{Service: k, IPs: []netip.Addr{ip}, Source: FromStatus,
+					Message: fmt.Sprintf("ipam holds %s for Service %s, and this Service is not served by ipam (its lbClass); one of the two controllers must let it go", ip, holders[0].Service)})
+			}
+		}
+	}
+
 	// Every IP one of our Services requests is claimed before anything is
 	// allocated, so that no allocation of step 3 (a dual-stack requester's
 	// auto-filled family) nor a pending Service afterwards takes an IP that
@@ -170,6 +188,20 @@ func Rebuild(in Inputs) Rebuilt {
 		}
 	}
 	return r
+}
+
+// foreignIPs are the addresses the status of s, a Service ipam does not
+// serve, shows and ipam does not hold for it: what another controller gave
+// it. (What ipam holds for it is being taken back, notOurs.)
+func foreignIPs(a *allocator.Allocator, s *watcherv1.Object) []netip.Addr {
+	ips := objects.StatusIPs(s)
+	if len(ips) == 0 {
+		return nil
+	}
+	held := a.Allocations(objkey.Of(s))
+	return slices.DeleteFunc(ips, func(ip netip.Addr) bool {
+		return slices.ContainsFunc(held, func(h allocator.Allocation) bool { return h.IP == ip })
+	})
 }
 
 func addrs(ips []netip.Addr) string {

@@ -2,7 +2,9 @@ package plan
 
 import (
 	"errors"
+	"maps"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,11 +125,11 @@ func TestRebuildNeverHandsOutANamedIP(t *testing.T) {
 			want: map[string]string{"ns/c": "10.0.0.2", "ns/d": "PoolExhausted"},
 		},
 		{
-			name: "another class's Service is not ours",
+			name: "another class's Service is not ours, nor is the address its controller gave it",
 			services: []*watcherv1.Object{
 				svc("c", 1), svc("other", 0, withClass("example.com/lb"), withStatus("10.0.0.1")),
 			},
-			want: map[string]string{"ns/c": "10.0.0.1"},
+			want: map[string]string{"ns/c": "10.0.0.2"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -217,5 +219,37 @@ func TestRebuildFillsAroundRequestedIPs(t *testing.T) {
 	}
 	if got := r.Alloc.Allocations("ns/younger"); len(got) != 1 || got[0].IP != netip.MustParseAddr("fd00::") {
 		t.Fatalf("younger holds %+v, want fd00::", got)
+	}
+}
+
+// Beside MetalLB (--require-lb-class): a class-less Service is MetalLB's,
+// and the address its status shows is MetalLB's to give. A restart of ipam
+// must not hand it to one of ipam's Services, nor take it from one that the
+// ledger says holds it (that clash is reported).
+func TestRebuildLeavesOtherControllersAddresses(t *testing.T) {
+	ours := withClass(objects.DefaultLBClass)
+	services := []*watcherv1.Object{
+		svc("metallb", 1, withStatus("10.0.0.0")),
+		svc("clash", 2, withStatus("10.0.0.3")),
+		svc("held", 3, ours),
+		svc("new", 4, ours),
+		svc("asker", 5, ours, withAnnotation(allocator.AnnotationLoadBalancerIPs, "10.0.0.0")),
+	}
+	r := Rebuild(Inputs{
+		Ledger:   ledger.State{Allocations: []ledger.Allocation{entry("held", "10.0.0.3", "one")}},
+		Pools:    []*allocator.Pool{pool(t, "one", "10.0.0.0/30")},
+		Services: services, LBClass: objects.DefaultLBClass, RequireLBClass: true,
+	})
+	if len(r.Conflicts) != 2 || r.Conflicts[0].Service != "ns/clash" || !strings.Contains(r.Conflicts[0].Message, "ns/held") ||
+		r.Conflicts[1].Service != "ns/asker" || !strings.Contains(r.Conflicts[1].Message, "ns/metallb") {
+		t.Fatalf("conflicts = %+v, want ns/clash's status (naming ns/held) and ns/asker's request (naming ns/metallb)", r.Conflicts)
+	}
+	got := allocatePending(r, services[3:])
+	want := map[string]string{"ns/new": "10.0.0.1", "ns/asker": "RequestedIPInUse"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("pending Services got %v, want %v", got, want)
+	}
+	if held := r.Alloc.Allocations("ns/held"); len(held) != 1 || held[0].IP.String() != "10.0.0.3" {
+		t.Fatalf("ns/held holds %+v, want 10.0.0.3 from the ledger", held)
 	}
 }
