@@ -87,13 +87,13 @@ type Conn struct {
 	// Pod is the Pod reached through the port-forward ("" with --ipam-address).
 	Pod string
 
-	grpc *grpc.ClientConn
+	cc   *grpc.ClientConn
 	stop context.CancelFunc
 }
 
 // Close closes the connection and the port-forward.
 func (c *Conn) Close() error {
-	err := c.grpc.Close()
+	err := c.cc.Close()
 	if c.stop != nil {
 		c.stop()
 	}
@@ -126,7 +126,7 @@ func Dial(ctx context.Context, kube genericclioptions.RESTClientGetter, f Flags,
 		if err != nil {
 			return nil, err
 		}
-		return &Conn{IPAM: ipamv1grpc.NewIPAMServiceClient(conn), grpc: conn}, nil
+		return &Conn{IPAM: ipamv1grpc.NewIPAMServiceClient(conn), cc: conn}, nil
 	}
 
 	pod, err := Find(ctx, client, f, target)
@@ -150,7 +150,7 @@ func Dial(ctx context.Context, kube genericclioptions.RESTClientGetter, f Flags,
 		stop()
 		return nil, err
 	}
-	return &Conn{IPAM: ipamv1grpc.NewIPAMServiceClient(conn), Pod: pod.Name, grpc: conn, stop: stop}, nil
+	return &Conn{IPAM: ipamv1grpc.NewIPAMServiceClient(conn), Pod: pod.Name, cc: conn, stop: stop}, nil
 }
 
 // newClient dials addr with the token on every call. Through a port-forward
