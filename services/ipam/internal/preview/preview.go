@@ -340,8 +340,8 @@ func summary(resp *ipamv1.PreviewPoolResponse, a *allocator.Allocator) []string 
 		case p.StateAfter == Conflicting:
 			out = append(out, fmt.Sprintf("Pool %s would be Conflicting and serve nothing: %s.", p.Name, p.ConflictAfter))
 		case p.StateAfter == Terminating:
-			out = append(out, fmt.Sprintf("Pool %s would stay Terminating, handing out nothing new, while %d Services hold its addresses (finalizer %s).",
-				p.Name, a.ServicesFrom()[p.Name], objects.PoolFinalizer))
+			out = append(out, fmt.Sprintf("Pool %s would stay Terminating, handing out nothing new, while %s (finalizer %s).",
+				p.Name, plural(a.ServicesFrom()[p.Name], "1 Service holds its addresses", "%d Services hold its addresses"), objects.PoolFinalizer))
 		case p.StateAfter == Absent && p.StateBefore != Absent:
 			out = append(out, fmt.Sprintf("Pool %s would be removed: no Service holds its addresses.", p.Name))
 		default:
@@ -349,13 +349,14 @@ func summary(resp *ipamv1.PreviewPoolResponse, a *allocator.Allocator) []string 
 		}
 	}
 	if n := len(resp.Allocated); n > 0 {
-		out = append(out, fmt.Sprintf("%d pending Services would get addresses: %s.", n, listServices(resp.Allocated)))
+		out = append(out, plural(n, "1 pending Service would get an address", "%d pending Services would get addresses")+": "+listServices(resp.Allocated)+".")
 	}
 	if n := len(resp.HeldOutside); n > 0 {
-		out = append(out, fmt.Sprintf("%d Services would keep their addresses outside their pool (HeldOutsidePool; nothing is moved): %s.", n, listServices(resp.HeldOutside)))
+		out = append(out, plural(n, "1 Service would keep its addresses outside its pool", "%d Services would keep their addresses outside their pool")+
+			" (HeldOutsidePool; nothing is moved): "+listServices(resp.HeldOutside)+".")
 	}
 	if n := len(resp.OtherChanges); n > 0 {
-		out = append(out, fmt.Sprintf("%d other Services would change condition: %s.", n, listServices(resp.OtherChanges)))
+		out = append(out, plural(n, "1 other Service would change condition", "%d other Services would change condition")+": "+listServices(resp.OtherChanges)+".")
 	}
 	for _, p := range resp.Pools {
 		for _, f := range []struct {
@@ -374,6 +375,14 @@ func summary(resp *ipamv1.PreviewPoolResponse, a *allocator.Allocator) []string 
 		out = append(out, "Nothing would change: no Service, no pool state and no usage.")
 	}
 	return out
+}
+
+// plural is one when n is 1, else many with n in place of its %d.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return fmt.Sprintf(many, n)
 }
 
 // listServices names Services as namespace/name and the addresses they

@@ -105,13 +105,13 @@ func TestRun(t *testing.T) {
 		{
 			name: "growing a full pool gives the pending Service an address", in: world("10.0.0.0-10.0.0.2"), yaml: p30, change: Update,
 			allocated: "d 10.0.0.3 Allocated", pools: "p Serving 3/3 -> Serving 4/4 held 0->0",
-			summary: "1 pending Services would get addresses: web/d 10.0.0.3",
+			summary: "1 pending Service would get an address: web/d 10.0.0.3",
 		},
 		{
 			name: "shrinking under allocated Services holds them outside the pool", in: world("10.0.0.0/30"),
 			yaml:   "apiVersion: ipledger.io/v1alpha1\nkind: IPPool\nmetadata: {name: p}\nspec: {addresses: [10.0.0.0/31]}\n",
 			change: Update, heldOutside: "c 10.0.0.2 HeldOutsidePool", pools: "p Serving 3/4 -> Serving 2/2 held 0->1",
-			summary: "1 Services would keep their addresses outside their pool",
+			summary: "1 Service would keep its addresses outside its pool",
 		},
 		{
 			name: "a new pool overlapping an older one is Conflicting and serves nothing", in: world("10.0.0.0-10.0.0.2"),
