@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"slices"
 	"sort"
 	"sync"
 
@@ -244,9 +245,7 @@ func sorted(m map[string]*watcherv1.Object) []*watcherv1.Object {
 	return out
 }
 
-func sortObjects(objs []*watcherv1.Object) {
-	sort.Slice(objs, func(i, j int) bool { return Key(objs[i]) < Key(objs[j]) })
-}
+func sortObjects(objs []*watcherv1.Object) { slices.SortFunc(objs, objkey.Compare) }
 
 // Key returns "namespace/name", or "name" for a cluster-scoped object (the
 // format of package objkey, which decision packages use).

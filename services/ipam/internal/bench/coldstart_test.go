@@ -2,24 +2,30 @@
 // LoadBalancer Services with empty status, ipam started cold, time until
 // every Service has an IP — against two floors measured in the same run on
 // the same API server: N status writes from one client worker and from 32.
+// Then the restart: ipam started again over the N allocated Services, time
+// to its first new allocation.
 //
 //	go test -run XXX -bench ColdStart ./internal/bench/                          # N = 1,000
-//	IPLEDGER_BENCH_N=10000 go test -run XXX -bench ColdStart -timeout 60m ./internal/bench/
+//	IPLEDGER_BENCH_N=10000 IPLEDGER_BENCH_ROUNDS=3 go test -run XXX -bench ColdStart -timeout 60m ./internal/bench/
 //
-// IPLEDGER_BENCH_ARGS adds ipam flags, IPLEDGER_BENCH_IPAM_ENV ipam's
-// environment (GOMEMLIMIT=…), IPLEDGER_BENCH_PPROF a CPU profile's path,
-// IPLEDGER_BENCH_HEAP the path of a heap profile taken after the cold start.
+// IPLEDGER_BENCH_ROUNDS repeats floors and cold start over the same
+// Services (statuses, annotations and ledger wiped in between), so that
+// one set-up gives the spread of several runs. IPLEDGER_BENCH_ARGS adds
+// ipam flags, IPLEDGER_BENCH_IPAM_ENV ipam's environment (GOMEMLIMIT=…),
+// IPLEDGER_BENCH_PPROF a CPU profile's path (of the first round), IPLEDGER_BENCH_HEAP
+// the path of a heap profile taken after the first cold start.
 package bench
 
 import (
-	"bufio"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,11 +36,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 )
@@ -56,6 +64,13 @@ func freePort(b testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }
 
 // parallel runs fn(i) for i in [0, n) on workers goroutines.
@@ -87,11 +102,16 @@ func parallel(n, workers int, fn func(i int) error) error {
 	return first
 }
 
+// round is one cold start and the floors measured just before it.
+type round struct {
+	floor1, floor32, patch32, ipam time.Duration
+	rssMB                          float64
+	load                           string
+}
+
 func BenchmarkColdStart(b *testing.B) {
-	n := 1000
-	if v, err := strconv.Atoi(os.Getenv("IPLEDGER_BENCH_N")); err == nil && v > 0 {
-		n = v
-	}
+	n := envInt("IPLEDGER_BENCH_N", 1000)
+	rounds := envInt("IPLEDGER_BENCH_ROUNDS", 1)
 	env := testenv.Get(b)
 	ctx := context.Background()
 	// The benchmark's own client: rate limits raised like ipam's.
@@ -123,16 +143,37 @@ func BenchmarkColdStart(b *testing.B) {
 	}); err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("created %d Services in %s", n, time.Since(t0).Round(time.Millisecond))
+	b.Logf("set-up: created %d Services in %s (load %s)", n, time.Since(t0).Round(time.Millisecond), loadavg())
 
+	// refresh reads every Service again: ipam's writes made the kept
+	// versions stale.
+	refresh := func() {
+		list, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		byName := map[string]*corev1.Service{}
+		for i := range list.Items {
+			byName[list.Items[i].Name] = &list.Items[i]
+		}
+		for i := range objs {
+			objs[i] = byName[name(i)]
+		}
+	}
+	// setStatus writes every Service's status once with UpdateStatus (the
+	// object kept from the last write, so no read), as a plain loop would.
+	// ip "" clears the status and ipam's annotation: the Service as it was
+	// created.
 	setStatus := func(workers int, ip func(i int) string) time.Duration {
 		start := time.Now()
 		if err := parallel(n, workers, func(i int) error {
 			s := objs[i]
-			s.Status.LoadBalancer.Ingress = nil
+			s.Status = corev1.ServiceStatus{}
 			if v := ip(i); v != "" {
 				vip := corev1.LoadBalancerIPModeVIP
 				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: v, IPMode: &vip}}
+			} else {
+				delete(s.Annotations, allocator.AnnotationAllocatedFromPool)
 			}
 			out, err := client.CoreV1().Services(ns).UpdateStatus(ctx, s, metav1.UpdateOptions{})
 			if err == nil {
@@ -149,23 +190,24 @@ func BenchmarkColdStart(b *testing.B) {
 	}
 	// The watcher runs during the floors too: it is part of every ipledger
 	// installation, and its informers load the same API server.
-	watcherAddr := freePort(b)
-	testenv.StartProcess(b, "watcher", env.Binary(b, "watcher"), nil,
+	watcherAddr, watcherOps := freePort(b), freePort(b)
+	watcher := testenv.StartProcess(b, "watcher", env.Binary(b, "watcher"), nil,
 		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", watcherAddr, "--grpc-plaintext", "--namespace", ns,
-		"--ops-addr", freePort(b), "--log-format", "text")
-	// Floors: one UpdateStatus per Service (the object kept from the last
-	// write, so no read), as a plain loop would do.
-	floor1 := setStatus(1, ipOf(200))
-	floor32 := setStatus(32, ipOf(201))
-	setStatus(32, func(int) string { return "" })
-	b.Logf("floors: 1 worker %s, 32 workers %s", floor1.Round(time.Millisecond), floor32.Round(time.Millisecond))
+		"--ops-addr", watcherOps, "--log-format", "text")
+	testenv.Eventually(b, time.Minute, func() error {
+		if scrape(ctx, watcherOps, `ipledger_watcher_objects{kind="KIND_SERVICE"}`) < float64(n) {
+			return fmt.Errorf("the watcher does not hold the %d Services yet", n)
+		}
+		return nil
+	})
+	cpu := newCPUUse()
+	cpu.add("apiserver", env.CP.APIServerPID())
+	cpu.add("etcd", env.CP.EtcdPID())
+	cpu.add("watcher", watcher.PID())
+	cpu.add("bench", os.Getpid())
 
-	// ipam, cold.
 	tokenFile := env.TokenFile(b, testenv.SystemNamespace, "ipledger-ipam")
-	opsAddr := freePort(b)
 	bin := env.Binary(b, "ipam")
-	b.ResetTimer()
-	start := time.Now()
 	args := strings.Fields(os.Getenv("IPLEDGER_BENCH_ARGS"))
 	// Environment for ipam alone, e.g. IPLEDGER_BENCH_IPAM_ENV="GOMEMLIMIT=64MiB".
 	ipamEnv := strings.Fields(os.Getenv("IPLEDGER_BENCH_IPAM_ENV"))
@@ -175,66 +217,235 @@ func BenchmarkColdStart(b *testing.B) {
 			"--watcher-addr", watcherAddr, "--watcher-token-file", tokenFile, "--watcher-plaintext",
 			"--grpc-addr", freePort(b), "--grpc-plaintext", "--ops-addr", opsAddr, "--enable-pprof")...)
 	}
-	first := startIPAM("ipam", opsAddr)
-	if path := os.Getenv("IPLEDGER_BENCH_PPROF"); path != "" {
-		// A CPU profile of ipam while it allocates, for go tool pprof.
-		go func() {
-			time.Sleep(time.Second)
-			resp, err := http.Get("http://" + opsAddr + "/debug/pprof/profile?seconds=8")
-			if err != nil {
-				return
+
+	var results []round
+	var ipam *testenv.Process
+	var opsAddr string
+	b.ResetTimer()
+	b.StopTimer()
+	for r := range rounds {
+		if r > 0 {
+			if err := ipam.Stop(30 * time.Second); err != nil {
+				b.Logf("ipam exited: %v", err)
 			}
-			defer resp.Body.Close()
-			f, err := os.Create(path)
-			if err != nil {
-				return
+			if err := client.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, metav1.DeleteOptions{},
+				metav1.ListOptions{LabelSelector: ledger.LabelKey + "=true"}); err != nil {
+				b.Fatal(err)
 			}
-			defer f.Close()
-			_, _ = io.Copy(f, resp.Body)
-		}()
-	}
-	var rssMax float64
-	testenv.Eventually(b, 30*time.Minute, func() error {
-		if v := scrape(opsAddr, "process_resident_memory_bytes"); v > rssMax {
-			rssMax = v
+			refresh()
 		}
-		list, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		load := loadavg()
+		floor1 := setStatus(1, ipOf(200))
+		cpu.begin()
+		floor32 := setStatus(32, ipOf(201))
+		floorCPU := cpu.since()
+		// Beside the floors, not instead of them: the same 32 workers
+		// writing what ipam writes, the way ipam must (a merge patch of the
+		// status subresource, conditional on the resourceVersion, with
+		// the condition and the annotation). What it costs over the
+		// 32-worker floor is the price of the patch, not of ipam.
+		cpu.begin()
+		patch32 := patchStatus(ctx, b, client, objs, ipOf(202))
+		patchCPU := cpu.since()
+		setStatus(32, func(int) string { return "" })
+		b.Logf("round %d floors: 1 worker %s, 32 workers %s, 32 workers writing ipam's merge patch %s; CPU s during the 32-worker floor: %s; during the patch floor: %s",
+			r+1, floor1.Round(time.Millisecond), floor32.Round(time.Millisecond), patch32.Round(time.Millisecond),
+			cpu.format(floorCPU), cpu.format(patchCPU))
+
+		// ipam, cold.
+		opsAddr = freePort(b)
+		b.StartTimer()
+		start := time.Now()
+		ipam = startIPAM(fmt.Sprintf("ipam-%d", r+1), opsAddr)
+		cpu.add("ipam", ipam.PID())
+		cpu.begin()
+		if path := os.Getenv("IPLEDGER_BENCH_PPROF"); path != "" && r == 0 {
+			go profile(opsAddr, path)
+		}
+		// Done is when ipam's n-th status write has returned, as a floor is
+		// done when its last write has: ipam's counter is polled (cheap),
+		// not the API server, which a LIST of N Services every 50 ms would
+		// load during ipam's run and not during the floors'. Checked below
+		// against the API server: every Service has an IP, with exactly n
+		// writes.
+		var firstWrite time.Duration
+		testenv.Eventually(b, 30*time.Minute, func() error {
+			if ipam.Exited() {
+				return fmt.Errorf("ipam exited: %v", ipam.Err())
+			}
+			v := scrape(ctx, opsAddr, `ipledger_ipam_status_writes_total{result="ok"}`)
+			if v > 0 && firstWrite == 0 {
+				firstWrite = time.Since(start)
+			}
+			if v < float64(n) {
+				return fmt.Errorf("ipam wrote %v of %d statuses", v, n)
+			}
+			return nil
+		})
+		took := time.Since(start)
+		b.StopTimer()
+		ipamCPU := cpu.since()
+		rss := peakRSSMB(ipam.PID())
+		results = append(results, round{floor1: floor1, floor32: floor32, patch32: patch32, ipam: took, rssMB: rss, load: load + " → " + loadavg()})
+		if path := os.Getenv("IPLEDGER_BENCH_HEAP"); path != "" && r == 0 {
+			saveProfile(opsAddr, "heap", path)
+		}
+		verify(ctx, b, client, ns, n)
+		writes := scrape(ctx, opsAddr, `ipledger_ipam_status_writes_total{result="ok"}`)
+		if writes != float64(n) {
+			b.Fatalf("ipam made %v status writes for %d Services, want exactly one each", writes, n)
+		}
+		b.Logf("round %d: N=%d ipam %s = %.2f× the 32-worker floor, %.2f× the 1-worker floor, %.2f× the patch floor (first write after %s); RSS peak %.0f MB; %v ledger writes, %v passes; load %s",
+			r+1, n, took.Round(time.Millisecond), took.Seconds()/floor32.Seconds(), took.Seconds()/floor1.Seconds(), took.Seconds()/patch32.Seconds(),
+			firstWrite.Round(time.Millisecond), rss,
+			scrape(ctx, opsAddr, `ipledger_ipam_ledger_writes_total{result="ok"}`),
+			scrape(ctx, opsAddr, "ipledger_ipam_reconcile_duration_seconds_count"), results[r].load)
+		// CPU is what contention on a shared machine cannot blur: the
+		// work all the processes did for ipam's cold start, against the
+		// work they did for each floor.
+		b.Logf("round %d CPU s during ipam's cold start: %s (API server %.2f ms per status write, floors %.2f and %.2f with the patch; "+
+			"all processes %.1f s = %.2f× the 32-worker floor's, %.2f× the patch floor's)", r+1, cpu.format(ipamCPU),
+			1000*ipamCPU["apiserver"]/float64(n), 1000*floorCPU["apiserver"]/float64(n), 1000*patchCPU["apiserver"]/float64(n),
+			sum(ipamCPU), sum(ipamCPU)/sum(floorCPU), sum(ipamCPU)/sum(patchCPU))
+	}
+
+	// Restart with N ledger entries: time from process start to the first
+	// new allocation, and how many status writes the new process makes
+	// (exactly one — the new Service's — when nothing is re-decided).
+	if err := ipam.Stop(30 * time.Second); err != nil {
+		b.Logf("ipam exited: %v", err)
+	}
+	if _, err := client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "after-restart", Namespace: ns},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
+	}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	ops2 := freePort(b)
+	restartLoad := loadavg()
+	restartBegin := time.Now()
+	restarted := startIPAM("ipam-restarted", ops2)
+	testenv.Eventually(b, 10*time.Minute, func() error {
+		s, err := client.CoreV1().Services(ns).Get(ctx, "after-restart", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		done := 0
-		for _, s := range list.Items {
-			if len(s.Status.LoadBalancer.Ingress) > 0 {
-				done++
-			}
-		}
-		if done < n {
-			return fmt.Errorf("%d of %d Services have an IP", done, n)
+		if len(s.Status.LoadBalancer.Ingress) == 0 {
+			return fmt.Errorf("no IP yet")
 		}
 		return nil
 	})
-	ipam := time.Since(start)
-	b.StopTimer()
-	if path := os.Getenv("IPLEDGER_BENCH_HEAP"); path != "" {
-		// ipam's heap right after the cold start, for go tool pprof.
-		if resp, err := http.Get("http://" + opsAddr + "/debug/pprof/heap"); err == nil {
-			if f, err := os.Create(path); err == nil {
-				_, _ = io.Copy(f, resp.Body)
-				f.Close()
-			}
-			resp.Body.Close()
+	restart := time.Since(restartBegin)
+	// Let the restarted process finish its first passes, then count.
+	var statusWrites float64
+	testenv.Eventually(b, time.Minute, func() error {
+		statusWrites = scrape(ctx, ops2, `ipledger_ipam_status_writes_total{result="ok"}`)
+		if statusWrites < 1 || scrape(ctx, ops2, "ipledger_ipam_pending_services") != 0 {
+			return fmt.Errorf("the new Service's write is not counted yet")
 		}
+		return nil
+	})
+	step := func(s string) float64 {
+		return scrape(ctx, ops2, `ipledger_ipam_ledger_open_duration_seconds_sum{step="`+s+`"}`)
 	}
+	b.ReportMetric(restart.Seconds(), "restart-first-alloc-s")
+	b.ReportMetric(statusWrites-1, "restart-redundant-writes")
+	b.ReportMetric(step("parse"), "restart-ledger-parse-s")
+	b.ReportMetric(step("fence"), "restart-ledger-fence-s")
+	b.Logf("restart with %d ledger entries: first new allocation after %s; %v status writes besides the new Service's; "+
+		"ledger read %.3f s, parse %.3f s, fence %.3f s; RSS peak %.0f MB; load %s → %s",
+		n, restart.Round(time.Millisecond), statusWrites-1, step("read"), step("parse"), step("fence"),
+		peakRSSMB(restarted.PID()), restartLoad, loadavg())
 
-	// Verify: no IP twice, the ledger equals the statuses.
+	// The figures of the median round (by ratio to the 32-worker floor),
+	// the worst RSS of all.
+	slices.SortFunc(results, func(a, b round) int {
+		return cmpFloat(a.ipam.Seconds()/a.floor32.Seconds(), b.ipam.Seconds()/b.floor32.Seconds())
+	})
+	med := results[len(results)/2]
+	var rss float64
+	var ratios []string
+	for _, r := range results {
+		rss = max(rss, r.rssMB)
+		ratios = append(ratios, fmt.Sprintf("%.2f", r.ipam.Seconds()/r.floor32.Seconds()))
+	}
+	b.ReportMetric(med.ipam.Seconds(), "ipam-s")
+	b.ReportMetric(med.floor1.Seconds(), "floor1-s")
+	b.ReportMetric(med.floor32.Seconds(), "floor32-s")
+	b.ReportMetric(med.ipam.Seconds()/med.floor32.Seconds(), "x-floor32")
+	b.ReportMetric(med.ipam.Seconds()/med.floor1.Seconds(), "x-floor1")
+	b.ReportMetric(med.ipam.Seconds()/med.patch32.Seconds(), "x-patch32")
+	b.ReportMetric(rss, "rss-MB")
+	b.Logf("N=%d, %d rounds: × the 32-worker floor %s (median %.2f), RSS peak at most %.0f MB",
+		n, len(results), strings.Join(ratios, " "), med.ipam.Seconds()/med.floor32.Seconds(), rss)
+}
+
+func sum(m map[string]float64) float64 {
+	var t float64
+	for _, v := range m {
+		t += v
+	}
+	return t
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// patchStatus writes every Service's status with 32 workers as ipam does:
+// one JSON merge patch of the status subresource carrying the ingress,
+// ipam's condition and the allocated-from-pool annotation, conditional on
+// the resourceVersion.
+func patchStatus(ctx context.Context, b *testing.B, client kubernetes.Interface, objs []*corev1.Service, ip func(i int) string) time.Duration {
+	b.Helper()
+	now := time.Now().UTC().Format(time.RFC3339)
+	start := time.Now()
+	if err := parallel(len(objs), 32, func(i int) error {
+		s := objs[i]
+		body, _ := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": s.ResourceVersion,
+				"annotations": map[string]any{allocator.AnnotationAllocatedFromPool: "bench"}},
+			"status": map[string]any{
+				"loadBalancer": map[string]any{"ingress": []any{map[string]any{"ip": ip(i), "ipMode": "VIP"}}},
+				"conditions": []any{map[string]any{"type": "ipledger.io/AddressAllocated", "status": "True", "reason": "Allocated",
+					"message": "Allocated " + ip(i) + " from pool bench", "observedGeneration": s.Generation, "lastTransitionTime": now}},
+			},
+		})
+		out, err := client.CoreV1().Services(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, body,
+			metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status")
+		if err == nil {
+			objs[i] = out
+		}
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// verify checks the cold start against the API server: every Service has
+// one IP and the allocated-from-pool annotation, no IP is on two Services,
+// and the ledger holds exactly the statuses.
+func verify(ctx context.Context, b *testing.B, client kubernetes.Interface, ns string, n int) {
+	b.Helper()
 	list, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	seen := map[string]string{}
 	for _, s := range list.Items {
+		if len(s.Status.LoadBalancer.Ingress) != 1 {
+			b.Fatalf("%s has %d IPs after ipam's %d writes, want 1", s.Name, len(s.Status.LoadBalancer.Ingress), n)
+		}
 		ip := s.Status.LoadBalancer.Ingress[0].IP
-		if pool := s.Annotations["ipledger.io/allocated-from-pool"]; pool != "bench" {
+		if pool := s.Annotations[allocator.AnnotationAllocatedFromPool]; pool != "bench" {
 			b.Fatalf("%s has an IP but allocated-from-pool %q, want bench (it is written with the status)", s.Name, pool)
 		}
 		if other, dup := seen[ip]; dup {
@@ -254,78 +465,26 @@ func BenchmarkColdStart(b *testing.B) {
 	if len(st.Allocations) != n {
 		b.Fatalf("ledger holds %d allocations, want %d", len(st.Allocations), n)
 	}
-	writes := scrape(opsAddr, `ipledger_ipam_ledger_writes_total{result="ok"}`)
-	coldStatusWrites := scrape(opsAddr, `ipledger_ipam_status_writes_total{result="ok"}`)
-	b.ReportMetric(coldStatusWrites, "status-writes")
-	b.Logf("cold start: %v status writes for %d Services, %v passes", coldStatusWrites, n, scrape(opsAddr, "ipledger_ipam_reconcile_duration_seconds_count"))
-
-	// Restart with N ledger entries: time from process start to the first
-	// new allocation, and how many status writes the new process makes
-	// (exactly one — the new Service's — when nothing is re-decided).
-	if err := first.Stop(30 * time.Second); err != nil {
-		b.Logf("first ipam exited: %v", err)
-	}
-	if _, err := client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "after-restart", Namespace: ns},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
-			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
-	}, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	ops2 := freePort(b)
-	restartBegin := time.Now()
-	startIPAM("ipam-restarted", ops2)
-	testenv.Eventually(b, 10*time.Minute, func() error {
-		s, err := client.CoreV1().Services(ns).Get(ctx, "after-restart", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if len(s.Status.LoadBalancer.Ingress) == 0 {
-			return fmt.Errorf("no IP yet")
-		}
-		return nil
-	})
-	restart := time.Since(restartBegin)
-	// Let the restarted process finish its first passes, then count.
-	var statusWrites float64
-	testenv.Eventually(b, time.Minute, func() error {
-		statusWrites = scrape(ops2, `ipledger_ipam_status_writes_total{result="ok"}`)
-		if statusWrites < 1 || scrape(ops2, "ipledger_ipam_pending_services") != 0 {
-			return fmt.Errorf("the new Service's write is not counted yet")
-		}
-		return nil
-	})
-	b.ReportMetric(restart.Seconds(), "restart-first-alloc-s")
-	b.ReportMetric(statusWrites-1, "restart-redundant-writes")
-	b.Logf("restart with %d ledger entries: first new allocation after %s; %v status writes besides the new Service's",
-		n, restart.Round(time.Millisecond), statusWrites-1)
-	b.ReportMetric(ipam.Seconds(), "ipam-s")
-	b.ReportMetric(floor1.Seconds(), "floor1-s")
-	b.ReportMetric(floor32.Seconds(), "floor32-s")
-	b.ReportMetric(ipam.Seconds()/floor32.Seconds(), "x-floor32")
-	b.ReportMetric(ipam.Seconds()/floor1.Seconds(), "x-floor1")
-	b.ReportMetric(rssMax/1e6, "rss-MB")
-	b.ReportMetric(writes, "ledger-writes")
-	b.Logf("N=%d ipam %s = %.2f× the 32-worker floor (%s), %.2f× the 1-worker floor (%s); RSS max %.0f MB; %v ledger writes",
-		n, ipam.Round(time.Millisecond), ipam.Seconds()/floor32.Seconds(), floor32.Round(time.Millisecond),
-		ipam.Seconds()/floor1.Seconds(), floor1.Round(time.Millisecond), rssMax/1e6, writes)
 }
 
-// scrape reads one sample from a Prometheus text endpoint (0 if absent).
-func scrape(addr, metric string) float64 {
-	resp, err := http.Get("http://" + addr + "/metrics")
+// profile saves a CPU profile of ipam while it allocates, for go tool
+// pprof: IPLEDGER_BENCH_PPROF_SECONDS long (8 s unless set), from 1 s after
+// its start.
+func profile(opsAddr, path string) {
+	time.Sleep(time.Second)
+	saveProfile(opsAddr, fmt.Sprintf("profile?seconds=%d", envInt("IPLEDGER_BENCH_PPROF_SECONDS", 8)), path)
+}
+
+func saveProfile(opsAddr, which, path string) {
+	resp, err := http.Get("http://" + opsAddr + "/debug/pprof/" + which)
 	if err != nil {
-		return 0
+		return
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, metric+" ") {
-			v, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, metric)), 64)
-			return v
-		}
+	f, err := os.Create(path)
+	if err != nil {
+		return
 	}
-	return 0
+	defer f.Close()
+	_, _ = io.Copy(f, resp.Body)
 }

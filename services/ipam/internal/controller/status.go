@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
@@ -36,7 +35,7 @@ type svcStatus struct {
 // are in this version, and the resourceVersion makes sure they still are).
 type version struct {
 	rv         string
-	conditions []map[string]any
+	conditions []condition
 }
 
 // expectation is a status this term wrote and the resourceVersion the API
@@ -57,19 +56,21 @@ func statusOf(obj *watcherv1.Object) svcStatus {
 	return s
 }
 
-// versionOf is the version of a Service the API server returned.
-func versionOf(svc *corev1.Service) version {
-	v := version{rv: svc.ResourceVersion}
-	for _, c := range svc.Status.Conditions {
-		v.conditions = append(v.conditions,
-			conditionJSON(c.Type, string(c.Status), c.Reason, c.Message, c.ObservedGeneration, c.LastTransitionTime.Time))
-	}
-	return v
+// condition is one entry of a Service's status.conditions as a merge patch
+// writes it back (a struct, not a map: ipam keeps one per Service while
+// its write is in flight and until the stream shows it).
+type condition struct {
+	Type               string `json:"type"`
+	Status             string `json:"status"`
+	Reason             string `json:"reason"`
+	Message            string `json:"message"`
+	ObservedGeneration int64  `json:"observedGeneration"`
+	LastTransitionTime string `json:"lastTransitionTime"`
 }
 
-func conditionJSON(typ, status, reason, message string, observedGeneration int64, lastTransition time.Time) map[string]any {
-	return map[string]any{"type": typ, "status": status, "reason": reason, "message": message,
-		"observedGeneration": observedGeneration, "lastTransitionTime": lastTransition.UTC().Format(time.RFC3339)}
+func conditionJSON(typ, status, reason, message string, observedGeneration int64, lastTransition time.Time) condition {
+	return condition{Type: typ, Status: status, Reason: reason, Message: message,
+		ObservedGeneration: observedGeneration, LastTransitionTime: lastTransition.UTC().Format(time.RFC3339)}
 }
 
 // current is the Service's status as far as this term knows, with the
@@ -119,29 +120,58 @@ type ingressJSON struct {
 // conditional on the version the decision was based on: a Conflict means
 // the Service changed since (another controller, the next leader after this
 // term ended) and the caller must decide again from fresh data.
+//
+// The response is asked for as metadata only (PartialObjectMetadata) and
+// only its resourceVersion and annotations are decoded: the conditions
+// after a write conditional on a version are known without reading them
+// (statusPatch returns them), and decoding the whole Service of every
+// write was most of ipam's garbage during a cold start.
 func (c *Controller) writeService(ctx context.Context, wr *write) (string, error) {
 	ns, name := wr.obj.GetMeta().GetNamespace(), wr.obj.GetMeta().GetName()
 	if cond := wr.want.Cond; cond != nil {
 		cond.LastTransition = transitionTime(wr.cur.Cond, cond, time.Now())
 	}
-	body := statusPatch(wr.cur, wr.want)
+	body, conditions := statusPatch(wr.cur, wr.want)
 	if body == nil {
 		wr.want.base = wr.cur.base
 		return wr.cur.base.rv, nil
 	}
-	out, err := c.client.CoreV1().Services(ns).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status")
+	raw, err := c.client.CoreV1().RESTClient().Patch(types.MergePatchType).
+		Namespace(ns).Resource("services").Name(name).SubResource("status").
+		Param("fieldManager", fieldManager).SetHeader("Accept", metadataOnly).
+		Body(body).Do(ctx).Raw()
 	if err != nil {
 		return "", fmt.Errorf("patch status of Service %s/%s: %w", ns, name, err)
 	}
-	if got := out.Annotations[allocator.AnnotationAllocatedFromPool]; got != wr.want.Pool {
+	var out patched
+	if err := json.Unmarshal(raw, &out); err != nil || out.Metadata.ResourceVersion == "" {
+		return "", fmt.Errorf("patch status of Service %s/%s: the response carries no resourceVersion (%v): %.200q", ns, name, err, raw)
+	}
+	if got := out.Metadata.Annotations[allocator.AnnotationAllocatedFromPool]; got != wr.want.Pool {
 		// An API server that ignores metadata in status writes would
 		// otherwise make every pass write this Service again: fail, so the
 		// retry backs off and the log says why.
 		return "", fmt.Errorf("the API server did not keep annotation %s=%q from the status write of Service %s/%s (it shows %q)",
 			allocator.AnnotationAllocatedFromPool, wr.want.Pool, ns, name, got)
 	}
-	wr.want.base = versionOf(out)
-	return out.ResourceVersion, nil
+	wr.want.base = version{rv: out.Metadata.ResourceVersion, conditions: conditions}
+	return out.Metadata.ResourceVersion, nil
+}
+
+// fieldManager names ipam's writes in managedFields.
+const fieldManager = "ipledger-ipam"
+
+// metadataOnly asks the API server to answer with the object's metadata
+// only; an API server that cannot sends the whole object, which decodes
+// into patched all the same.
+const metadataOnly = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
+
+// patched is what ipam reads of the answer to a status write.
+type patched struct {
+	Metadata struct {
+		ResourceVersion string            `json:"resourceVersion"`
+		Annotations     map[string]string `json:"annotations"`
+	} `json:"metadata"`
 }
 
 // transitionTime is the lastTransitionTime of want: cur's while the status
@@ -155,14 +185,16 @@ func transitionTime(cur, want *plan.Condition, now time.Time) time.Time {
 
 // statusPatch is the JSON merge patch that turns cur into want (ingress,
 // ipam's condition, the allocated-from-pool annotation), or nil when they do
-// not differ. It is conditional on cur's version (metadata.resourceVersion)
-// and carries the conditions of that version with only ipam's own replaced,
-// removed or appended: a merge patch replaces the whole list, and the
-// precondition makes sure that list is still the stored one. (A merge patch
-// costs the API server much less than a strategic merge patch.)
-func statusPatch(cur, want svcStatus) []byte {
+// not differ, and the Service's conditions once it has applied. It is
+// conditional on cur's version (metadata.resourceVersion) and carries the
+// conditions of that version with only ipam's own replaced, removed or
+// appended: a merge patch replaces the whole list, and the precondition
+// makes sure that list is still the stored one. (A merge patch costs the API
+// server much less than a strategic merge patch.)
+func statusPatch(cur, want svcStatus) (body []byte, conditions []condition) {
 	patch := map[string]any{}
 	meta := map[string]any{}
+	conditions = cur.base.conditions
 	if cur.Pool != want.Pool {
 		var pool any // null removes the annotation
 		if want.Pool != "" {
@@ -172,7 +204,7 @@ func statusPatch(cur, want svcStatus) []byte {
 	}
 	statusChanged := cur.Foreign != want.Foreign || !slices.Equal(cur.Ingress, want.Ingress) || !plan.CondEqual(cur.Cond, want.Cond)
 	if !statusChanged && len(meta) == 0 {
-		return nil
+		return nil, conditions
 	}
 	if statusChanged {
 		var ingress any // null clears the list
@@ -186,8 +218,11 @@ func statusPatch(cur, want svcStatus) []byte {
 		status := map[string]any{"loadBalancer": map[string]any{"ingress": ingress}}
 		if !plan.CondEqual(cur.Cond, want.Cond) {
 			var conds any // null clears the list
-			if merged := mergeCondition(cur.base.conditions, want.Cond); len(merged) > 0 {
-				conds = merged
+			conditions = mergeCondition(cur.base.conditions, want.Cond)
+			if len(conditions) > 0 {
+				conds = conditions
+			} else {
+				conditions = nil
 			}
 			status["conditions"] = conds
 		}
@@ -199,29 +234,30 @@ func statusPatch(cur, want svcStatus) []byte {
 	if len(meta) > 0 {
 		patch["metadata"] = meta
 	}
-	body, _ := json.Marshal(patch)
-	return body
+	body, _ = json.Marshal(patch)
+	return body, conditions
 }
 
 // mergeCondition returns conditions with ipam's replaced by ours in place
 // (appended when it had none, removed when ours is nil); every other
 // condition is kept as it is, in its place.
-func mergeCondition(conditions []map[string]any, ours *plan.Condition) []map[string]any {
-	var mine map[string]any
+func mergeCondition(conditions []condition, ours *plan.Condition) []condition {
+	var mine *condition
 	if ours != nil {
-		mine = conditionJSON(objects.ConditionType, ours.Status, ours.Reason, ours.Message, ours.ObservedGeneration, ours.LastTransition)
+		c := conditionJSON(objects.ConditionType, ours.Status, ours.Reason, ours.Message, ours.ObservedGeneration, ours.LastTransition)
+		mine = &c
 	}
-	out := make([]map[string]any, 0, len(conditions)+1)
+	out := make([]condition, 0, len(conditions)+1)
 	for _, c := range conditions {
-		if c["type"] != objects.ConditionType {
+		if c.Type != objects.ConditionType {
 			out = append(out, c)
 		} else if mine != nil {
-			out = append(out, mine)
+			out = append(out, *mine)
 			mine = nil
 		}
 	}
 	if mine != nil {
-		out = append(out, mine)
+		out = append(out, *mine)
 	}
 	return out
 }

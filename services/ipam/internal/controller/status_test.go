@@ -16,7 +16,7 @@ func TestStatusPatch(t *testing.T) {
 	other := conditionJSON("example.com/Ready", "True", "Checked", "set by another controller", 3, t0)
 	allocated := &plan.Condition{Status: "True", Reason: "Allocated", Message: "Allocated 10.0.0.1 from pool p", ObservedGeneration: 1, LastTransition: t0}
 	exhausted := &plan.Condition{Status: "False", Reason: "PoolExhausted", Message: "pool p is full", ObservedGeneration: 1, LastTransition: t0}
-	ours := func(c *plan.Condition) map[string]any {
+	ours := func(c *plan.Condition) condition {
 		return conditionJSON(objects.ConditionType, c.Status, c.Reason, c.Message, c.ObservedGeneration, c.LastTransition)
 	}
 	ingress := []any{map[string]any{"ip": "10.0.0.1", "ipMode": "VIP"}}
@@ -41,7 +41,7 @@ func TestStatusPatch(t *testing.T) {
 		},
 		{
 			name: "another controller's condition is carried, ours appended",
-			cur:  svcStatus{base: version{rv: "8", conditions: []map[string]any{other}}},
+			cur:  svcStatus{base: version{rv: "8", conditions: []condition{other}}},
 			want: svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}},
 			patch: map[string]any{
 				"metadata": map[string]any{"resourceVersion": "8", "annotations": map[string]any{"ipledger.io/allocated-from-pool": "p"}},
@@ -50,7 +50,7 @@ func TestStatusPatch(t *testing.T) {
 		},
 		{
 			name: "ours replaced in its place",
-			cur:  svcStatus{Status: plan.Status{Cond: exhausted}, base: version{rv: "9", conditions: []map[string]any{ours(exhausted), other}}},
+			cur:  svcStatus{Status: plan.Status{Cond: exhausted}, base: version{rv: "9", conditions: []condition{ours(exhausted), other}}},
 			want: svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}},
 			patch: map[string]any{
 				"metadata": map[string]any{"resourceVersion": "9", "annotations": map[string]any{"ipledger.io/allocated-from-pool": "p"}},
@@ -59,7 +59,7 @@ func TestStatusPatch(t *testing.T) {
 		},
 		{
 			name: "release keeps the other condition",
-			cur:  svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}, base: version{rv: "10", conditions: []map[string]any{other, ours(allocated)}}},
+			cur:  svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}, base: version{rv: "10", conditions: []condition{other, ours(allocated)}}},
 			want: svcStatus{},
 			patch: map[string]any{
 				"metadata": map[string]any{"resourceVersion": "10", "annotations": map[string]any{"ipledger.io/allocated-from-pool": nil}},
@@ -68,7 +68,7 @@ func TestStatusPatch(t *testing.T) {
 		},
 		{
 			name: "release of the only condition clears the list",
-			cur:  svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}, base: version{rv: "11", conditions: []map[string]any{ours(allocated)}}},
+			cur:  svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}, base: version{rv: "11", conditions: []condition{ours(allocated)}}},
 			want: svcStatus{},
 			patch: map[string]any{
 				"metadata": map[string]any{"resourceVersion": "11", "annotations": map[string]any{"ipledger.io/allocated-from-pool": nil}},
@@ -77,7 +77,7 @@ func TestStatusPatch(t *testing.T) {
 		},
 		{
 			name: "only the annotation: the conditions are not touched",
-			cur:  svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated}, base: version{rv: "12", conditions: []map[string]any{ours(allocated), other}}},
+			cur:  svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated}, base: version{rv: "12", conditions: []condition{ours(allocated), other}}},
 			want: svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}},
 			patch: map[string]any{
 				"metadata": map[string]any{"resourceVersion": "12", "annotations": map[string]any{"ipledger.io/allocated-from-pool": "p"}},
@@ -85,7 +85,7 @@ func TestStatusPatch(t *testing.T) {
 		},
 		{
 			name: "only the ingress: the conditions are not touched",
-			cur:  svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.2"}, Cond: allocated, Pool: "p"}, base: version{rv: "13", conditions: []map[string]any{ours(allocated), other}}},
+			cur:  svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.2"}, Cond: allocated, Pool: "p"}, base: version{rv: "13", conditions: []condition{ours(allocated), other}}},
 			want: svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}},
 			patch: map[string]any{
 				"metadata": map[string]any{"resourceVersion": "13"},
@@ -94,7 +94,19 @@ func TestStatusPatch(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			body := statusPatch(tc.cur, tc.want)
+			body, after := statusPatch(tc.cur, tc.want)
+			// The conditions after the write are the ones the patch
+			// carries, or cur's when it carries none: no need to read them
+			// back from the API server.
+			wantAfter := any(tc.cur.base.conditions)
+			if st, ok := tc.patch["status"].(map[string]any); ok {
+				if c, ok := st["conditions"]; ok {
+					wantAfter = c
+				}
+			}
+			if a, w := mustJSON(t, after), mustJSON(t, wantAfter); a != w {
+				t.Fatalf("conditions after the write = %s, want %s", a, w)
+			}
 			if tc.patch == nil {
 				if body != nil {
 					t.Fatalf("statusPatch = %s, want nothing to write", body)
@@ -122,7 +134,7 @@ func TestCurrentUsesTheNewestVersion(t *testing.T) {
 			Body: &watcherv1.Object_Service{Service: &watcherv1.Service{Type: "LoadBalancer"}}}
 	}
 	w := &worker{expect: map[string]expectation{}}
-	mine := svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}}, base: version{rv: "105", conditions: []map[string]any{{"type": "x"}}}}
+	mine := svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}}, base: version{rv: "105", conditions: []condition{{Type: "x"}}}}
 	w.expect["ns/web"] = expectation{rv: "105", status: mine, at: time.Now()}
 	if got := w.current(at("100")); got.base.rv != "105" || len(got.base.conditions) != 1 {
 		t.Fatalf("with the stream behind our write: base %+v, want our write's version 105", got.base)
@@ -144,4 +156,16 @@ func TestCaughtUp(t *testing.T) {
 			t.Errorf("caughtUp(%q, %q) = %v", tc.streamed, tc.written, got)
 		}
 	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	if m, ok := v.([]condition); ok && len(m) == 0 {
+		v = nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -49,6 +49,15 @@ type worker struct {
 	retries     map[string]int
 	pending     map[string]pendingService
 
+	// Status writes under way (flight.go): writers bounds them across
+	// passes, flights are the passes' in launch order, inFlight the
+	// Services they write, held those of them marked dirty meanwhile.
+	writers  chan struct{}
+	flights  []*flight
+	inFlight map[string]struct{}
+	held     map[string]struct{}
+	landed   chan struct{}
+
 	mu         sync.Mutex
 	dirty      map[string]struct{}
 	poolsDirty bool
@@ -68,6 +77,8 @@ func newWorker(c *Controller, term *leader.Term) *worker {
 		expect: map[string]expectation{}, poolWritten: map[string]poolStatus{},
 		retries: map[string]int{}, pending: map[string]pendingService{},
 		dirty: map[string]struct{}{}, wake: make(chan struct{}, 1), mutations: make(chan mutation),
+		writers: make(chan struct{}, max(c.cfg.StatusWorkers, 1)), inFlight: map[string]struct{}{}, held: map[string]struct{}{},
+		landed: make(chan struct{}, 1),
 	}
 }
 
@@ -233,9 +244,11 @@ func (w *worker) loop(ctx context.Context, term *leader.Term) {
 		case <-term.Stopping():
 			return
 		case <-w.wake:
+		case <-w.landed:
 		case m := <-w.mutations:
 			m.reply <- w.apply(term.Context(), m)
 		}
+		w.landDone()
 		for !w.fenced && w.hasWork() {
 			select {
 			case <-term.Stopping():
@@ -261,6 +274,7 @@ func (w *worker) hasWork() bool {
 // reopen reads and fences the ledger again after a failed write. Until it
 // succeeds nothing is decided; a corrupt ledger is reported and retried.
 func (w *worker) reopen(ctx context.Context) {
+	w.landAll()
 	err := w.open(ctx)
 	if err == nil {
 		return
@@ -283,7 +297,8 @@ func (w *worker) reopen(ctx context.Context) {
 }
 
 // take returns up to n dirty Services in allocation order, and every dirty
-// key the stream does not show.
+// key the stream does not show. A Service with a status write in flight is
+// held back until the write returns.
 func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, poolsChanged bool) {
 	w.mu.Lock()
 	keys := slices.Collect(maps.Keys(w.dirty))
@@ -292,6 +307,10 @@ func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, pool
 	w.finalizersDirty = false
 	w.mu.Unlock()
 	for _, k := range keys {
+		if _, ok := w.inFlight[k]; ok {
+			w.held[k] = struct{}{}
+			continue
+		}
 		ns, name, _ := strings.Cut(k, "/")
 		if obj, ok := w.store().Get(watcherv1.Kind_KIND_SERVICE, ns, name); ok {
 			present = append(present, obj)
@@ -325,8 +344,9 @@ type write struct {
 	event   *plan.Event
 }
 
-// pass decides a batch (plan.Decide), commits the ledger once, then writes
-// the statuses.
+// pass decides a batch (plan.Decide), commits the ledger once, then
+// launches the statuses' writes, which run while the next pass decides and
+// commits (flight.go).
 func (w *worker) pass(ctx context.Context) {
 	start := time.Now()
 	if w.ldg == nil {
@@ -373,7 +393,7 @@ func (w *worker) pass(ctx context.Context) {
 		writes = append(writes, &write{obj: pw.Service, key: pw.Key, cur: current[pw.Key], want: svcStatus{Status: pw.Want},
 			release: pw.Release, event: pw.Event})
 	}
-	w.writeStatuses(ctx, writes)
+	w.launch(ctx, writes)
 	holders := w.holders()
 	w.writePoolStatuses(ctx, holders)
 	w.syncPoolFinalizers(ctx, holders)
@@ -510,54 +530,6 @@ func (w *worker) setPools() {
 		keys = append(keys, objkey.Of(s))
 	}
 	w.mark(keys...)
-}
-
-// writeStatuses writes the statuses with a bounded pool of workers, each
-// Service in one status-subresource write that carries its
-// allocated-from-pool annotation too.
-func (w *worker) writeStatuses(ctx context.Context, writes []*write) {
-	if len(writes) == 0 {
-		return
-	}
-	type result struct {
-		wr  *write
-		rv  string
-		err error
-	}
-	results := make([]result, len(writes))
-	parallel(len(writes), w.c.cfg.StatusWorkers, func(i int) {
-		rv, err := w.c.writeService(ctx, writes[i])
-		results[i] = result{wr: writes[i], rv: rv, err: err}
-	})
-	for _, r := range results {
-		key := r.wr.key
-		switch {
-		case r.err == nil:
-			delete(w.retries, key)
-			w.c.metrics.statusWrites.WithLabelValues("ok").Inc()
-			w.expect[key] = expectation{rv: r.rv, status: r.wr.want, at: time.Now()}
-			if r.wr.release || len(r.wr.want.Ingress) < len(r.wr.cur.Ingress) {
-				// The status no longer shows the IPs: release them next.
-				w.mark(key)
-			}
-			if e := r.wr.event; e != nil {
-				w.event(serviceRef(r.wr.obj), e.Type, e.Reason, e.Message)
-			}
-		case apierrors.IsNotFound(r.err):
-			w.c.metrics.statusWrites.WithLabelValues("notfound").Inc()
-			w.mark(key) // gone: its delete releases it
-		case apierrors.IsConflict(r.err):
-			// Decided on a version that is no longer current: the stream
-			// brings the new one, and the Service is decided again.
-			w.c.metrics.statusWrites.WithLabelValues("conflict").Inc()
-			w.requeue(key, false)
-		default:
-			w.c.metrics.statusWrites.WithLabelValues("error").Inc()
-			w.log.Warn("Cannot write Service status; retrying", "service", key, "err", r.err)
-			delete(w.expect, key)
-			w.requeue(key, true)
-		}
-	}
 }
 
 // parallel calls do(i) for every i < n, at most limit at a time, and

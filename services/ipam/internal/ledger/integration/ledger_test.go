@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -469,5 +470,69 @@ func TestRestoredLedgerOpensUnderANewLease(t *testing.T) {
 	}
 	if err := cur.Commit(ctx, ledger.Change{Release: []ledger.Allocation{alloc("10.0.0.0", "x/s0")}}); err != nil {
 		t.Fatalf("a restored ledger cannot be written under a new Lease: %v", err)
+	}
+}
+
+// Open rewrites the shards after the head several at once: every shard of
+// a many-shard ledger ends up carrying the new term's epoch, the old term
+// cannot write any of them, and Open reports how long it read, parsed and
+// fenced.
+func TestOpenFencesEveryShard(t *testing.T) {
+	ctx := context.Background()
+	client, ns := namespace(t)
+	const limit = 4 * 1024
+	old, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "a/1/t", ShardLimit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ch ledger.Change
+	for i := range 600 {
+		ch.Allocate = append(ch.Allocate, alloc(netip.AddrFrom4([4]byte{10, 1, byte(i / 250), byte(i % 250)}).String(), fmt.Sprintf("ns/svc-%d", i)))
+	}
+	if err := old.Commit(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	next, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "b/2/t", ShardLimit: limit, Metrics: ledger.NewMetrics(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: ledger.LabelKey + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) < 10 {
+		t.Fatalf("%d shards, want at least 10 (more than Open rewrites at once)", len(list.Items))
+	}
+	for _, cm := range list.Items {
+		if cm.Data["epoch"] != "2" || cm.Data["term"] != "b/2/t" {
+			t.Errorf("shard %s carries epoch %q term %q after the new term opened, want 2 and b/2/t", cm.Name, cm.Data["epoch"], cm.Data["term"])
+		}
+	}
+	if got := len(next.State().Allocations); got != 600 {
+		t.Fatalf("the new term reads %d allocations, want 600", got)
+	}
+	if err := old.Commit(ctx, ledger.Change{Release: []ledger.Allocation{alloc("10.1.2.99", "ns/svc-599")}}); !errors.Is(err, ledger.ErrFenced) {
+		t.Fatalf("old term after the fence: %v, want ErrFenced", err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "ipledger_ipam_ledger_open_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "step" {
+					steps[lp.GetValue()] = m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	if want := map[string]uint64{"read": 1, "parse": 1, "fence": 1}; !reflect.DeepEqual(steps, want) {
+		t.Fatalf("ipledger_ipam_ledger_open_duration_seconds samples by step = %v, want %v", steps, want)
 	}
 }

@@ -1,0 +1,133 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// procStatFields are the fields of /proc/<pid>/stat after the command name:
+// [0] state, [1] ppid, ... [11] utime, [12] stime.
+func procStatFields(pid int) []string {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(raw)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+}
+
+// cpuSeconds is the user+system CPU time a process has used (USER_HZ 100),
+// 0 when it is gone.
+func cpuSeconds(pid int) float64 {
+	f := procStatFields(pid)
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return float64(u+s) / 100
+}
+
+// peakRSSMB is a process's peak resident set (VmHWM) in MB (10^6 bytes):
+// the true peak since it started, not a sample.
+func peakRSSMB(pid int) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(raw)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb * 1024 / 1e6
+		}
+	}
+	return 0
+}
+
+// loadavg is the first three fields of /proc/loadavg (what uptime shows):
+// the machine is shared, and every figure is recorded with its load.
+func loadavg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// cpuUse is the CPU time of named processes, read at the start and the end
+// of a phase.
+type cpuUse struct {
+	pids  map[string]int
+	names []string
+	start map[string]float64
+}
+
+func newCPUUse() *cpuUse { return &cpuUse{pids: map[string]int{}} }
+
+// add names a process to account for.
+func (c *cpuUse) add(name string, pid int) {
+	if _, ok := c.pids[name]; !ok {
+		c.names = append(c.names, name)
+	}
+	c.pids[name] = pid
+}
+
+// begin reads every process's CPU time at the start of a phase.
+func (c *cpuUse) begin() {
+	c.start = map[string]float64{}
+	for name, pid := range c.pids {
+		c.start[name] = cpuSeconds(pid)
+	}
+}
+
+// since returns the CPU seconds each process used since begin.
+func (c *cpuUse) since() map[string]float64 {
+	out := map[string]float64{}
+	for name, pid := range c.pids {
+		out[name] = cpuSeconds(pid) - c.start[name]
+	}
+	return out
+}
+
+// format prints used in the order the processes were added.
+func (c *cpuUse) format(used map[string]float64) string {
+	var parts []string
+	for _, name := range c.names {
+		parts = append(parts, fmt.Sprintf("%s %.1f", name, used[name]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// scrape reads one sample from a Prometheus text endpoint (0 if absent).
+func scrape(ctx context.Context, addr, metric string) float64 {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0
+	}
+	// Uncompressed: the benchmark polls ipam's counters every 50 ms, and
+	// gzip would be most of what that costs ipam.
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), metric+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
+}
