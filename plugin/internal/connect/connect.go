@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 )
@@ -101,14 +102,20 @@ func (c *Conn) Close() error {
 }
 
 // Dial connects to ipam as flags say, through kube's kubeconfig and context.
+// With --ipam-address and --token-file it needs no kubeconfig at all.
 func Dial(ctx context.Context, kube genericclioptions.RESTClientGetter, f Flags, target Target) (*Conn, error) {
-	cfg, err := kube.ToRESTConfig()
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
+	var (
+		cfg    *rest.Config
+		client kubernetes.Interface
+		err    error
+	)
+	if f.Address == "" || f.TokenFile == "" {
+		if cfg, err = kube.ToRESTConfig(); err != nil {
+			return nil, fmt.Errorf("kubeconfig: %w", err)
+		}
+		if client, err = kubernetes.NewForConfig(cfg); err != nil {
+			return nil, fmt.Errorf("kubeconfig: %w", err)
+		}
 	}
 	token, err := Token(ctx, client, f)
 	if err != nil {
@@ -118,7 +125,7 @@ func Dial(ctx context.Context, kube genericclioptions.RESTClientGetter, f Flags,
 		var tlsCfg *tls.Config
 		if f.CAFile != "" {
 			host, _, _ := net.SplitHostPort(f.Address)
-			if tlsCfg, err = tlsConfig(ctx, client, f, nil, host); err != nil {
+			if tlsCfg, err = tlsConfig(ctx, nil, f, nil, host); err != nil { // the CA file only
 				return nil, err
 			}
 		}

@@ -393,6 +393,12 @@ func TestCommandsAgainstIPAM(t *testing.T) {
 		wantAll(t, "pools with an API token", s.fails(t, "pools", "--ipam-address", s.standby, "--token-file", file), "ipam refused the token", "--service-account")
 	})
 
+	t.Run("--ipam-address and --token-file need no kubeconfig", func(t *testing.T) {
+		token := s.env.TokenFile(t, testenv.SystemNamespace, "plugin-viewer")
+		none := filepath.Join(t.TempDir(), "no-kubeconfig")
+		wantAll(t, "pools without a kubeconfig", s.ok(t, "pools", "--ipam-address", s.standby, "--token-file", token, "--kubeconfig", none), pool+" ")
+	})
+
 	t.Run("the caller's own ServiceAccount", func(t *testing.T) {
 		// A kubeconfig that is ServiceAccount plugin-operator, allowed to
 		// request tokens for itself only.
