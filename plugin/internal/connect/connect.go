@@ -146,8 +146,9 @@ func Dial(ctx context.Context, kube genericclioptions.RESTClientGetter, f Flags,
 			return nil, err
 		}
 	}
-	fwdCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	local, err := forward(fwdCtx, cfg, pod, grpcPort(pod))
+	// The port-forward outlives Dial's ctx, until Close.
+	life, stop := context.WithCancel(context.WithoutCancel(ctx))
+	local, err := forward(ctx, life, cfg, pod, grpcPort(pod))
 	if err != nil {
 		stop()
 		return nil, err

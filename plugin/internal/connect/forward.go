@@ -17,8 +17,9 @@ import (
 )
 
 // forward opens a port-forward to the Pod's port on a free loopback port and
-// returns its address; it ends when ctx does.
-func forward(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, port int) (string, error) {
+// returns its address once it listens, or an error when ctx ends first. The
+// port-forward lasts until life ends.
+func forward(ctx, life context.Context, cfg *rest.Config, pod *corev1.Pod, port int) (string, error) {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return "", err
@@ -39,7 +40,7 @@ func forward(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, port int) (
 		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 	})
 	ready := make(chan struct{})
-	fw, err := portforward.NewOnAddressesWithContext(ctx, dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(port)}, ready, io.Discard, io.Discard)
+	fw, err := portforward.NewOnAddressesWithContext(life, dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(port)}, ready, io.Discard, io.Discard)
 	if err != nil {
 		return "", err
 	}
@@ -54,7 +55,7 @@ func forward(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, port int) (
 		return "", fmt.Errorf("port-forward to ipam Pod %s/%s port %d: %w\nfix: the Pod must be running on a node; you need get and create on pods/portforward in %s (ClusterRole ipledger:kubectl-plugin); or pass --ipam-address",
 			pod.Namespace, pod.Name, port, err, pod.Namespace)
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return "", fmt.Errorf("port-forward to ipam Pod %s/%s port %d: not ready: %w", pod.Namespace, pod.Name, port, ctx.Err())
 	}
 	ports, err := fw.GetPorts()
 	if err != nil {
