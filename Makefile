@@ -4,12 +4,13 @@ SHELL := /bin/bash
 export GOFLAGS ?= -buildvcs=false
 
 TOOLS_BIN = $(shell hack/build-tools.sh)
+NODE_BIN = $(shell hack/build-node.sh)
 MODULES := proto pkg services/watcher services/ipam services/endpoints services/eipd plugin test/e2e
 # go.work patterns do not cross module boundaries (./services/... matches nothing), so name each module.
 PACKAGES := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: help tools proto proto-check vet test test-unit bench images up down run fmt tidy
+.PHONY: help tools proto proto-check vet test test-unit test-cluster cluster-up cluster-down bench images up down run fmt tidy
 
 help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -25,10 +26,20 @@ proto-check: ## Fail when buf lint fails or the generated code drifts from the .
 
 vet: ## go vet every module, and gofmt.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go') | grep -v '\.pb\.go$$' || true)" || { echo "gofmt needed:"; gofmt -l . | grep -v '\.pb\.go$$'; exit 1; }
-	go vet $(PACKAGES)
+	go vet $(PACKAGES) ./test/cluster/...
 
 test: tools proto-check vet ## Everything CI runs: proto checks, vet, unit, integration (real API server), manifests, e2e.
 	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) go test $(GO_TEST_FLAGS) $(PACKAGES)
+
+test-cluster: tools images ## ipledger as pods on a real single-node cluster (root; pkg/cluster): up, install overlays/e2e, scenarios, down.
+	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) go test $(GO_TEST_FLAGS) -v ./test/cluster/...
+
+cluster-up: tools ## Start the real single-node cluster (root) and import .dev/images if built; kubeconfig in /var/lib/ipledger-node.
+	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) go run ./pkg/cmd/ipledger-cluster up
+	if ls .dev/images/*.tar >/dev/null 2>&1; then IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) go run ./pkg/cmd/ipledger-cluster import .dev/images; fi
+
+cluster-down: ## Stop the real single-node cluster and remove every trace of it from the machine.
+	go run ./pkg/cmd/ipledger-cluster down
 
 test-unit: ## The fast layer only: every package with tests and no TestMain (no etcd, kube-apiserver or moto), no tools.
 	go test $(GO_TEST_FLAGS) $$(hack/unit-packages.sh $(PACKAGES))
@@ -53,4 +64,4 @@ fmt: ## gofmt every Go file.
 	gofmt -w $$(find . -name '*.go' -not -name '*.pb.go' -not -path './.dev/*')
 
 tidy: ## go mod tidy in every module (hack/tools too).
-	for m in $(MODULES) hack/tools hack/tools/promtool; do (cd $$m && GOWORK=off go mod tidy); done
+	for m in $(MODULES) test/cluster hack/tools hack/tools/promtool hack/tools/coredns; do (cd $$m && GOWORK=off go mod tidy); done

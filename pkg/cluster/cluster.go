@@ -37,11 +37,12 @@ import (
 // Down removes it.
 const DefaultDir = "/var/lib/ipledger-node"
 
-// lockFile serialises Up and Down on the machine, and markerFile says which
-// folder holds the node that is up.
+// lockFile serialises Up and Down on the machine, markerFile says which
+// folder holds the node that is up, and useFile is the lock of Acquire.
 const (
 	lockFile   = "/run/ipledger-node.lock"
 	markerFile = "/run/ipledger-node.dir"
+	useFile    = "/run/ipledger-node.use.lock"
 )
 
 // AdminToken is the static bearer token of the node's `admin` user (group
@@ -180,14 +181,36 @@ func Get(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-func lock() (func(), error) {
-	f, err := os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o600)
+func lock() (func(), error) { return flock(lockFile, nil) }
+
+// Acquire takes the machine's node for the caller's exclusive use until
+// release: a test run (test/cluster holds it from before Up to after Down)
+// or a command of ipledger-cluster. Whoever holds the node waits here, so
+// that no one takes it down or reinstalls it under a running test; waiting
+// is logged. Up and Down do not take it themselves: the holder calls them.
+func Acquire(log func(format string, args ...any)) (release func(), err error) {
+	return flock(useFile, func() {
+		if log != nil {
+			log("cluster: waiting for the node: another test run or ipledger-cluster command uses it (%s)", useFile)
+		}
+	})
+}
+
+// flock takes an exclusive lock on path, calling waiting first when it has
+// to wait.
+func flock(path string, waiting func()) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("the node's lock (it needs root): %w", err)
+		return nil, fmt.Errorf("the node's lock %s (it needs root): %w", path, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, err
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if waiting != nil {
+			waiting()
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			f.Close()
+			return nil, err
+		}
 	}
 	return func() { f.Close() }, nil
 }

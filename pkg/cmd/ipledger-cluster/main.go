@@ -19,7 +19,8 @@ const usage = `ipledger-cluster runs a real single-node Kubernetes on this machi
 etcd, kube-apiserver on the node address, kube-controller-manager,
 kube-scheduler, containerd + runc, the kubelet, kube-proxy, a bridge CNI
 network and CoreDNS. Images are imported from OCI archives, never pulled.
-One node per machine; it outlives this command until "down".
+One node per machine; it outlives this command until "down". Each command
+waits while a test run (make test-cluster) uses the node.
 
 Usage:
   ipledger-cluster [flags] up              start the node (or keep the one that is up)
@@ -56,6 +57,11 @@ func main() {
 
 func run(ctx context.Context, opts cluster.Options, args []string) error {
 	start := time.Now()
+	release, err := cluster.Acquire(opts.Log)
+	if err != nil {
+		return err
+	}
+	defer release()
 	switch {
 	case len(args) == 1 && args[0] == "up":
 		c, err := cluster.Up(ctx, opts)
