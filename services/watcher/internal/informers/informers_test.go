@@ -1,10 +1,17 @@
 package informers
 
 import (
+	"log/slog"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
 
 func TestStripManagedFields(t *testing.T) {
@@ -22,5 +29,45 @@ func TestStripManagedFields(t *testing.T) {
 	}
 	if len(got.Annotations) != 2 || got.Annotations["ipledger.io/loadBalancerIPs"] != "10.0.0.1" || got.Annotations["metallb.io/address-pool"] != "p" {
 		t.Errorf("annotations %v, want only the ipledger.io/ and metallb.io/ ones", got.Annotations)
+	}
+}
+
+// TestTransformCachesTheEncodedObject: what the informer caches is the
+// store's encoded object, keyed and compared like the API object was (the
+// cache must never hold the API object: that was most of the watcher's
+// memory); transforming it again is a no-op, and an object that does not
+// convert is counted and left for the handler to skip.
+func TestTransformCachesTheEncodedObject(t *testing.T) {
+	m := &metrics{convertErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "e"}, []string{"kind"})}
+	h := &handler{kind: watcherv1.Kind_KIND_SERVICE, log: slog.New(slog.DiscardHandler), m: m}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", ResourceVersion: "7",
+		Labels: map[string]string{"app": "a"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
+	out, err := h.transform(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ok := out.(cached)
+	if !ok {
+		t.Fatalf("cached %T, want the encoded object", out)
+	}
+	if key, err := cache.MetaNamespaceKeyFunc(out); err != nil || key != "ns/s" {
+		t.Errorf("cache key %q (%v), want ns/s", key, err)
+	}
+	if a, err := meta.Accessor(out); err != nil || a.GetResourceVersion() != "7" {
+		t.Errorf("resourceVersion through meta.Accessor: %v, want 7", err)
+	}
+	if c.Key() != "KIND_SERVICE/ns/s" || c.Labels()["app"] != "a" {
+		t.Errorf("store object %s with labels %v", c.Key(), c.Labels())
+	}
+	if again, _ := h.transform(out); again != out {
+		t.Error("transforming a cached object again changed it")
+	}
+
+	odd := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x"}}
+	if out, _ := h.transform(odd); out != odd {
+		t.Errorf("an object that does not convert became %T, want it cached as it came", out)
+	}
+	if got := testutil.ToFloat64(m.convertErr.WithLabelValues("KIND_SERVICE")); got != 1 {
+		t.Errorf("convert errors %v, want 1", got)
 	}
 }
