@@ -75,10 +75,11 @@ type metrics struct {
 	convertErr *prometheus.CounterVec
 }
 
-// StripManagedFields is the informers' transform: managedFields are the
-// largest part of most objects and nothing in ipledger reads them; neither are
-// annotations outside the prefixes the compact form carries (such as
-// kubectl's last-applied-configuration, a copy of the whole object).
+// StripManagedFields drops what nothing in ipledger reads: managedFields, the
+// largest part of most objects, and annotations outside the prefixes the
+// compact form carries (such as kubectl's last-applied-configuration, a copy
+// of the whole object). The informers' transform applies it first, so that an
+// object that does not convert, and is cached as it came, is cached small.
 func StripManagedFields(obj any) (any, error) {
 	a, ok := obj.(metav1.Object)
 	if !ok {
