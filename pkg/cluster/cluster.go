@@ -349,6 +349,9 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--client-ca-file="+c.l.caCert(),
 		"--kubelet-client-certificate="+pki("apiserver-kubelet-client.crt"),
 		"--kubelet-client-key="+pki("apiserver-kubelet-client.key"),
+		// Logs, exec and port-forward reach the kubelet at the node address:
+		// the node's name resolves nowhere.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--token-auth-file="+c.l.path("tokens.csv"),
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc."+ClusterDomain,
