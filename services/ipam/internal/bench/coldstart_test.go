@@ -285,7 +285,7 @@ func BenchmarkColdStart(b *testing.B) {
 		took := time.Since(start)
 		b.StopTimer()
 		ipamCPU := cpu.since()
-		rss := peakRSSMB(ipam.PID())
+		rss := processPeakRSS(b, ipam.PID()) / 1e6
 		results = append(results, round{floor1: floor1, floor32: floor32, patch32: patch32, ipam: took, rssMB: rss, load: load + " → " + loadavg()})
 		if path := os.Getenv("IPLEDGER_BENCH_HEAP"); path != "" && r == 0 {
 			saveProfile(opsAddr, "heap", path)
@@ -356,7 +356,7 @@ func BenchmarkColdStart(b *testing.B) {
 	b.Logf("restart with %d ledger entries: first new allocation after %s; %v status writes besides the new Service's; "+
 		"ledger read %.3f s, parse %.3f s, fence %.3f s; RSS peak %.0f MB; load %s → %s",
 		n, restart.Round(time.Millisecond), statusWrites-1, step("read"), step("parse"), step("fence"),
-		peakRSSMB(restarted.PID()), restartLoad, loadavg())
+		processPeakRSS(b, restarted.PID())/1e6, restartLoad, loadavg())
 
 	// The figures of the median round (by ratio to the 32-worker floor),
 	// the worst RSS of all.

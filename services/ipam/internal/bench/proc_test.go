@@ -33,22 +33,6 @@ func cpuSeconds(pid int) float64 {
 	return float64(u+s) / 100
 }
 
-// peakRSSMB is a process's peak resident set (VmHWM) in MB (10^6 bytes):
-// the true peak since it started, not a sample.
-func peakRSSMB(pid int) float64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(raw)) {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
-			return kb * 1024 / 1e6
-		}
-	}
-	return 0
-}
-
 // loadavg is the first three fields of /proc/loadavg (what uptime shows):
 // the machine is shared, and every figure is recorded with its load.
 func loadavg() string {
