@@ -29,7 +29,7 @@ func TestPreviewAgreesWithApply(t *testing.T) {
 	t.Run("growing a full pool gives pending Services addresses", func(t *testing.T) {
 		h, r := previewWorld(t, "10.79.1.0/30", 6)
 		pool := h.poolName("main")
-		h.expect(wait, map[string]string{"s0": "10.79.1.0", "s3": "10.79.1.3", "s4": "PoolExhausted", "s5": "PoolExhausted"})
+		h.expect(wait, map[string]string{"s0": "10.79.1.0", "s1": "10.79.1.1", "s2": "10.79.1.2", "s3": "10.79.1.3", "s4": "PoolExhausted", "s5": "PoolExhausted"})
 		resp := h.previewThenApply(r, poolManifest(pool, h.ns, "10.79.1.0/29"), false)
 		if got := previewed(resp.GetAllocated()); got != "s4 10.79.1.4 Allocated; s5 10.79.1.5 Allocated" {
 			t.Errorf("allocated: %s", got)
@@ -41,7 +41,7 @@ func TestPreviewAgreesWithApply(t *testing.T) {
 	t.Run("shrinking a pool under allocated Services holds them outside it", func(t *testing.T) {
 		h, r := previewWorld(t, "10.79.2.0/29", 4)
 		pool := h.poolName("main")
-		h.expect(wait, map[string]string{"s0": "10.79.2.0", "s3": "10.79.2.3"})
+		h.expect(wait, map[string]string{"s0": "10.79.2.0", "s1": "10.79.2.1", "s2": "10.79.2.2", "s3": "10.79.2.3"})
 		resp := h.previewThenApply(r, poolManifest(pool, h.ns, "10.79.2.0/31"), false)
 		if got := previewed(resp.GetHeldOutside()); got != "s2 10.79.2.2 HeldOutsidePool; s3 10.79.2.3 HeldOutsidePool" {
 			t.Errorf("held outside: %s", got)
@@ -52,7 +52,7 @@ func TestPreviewAgreesWithApply(t *testing.T) {
 	})
 	t.Run("a new pool overlapping an older one is Conflicting", func(t *testing.T) {
 		h, r := previewWorld(t, "10.79.3.0/30", 5)
-		h.expect(wait, map[string]string{"s3": "10.79.3.3", "s4": "PoolExhausted"})
+		h.expect(wait, map[string]string{"s0": "10.79.3.0", "s1": "10.79.3.1", "s2": "10.79.3.2", "s3": "10.79.3.3", "s4": "PoolExhausted"})
 		// Named to sort after the older pool: created in the same second,
 		// the older one still wins by name.
 		newer := h.poolName("main") + "-z"
@@ -93,6 +93,14 @@ func previewWorld(t *testing.T, addrs string, n int) (*harness, *ipam) {
 	for i := range n {
 		h.service(fmt.Sprintf("s%d", i), nil)
 	}
+	// No namespace controller deletes them, and a Service of another class
+	// (this harness's, next run) showing an address makes it foreign: the
+	// next run (-count) would find its pool full.
+	t.Cleanup(func() {
+		for i := range n {
+			_ = h.env.Client.CoreV1().Services(h.ns).Delete(context.Background(), fmt.Sprintf("s%d", i), metav1.DeleteOptions{})
+		}
+	})
 	h.watchDuplicates()
 	return h, h.start("ipam-0")
 }
@@ -136,7 +144,9 @@ func (st state) shown(name string) string {
 // previewThenApply waits until r's stream shows the Services as the API
 // server does, previews the manifest (or deleting its pool) through r's
 // API, applies it, and waits until every Service of the test and every
-// previewed pool is what the preview said.
+// previewed pool is what the preview said. The caller has waited for ipam
+// to settle (every Service's address or reason), or the preview would
+// count what ipam was still doing.
 func (h *harness) previewThenApply(r *ipam, manifest []byte, del bool) *ipamv1.PreviewPoolResponse {
 	t, ctx := h.t, context.Background()
 	t.Helper()
