@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -29,13 +30,20 @@ func createServices(b *testing.B, client kubernetes.Interface, ns, class string,
 	s := &lbServices{client: client, ns: ns, objs: make([]*corev1.Service, n)}
 	start := time.Now()
 	if err := parallel(n, 32, func(i int) error {
-		out, err := client.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%05d", i), Namespace: ns},
-			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
-				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
-		}, metav1.CreateOptions{})
-		s.objs[i] = out
-		return err
+		name := fmt.Sprintf("s%05d", i)
+		return retryLoaded(func() error {
+			out, err := client.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
+					Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
+			}, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				// An earlier try timed out after the API server had created it.
+				out, err = client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+			}
+			s.objs[i] = out
+			return err
+		})
 	}); err != nil {
 		b.Fatal(err)
 	}
@@ -51,17 +59,27 @@ func (s *lbServices) setStatus(b *testing.B, workers int, ip func(i int) string)
 	b.Helper()
 	start := time.Now()
 	if err := parallel(len(s.objs), workers, func(i int) error {
-		svc := s.objs[i]
-		svc.Status.LoadBalancer.Ingress = nil
-		if v := ip(i); v != "" {
-			vip := corev1.LoadBalancerIPModeVIP
-			svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: v, IPMode: &vip}}
-		}
-		out, err := s.client.CoreV1().Services(s.ns).UpdateStatus(context.Background(), svc, metav1.UpdateOptions{})
-		if err == nil {
-			s.objs[i] = out
-		}
-		return err
+		return retryLoaded(func() error {
+			svc := s.objs[i]
+			svc.Status.LoadBalancer.Ingress = nil
+			if v := ip(i); v != "" {
+				vip := corev1.LoadBalancerIPModeVIP
+				svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: v, IPMode: &vip}}
+			}
+			out, err := s.client.CoreV1().Services(s.ns).UpdateStatus(context.Background(), svc, metav1.UpdateOptions{})
+			if apierrors.IsConflict(err) {
+				// An earlier try timed out after the API server had written
+				// it: take the new resourceVersion and write again.
+				if fresh, gerr := s.client.CoreV1().Services(s.ns).Get(context.Background(), svc.Name, metav1.GetOptions{}); gerr == nil {
+					s.objs[i] = fresh
+				}
+				return err
+			}
+			if err == nil {
+				s.objs[i] = out
+			}
+			return err
+		})
 	}); err != nil {
 		b.Fatal(err)
 	}
@@ -79,6 +97,23 @@ func (s *lbServices) floors(b *testing.B) (one, thirtyTwo time.Duration) {
 	thirtyTwo = s.setStatus(b, 32, ipOf(201))
 	s.setStatus(b, 32, func(int) string { return "" })
 	return one, thirtyTwo
+}
+
+// retryLoaded runs write until it succeeds, again (up to 5 tries) when the
+// API server timed out, was overloaded or saw a conflict: with 10,000
+// objects on 2 shared cores a write now and then times out, and one such
+// write should not void a 30-minute run. The floors include the retries'
+// time.
+func retryLoaded(write func() error) error {
+	var err error
+	for range 5 {
+		err = write()
+		if err == nil || !(apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) ||
+			apierrors.IsConflict(err) || apierrors.IsInternalError(err)) {
+			return err
+		}
+	}
+	return err
 }
 
 // wipe empties every Service's status after a controller wrote it (the
