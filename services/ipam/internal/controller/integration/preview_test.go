@@ -17,6 +17,7 @@ import (
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 )
 
 // TestPreviewAgreesWithApply previews an IPPool change through the API of a
@@ -71,6 +72,15 @@ func TestPreviewAgreesWithApply(t *testing.T) {
 		idle := h.poolName("idle")
 		h.poolIn(idle, []string{"nobody-" + h.lease}, "10.79.5.0/30")
 		h.expect(wait, map[string]string{"s0": "10.79.4.0", "s1": "10.79.4.1", "s2": "PoolExhausted"})
+		// Deleted before ipam has put its finalizer on it, a pool goes at
+		// once (the preview says so too); here it is the protected case.
+		testenv.Eventually(t, wait, func() error {
+			p, ok := r.src.Store().Get(watcherv1.Kind_KIND_IP_POOL, "", h.poolName("main"))
+			if !ok || !objects.HasFinalizer(p, objects.PoolFinalizer) {
+				return fmt.Errorf("the stream does not show pool %s with finalizer %s yet", h.poolName("main"), objects.PoolFinalizer)
+			}
+			return nil
+		})
 		resp := h.previewThenApply(r, poolManifest(h.poolName("main"), "", ""), true)
 		if p := resp.GetPools()[0]; p.GetStateAfter() != "Terminating" {
 			t.Errorf("held pool: %v", p)
