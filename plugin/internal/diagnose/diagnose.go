@@ -29,6 +29,7 @@ var roles = map[string]string{
 	"ListPools":          "ipledger:viewer (list allocations.ipledger.io)",
 	"GetAllocation":      "ipledger:viewer (get allocations.ipledger.io)",
 	"ExplainService":     "ipledger:viewer (get allocations.ipledger.io)",
+	"PreviewPool":        "ipledger:viewer (get allocations.ipledger.io)",
 	"ReserveAddress":     "ipledger:operator (create reservations.ipledger.io)",
 	"ReleaseReservation": "ipledger:operator (delete reservations.ipledger.io)",
 }

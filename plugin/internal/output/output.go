@@ -4,6 +4,8 @@
 package output
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -42,9 +44,11 @@ func Parse(s string, allowed ...Format) (Format, error) {
 	return "", fmt.Errorf("-o %s: unknown output format; use one of %s (or none for the default)", s, strings.Join(names, ", "))
 }
 
-// Message writes m as JSON or YAML.
+// Message writes m as JSON or YAML. protojson varies its whitespace from
+// build to build on purpose, so its compact output is indented here: the
+// same answer prints the same bytes, for scripts that diff it.
 func Message(w io.Writer, f Format, m proto.Message) error {
-	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	b, err := protojson.Marshal(m)
 	if err != nil {
 		return err
 	}
@@ -52,10 +56,15 @@ func Message(w io.Writer, f Format, m proto.Message) error {
 		if b, err = yaml.JSONToYAML(b); err != nil {
 			return err
 		}
-	} else {
-		b = append(b, '\n')
+		_, err = w.Write(b)
+		return err
 	}
-	_, err = w.Write(b)
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = out.WriteTo(w)
 	return err
 }
 

@@ -156,7 +156,8 @@ func TestMessage(t *testing.T) {
 		t.Errorf("yaml:\n%s\nwant\n%s", yaml, want)
 	}
 	json := print(t, func(b *bytes.Buffer) error { return Message(b, JSON, resp) })
-	if !strings.Contains(json, `"sharingKey": "k"`) || !strings.HasSuffix(json, "}\n") {
-		t.Errorf("json:\n%s", json)
+	wantJSON := "{\n  \"allocations\": [\n    {\n      \"ip\": \"10.0.0.1\",\n      \"pool\": \"public\",\n      \"sharingKey\": \"k\"\n    }\n  ]\n}\n"
+	if json != wantJSON {
+		t.Errorf("json:\n%s\nwant\n%s", json, wantJSON)
 	}
 }
