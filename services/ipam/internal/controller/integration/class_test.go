@@ -18,10 +18,6 @@ func TestRequiredClassLeavesClassLessServicesAlone(t *testing.T) {
 	pool := "tclass-" + h.lease[len("ipam-"):]
 	h.poolIn(pool, []string{h.ns}, "10.78.3.0/30")
 	h.service("classless", nil, func(s *corev1.Service) { s.Spec.LoadBalancerClass = nil })
-	// Every other test's ipam serves class-less Services: never leave one behind.
-	t.Cleanup(func() {
-		_ = h.env.Client.CoreV1().Services(h.ns).Delete(context.Background(), "classless", metav1.DeleteOptions{})
-	})
 	h.service("ours", nil) // younger: decided in the same pass or a later one
 	h.start("ipam-0")
 	h.expect(wait, map[string]string{"ours": "10.78.3.0"})
@@ -57,11 +53,6 @@ func TestRequiredClassNeverTakesAnotherControllersAddress(t *testing.T) {
 	pool := "tforeign-" + h.lease[len("ipam-"):]
 	h.poolIn(pool, []string{h.ns}, "10.78.4.0/30")
 	classless := func(s *corev1.Service) { s.Spec.LoadBalancerClass = nil }
-	t.Cleanup(func() {
-		for _, name := range []string{"metallb-a", "metallb-b"} {
-			_ = h.env.Client.CoreV1().Services(h.ns).Delete(context.Background(), name, metav1.DeleteOptions{})
-		}
-	})
 	h.service("metallb-a", nil, classless)
 	h.setStatus("metallb-a", "10.78.4.0")
 	h.start("ipam-0")

@@ -86,8 +86,27 @@ func newHarness(t *testing.T) *harness {
 	rand.Read(b)
 	h.class = "test.ipledger.io/" + hex.EncodeToString(b)
 	h.lease = "ipam-" + hex.EncodeToString(b)
+	// The test API server has no namespace controller: Services a test
+	// leaves behind would keep their addresses in their status, and every
+	// later ipam (of another class) must leave those alone. Delete them
+	// (registered first, so this runs after the test's ipam stopped).
+	t.Cleanup(h.deleteServices)
 	h.addr, h.tok, h.watcher = startWatcher(t, h.ledgerNS)
 	return h
+}
+
+func (h *harness) deleteServices() {
+	ctx := context.Background()
+	list, err := h.env.Client.CoreV1().Services(h.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		h.t.Errorf("cleanup: list the test's Services: %v", err)
+		return
+	}
+	for _, s := range list.Items {
+		if err := h.env.Client.CoreV1().Services(h.ns).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			h.t.Errorf("cleanup: delete Service %s/%s: %v", h.ns, s.Name, err)
+		}
+	}
 }
 
 // start runs an ipam replica until stop (or the test's end).
