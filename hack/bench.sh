@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs ipledger's benchmarks (see BENCHMARKS.md) and writes their output to
 # .dev/bench/<date>.txt. Sizes are the small defaults; the headline sizes:
-#   IPLEDGER_BENCH_N=10000 hack/bench.sh ipam        (ipam cold start, ~10 min)
+#   IPLEDGER_BENCH_N=10000 IPLEDGER_BENCH_ROUNDS=3 hack/bench.sh ipam   (ipam cold start and restart, ~20 min)
 #   IPLEDGER_BENCH_N=10000 hack/bench.sh anchors     (ipam, then MetalLB, same Services, ~20 min)
 # With no argument every suite runs but anchors, which builds MetalLB's
 # controller first (hack/build-metallb.sh, ~4 min once); name suites to pick:
@@ -13,7 +13,7 @@ export IPLEDGER_TOOLS_BIN=${IPLEDGER_TOOLS_BIN:-$(hack/build-tools.sh)}
 out=.dev/bench/$(date -u +%Y%m%dT%H%M%SZ).txt
 mkdir -p .dev/bench
 suites=${*:-micro watcher ipam endpoints eipd}
-run() { echo "== $*" | tee -a "$out"; "$@" 2>&1 | grep -E '^(Benchmark|ok|FAIL|---|    bench|    anchors)' | tee -a "$out"; }
+run() { echo "== $*" | tee -a "$out"; "$@" 2>&1 | grep -E '^(Benchmark|ok|FAIL|---|    bench|    anchors|    coldstart)' | tee -a "$out"; }
 for s in $suites; do
   case $s in
     micro)
