@@ -174,67 +174,55 @@ func ownChains(save string) []string {
 	return out
 }
 
-// iptablesCleanup turns iptables-save output into the iptables commands
-// (arguments, table first) that remove the node's rules and chains: first
-// every rule of another chain that jumps to one of the node's, then, per
-// table, flush every own chain before deleting any (they jump to each
-// other).
-func iptablesCleanup(save string) [][]string {
-	var jumps, flushes, deletes [][]string
-	table := ""
+// iptablesCleanup turns iptables-save output into iptables-restore
+// --noflush input that removes the node's rules and chains, one COMMIT per
+// table: first every rule of another chain that jumps to one of the node's
+// (the saved rule, -A made -D, quoting kept), then every own chain flushed
+// before any is deleted (they jump to each other). Empty when there is
+// nothing of the node's.
+func iptablesCleanup(save string) string {
+	type table struct{ jumps, flushes, deletes []string }
+	var order []string
+	tables := map[string]*table{}
+	var cur *table
 	for _, line := range strings.Split(save, "\n") {
 		switch {
 		case strings.HasPrefix(line, "*"):
-			table = line[1:]
+			cur = &table{}
+			tables[line[1:]] = cur
+			order = append(order, line[1:])
+		case cur == nil:
 		case strings.HasPrefix(line, ":"):
 			if name, _, _ := strings.Cut(line[1:], " "); isOwnChain(name) {
-				flushes = append(flushes, []string{"-t", table, "-F", name})
-				deletes = append(deletes, []string{"-t", table, "-X", name})
+				cur.flushes = append(cur.flushes, "-F "+name)
+				cur.deletes = append(cur.deletes, "-X "+name)
 			}
 		case strings.HasPrefix(line, "-A "):
-			fields := splitRule(line)
+			fields := strings.Fields(line)
 			if len(fields) < 2 || isOwnChain(fields[1]) {
 				continue
 			}
 			for i, f := range fields {
 				if (f == "-j" || f == "-g") && i+1 < len(fields) && isOwnChain(fields[i+1]) {
-					jumps = append(jumps, append([]string{"-t", table, "-D"}, fields[1:]...))
+					cur.jumps = append(cur.jumps, "-D "+line[len("-A "):])
 					break
 				}
 			}
 		}
 	}
-	return append(append(jumps, flushes...), deletes...)
-}
-
-// splitRule splits an iptables-save rule into arguments: at spaces, except
-// inside the double quotes iptables-save puts around a comment with spaces.
-func splitRule(line string) []string {
-	var out []string
-	var cur strings.Builder
-	quoted, started := false, false
-	for i := 0; i < len(line); i++ {
-		switch c := line[i]; {
-		case c == '\\' && quoted && i+1 < len(line):
-			i++
-			cur.WriteByte(line[i])
-		case c == '"':
-			quoted, started = !quoted, true
-		case c == ' ' && !quoted:
-			if started {
-				out = append(out, cur.String())
-				cur.Reset()
-				started = false
-			}
-		default:
-			cur.WriteByte(c)
-			started = true
+	var out strings.Builder
+	for _, name := range order {
+		t := tables[name]
+		if len(t.jumps)+len(t.flushes) == 0 {
+			continue
 		}
+		out.WriteString("*" + name + "\n")
+		for _, l := range append(append(t.jumps, t.flushes...), t.deletes...) {
+			out.WriteString(l + "\n")
+		}
+		out.WriteString("COMMIT\n")
 	}
-	if started {
-		out = append(out, cur.String())
-	}
-	return out
+	return out.String()
 }
 
 // nftTables lists `nft list tables` output as "family name".
