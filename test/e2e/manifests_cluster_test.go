@@ -11,6 +11,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ipledger/ipledger/pkg/containerimage"
@@ -73,6 +75,38 @@ func TestE2EOverlayRunsTheImagesMakeImagesBuilds(t *testing.T) {
 	for ref, used := range built {
 		if !used {
 			t.Errorf("`make images` builds %s, which no Deployment of %s runs: the real-node tests would not test it", ref, e2eOverlay)
+		}
+	}
+}
+
+// TestSpreadConstraintsSelectTheirOwnPods: a topology spread constraint
+// counts the pods its labelSelector matches; one that matches none of its
+// own Deployment's pods spreads nothing (components/high-availability's did
+// until the pods carried app.kubernetes.io/part-of).
+func TestSpreadConstraintsSelectTheirOwnPods(t *testing.T) {
+	env := testenv.Get(t)
+	for _, k := range kustomizations {
+		out, err := env.Kubectl(context.Background(), "kustomize", filepath.Join(env.Root, "deploy/kustomize", k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range strings.Split(string(out), "\n---\n") {
+			var d appsv1.Deployment
+			if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
+				t.Fatal(err)
+			}
+			if d.Kind != "Deployment" {
+				continue
+			}
+			for _, c := range d.Spec.Template.Spec.TopologySpreadConstraints {
+				sel, err := metav1.LabelSelectorAsSelector(c.LabelSelector)
+				if err != nil {
+					t.Fatalf("%s: Deployment %s: %v", k, d.Name, err)
+				}
+				if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+					t.Errorf("%s: Deployment %s spreads pods matching %s, and its own pods (%v) do not", k, d.Name, sel, d.Spec.Template.Labels)
+				}
+			}
 		}
 	}
 }
