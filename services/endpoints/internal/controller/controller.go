@@ -60,6 +60,9 @@ var Kinds = []watcherv1.Kind{
 	watcherv1.Kind_KIND_ENDPOINT_SLICE,
 }
 
+// DefaultWorkers is the default number of Services synced concurrently.
+const DefaultWorkers = 16
+
 // Config tunes the controller.
 type Config struct {
 	// MaxEndpointsPerSlice caps the endpoints of one slice.
@@ -80,7 +83,11 @@ func (c *Config) Defaults() {
 		c.MaxEndpointsPerSlice = planner.DefaultMaxEndpointsPerSlice
 	}
 	if c.Workers == 0 {
-		c.Workers = 4
+		// Syncs mostly wait on the API server: on a cold start 16 keep it
+		// busy where 4 left it idle between writes (BENCHMARKS.md,
+		// endpoints). The process's write budget (--kube-api-qps) still
+		// bounds the rate.
+		c.Workers = DefaultWorkers
 	}
 	if c.ExpectationTimeout == 0 {
 		c.ExpectationTimeout = time.Minute
