@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -591,15 +592,15 @@ func cleanHost(l layout, before HostState) error {
 	for _, m := range mountsUnder(string(info), l.dir) {
 		errs = append(errs, unmount(m))
 	}
-	for _, dir := range []string{"/run/netns"} {
-		for _, m := range mountsUnder(string(info), dir) {
-			if m != dir && !contains(before.Netns, filepath.Base(m)) {
-				errs = append(errs, unmount(m), os.Remove(m))
-			}
+	// The pods' network namespaces: containerd 1.6 bind-mounts them under
+	// /run/netns whatever its state folder.
+	for _, m := range mountsUnder(string(info), "/run/netns") {
+		if m != "/run/netns" && !slices.Contains(before.Netns, filepath.Base(m)) {
+			errs = append(errs, unmount(m), os.Remove(m))
 		}
 	}
 	for _, cg := range podCgroups() {
-		if !contains(before.Cgroups, cg) {
+		if !slices.Contains(before.Cgroups, cg) {
 			errs = append(errs, removeCgroup(cg))
 		}
 	}
@@ -613,7 +614,7 @@ func cleanHost(l layout, before HostState) error {
 	}
 	if out, err := exec.Command("nft", "list", "tables").Output(); err == nil {
 		for _, t := range nftTables(string(out)) {
-			if !contains(before.NFTables, t) {
+			if !slices.Contains(before.NFTables, t) {
 				family, name, _ := strings.Cut(t, " ")
 				if out, err := exec.Command("nft", "delete", "table", family, name).CombinedOutput(); err != nil {
 					errs = append(errs, fmt.Errorf("nft delete table %s: %w: %s", t, err, out))
@@ -629,7 +630,7 @@ func cleanHost(l layout, before HostState) error {
 	}
 	if before.Sysctls != nil {
 		for _, p := range hostPaths {
-			if !contains(before.Paths, p) {
+			if !slices.Contains(before.Paths, p) {
 				errs = append(errs, removeAllUnmounted(p))
 			}
 		}
@@ -673,15 +674,6 @@ func removeAllUnmounted(path string) error {
 		return fmt.Errorf("not removing %s: still mounted below it: %s", path, strings.Join(left, ", "))
 	}
 	return os.RemoveAll(path)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // waitFor polls check every 100ms until it returns nil, or fails with its
