@@ -69,10 +69,27 @@ func (e *env) scale(t testing.TB, deploy string, replicas int) {
 	e.rolledOut(t, deploy)
 }
 
-// rolledOut waits for `kubectl rollout status` of a Deployment.
+// rolledOut waits for `kubectl rollout status` of a Deployment; when it
+// times out, the test fails with the pods and the end of the logs of those
+// not Ready (the node goes down with the test).
 func (e *env) rolledOut(t testing.TB, deploy string) {
 	t.Helper()
-	e.kubectl(t, "-n", systemNS, "rollout", "status", "deploy/"+deploy, "--timeout=4m")
+	ctx := context.Background()
+	out, err := e.node.Kubectl(ctx, nil, "-n", systemNS, "rollout", "status", "deploy/"+deploy, "--timeout=4m")
+	if err == nil {
+		return
+	}
+	pods, _ := e.node.Kubectl(ctx, nil, "-n", systemNS, "get", "pods", "-o", "wide")
+	var logs strings.Builder
+	for _, p := range e.pods(t, deploy) {
+		if podReady(p) {
+			continue
+		}
+		tail := int64(20)
+		raw, err := e.client.CoreV1().Pods(systemNS).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(ctx)
+		fmt.Fprintf(&logs, "--- %s (not Ready), its last log lines (%v):\n%s\n", p.Name, err, raw)
+	}
+	t.Fatalf("rollout of %s: %v\n%s\n%s\n%s", deploy, err, out, pods, logs.String())
 }
 
 // pods lists the running, not terminating pods of a Deployment (by its
