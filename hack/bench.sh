@@ -4,7 +4,7 @@
 #   IPLEDGER_BENCH_N=10000 IPLEDGER_BENCH_ROUNDS=3 hack/bench.sh ipam   (ipam cold start and restart, ~20 min)
 #   IPLEDGER_BENCH_N=10000 hack/bench.sh anchors     (ipam, then MetalLB, same Services, 15–25 min)
 # With no argument every suite runs but anchors, which builds MetalLB's
-# controller first (hack/build-metallb.sh, ~4 min once); name suites to pick:
+# controller first (hack/build-metallb.sh, ~3 CPU-minutes once); name suites to pick:
 # micro watcher ipam endpoints eipd anchors.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
