@@ -38,7 +38,7 @@ func TestIPAMLeaderFailoverMidBurst(t *testing.T) {
 	})
 
 	dups := e.watchDuplicates()
-	l := e.startLoad(t, 20*time.Millisecond)
+	l := e.startLoad(t, 20*time.Millisecond, 200)
 	l.waitCreated(t, 50)
 	t.Logf("deleting the ipam leader %s; standby %s", leader, standby)
 	e.deletePod(t, podNamed(t, ipams, leader))

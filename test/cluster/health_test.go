@@ -22,7 +22,7 @@ import (
 func TestEveryPodHealthy(t *testing.T) {
 	e := get(t)
 	ctx := context.Background()
-	l := e.startLoad(t, 10*time.Millisecond)
+	l := e.startLoad(t, 10*time.Millisecond, 300)
 	l.waitCreated(t, 300)
 	e.ips(t, l.ns, l.stop(t), 3*time.Minute)
 

@@ -61,7 +61,7 @@ func TestOverlaysRollOut(t *testing.T) {
 				}
 			}
 			e.subscribersPerWatcher(t)
-			l := e.startLoad(t, 50*time.Millisecond)
+			l := e.startLoad(t, 50*time.Millisecond, 20)
 			l.waitCreated(t, 20)
 			e.ips(t, l.ns, l.stop(t), 2*time.Minute)
 			e.consistent(t, tc.ca)

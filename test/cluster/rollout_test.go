@@ -19,7 +19,7 @@ func TestRolloutRestartUnderLoad(t *testing.T) {
 	for _, d := range deployments {
 		e.scale(t, d, highAvailability[d])
 	}
-	l := e.startLoad(t, 50*time.Millisecond)
+	l := e.startLoad(t, 50*time.Millisecond, 1000)
 	l.waitCreated(t, 40)
 	before := e.ips(t, l.ns, l.created(), 2*time.Minute)
 

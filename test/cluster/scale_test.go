@@ -24,7 +24,7 @@ const watcherName = "ipledger-watcher.ipledger-system.svc.cluster.local"
 func TestWatchersScaleIndependently(t *testing.T) {
 	e := get(t)
 	ctx := context.Background()
-	l := e.startLoad(t, 100*time.Millisecond)
+	l := e.startLoad(t, 100*time.Millisecond, 1000)
 	e.scale(t, "ipledger-watcher", 3)
 	watchers := e.pods(t, "ipledger-watcher")
 	if len(watchers) != 3 {

@@ -172,7 +172,8 @@ func (e *env) leader(t testing.TB, lease string) string {
 }
 
 // load creates LoadBalancer Services in a namespace of its own, one every
-// interval, until stopped: a disruption then happens while ipam has work.
+// interval, until stopped or max are made: a disruption then happens while
+// ipam has work.
 type load struct {
 	client  kubernetes.Interface
 	ns      string
@@ -188,7 +189,7 @@ type load struct {
 // Services and waits for the pool to be gone (ipam's finalizer holds it
 // while Services have its addresses), so that a later run on the same node
 // can use the range again.
-func (e *env) startLoad(t *testing.T, every time.Duration) *load {
+func (e *env) startLoad(t *testing.T, every time.Duration, max int) *load {
 	t.Helper()
 	l := &load{client: e.client, ns: e.namespace(t), stopped: make(chan struct{}), done: make(chan struct{})}
 	pool := e.pool(t, l.ns)
@@ -214,7 +215,7 @@ func (e *env) startLoad(t *testing.T, every time.Duration) *load {
 		defer close(l.done)
 		tick := time.NewTicker(every)
 		defer tick.Stop()
-		for i := 0; ; i++ {
+		for i := 0; i < max; i++ {
 			select {
 			case <-l.stopped:
 				return
