@@ -56,6 +56,7 @@ func TestKillLeaderWhileAllocating(t *testing.T) {
 	}
 	// 10.78.0.0/21: 2,048 addresses, enough for the full size.
 	h := &harness{t: t, env: env, ns: svcNS, class: class}
+	t.Cleanup(h.deleteServices) // their statuses would block these addresses for later tests
 	h.pool("tkill", "10.78.0.0/21")
 	a := start("ipam-a")
 	testenv.Eventually(t, wait, func() error {

@@ -45,28 +45,28 @@ func TestRequiredClassLeavesClassLessServicesAlone(t *testing.T) {
 // (--require-lb-class, an IPPool over MetalLB's range), the address in a
 // class-less Service's status is MetalLB's, at a restart and while ipam
 // runs; ipam hands it out only once that Service is gone. Before the fix
-// ipam gave 10.78.4.0 to "first" as well.
+// ipam gave 10.80.4.0 to "first" as well.
 func TestRequiredClassNeverTakesAnotherControllersAddress(t *testing.T) {
 	h := newHarness(t)
 	h.requireClass = true
 	h.watchDuplicates()
 	pool := "tforeign-" + h.lease[len("ipam-"):]
-	h.poolIn(pool, []string{h.ns}, "10.78.4.0/30")
+	h.poolIn(pool, []string{h.ns}, "10.80.4.0/30")
 	classless := func(s *corev1.Service) { s.Spec.LoadBalancerClass = nil }
 	h.service("metallb-a", nil, classless)
-	h.setStatus("metallb-a", "10.78.4.0")
+	h.setStatus("metallb-a", "10.80.4.0")
 	h.start("ipam-0")
 	h.service("first", nil)
-	h.expect(wait, map[string]string{"first": "10.78.4.1"})
+	h.expect(wait, map[string]string{"first": "10.80.4.1"})
 
 	h.service("metallb-b", nil, classless)
-	h.setStatus("metallb-b", "10.78.4.2")
+	h.setStatus("metallb-b", "10.80.4.2")
 	h.service("second", nil)
-	h.expect(wait, map[string]string{"second": "10.78.4.3"})
+	h.expect(wait, map[string]string{"second": "10.80.4.3"})
 
 	if err := h.env.Client.CoreV1().Services(h.ns).Delete(context.Background(), "metallb-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h.service("third", nil)
-	h.expect(wait, map[string]string{"third": "10.78.4.0", "metallb-b": "10.78.4.2"})
+	h.expect(wait, map[string]string{"third": "10.80.4.0", "metallb-b": "10.80.4.2"})
 }
