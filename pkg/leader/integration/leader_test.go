@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/testenv"
@@ -634,13 +635,19 @@ func TestHoldsAsksTheLease(t *testing.T) {
 	if held, err := term.Holds(ctx); !held || err != nil {
 		t.Fatalf("Holds() = %v, %v while leading; want true", held, err)
 	}
-	lease, err := env.Client.CoordinationV1().Leases(ns).Get(ctx, "test-lease", metav1.GetOptions{})
+	// The candidate renews the Lease meanwhile: retry the takeover on a
+	// conflict, as any writer of a shared object must.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := env.Client.CoordinationV1().Leases(ns).Get(ctx, "test-lease", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		other := "b"
+		lease.Spec.HolderIdentity = &other
+		_, err = env.Client.CoordinationV1().Leases(ns).Update(ctx, lease, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	other := "b"
-	lease.Spec.HolderIdentity = &other
-	if _, err := env.Client.CoordinationV1().Leases(ns).Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if held, err := term.Holds(ctx); held || err != nil {
