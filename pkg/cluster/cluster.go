@@ -327,7 +327,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, 30*time.Second, "etcd", func() error {
+	if err := controlplane.WaitFor(ctx, 30*time.Second, "etcd", func() error {
 		resp, err := http.Get(etcdClientURL + "/health")
 		if err != nil {
 			return err
@@ -368,7 +368,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, 90*time.Second, "kube-apiserver", func() error {
+	if err := controlplane.WaitFor(ctx, 90*time.Second, "kube-apiserver", func() error {
 		if _, ok := running(c.l, "kube-apiserver"); !ok {
 			return fmt.Errorf("kube-apiserver exited (log %s)", c.l.logFile("kube-apiserver"))
 		}
@@ -401,7 +401,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	if err := launch(c.l, "containerd", "containerd", "--config", c.l.path("containerd", "config.toml")); err != nil {
 		return err
 	}
-	return waitFor(ctx, 30*time.Second, "containerd", func() error {
+	return controlplane.WaitFor(ctx, 30*time.Second, "containerd", func() error {
 		if _, ok := running(c.l, "containerd"); !ok {
 			return fmt.Errorf("containerd exited (log %s)", c.l.logFile("containerd"))
 		}
@@ -449,7 +449,7 @@ func (c *Cluster) apiserverReady(ctx context.Context) error {
 }
 
 func (c *Cluster) waitNodeReady(ctx context.Context, timeout time.Duration) error {
-	return waitFor(ctx, timeout, "node "+NodeName, func() error {
+	return controlplane.WaitFor(ctx, timeout, "node "+NodeName, func() error {
 		for _, name := range []string{"kubelet", "kube-proxy", "kube-controller-manager", "kube-scheduler"} {
 			if _, ok := running(c.l, name); !ok {
 				return fmt.Errorf("%s exited (log %s)", name, c.l.logFile(name))
@@ -674,26 +674,6 @@ func removeAllUnmounted(path string) error {
 		return fmt.Errorf("not removing %s: still mounted below it: %s", path, strings.Join(left, ", "))
 	}
 	return os.RemoveAll(path)
-}
-
-// waitFor polls check every 100ms until it returns nil, or fails with its
-// last error after timeout.
-func waitFor(ctx context.Context, timeout time.Duration, what string, check func() error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		last := check()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after %s: %w", what, timeout, last)
-		case <-tick.C:
-		}
-	}
 }
 
 // defaultRouteIPv4 is the IPv4 address of the interface of the default

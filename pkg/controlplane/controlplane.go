@@ -159,7 +159,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context) error {
 		return err
 	}
 	cp.etcd = cmd
-	return waitFor(ctx, 30*time.Second, "etcd", func() error {
+	return WaitFor(ctx, 30*time.Second, "etcd", func() error {
 		resp, err := http.Get(client + "/health")
 		if err != nil {
 			return err
@@ -221,7 +221,7 @@ func (cp *ControlPlane) runAPIServer(ctx context.Context, args []string) error {
 	}
 	cp.apiserver = cmd
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	return waitFor(ctx, 60*time.Second, "kube-apiserver", func() error {
+	return WaitFor(ctx, 60*time.Second, "kube-apiserver", func() error {
 		if cmd.ProcessState != nil {
 			return fmt.Errorf("kube-apiserver exited: %s (log %s)", cmd.ProcessState, cp.logPath("kube-apiserver"))
 		}
@@ -336,7 +336,9 @@ func FreePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-func waitFor(ctx context.Context, timeout time.Duration, what string, check func() error) error {
+// WaitFor polls check until it returns nil, or fails after timeout naming
+// what and check's last error.
+func WaitFor(ctx context.Context, timeout time.Duration, what string, check func() error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
