@@ -49,6 +49,8 @@ type Config struct {
 	StallTimeout time.Duration
 	// HistorySize: changes kept for subscribers that resume.
 	HistorySize int
+	// HistoryBytes: what those changes' objects may weigh (store.LimitHistoryBytes).
+	HistoryBytes int
 }
 
 // Defaults fills the fields left unset with the watcher's defaults.
@@ -66,6 +68,9 @@ func (c *Config) Defaults() {
 	if c.HistorySize == 0 {
 		c.HistorySize = 50000
 	}
+	if c.HistoryBytes == 0 {
+		c.HistoryBytes = 16 << 20
+	}
 }
 
 // Flags registers every flag of the watcher with the current values (after
@@ -81,6 +86,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StallTimeout, "subscriber-stall-timeout", c.StallTimeout,
 		"how long a subscriber may accept nothing (in its snapshot or its deltas) while events wait for it before its stream is closed with RESOURCE_EXHAUSTED")
 	fs.IntVar(&c.HistorySize, "history-size", c.HistorySize, "changes kept so that a reconnecting subscriber can resume without a snapshot")
+	fs.IntVar(&c.HistoryBytes, "history-bytes", c.HistoryBytes,
+		"what the kept changes' objects may weigh, in bytes; the oldest are forgotten first (a subscriber resuming from before them gets a snapshot)")
 }
 
 // Watcher is an assembled, not yet running, watcher.
@@ -109,6 +116,7 @@ func New(cfg Config, restCfg *rest.Config, log *slog.Logger, reg *prometheus.Reg
 	}
 	w := &Watcher{cfg: cfg, log: log, reg: reg, client: client, dyn: dyn}
 	w.store = store.New(newEpoch(), cfg.HistorySize)
+	w.store.LimitHistoryBytes(cfg.HistoryBytes)
 	revision := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipledger_watcher_revision", Help: "Revision of the watcher's store."})
 	objects := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ipledger_watcher_objects", Help: "Objects in the watcher's store, by kind."}, []string{"kind"})
 	reg.MustRegister(revision, objects)

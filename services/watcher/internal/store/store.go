@@ -43,7 +43,10 @@ type Store struct {
 	history []Change // ring buffer of the last historySize changes
 	histPos int      // next write position in history
 	histLen int
-	subs    map[*Subscription]struct{}
+	// histBytes is what the kept changes' objects weigh (changeBytes), kept
+	// under histByteLimit (0: no limit) by forgetting the oldest first.
+	histBytes, histByteLimit int
+	subs                     map[*Subscription]struct{}
 	// lists holds the objects of a kind as a list, made by the first
 	// snapshot after a change of the kind and dropped at its next change, so
 	// that subscribers starting at the same revision share one list instead
@@ -66,6 +69,17 @@ func New(epoch string, historySize int) *Store {
 		lists:   map[watcherv1.Kind][]*Object{},
 	}
 }
+
+// LimitHistoryBytes bounds the history by what its changes weigh as well as
+// by their number: a change of a big object (an EndpointSlice, a Pod) holds
+// kilobytes, and 50,000 of them would outweigh the store itself. The oldest
+// changes are forgotten first; a subscriber resuming from before them gets a
+// snapshot. 0 means no limit. Call before the store is used.
+func (s *Store) LimitHistoryBytes(n int) { s.histByteLimit = max(n, 0) }
+
+// changeBytes is what a change kept in the history holds: its object (the
+// previous state is the previous change's, or the store's).
+func changeBytes(c Change) int { return len(c.Object.wire) + len(c.Key) + 96 }
 
 // OnChange sets a callback, run under the store lock after each change, for
 // metrics. Call before the store is used.
@@ -129,10 +143,20 @@ func (s *Store) record(c Change) {
 	s.rev++
 	c.Revision = s.rev
 	if s.historySize > 0 {
+		if s.histLen == s.historySize {
+			s.histBytes -= changeBytes(s.history[s.histPos])
+		}
 		s.history[s.histPos] = c
 		s.histPos = (s.histPos + 1) % s.historySize
+		s.histBytes += changeBytes(c)
 		if s.histLen < s.historySize {
 			s.histLen++
+		}
+		for s.histByteLimit > 0 && s.histBytes > s.histByteLimit && s.histLen > 1 {
+			oldest := (s.histPos - s.histLen + s.historySize) % s.historySize
+			s.histBytes -= changeBytes(s.history[oldest])
+			s.history[oldest] = Change{}
+			s.histLen--
 		}
 	}
 	delete(s.lists, c.Object.kind)

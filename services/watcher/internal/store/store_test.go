@@ -2,6 +2,8 @@ package store
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -120,5 +122,40 @@ func TestSnapshotsShareListsUntilTheKindChanges(t *testing.T) {
 	}
 	if got, want := names(first.Snapshot), []string{"a@1"}; !slices.Equal(got, want) {
 		t.Errorf("the first snapshot changed under its subscriber: %q, want %q", got, want)
+	}
+}
+
+// The history is bounded by what its changes weigh, not only by their
+// number: big objects churning must not fill 50,000 slots. A subscriber
+// resuming from a forgotten change gets a snapshot; one resuming within
+// what is kept resumes.
+func TestHistoryBytesForgetTheOldestChanges(t *testing.T) {
+	big := func(rev string) *Object {
+		return Encode(&watcherv1.Object{Kind: watcherv1.Kind_KIND_SERVICE, Meta: &watcherv1.ObjectMeta{
+			Namespace: "ns", Name: "big", ResourceVersion: rev, Annotations: map[string]string{"pad": strings.Repeat("x", 1000)}}})
+	}
+	st := New("e1", 1000)
+	st.LimitHistoryBytes(5 * changeBytes(Change{Object: big("100"), Key: big("100").Key()}))
+	for i := range 100 {
+		st.Upsert(big(strconv.Itoa(10 + i)))
+	}
+	if st.histLen != 5 {
+		t.Fatalf("history keeps %d changes, want the 5 that fit the byte limit", st.histLen)
+	}
+	if st.histBytes > st.histByteLimit {
+		t.Fatalf("history weighs %d bytes, over its limit %d", st.histBytes, st.histByteLimit)
+	}
+	old := st.Subscribe(services, &watcherv1.ResumePoint{Epoch: "e1", Revision: 90}, 10)
+	defer st.Unsubscribe(old.Sub)
+	if old.Resumed {
+		t.Fatal("resumed from a change the byte limit forgot; want a snapshot")
+	}
+	recent := st.Subscribe(services, &watcherv1.ResumePoint{Epoch: "e1", Revision: 97}, 10)
+	defer st.Unsubscribe(recent.Sub)
+	if !recent.Resumed {
+		t.Fatal("a resume within the kept changes got a snapshot")
+	}
+	if q := drain(recent.Sub); len(q) != 1 || q[0] != "EVENT_TYPE_UPSERT big@109" {
+		t.Fatalf("resumed with %q, want the last change", q)
 	}
 }
