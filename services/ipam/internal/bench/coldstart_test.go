@@ -120,7 +120,6 @@ func BenchmarkColdStart(b *testing.B) {
 	client := kubernetes.NewForConfigOrDie(cfg)
 	ns := env.Namespace(b, nil)
 	class := "bench.ipledger.io/lb"
-	name := func(i int) string { return fmt.Sprintf("s%05d", i) }
 
 	pool := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool", "metadata": map[string]any{"name": "bench"},
@@ -129,62 +128,8 @@ func BenchmarkColdStart(b *testing.B) {
 	if _, err := env.Dynamic.Resource(controller.PoolGVR).Create(ctx, pool, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	t0 := time.Now()
-	objs := make([]*corev1.Service, n)
-	if err := parallel(n, 32, func(i int) error {
-		s := &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: name(i), Namespace: ns},
-			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
-				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
-		}
-		out, err := client.CoreV1().Services(ns).Create(ctx, s, metav1.CreateOptions{})
-		objs[i] = out
-		return err
-	}); err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("set-up: created %d Services in %s (load %s)", n, time.Since(t0).Round(time.Millisecond), loadavg())
-
-	// refresh reads every Service again: ipam's writes made the kept
-	// versions stale.
-	refresh := func() {
-		list, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		byName := map[string]*corev1.Service{}
-		for i := range list.Items {
-			byName[list.Items[i].Name] = &list.Items[i]
-		}
-		for i := range objs {
-			objs[i] = byName[name(i)]
-		}
-	}
-	// setStatus writes every Service's status once with UpdateStatus (the
-	// object kept from the last write, so no read), as a plain loop would.
-	// ip "" clears the status and ipam's annotation: the Service as it was
-	// created.
-	setStatus := func(workers int, ip func(i int) string) time.Duration {
-		start := time.Now()
-		if err := parallel(n, workers, func(i int) error {
-			s := objs[i]
-			s.Status = corev1.ServiceStatus{}
-			if v := ip(i); v != "" {
-				vip := corev1.LoadBalancerIPModeVIP
-				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: v, IPMode: &vip}}
-			} else {
-				delete(s.Annotations, allocator.AnnotationAllocatedFromPool)
-			}
-			out, err := client.CoreV1().Services(ns).UpdateStatus(ctx, s, metav1.UpdateOptions{})
-			if err == nil {
-				objs[i] = out
-			}
-			return err
-		}); err != nil {
-			b.Fatal(err)
-		}
-		return time.Since(start)
-	}
+	svcs := createServices(b, client, ns, class, n)
+	b.Logf("set-up load %s", loadavg())
 	ipOf := func(base byte) func(i int) string {
 		return func(i int) string { return fmt.Sprintf("10.%d.%d.%d", base, i/250, i%250+1) }
 	}
@@ -232,12 +177,12 @@ func BenchmarkColdStart(b *testing.B) {
 				metav1.ListOptions{LabelSelector: ledger.LabelKey + "=true"}); err != nil {
 				b.Fatal(err)
 			}
-			refresh()
+			svcs.reread(b)
 		}
 		load := loadavg()
-		floor1 := setStatus(1, ipOf(200))
+		floor1 := svcs.setStatus(b, 1, ipOf(200))
 		cpu.begin()
-		floor32 := setStatus(32, ipOf(201))
+		floor32 := svcs.setStatus(b, 32, ipOf(201))
 		floorCPU := cpu.since()
 		// Beside the floors, not instead of them: the same 32 workers
 		// writing what ipam writes, the way ipam must (a merge patch of the
@@ -245,9 +190,9 @@ func BenchmarkColdStart(b *testing.B) {
 		// the condition and the annotation). What it costs over the
 		// 32-worker floor is the price of the patch, not of ipam.
 		cpu.begin()
-		patch32 := patchStatus(ctx, b, client, objs, ipOf(202))
+		patch32 := patchStatus(ctx, b, client, svcs.objs, ipOf(202))
 		patchCPU := cpu.since()
-		setStatus(32, func(int) string { return "" })
+		svcs.setStatus(b, 32, func(int) string { return "" })
 		b.Logf("round %d floors: 1 worker %s, 32 workers %s, 32 workers writing ipam's merge patch %s; CPU s during the 32-worker floor: %s; during the patch floor: %s",
 			r+1, floor1.Round(time.Millisecond), floor32.Round(time.Millisecond), patch32.Round(time.Millisecond),
 			cpu.format(floorCPU), cpu.format(patchCPU))
