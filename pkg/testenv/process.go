@@ -3,6 +3,7 @@ package testenv
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,4 +115,16 @@ func (p *Process) Logs() string {
 		return fmt.Sprintf("(no log: %v)", err)
 	}
 	return string(b)
+}
+
+// FreeAddr returns a loopback address with a port free at the time of the
+// call, for a process the test starts.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

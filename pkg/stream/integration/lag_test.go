@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,16 +28,6 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 const system = testenv.SystemNamespace
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // startWatcher runs the real watcher binary on addr, talking to the API
 // server at apiServer as the ipledger-watcher ServiceAccount.
 func startWatcher(t *testing.T, env *testenv.Env, name, apiServer, addr string) *testenv.Process {
@@ -52,7 +41,7 @@ func startWatcher(t *testing.T, env *testenv.Env, name, apiServer, addr string) 
 		t.Fatal(err)
 	}
 	return testenv.StartProcess(t, name, env.Binary(t, "watcher"), nil,
-		"--kubeconfig", kubeconfig, "--grpc-addr", addr, "--grpc-plaintext", "--ops-addr", freeAddr(t),
+		"--kubeconfig", kubeconfig, "--grpc-addr", addr, "--grpc-plaintext", "--ops-addr", testenv.FreeAddr(t),
 		"--heartbeat-interval", "1s", "--log-format", "text")
 }
 
@@ -164,7 +153,7 @@ func TestFailoverToLaggingReplicaNeverGoesBack(t *testing.T) {
 	}
 	kept, gone := create("kept"), create("gone")
 
-	addrA, addrB := freeAddr(t), freeAddr(t)
+	addrA, addrB := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	a := startWatcher(t, env, "watcher-a", env.CP.APIServerURL, addrA)
 	token := env.TokenFile(t, system, "ipledger-ipam")
 	cfg := stream.Config{Plaintext: true, TokenFile: token, Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE},

@@ -18,7 +18,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -65,26 +64,16 @@ type system struct {
 	startIPAM func(t *testing.T, id string, grpcArgs ...string) (grpcAddr string)
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func startSystem(t *testing.T) *system {
 	env := testenv.Get(t)
 	ctx := context.Background()
 	const sysNS = testenv.SystemNamespace
 	s := &system{env: env, ns: env.Namespace(t, nil), ns2: env.Namespace(t, nil), admin: env.CP.KubeconfigPath}
 
-	watcherAddr := freePort(t)
+	watcherAddr := testenv.FreeAddr(t)
 	testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
 		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", watcherAddr, "--grpc-plaintext", "--namespace", sysNS,
-		"--ops-addr", freePort(t), "--log-format", "text")
+		"--ops-addr", testenv.FreeAddr(t), "--log-format", "text")
 	token, err := env.ServiceAccountToken(ctx, sysNS, "ipledger-ipam")
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +83,7 @@ func startSystem(t *testing.T) *system {
 		if len(grpcArgs) == 0 {
 			grpcArgs = []string{"--grpc-plaintext"}
 		}
-		grpcAddr, ops := freePort(t), freePort(t)
+		grpcAddr, ops := testenv.FreeAddr(t), testenv.FreeAddr(t)
 		p := testenv.StartProcess(t, id, bin, nil, append([]string{
 			"--kubeconfig", kubeconfig, "--namespace", sysNS, "--lb-class", class, "--log-format", "text",
 			"--watcher-addr", watcherAddr, "--watcher-token-file", tokenFile, "--watcher-plaintext",
@@ -446,7 +435,7 @@ func TestCommandsAgainstIPAM(t *testing.T) {
 	})
 
 	t.Run("unreachable", func(t *testing.T) {
-		msg := s.fails(t, "pools", "--ipam-address", freePort(t), "--service-account", s.viewer, "--timeout", "5s")
+		msg := s.fails(t, "pools", "--ipam-address", testenv.FreeAddr(t), "--service-account", s.viewer, "--timeout", "5s")
 		wantAll(t, "pools of nothing", msg, "ipam unreachable", "--ipam-address is right")
 	})
 }

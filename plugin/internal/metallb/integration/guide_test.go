@@ -33,10 +33,10 @@ func TestGuideWarnings(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	m.watcher = freePort(t)
+	m.watcher = testenv.FreeAddr(t)
 	testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
 		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", m.watcher, "--grpc-plaintext", "--namespace", sysNS,
-		"--ops-addr", freePort(t), "--log-format", "text")
+		"--ops-addr", testenv.FreeAddr(t), "--log-format", "text")
 	token, err := env.ServiceAccountToken(t.Context(), sysNS, "ipledger-ipam")
 	if err != nil {
 		t.Fatal(err)

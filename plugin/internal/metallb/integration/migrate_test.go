@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -123,22 +122,12 @@ func (m *migration) plugin(stdin string, args ...string) (stdout, stderr string,
 	return out.String(), errOut.String(), err
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // startIPAM starts ipam as the Deployment of deploy/kustomize/base runs it
 // (class ipledger.io/lb), with --require-lb-class=requireClass as
 // components/require-lb-class sets it, and waits until it leads.
 func (m *migration) startIPAM(id string, requireClass bool) {
 	t := m.t
-	ops, grpcAddr := freePort(t), freePort(t)
+	ops, grpcAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	p := testenv.StartProcess(t, id, m.env.Binary(t, "ipam"), nil,
 		"--kubeconfig", m.kubeconfig, "--namespace", testenv.SystemNamespace, "--lb-class", "ipledger.io/lb",
 		fmt.Sprintf("--require-lb-class=%t", requireClass), "--log-format", "text",
@@ -310,10 +299,10 @@ spec:
 	// Step: ipam beside MetalLB (components/require-lb-class), with a trial
 	// pool of its own that overlaps none of MetalLB's addresses.
 	sysNS := testenv.SystemNamespace
-	m.watcher = freePort(t)
+	m.watcher = testenv.FreeAddr(t)
 	testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
 		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", m.watcher, "--grpc-plaintext", "--namespace", sysNS,
-		"--ops-addr", freePort(t), "--log-format", "text")
+		"--ops-addr", testenv.FreeAddr(t), "--log-format", "text")
 	token, err := env.ServiceAccountToken(ctx, sysNS, "ipledger-ipam")
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -44,16 +43,6 @@ func TestMain(m *testing.M) { ec2test.MainWithKubernetes(m) }
 
 const system = testenv.SystemNamespace
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // startWatcher runs the real watcher binary with its own ServiceAccount
 // for the test.
 func startWatcher(t testing.TB, env *testenv.Env) string {
@@ -62,11 +51,11 @@ func startWatcher(t testing.TB, env *testenv.Env) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
 		"--kubeconfig", env.KubeconfigFor(t, token),
 		"--grpc-addr", addr, "--grpc-plaintext",
-		"--ops-addr", freeAddr(t),
+		"--ops-addr", testenv.FreeAddr(t),
 		"--log-format", "text")
 	return addr
 }

@@ -3,7 +3,6 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -37,15 +36,6 @@ var workloadGVR = schema.GroupVersionResource{Group: "ipledger.io", Version: "v1
 const system = testenv.SystemNamespace
 
 // freeAddr returns a loopback address with a port nobody listens on.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // startWatcher runs the real watcher binary with its own ServiceAccount and
 // returns its gRPC address.
@@ -63,11 +53,11 @@ func startWatcherProcess(t testing.TB, env *testenv.Env) (*testenv.Process, stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	p := testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
 		"--kubeconfig", env.KubeconfigFor(t, token),
 		"--grpc-addr", addr, "--grpc-plaintext",
-		"--ops-addr", freeAddr(t),
+		"--ops-addr", testenv.FreeAddr(t),
 		"--log-format", "text")
 	return p, addr
 }
@@ -728,7 +718,7 @@ func TestSIGTERMDrainsBeforeRelease(t *testing.T) {
 		"--kubeconfig", env.ServiceAccountKubeconfig(t, system, "ipledger-endpoints"),
 		"--watcher-addr", addr, "--watcher-plaintext", "--watcher-token-file", tokenFile,
 		"--leader-elect-lease-name", lease, "--leader-elect-identity", "sig",
-		"--ops-addr", freeAddr(t), "--log-format", "text",
+		"--ops-addr", testenv.FreeAddr(t), "--log-format", "text",
 		// One write every 400ms: the queue is still full when SIGTERM comes.
 		"--kube-api-qps", "2.5", "--kube-api-burst", "1", "--workers", "1")
 	testenv.Eventually(t, 60*time.Second, func() error {

@@ -76,10 +76,10 @@ func BenchmarkAnchors(b *testing.B) {
 	b.Cleanup(func() { _ = env.Dynamic.Resource(controller.PoolGVR).Delete(ctx, poolName, metav1.DeleteOptions{}) })
 
 	svcs := createServices(b, client, ns, class, n)
-	watcherAddr := freePort(b)
+	watcherAddr := testenv.FreeAddr(b)
 	watcher := testenv.StartProcess(b, "watcher", env.Binary(b, "watcher"), nil,
 		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", watcherAddr, "--grpc-plaintext", "--namespace", ns,
-		"--ops-addr", freePort(b), "--log-format", "text")
+		"--ops-addr", testenv.FreeAddr(b), "--log-format", "text")
 	floor1, floor32 := svcs.floors(b)
 	b.Logf("floors: 1 worker %s, 32 workers %s", floor1.Round(time.Millisecond), floor32.Round(time.Millisecond))
 
@@ -90,7 +90,7 @@ func BenchmarkAnchors(b *testing.B) {
 		return testenv.StartProcess(b, "ipam", ipamBin, nil,
 			"--kubeconfig", env.CP.KubeconfigPath, "--namespace", ns, "--lb-class", class, "--log-format", "text", "--log-level", "warn",
 			"--watcher-addr", watcherAddr, "--watcher-token-file", tokenFile, "--watcher-plaintext",
-			"--grpc-addr", freePort(b), "--grpc-plaintext", "--ops-addr", freePort(b))
+			"--grpc-addr", testenv.FreeAddr(b), "--grpc-plaintext", "--ops-addr", testenv.FreeAddr(b))
 	})
 	// ipam reads the world from the watcher, which is part of every
 	// ipledger installation: its memory is reported beside ipam's. MetalLB
@@ -322,6 +322,6 @@ func benchN() int {
 
 // port is a free loopback port number, for flags that take a number.
 func port(b *testing.B) string {
-	_, p, _ := strings.Cut(freePort(b), ":")
+	_, p, _ := strings.Cut(testenv.FreeAddr(b), ":")
 	return p
 }

@@ -22,7 +22,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -55,15 +54,6 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	testenv.Main(m)
-}
-
-func freePort(b testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func envInt(name string, def int) int {
@@ -135,7 +125,7 @@ func BenchmarkColdStart(b *testing.B) {
 	}
 	// The watcher runs during the floors too: it is part of every ipledger
 	// installation, and its informers load the same API server.
-	watcherAddr, watcherOps := freePort(b), freePort(b)
+	watcherAddr, watcherOps := testenv.FreeAddr(b), testenv.FreeAddr(b)
 	watcher := testenv.StartProcess(b, "watcher", env.Binary(b, "watcher"), nil,
 		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", watcherAddr, "--grpc-plaintext", "--namespace", ns,
 		"--ops-addr", watcherOps, "--log-format", "text")
@@ -160,7 +150,7 @@ func BenchmarkColdStart(b *testing.B) {
 		return testenv.StartProcess(b, name, bin, ipamEnv, append(args,
 			"--kubeconfig", env.CP.KubeconfigPath, "--namespace", ns, "--lb-class", class, "--log-format", "text", "--log-level", "warn",
 			"--watcher-addr", watcherAddr, "--watcher-token-file", tokenFile, "--watcher-plaintext",
-			"--grpc-addr", freePort(b), "--grpc-plaintext", "--ops-addr", opsAddr, "--enable-pprof")...)
+			"--grpc-addr", testenv.FreeAddr(b), "--grpc-plaintext", "--ops-addr", opsAddr, "--enable-pprof")...)
 	}
 
 	var results []round
@@ -198,7 +188,7 @@ func BenchmarkColdStart(b *testing.B) {
 			cpu.format(floorCPU), cpu.format(patchCPU))
 
 		// ipam, cold.
-		opsAddr = freePort(b)
+		opsAddr = testenv.FreeAddr(b)
 		b.StartTimer()
 		start := time.Now()
 		ipam = startIPAM(fmt.Sprintf("ipam-%d", r+1), opsAddr)
@@ -267,7 +257,7 @@ func BenchmarkColdStart(b *testing.B) {
 	}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	ops2 := freePort(b)
+	ops2 := testenv.FreeAddr(b)
 	restartLoad := loadavg()
 	restartBegin := time.Now()
 	restarted := startIPAM("ipam-restarted", ops2)

@@ -222,7 +222,7 @@ func TestFailoverBetweenReplicaProcessesEndsWithTheLiveObjects(t *testing.T) {
 		return testenv.StartProcess(t, name, bin, nil, "--kubeconfig", env.CP.KubeconfigPath, "--grpc-plaintext", "--grpc-addr", addr,
 			"--ops-addr", "127.0.0.1:0", "--log-format", "text", "--heartbeat-interval", "1s")
 	}
-	addr1, addr2 := freeAddr(t), freeAddr(t)
+	addr1, addr2 := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	r1 := start("watcher-1", addr1)
 	reg := prometheus.NewRegistry()
 	c := runStream(t, stream.Config{Target: "static:///" + addr1 + "," + addr2, Plaintext: true, TokenFile: subscriberToken(t, env),

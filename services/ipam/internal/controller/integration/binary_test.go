@@ -35,10 +35,10 @@ func TestKillLeaderWhileAllocating(t *testing.T) {
 	svcNS := env.Namespace(t, nil)
 	class := "test.ipledger.io/kill"
 
-	watcherAddr := freePort(t)
+	watcherAddr := testenv.FreeAddr(t)
 	testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
 		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", watcherAddr, "--grpc-plaintext", "--namespace", ns,
-		"--ops-addr", freePort(t), "--log-format", "text")
+		"--ops-addr", testenv.FreeAddr(t), "--log-format", "text")
 	token, err := env.ServiceAccountToken(ctx, ns, "ipledger-ipam")
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +50,7 @@ func TestKillLeaderWhileAllocating(t *testing.T) {
 		return testenv.StartProcess(t, id, bin, nil,
 			"--kubeconfig", kubeconfig, "--namespace", ns, "--lb-class", class, "--log-format", "text",
 			"--watcher-addr", watcherAddr, "--watcher-token-file", tokenFile, "--watcher-plaintext",
-			"--grpc-addr", freePort(t), "--grpc-plaintext", "--ops-addr", freePort(t),
+			"--grpc-addr", testenv.FreeAddr(t), "--grpc-plaintext", "--ops-addr", testenv.FreeAddr(t),
 			"--leader-elect-identity", id, "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s",
 			"--leader-elect-retry-period", "500ms")
 	}

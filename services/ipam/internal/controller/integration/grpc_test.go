@@ -30,11 +30,11 @@ func TestGRPCBinaryAuthz(t *testing.T) {
 	h.pool("tgrpc-one", "10.77.9.0/30")
 	h.service("a", nil)
 
-	grpcAddr := freePort(t)
+	grpcAddr := testenv.FreeAddr(t)
 	testenv.StartProcess(t, "ipam", env.Binary(t, "ipam"), nil,
 		"--kubeconfig", env.CP.KubeconfigPath, "--namespace", h.ledgerNS, "--lb-class", h.class, "--log-format", "text",
 		"--watcher-addr", h.addr, "--watcher-token-file", h.tok, "--watcher-plaintext",
-		"--grpc-addr", grpcAddr, "--grpc-plaintext", "--ops-addr", freePort(t),
+		"--grpc-addr", grpcAddr, "--grpc-plaintext", "--ops-addr", testenv.FreeAddr(t),
 		"--leader-elect-identity", "ipam-grpc", "--leader-elect-lease-name", h.lease)
 	h.expect(wait, map[string]string{"a": "10.77.9.0"})
 

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"sort"
 	"strings"
@@ -37,22 +36,13 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // startWatcher runs a watcher for one test; it streams the ledger of the
 // test's own ledger namespace.
 func startWatcher(t *testing.T, ledgerNS string) (addr, tokenFile string, p *testenv.Process) {
 	env := testenv.Get(t)
-	addr = freePort(t)
+	addr = testenv.FreeAddr(t)
 	p = testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
-		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", addr, "--grpc-plaintext", "--namespace", ledgerNS, "--ops-addr", freePort(t), "--log-format", "text")
+		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", addr, "--grpc-plaintext", "--namespace", ledgerNS, "--ops-addr", testenv.FreeAddr(t), "--log-format", "text")
 	return addr, env.TokenFile(t, testenv.SystemNamespace, "ipledger-ipam"), p
 }
 

@@ -27,11 +27,11 @@ import (
 // returns the process and the address of its metrics.
 func (h *harness) startBinary(identity string, extra ...string) (*testenv.Process, string) {
 	env := h.env
-	ops := freePort(h.t)
+	ops := testenv.FreeAddr(h.t)
 	args := append([]string{
 		"--kubeconfig", env.CP.KubeconfigPath, "--namespace", h.ledgerNS, "--lb-class", h.class, "--log-format", "text",
 		"--watcher-addr", h.addr, "--watcher-token-file", h.tok, "--watcher-plaintext",
-		"--grpc-addr", freePort(h.t), "--grpc-plaintext", "--ops-addr", ops,
+		"--grpc-addr", testenv.FreeAddr(h.t), "--grpc-plaintext", "--ops-addr", ops,
 		"--leader-elect-identity", identity, "--leader-elect-lease-name", h.lease, "--leader-elect-namespace", h.ledgerNS,
 		"--leader-elect-lease-duration", "3s", "--leader-elect-renew-deadline", "2s", "--leader-elect-retry-period", "500ms",
 	}, extra...)

@@ -47,7 +47,7 @@ func TestPausedLeaderCannotWrite(t *testing.T) {
 		return testenv.StartProcess(t, id, env.Binary(t, "ipam"), nil,
 			"--kubeconfig", env.CP.KubeconfigPath, "--namespace", h.ledgerNS, "--lb-class", h.class, "--log-format", "text",
 			"--watcher-addr", h.addr, "--watcher-token-file", h.tok, "--watcher-plaintext",
-			"--grpc-addr", freePort(t), "--grpc-plaintext", "--ops-addr", freePort(t),
+			"--grpc-addr", testenv.FreeAddr(t), "--grpc-plaintext", "--ops-addr", testenv.FreeAddr(t),
 			"--leader-elect-identity", id, "--leader-elect-lease-name", h.lease,
 			"--leader-elect-lease-duration", "3s", "--leader-elect-renew-deadline", "2s", "--leader-elect-retry-period", "500ms")
 	}
