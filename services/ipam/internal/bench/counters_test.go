@@ -3,9 +3,13 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,12 +17,33 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// statusWrites counts, in the API server's own metrics text, the requests
-// that wrote a Service's status subresource (PUT, PATCH or server-side
-// APPLY), split by whether the API server accepted them (2xx). Counting at
-// the API server treats every controller alike: it sees the writes whatever
-// client, verb or library made them.
-func statusWrites(metrics []byte) (ok, refused float64, err error) {
+// request is one kind of API request as the API server's
+// apiserver_request_total counts it.
+type request struct {
+	group, resource, subresource, verb string
+	accepted                           bool // a 2xx answer
+}
+
+func (r request) String() string {
+	res := r.resource
+	if r.group != "" {
+		res += "." + r.group
+	}
+	if r.subresource != "" {
+		res += "/" + r.subresource
+	}
+	if !r.accepted {
+		res += " (refused)"
+	}
+	return r.verb + " " + res
+}
+
+// requestCounts reads every apiserver_request_total sample of the API
+// server's own metrics text. Counting at the API server treats every
+// controller alike: it sees the requests whatever client, verb or library
+// made them.
+func requestCounts(metrics []byte) (map[request]float64, error) {
+	out := map[request]float64{}
 	sc := bufio.NewScanner(bytes.NewReader(metrics))
 	sc.Buffer(make([]byte, 0, 64*1024), 4<<20)
 	for sc.Scan() {
@@ -28,79 +53,158 @@ func statusWrites(metrics []byte) (ok, refused float64, err error) {
 		}
 		labels, value, found := strings.Cut(strings.TrimPrefix(line, "apiserver_request_total{"), "} ")
 		if !found {
-			return 0, 0, fmt.Errorf("apiserver_request_total sample %q: no closing brace", line)
+			return nil, fmt.Errorf("apiserver_request_total sample %q: no closing brace", line)
 		}
 		l := map[string]string{}
 		for _, kv := range strings.Split(labels, ",") {
 			k, v, _ := strings.Cut(kv, "=")
 			l[k] = strings.Trim(v, `"`)
 		}
-		if l["resource"] != "services" || l["subresource"] != "status" || l["group"] != "" {
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return nil, fmt.Errorf("apiserver_request_total sample %q: %w", line, err)
+		}
+		out[request{group: l["group"], resource: l["resource"], subresource: l["subresource"], verb: l["verb"],
+			accepted: strings.HasPrefix(l["code"], "2")}] += v
+	}
+	return out, sc.Err()
+}
+
+// statusWrites counts the requests that wrote a Service's status
+// subresource (PUT, PATCH or server-side APPLY), split by whether the API
+// server accepted them.
+func statusWrites(metrics []byte) (ok, refused float64, err error) {
+	counts, err := requestCounts(metrics)
+	if err != nil {
+		return 0, 0, err
+	}
+	for r, v := range counts {
+		if r.resource != "services" || r.subresource != "status" || r.group != "" {
 			continue
 		}
-		switch l["verb"] {
+		switch r.verb {
 		case "PUT", "PATCH", "APPLY":
 		default:
 			continue
 		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("apiserver_request_total sample %q: %w", line, err)
-		}
-		if strings.HasPrefix(l["code"], "2") {
+		if r.accepted {
 			ok += v
 		} else {
 			refused += v
 		}
 	}
-	return ok, refused, sc.Err()
+	return ok, refused, nil
 }
 
-// apiStatusWrites reads statusWrites from the API server's /metrics.
-func apiStatusWrites(tb testing.TB, client kubernetes.Interface) (ok, refused float64) {
+// apiMetrics reads the API server's /metrics.
+func apiMetrics(tb testing.TB, client kubernetes.Interface) []byte {
 	tb.Helper()
 	raw, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
 		tb.Fatalf("read the API server's /metrics: %v", err)
 	}
-	ok, refused, err = statusWrites(raw)
+	return raw
+}
+
+// apiStatusWrites reads statusWrites from the API server's /metrics.
+func apiStatusWrites(tb testing.TB, client kubernetes.Interface) (ok, refused float64) {
+	tb.Helper()
+	ok, refused, err := statusWrites(apiMetrics(tb, client))
 	if err != nil {
 		tb.Fatalf("the API server's /metrics: %v", err)
 	}
 	return ok, refused
 }
 
+// apiWrites reads the API server's write requests so far (every verb but
+// GET, LIST and WATCH), by kind.
+func apiWrites(tb testing.TB, client kubernetes.Interface) map[request]float64 {
+	tb.Helper()
+	counts, err := requestCounts(apiMetrics(tb, client))
+	if err != nil {
+		tb.Fatalf("the API server's /metrics: %v", err)
+	}
+	maps.DeleteFunc(counts, func(r request, _ float64) bool {
+		return r.verb == "GET" || r.verb == "LIST" || r.verb == "WATCH"
+	})
+	return counts
+}
+
+// writesSince formats the writes of now that were not in before, most
+// first: "PATCH services/status 10000, POST events 1021".
+func writesSince(before, now map[request]float64) string {
+	type count struct {
+		r request
+		n float64
+	}
+	var out []count
+	for r, v := range now {
+		if d := v - before[r]; d > 0 {
+			out = append(out, count{r, d})
+		}
+	}
+	slices.SortFunc(out, func(a, b count) int { return cmp.Or(cmpFloat(b.n, a.n), strings.Compare(a.r.String(), b.r.String())) })
+	parts := make([]string, len(out))
+	for i, c := range out {
+		parts[i] = fmt.Sprintf("%s %.0f", c.r, c.n)
+	}
+	return strings.Join(parts, ", ")
+}
+
 // peakRSS is the VmHWM line of a /proc/<pid>/status text: the most resident
 // memory the process ever had, in bytes. Read the same way for every
 // process, it needs no metrics endpoint and misses no short peak between
 // two scrapes.
-func peakRSS(status []byte) (float64, error) {
+func peakRSS(status []byte) (float64, error) { return statusBytes(status, "VmHWM") }
+
+// statusBytes reads one "Field:   123 kB" line of a /proc/<pid>/status
+// text, in bytes.
+func statusBytes(status []byte, field string) (float64, error) {
 	for line := range strings.SplitSeq(string(status), "\n") {
-		rest, found := strings.CutPrefix(line, "VmHWM:")
+		rest, found := strings.CutPrefix(line, field+":")
 		if !found {
 			continue
 		}
 		kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
 		if err != nil {
-			return 0, fmt.Errorf("VmHWM line %q: %w", line, err)
+			return 0, fmt.Errorf("%s line %q: %w", field, line, err)
 		}
 		return kb * 1024, nil
 	}
-	return 0, fmt.Errorf("no VmHWM line in the process status")
+	return 0, fmt.Errorf("no %s line in the process status", field)
+}
+
+// processStatus reads /proc/<pid>/status of a running process.
+func processStatus(tb testing.TB, pid int) []byte {
+	tb.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		tb.Fatalf("read the status of process %d: %v", pid, err)
+	}
+	return raw
 }
 
 // processPeakRSS reads peakRSS of a running process.
 func processPeakRSS(tb testing.TB, pid int) float64 {
 	tb.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		tb.Fatalf("read the peak RSS of process %d: %v", pid, err)
-	}
-	v, err := peakRSS(raw)
+	v, err := peakRSS(processStatus(tb, pid))
 	if err != nil {
 		tb.Fatalf("process %d: %v", pid, err)
 	}
 	return v
+}
+
+// residentSplit formats a running process's resident memory now: its
+// anonymous pages (heap, stacks) and its file-backed pages (the binary).
+func residentSplit(tb testing.TB, pid int) string {
+	tb.Helper()
+	st := processStatus(tb, pid)
+	anon, err1 := statusBytes(st, "RssAnon")
+	file, err2 := statusBytes(st, "RssFile")
+	if err := errors.Join(err1, err2); err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("anonymous %.0f MB, file-backed %.0f MB", anon/1e6, file/1e6)
 }
 
 func TestStatusWrites(t *testing.T) {
@@ -155,5 +259,28 @@ func TestPeakRSS(t *testing.T) {
 	}
 	if _, err := peakRSS([]byte("Name:\tx\nVmRSS:\t1 kB\n")); err == nil {
 		t.Error("peakRSS found a peak in a status without VmHWM")
+	}
+}
+
+func TestWritesSince(t *testing.T) {
+	metrics := func(s string) map[request]float64 {
+		t.Helper()
+		counts, err := requestCounts([]byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return counts
+	}
+	before := metrics(`apiserver_request_total{code="200",group="",resource="services",subresource="status",verb="PATCH"} 5
+apiserver_request_total{code="201",group="",resource="events",subresource="",verb="POST"} 2
+`)
+	now := metrics(`apiserver_request_total{code="200",group="",resource="services",subresource="status",verb="PATCH"} 10005
+apiserver_request_total{code="409",group="",resource="services",subresource="status",verb="PATCH"} 3
+apiserver_request_total{code="201",group="",resource="events",subresource="",verb="POST"} 1002
+apiserver_request_total{code="200",group="coordination.k8s.io",resource="leases",subresource="",verb="PUT"} 0
+`)
+	want := "PATCH services/status 10000, POST events 1000, PATCH services/status (refused) 3"
+	if got := writesSince(before, now); got != want {
+		t.Errorf("writesSince = %q, want %q", got, want)
 	}
 }
