@@ -238,7 +238,7 @@ func check(t *testing.T, c *Client, mirror *recorder) {
 		t.Fatalf("store has %d objects, handler mirror %d", len(objs), len(mirror.mirror))
 	}
 	for _, o := range objs {
-		if mirror.mirror[Key(o)] != o {
+		if !proto.Equal(mirror.mirror[Key(o)], o) {
 			t.Fatalf("handler mirror disagrees with the store on %s", Key(o))
 		}
 	}

@@ -37,7 +37,6 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/ipledger/ipledger/pkg/authz"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -86,8 +85,9 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 		"how long an object a watcher replica lacks is kept while that replica may be behind (0 means 1m)")
 }
 
-// Handler receives the events of the store. Objects are shared: never mutate
-// them. Calls are serialised with the stream: keep them short (enqueue a key).
+// Handler receives the events of the store. An event's objects are shared
+// by every handler: never mutate them. Calls are serialised with the stream:
+// keep them short (enqueue a key).
 type Handler interface {
 	OnAdd(obj *watcherv1.Object)
 	OnUpdate(oldObj, newObj *watcherv1.Object)
@@ -528,17 +528,15 @@ func (c *Client) expire(now time.Time) {
 func (c *Client) upsert(o, held *watcherv1.Object) {
 	c.dispatchMu.Lock()
 	defer c.dispatchMu.Unlock()
-	if held != nil && proto.Equal(held, o) {
-		// A snapshot after a reconnect repeats what is known: not an update,
-		// and handlers keep the very object the store holds.
+	if !c.store.put(o, held) {
+		// A snapshot after a reconnect repeats what is known: not an update.
 		return
 	}
-	old := c.store.put(o)
 	c.m.objects.WithLabelValues(o.GetKind().String()).Set(float64(c.store.Len(o.GetKind())))
-	if old == nil {
+	if held == nil {
 		c.dispatch(func(h Handler) { h.OnAdd(o) })
 	} else {
-		c.dispatch(func(h Handler) { h.OnUpdate(old, o) })
+		c.dispatch(func(h Handler) { h.OnUpdate(held, o) })
 	}
 }
 

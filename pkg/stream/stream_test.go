@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -148,9 +149,9 @@ func TestIndexes(t *testing.T) {
 		}
 		return nil
 	})
-	s.put(svc("a", "x", "1", map[string]string{"app": "web"}))
-	s.put(svc("b", "y", "1", map[string]string{"app": "web"}))
-	s.put(svc("a", "x", "2", map[string]string{"app": "db"}))
+	s.put(svc("a", "x", "1", map[string]string{"app": "web"}), nil)
+	s.put(svc("b", "y", "1", map[string]string{"app": "web"}), nil)
+	s.put(svc("a", "x", "2", map[string]string{"app": "db"}), nil) // the store finds what it held
 	keys := func(objs []*watcherv1.Object) (out []string) {
 		for _, o := range objs {
 			out = append(out, Key(o))
@@ -166,6 +167,30 @@ func TestIndexes(t *testing.T) {
 	s.remove(watcherv1.Kind_KIND_SERVICE, "a/x")
 	if got := s.ByIndex(watcherv1.Kind_KIND_SERVICE, "app", "db"); len(got) != 0 {
 		t.Errorf("ByIndex db after remove = %v", keys(got))
+	}
+}
+
+// The store holds encodings: what a read returns is the caller's own, and
+// putting an equal object is not a change.
+func TestStoreReadsAreCopies(t *testing.T) {
+	s := newStore()
+	o := svc("a", "x", "1", map[string]string{"app": "web", "tier": "front"})
+	if !s.put(o, nil) {
+		t.Fatal("put of a new object reported no change")
+	}
+	got, ok := s.Get(watcherv1.Kind_KIND_SERVICE, "a", "x")
+	if !ok || !proto.Equal(got, o) {
+		t.Fatalf("Get = %v, %v; want %v", got, ok, o)
+	}
+	got.GetMeta().Labels["app"] = "changed"
+	if again, _ := s.Get(watcherv1.Kind_KIND_SERVICE, "a", "x"); again.GetMeta().GetLabels()["app"] != "web" {
+		t.Errorf("changing a returned object changed the store: %v", again)
+	}
+	if s.put(svc("a", "x", "1", map[string]string{"tier": "front", "app": "web"}), o) {
+		t.Error("put of an equal object (labels built in another order) reported a change")
+	}
+	if !s.put(svc("a", "x", "2", map[string]string{"app": "web"}), o) {
+		t.Error("put of a changed object reported no change")
 	}
 }
 
