@@ -128,11 +128,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.watch, err = stream.New(sc, a.log, a.Registry); err != nil {
 		return nil, fmt.Errorf("watcher stream: %w", err)
 	}
-	for kind, idx := range controller.Indexes {
-		for name, fn := range idx {
-			a.watch.Store().AddIndex(kind, name, fn)
-		}
-	}
 	a.cfg.Leader.Events, a.cfg.Leader.EventComponent = a.client.CoreV1(), Component
 	if a.Controller, err = controller.New(cfg.Controller, ec2c, a.watch.Store(), a.client, a.log, a.Registry); err != nil {
 		return nil, err

@@ -129,25 +129,6 @@ type EC2 interface {
 type Store interface {
 	Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool)
 	List(kind watcherv1.Kind) []*watcherv1.Object
-	ByIndex(kind watcherv1.Kind, name, value string) []*watcherv1.Object
-}
-
-// IndexPodsAskingForIP finds, under the value "true", the Pods that carry
-// LabelExternalIP: the controller counts them on every Node it reconciles,
-// and the stream brings every Pod of the cluster.
-const IndexPodsAskingForIP = "eipd.ipledger.io/pods-asking-for-ip"
-
-// Indexes are the store indexes the controller reads by, per kind: add them
-// (stream.Store.AddIndex) before the stream runs.
-var Indexes = map[watcherv1.Kind]map[string]func(*watcherv1.Object) []string{
-	watcherv1.Kind_KIND_POD: {IndexPodsAskingForIP: podsAskingForIP},
-}
-
-func podsAskingForIP(o *watcherv1.Object) []string {
-	if o.GetMeta().GetLabels()[LabelExternalIP] != "" {
-		return []string{"true"}
-	}
-	return nil
 }
 
 // Queue is the per-term work queue (implemented by *leader.Queue[string]).
@@ -525,7 +506,7 @@ func (r *Run) releaseVerb() string {
 // podRefs counts the Pods asking for each public IP.
 func (r *Run) podRefs() map[string]int {
 	refs := map[string]int{}
-	for _, p := range r.c.store.ByIndex(watcherv1.Kind_KIND_POD, IndexPodsAskingForIP, "true") {
+	for _, p := range r.c.store.List(watcherv1.Kind_KIND_POD) {
 		if ip := p.GetMeta().GetLabels()[LabelExternalIP]; ip != "" && p.GetMeta().GetDeletionTimestamp() == 0 {
 			refs[ip]++
 		}

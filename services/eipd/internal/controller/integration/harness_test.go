@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,13 +95,6 @@ func (s *mirror) List(kind watcherv1.Kind) []*watcherv1.Object {
 		}
 	}
 	return out
-}
-
-// ByIndex filters List with the controller's own index functions.
-func (s *mirror) ByIndex(kind watcherv1.Kind, name, value string) []*watcherv1.Object {
-	return slices.DeleteFunc(s.List(kind), func(o *watcherv1.Object) bool {
-		return !slices.Contains(controller.Indexes[kind][name](o), value)
-	})
 }
 
 // pin makes the view show o (nil: nothing) for o's kind and key from now on,
