@@ -94,11 +94,32 @@ type Handler interface {
 	OnDelete(obj *watcherv1.Object)
 }
 
+// InitialListHandler is a Handler that tells the objects AddHandler replays
+// from the store apart from live additions, as client-go's isInInitialList
+// does: a consumer that queues every object of a kind on the replay can skip
+// the lookups a live change of another kind needs.
+type InitialListHandler interface {
+	Handler
+	// OnInitialAdd receives each object AddHandler replays, instead of OnAdd.
+	OnInitialAdd(obj *watcherv1.Object)
+}
+
 // HandlerFuncs adapts functions to Handler; nil functions are skipped.
+// InitialAddFunc, when set, receives the replayed objects instead of AddFunc.
 type HandlerFuncs struct {
-	AddFunc    func(*watcherv1.Object)
-	UpdateFunc func(old, new *watcherv1.Object)
-	DeleteFunc func(*watcherv1.Object)
+	AddFunc        func(*watcherv1.Object)
+	InitialAddFunc func(*watcherv1.Object)
+	UpdateFunc     func(old, new *watcherv1.Object)
+	DeleteFunc     func(*watcherv1.Object)
+}
+
+// OnInitialAdd calls InitialAddFunc if set, else AddFunc.
+func (h HandlerFuncs) OnInitialAdd(obj *watcherv1.Object) {
+	if h.InitialAddFunc != nil {
+		h.InitialAddFunc(obj)
+		return
+	}
+	h.OnAdd(obj)
 }
 
 // OnAdd calls AddFunc if set.
@@ -236,15 +257,19 @@ func (c *Client) HasSynced() bool {
 	}
 }
 
-// AddHandler replays every cached object to h as OnAdd, then delivers live
-// events. Do not call it from inside a handler callback (it waits for the
-// callback's event to finish).
+// AddHandler replays every cached object to h as OnAdd (OnInitialAdd when h
+// is an InitialListHandler), then delivers live events. Do not call it from
+// inside a handler callback (it waits for the callback's event to finish).
 func (c *Client) AddHandler(h Handler) Registration {
 	c.dispatchMu.Lock()
 	defer c.dispatchMu.Unlock()
 	r := &registration{h: h}
+	replay := h.OnAdd
+	if ih, ok := h.(InitialListHandler); ok {
+		replay = ih.OnInitialAdd
+	}
 	for _, o := range c.store.all() {
-		h.OnAdd(o)
+		replay(o)
 	}
 	c.handlersMu.Lock()
 	old := *c.handlers.Load()

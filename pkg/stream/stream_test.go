@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,6 +64,33 @@ func TestSnapshotThenDeltasReachHandlersWithOldObjects(t *testing.T) {
 	if got := c.Store().List(watcherv1.Kind_KIND_SERVICE); len(got) != 1 || Key(got[0]) != "a/y" {
 		t.Fatalf("store holds %v, want only a/y", got)
 	}
+}
+
+// An InitialListHandler tells the replay from live additions.
+func TestInitialAddsAreTheReplay(t *testing.T) {
+	f := startFake(t, "e1", svc("a", "x", "1", nil))
+	c := runClient(t, f.addr)
+	waitSync(t, c)
+	var mu sync.Mutex
+	var got []string
+	note := func(what string) func(*watcherv1.Object) {
+		return func(o *watcherv1.Object) {
+			mu.Lock()
+			got = append(got, what+" "+Key(o))
+			mu.Unlock()
+		}
+	}
+	c.AddHandler(HandlerFuncs{AddFunc: note("add"), InitialAddFunc: note("initial")})
+	c.AddHandler(HandlerFuncs{AddFunc: note("add-only")}) // no InitialAddFunc: the replay is OnAdd
+	f.upsert(svc("a", "y", "2", nil))
+	eventually(t, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []string{"initial a/x", "add-only a/x", "add a/y", "add-only a/y"}; !slices.Equal(got, want) {
+			return fmt.Errorf("got %q, want %q", got, want)
+		}
+		return nil
+	})
 }
 
 func TestLateHandlerGetsReplayThenLiveEvents(t *testing.T) {

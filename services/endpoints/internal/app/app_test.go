@@ -41,25 +41,25 @@ const system = testenv.SystemNamespace
 // returns its gRPC address.
 func startWatcher(t testing.TB, env *testenv.Env) string {
 	t.Helper()
-	_, addr := startWatcherProcess(t, env)
+	_, addr, _ := startWatcherProcess(t, env)
 	return addr
 }
 
 // startWatcherProcess is startWatcher that also returns the process, for a
 // caller that stops it before the test ends.
-func startWatcherProcess(t testing.TB, env *testenv.Env) (*testenv.Process, string) {
+func startWatcherProcess(t testing.TB, env *testenv.Env) (p *testenv.Process, addr, ops string) {
 	t.Helper()
 	token, err := env.ServiceAccountToken(context.Background(), system, "ipledger-watcher")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := testenv.FreeAddr(t)
-	p := testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
+	addr, ops = testenv.FreeAddr(t), testenv.FreeAddr(t)
+	p = testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
 		"--kubeconfig", env.KubeconfigFor(t, token),
 		"--grpc-addr", addr, "--grpc-plaintext",
-		"--ops-addr", testenv.FreeAddr(t),
+		"--ops-addr", ops,
 		"--log-format", "text")
-	return p, addr
+	return p, addr, ops
 }
 
 // replica is one in-process ipledger-endpoints, authenticated as its own

@@ -33,7 +33,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/testenv"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/endpoints/internal/planner"
 )
 
@@ -193,7 +195,7 @@ func BenchmarkColdStart(b *testing.B) {
 		}
 		minWrites += (n + planner.DefaultMaxEndpointsPerSlice - 1) / planner.DefaultMaxEndpointsPerSlice
 	}
-	var converge, floor1, floor4, writes, rss float64
+	var converge, floor1, floor4, planned1, planned4, writes, rss float64
 	iteration := 0
 	for b.Loop() {
 		b.StopTimer()
@@ -210,35 +212,67 @@ func BenchmarkColdStart(b *testing.B) {
 		})
 		b.Logf("setup: %d Services, %d workloads created in %s", nServices, nWorkloads, time.Since(start).Round(time.Millisecond))
 
-		// Floor: the same slices written straight to the API, with 1 and
-		// with 4 workers.
-		floor := func(workers int) time.Duration {
+		// The watcher runs during the floors too: it is part of every
+		// ipledger installation, and its informers load the same API server
+		// (the planned slices are in its selection, as the binary's are).
+		watcher, addr, watcherOps := startWatcherProcess(b, env)
+
+		// Floors: slices written straight to the API, with 1 and with 4
+		// workers. The minimal ones carry addresses and a port only; the
+		// planned ones are the very slices the binary writes (the planner's
+		// output for the same Services and workloads: target references,
+		// conditions, owner reference, labels), under other names.
+		floor := func(workers int, slices []*discoveryv1.EndpointSlice) time.Duration {
 			start := time.Now()
-			parallel(b, nServices, workers, func(i int) {
-				eps := make([]discoveryv1.Endpoint, 0, perSvc)
-				for j := range perSvc {
-					eps = append(eps, discoveryv1.Endpoint{Addresses: []string{workloadIP(i + j*nServices)}})
-				}
-				_, err := env.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
-					ObjectMeta:  metav1.ObjectMeta{Name: fmt.Sprintf("floor-%d-%04d", workers, i), Labels: map[string]string{discoveryv1.LabelManagedBy: "bench-floor"}},
-					AddressType: discoveryv1.AddressTypeIPv4,
-					Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(corev1.ProtocolTCP)}},
-					Endpoints:   eps,
-				}, metav1.CreateOptions{})
-				if err != nil {
+			parallel(b, len(slices), workers, func(i int) {
+				s := slices[i].DeepCopy()
+				s.Name = fmt.Sprintf("floor-%d-%s", workers, s.Name)
+				if _, err := env.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
 					b.Error(err)
 				}
 			})
 			d := time.Since(start)
+			// The planned slices are in the watcher's selection: it shows
+			// every one, and then every deletion, before the next phase
+			// (the binary must never see a floor's slice).
+			watched := func(want int) {
+				testenv.Eventually(b, time.Minute, func() error {
+					if n := scrape(b, watcherOps, `ipledger_watcher_objects{kind="KIND_ENDPOINT_SLICE"}`); n != float64(want) {
+						return fmt.Errorf("the watcher holds %v EndpointSlices, want %d", n, want)
+					}
+					return nil
+				})
+			}
+			if slices[0].Labels[discoveryv1.LabelManagedBy] == planner.ManagedBy {
+				watched(len(slices))
+				defer watched(0)
+			}
 			if err := env.Client.DiscoveryV1().EndpointSlices(ns).DeleteCollection(ctx, metav1.DeleteOptions{},
-				metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=bench-floor"}); err != nil {
+				metav1.ListOptions{LabelSelector: floorLabel + "=true"}); err != nil {
 				b.Fatal(err)
 			}
 			return d
 		}
-		f1, f4 := floor(1), floor(4)
+		minimal := make([]*discoveryv1.EndpointSlice, nServices)
+		for i := range nServices {
+			eps := make([]discoveryv1.Endpoint, 0, perSvc)
+			for j := range perSvc {
+				eps = append(eps, discoveryv1.Endpoint{Addresses: []string{workloadIP(i + j*nServices)}})
+			}
+			minimal[i] = &discoveryv1.EndpointSlice{
+				ObjectMeta:  metav1.ObjectMeta{Name: fmt.Sprintf("%04d", i), Labels: map[string]string{discoveryv1.LabelManagedBy: "bench-floor", floorLabel: "true"}},
+				AddressType: discoveryv1.AddressTypeIPv4,
+				Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(corev1.ProtocolTCP)}},
+				Endpoints:   eps,
+			}
+		}
+		planned := plannedSlices(b, env, ns)
+		if len(planned) != minWrites {
+			b.Fatalf("the planner makes %d slices, the minimum is %d", len(planned), minWrites)
+		}
+		f1, f4 := floor(1, minimal), floor(4, minimal)
+		p1, p4 := floor(1, planned), floor(4, planned)
 
-		watcher, addr := startWatcherProcess(b, env)
 		lease := fmt.Sprintf("%s-%d", leaseName(b), iteration)
 		b.StartTimer()
 		bin, ops := startBinary(b, env, addr, lease, append([]string{"--kube-api-qps", "1000", "--kube-api-burst", "2000"},
@@ -281,11 +315,15 @@ func BenchmarkColdStart(b *testing.B) {
 		}
 		// Each iteration on its own line: on a shared machine the spread
 		// is part of the result.
-		b.Logf("iteration %d: converged %s after the Lease = %.2f× the 1-worker floor (%s), %.2f× the 4-worker floor (%s); %v slice writes",
-			iteration, c.Round(time.Millisecond), c.Seconds()/f1.Seconds(), f1.Round(time.Millisecond), c.Seconds()/f4.Seconds(), f4.Round(time.Millisecond), w)
+		b.Logf("iteration %d: converged %s after the Lease = %.2f× the 1-worker floor (%s), %.2f× the 4-worker floor (%s); "+
+			"%.2f× and %.2f× the floors writing the planned slices (%s, %s); %v slice writes",
+			iteration, c.Round(time.Millisecond), c.Seconds()/f1.Seconds(), f1.Round(time.Millisecond), c.Seconds()/f4.Seconds(), f4.Round(time.Millisecond),
+			c.Seconds()/p1.Seconds(), c.Seconds()/p4.Seconds(), p1.Round(time.Millisecond), p4.Round(time.Millisecond), w)
 		converge += c.Seconds()
 		floor1 += f1.Seconds()
 		floor4 += f4.Seconds()
+		planned1 += p1.Seconds()
+		planned4 += p4.Seconds()
 		writes += w
 		rss += scrape(b, ops, "process_resident_memory_bytes")
 
@@ -298,14 +336,58 @@ func BenchmarkColdStart(b *testing.B) {
 	}
 
 	n := float64(iteration)
-	converge, floor1, floor4, writes, rss = converge/n, floor1/n, floor4/n, writes/n, rss/n
+	converge, floor1, floor4, planned1, planned4, writes, rss = converge/n, floor1/n, floor4/n, planned1/n, planned4/n, writes/n, rss/n
 	b.ReportMetric(converge, "converge-s")
 	b.ReportMetric(floor1, "floor-1worker-s")
 	b.ReportMetric(floor4, "floor-4workers-s")
 	b.ReportMetric(converge/floor1, "x-floor-1worker")
 	b.ReportMetric(converge/floor4, "x-floor-4workers")
+	b.ReportMetric(planned4, "floor-planned-4workers-s")
+	b.ReportMetric(converge/planned1, "x-floor-planned-1worker")
+	b.ReportMetric(converge/planned4, "x-floor-planned-4workers")
 	b.ReportMetric(writes/float64(minWrites), "writes/min")
 	b.ReportMetric(rss/1e6, "rss-MB")
+}
+
+// floorLabel marks the floors' slices, which the floor deletes when done.
+const floorLabel = "bench.ipledger.io/floor"
+
+// plannedSlices are the slices the planner makes for every Service in ns
+// from the workloads there (what the binary will create), marked with
+// floorLabel.
+func plannedSlices(tb testing.TB, env *testenv.Env, ns string) []*discoveryv1.EndpointSlice {
+	tb.Helper()
+	ctx := context.Background()
+	svcs, err := env.Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	wls, err := env.Dynamic.Resource(convert.ExternalWorkloadResource).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	workloads := make([]*watcherv1.Object, 0, len(wls.Items))
+	for i := range wls.Items {
+		o, err := convert.ExternalWorkload(&wls.Items[i])
+		if err != nil {
+			tb.Fatal(err)
+		}
+		workloads = append(workloads, o)
+	}
+	bySelector := map[string][]*watcherv1.Object{}
+	for _, w := range workloads {
+		bySelector[w.GetMeta().GetLabels()["app"]] = append(bySelector[w.GetMeta().GetLabels()["app"]], w)
+	}
+	var out []*discoveryv1.EndpointSlice
+	for i := range svcs.Items {
+		svc := convert.Service(&svcs.Items[i])
+		plan := planner.Compute(planner.Input{Service: svc, Workloads: bySelector[svc.GetService().GetSelector()["app"]], TriggerTime: time.Now()})
+		for _, s := range plan.Create {
+			s.Labels[floorLabel] = "true"
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // waitEndpoints watches the slices the controller manages in ns until they
