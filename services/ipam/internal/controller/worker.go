@@ -1,11 +1,11 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -58,8 +58,12 @@ type worker struct {
 	held     map[string]struct{}
 	landed   chan struct{}
 
-	mu         sync.Mutex
-	dirty      map[string]struct{}
+	mu    sync.Mutex
+	dirty map[string]struct{}
+	// created is each streamed Service's creationTimestamp by key: take
+	// orders the dirty Services by it (objects.Less) without decoding every
+	// one of them from the store, of which it decides only a batch.
+	created    map[string]int64
 	poolsDirty bool
 	// finalizersDirty: an IPPool's finalizers changed; a pass re-checks them
 	// without deciding any Service again.
@@ -76,7 +80,7 @@ func newWorker(c *Controller, term *leader.Term) *worker {
 		c: c, term: term, log: c.log.With("term", term.ID()),
 		expect: map[string]expectation{}, poolWritten: map[string]poolStatus{},
 		retries: map[string]int{}, pending: map[string]pendingService{},
-		dirty: map[string]struct{}{}, wake: make(chan struct{}, 1), mutations: make(chan mutation),
+		dirty: map[string]struct{}{}, created: map[string]int64{}, wake: make(chan struct{}, 1), mutations: make(chan mutation),
 		writers: make(chan struct{}, max(c.cfg.StatusWorkers, 1)), inFlight: map[string]struct{}{}, held: map[string]struct{}{},
 		landed: make(chan struct{}, 1),
 	}
@@ -89,7 +93,11 @@ func (w *worker) handler() stream.Handler {
 	on := func(obj *watcherv1.Object) {
 		switch obj.GetKind() {
 		case watcherv1.Kind_KIND_SERVICE:
-			w.mark(objkey.Of(obj))
+			key := objkey.Of(obj)
+			w.mu.Lock()
+			w.created[key] = obj.GetMeta().GetCreationTimestamp()
+			w.mu.Unlock()
+			w.mark(key)
 		case watcherv1.Kind_KIND_IP_POOL:
 			w.mu.Lock()
 			w.poolsDirty = true
@@ -118,7 +126,14 @@ func (w *worker) handler() stream.Handler {
 			}
 			on(n)
 		},
-		DeleteFunc: on,
+		DeleteFunc: func(obj *watcherv1.Object) {
+			on(obj)
+			if obj.GetKind() == watcherv1.Kind_KIND_SERVICE {
+				w.mu.Lock()
+				delete(w.created, objkey.Of(obj))
+				w.mu.Unlock()
+			}
+		},
 	}
 }
 
@@ -296,39 +311,52 @@ func (w *worker) reopen(ctx context.Context) {
 	time.AfterFunc(delay, w.poke)
 }
 
-// take returns up to n dirty Services in allocation order, and every dirty
-// key the stream does not show. A Service with a status write in flight is
-// held back until the write returns.
+// take returns up to n dirty Services in allocation order, and the dirty
+// keys the stream does not show (first in that order: the stream gave them
+// no creation time); the others stay dirty for the next pass. A Service
+// with a status write in flight is held back until the write returns.
 func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, poolsChanged bool) {
+	type candidate struct {
+		key     string
+		created int64 // 0 when the stream has not shown it (gone, or never seen)
+	}
 	w.mu.Lock()
-	keys := slices.Collect(maps.Keys(w.dirty))
+	candidates := make([]candidate, 0, len(w.dirty))
+	for k := range w.dirty {
+		candidates = append(candidates, candidate{k, w.created[k]})
+	}
 	clear(w.dirty)
 	poolsChanged, w.poolsDirty = w.poolsDirty, false
 	w.finalizersDirty = false
 	w.mu.Unlock()
-	for _, k := range keys {
-		if _, ok := w.inFlight[k]; ok {
-			w.held[k] = struct{}{}
+	// Allocation order (objects.Less: oldest first, then by key), read from
+	// created; only the batch is decoded from the store.
+	slices.SortFunc(candidates, func(a, b candidate) int {
+		return cmp.Or(cmp.Compare(a.created, b.created), strings.Compare(a.key, b.key))
+	})
+	var rest []string
+	for _, c := range candidates {
+		if _, ok := w.inFlight[c.key]; ok {
+			w.held[c.key] = struct{}{}
 			continue
 		}
-		ns, name, _ := strings.Cut(k, "/")
+		if len(present) == n {
+			rest = append(rest, c.key)
+			continue
+		}
+		ns, name, _ := strings.Cut(c.key, "/")
 		if obj, ok := w.store().Get(watcherv1.Kind_KIND_SERVICE, ns, name); ok {
 			present = append(present, obj)
 		} else {
-			absent = append(absent, k)
+			absent = append(absent, c.key)
 		}
 	}
+	// created may lag the store by the event being handled: the batch is
+	// put in allocation order by the objects themselves.
 	slices.SortFunc(present, objects.Less)
 	slices.Sort(absent)
-	if len(present) > n {
-		rest := present[n:]
-		present = present[:n]
-		w.mu.Lock()
-		for _, o := range rest {
-			w.dirty[objkey.Of(o)] = struct{}{}
-		}
-		w.mu.Unlock()
-		w.poke()
+	if len(rest) > 0 {
+		w.mark(rest...)
 	}
 	return present, absent, poolsChanged
 }
