@@ -13,7 +13,9 @@
 // one set-up gives the spread of several runs. IPLEDGER_BENCH_ARGS adds
 // ipam flags, IPLEDGER_BENCH_IPAM_ENV ipam's environment (GOMEMLIMIT=…),
 // IPLEDGER_BENCH_PPROF a CPU profile's path (of the first round), IPLEDGER_BENCH_HEAP
-// the path of a heap profile taken after the first cold start.
+// the path of a heap profile taken after the first cold start,
+// IPLEDGER_BENCH_APISERVER_PPROF a prefix for the API server's CPU profiles
+// of the first round's phases.
 package bench
 
 import (
@@ -171,6 +173,10 @@ func BenchmarkColdStart(b *testing.B) {
 		}
 		load := loadavg()
 		floor1 := svcs.setStatus(b, 1, ipOf(200))
+		apiProfile := os.Getenv("IPLEDGER_BENCH_APISERVER_PPROF")
+		if apiProfile != "" && r == 0 {
+			go profileAPIServer(client, apiProfile+".floor32")
+		}
 		cpu.begin()
 		floor32 := svcs.setStatus(b, 32, ipOf(201))
 		floorCPU := cpu.since()
@@ -179,6 +185,9 @@ func BenchmarkColdStart(b *testing.B) {
 		// status subresource, conditional on the resourceVersion, with
 		// the condition and the annotation). What it costs over the
 		// 32-worker floor is the price of the patch, not of ipam.
+		if apiProfile != "" && r == 0 {
+			go profileAPIServer(client, apiProfile+".patch32")
+		}
 		cpu.begin()
 		patch32 := patchStatus(ctx, b, client, svcs.objs, ipOf(202))
 		patchCPU := cpu.since()
@@ -189,6 +198,7 @@ func BenchmarkColdStart(b *testing.B) {
 
 		// ipam, cold.
 		opsAddr = testenv.FreeAddr(b)
+		writesBefore := apiWrites(b, client)
 		b.StartTimer()
 		start := time.Now()
 		ipam = startIPAM(fmt.Sprintf("ipam-%d", r+1), opsAddr)
@@ -196,6 +206,9 @@ func BenchmarkColdStart(b *testing.B) {
 		cpu.begin()
 		if path := os.Getenv("IPLEDGER_BENCH_PPROF"); path != "" && r == 0 {
 			go profile(opsAddr, path)
+		}
+		if apiProfile != "" && r == 0 {
+			go profileAPIServer(client, apiProfile+".ipam")
 		}
 		// Done is when ipam's n-th status write has returned, as a floor is
 		// done when its last write has: ipam's counter is polled (cheap),
@@ -220,6 +233,7 @@ func BenchmarkColdStart(b *testing.B) {
 		took := time.Since(start)
 		b.StopTimer()
 		ipamCPU := cpu.since()
+		b.Logf("round %d API writes during ipam's cold start: %s", r+1, writesSince(writesBefore, apiWrites(b, client)))
 		rss := processPeakRSS(b, ipam.PID()) / 1e6
 		b.Logf("round %d resident memory of ipam at the end: %s", r+1, residentSplit(b, ipam.PID()))
 		results = append(results, round{floor1: floor1, floor32: floor32, patch32: patch32, ipam: took, rssMB: rss, load: load + " → " + loadavg()})
@@ -409,6 +423,17 @@ func verify(ctx context.Context, b *testing.B, client kubernetes.Interface, ns s
 func profile(opsAddr, path string) {
 	time.Sleep(time.Second)
 	saveProfile(opsAddr, fmt.Sprintf("profile?seconds=%d", envInt("IPLEDGER_BENCH_PPROF_SECONDS", 8)), path)
+}
+
+// profileAPIServer saves a 5-second CPU profile of the API server to path
+// (IPLEDGER_BENCH_APISERVER_PPROF=prefix: prefix.floor32, .patch32 and
+// .ipam, each started with its phase of the first round), so that what a
+// phase costs the API server can be taken apart.
+func profileAPIServer(client kubernetes.Interface, path string) {
+	raw, err := client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "5").DoRaw(context.Background())
+	if err == nil {
+		_ = os.WriteFile(path, raw, 0o644)
+	}
 }
 
 func saveProfile(opsAddr, which, path string) {
