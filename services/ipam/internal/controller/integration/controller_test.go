@@ -75,6 +75,31 @@ func TestPendingNeverTakesANamedIP(t *testing.T) {
 	}
 }
 
+// More Services wait than one pass decides (a batch of one), and the pool
+// has one address: the oldest Service gets it, although its name sorts
+// last. A pass orders the waiting Services by creation time without
+// decoding them all from the stream's store.
+func TestOldestServiceFirstAcrossBatches(t *testing.T) {
+	h := newHarness(t)
+	h.batchSize = 1
+	h.pool("t-oldest-first", "10.77.3.1/32")
+	older := h.service("z-older", nil)
+	// creationTimestamp counts whole seconds: the younger Service must be
+	// created in a later one.
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if !time.Now().After(older.CreationTimestamp.Add(time.Second)) {
+			return fmt.Errorf("still within the second z-older was created in")
+		}
+		return nil
+	})
+	younger := h.service("a-younger", nil)
+	if !older.CreationTimestamp.Before(&younger.CreationTimestamp) {
+		t.Fatalf("z-older created at %v, a-younger at %v: not older", older.CreationTimestamp, younger.CreationTimestamp)
+	}
+	h.start("ipam-0")
+	h.expect(wait, map[string]string{"z-older": "10.77.3.1", "a-younger": "PoolExhausted"})
+}
+
 // A status wiped by hand while the ledger still names the Service: it gets
 // its IP back, across a restart too, and nobody else takes it.
 func TestWipedStatusRestoredFromLedger(t *testing.T) {

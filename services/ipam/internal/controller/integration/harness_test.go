@@ -64,9 +64,11 @@ type harness struct {
 	class    string
 	// requireClass starts ipam with --require-lb-class.
 	requireClass bool
-	lease        string
-	addr, tok    string
-	watcher      *testenv.Process
+	// batchSize is ipam's --batch-size (0: the default).
+	batchSize int
+	lease     string
+	addr, tok string
+	watcher   *testenv.Process
 }
 
 func newHarness(t *testing.T) *harness {
@@ -115,7 +117,7 @@ func (h *harness) startWith(identity string, client kubernetes.Interface) *ipam 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl := controller.New(controller.Config{Namespace: h.ledgerNS, LBClass: h.class, RequireLBClass: h.requireClass}, client, h.env.Dynamic, src, log, reg)
+	ctrl := controller.New(controller.Config{Namespace: h.ledgerNS, LBClass: h.class, RequireLBClass: h.requireClass, BatchSize: h.batchSize}, client, h.env.Dynamic, src, log, reg)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &ipam{ctrl: ctrl, src: src, reg: reg, cancel: cancel, done: make(chan struct{})}
 	var wg sync.WaitGroup
