@@ -33,10 +33,13 @@ type Store struct {
 type keySet = map[string]struct{}
 
 type kindStore struct {
-	objs     map[string][]byte // Key -> encoded object
-	byNS     map[string]keySet // namespace -> Keys
-	indexers map[string]func(*watcherv1.Object) []string
-	indices  map[string]map[string]keySet // index -> value -> Keys
+	// generation counts the changes taken: every put that changed an
+	// object and every removal.
+	generation uint64
+	objs       map[string][]byte // Key -> encoded object
+	byNS       map[string]keySet // namespace -> Keys
+	indexers   map[string]func(*watcherv1.Object) []string
+	indices    map[string]map[string]keySet // index -> value -> Keys
 }
 
 func newStore() *Store { return &Store{kinds: map[watcherv1.Kind]*kindStore{}} }
@@ -127,6 +130,20 @@ func (s *Store) ListSelector(kind watcherv1.Kind, namespace string, sel labels.S
 	})
 }
 
+// Generation counts the changes to the objects of kind the store has
+// taken (each put that changed an object, each removal). It only grows, so
+// an unchanged count means unchanged objects: a reader that derives
+// something from a List can keep it until the count moves, without decoding
+// the List again. Read the count before the List it keys.
+func (s *Store) Generation(kind watcherv1.Kind) uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if ks := s.kinds[kind]; ks != nil {
+		return ks.generation
+	}
+	return 0
+}
+
 // Len is the number of objects of kind.
 func (s *Store) Len(kind watcherv1.Kind) int {
 	s.mu.RLock()
@@ -182,6 +199,7 @@ func (s *Store) put(o, held *watcherv1.Object) (changed bool) {
 		ks.unindex(key, held)
 	}
 	ks.objs[key] = b
+	ks.generation++
 	addTo(ks.byNS, o.GetMeta().GetNamespace(), key)
 	for name, fn := range ks.indexers {
 		for _, v := range fn(o) {
@@ -206,6 +224,7 @@ func (s *Store) remove(kind watcherv1.Kind, key string) (old *watcherv1.Object) 
 	old = decode(b)
 	ks.unindex(key, old)
 	delete(ks.objs, key)
+	ks.generation++
 	return old
 }
 

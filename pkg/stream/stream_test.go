@@ -199,7 +199,7 @@ func TestIndexes(t *testing.T) {
 }
 
 // The store holds encodings: what a read returns is the caller's own, and
-// putting an equal object is not a change.
+// putting an equal object is not a change (nor a new Generation).
 func TestStoreReadsAreCopies(t *testing.T) {
 	s := newStore()
 	o := svc("a", "x", "1", map[string]string{"app": "web", "tier": "front"})
@@ -214,11 +214,22 @@ func TestStoreReadsAreCopies(t *testing.T) {
 	if again, _ := s.Get(watcherv1.Kind_KIND_SERVICE, "a", "x"); again.GetMeta().GetLabels()["app"] != "web" {
 		t.Errorf("changing a returned object changed the store: %v", again)
 	}
+	gen := s.Generation(watcherv1.Kind_KIND_SERVICE)
 	if s.put(svc("a", "x", "1", map[string]string{"tier": "front", "app": "web"}), o) {
 		t.Error("put of an equal object (labels built in another order) reported a change")
 	}
+	if g := s.Generation(watcherv1.Kind_KIND_SERVICE); g != gen {
+		t.Errorf("Generation moved from %d to %d on an equal put", gen, g)
+	}
 	if !s.put(svc("a", "x", "2", map[string]string{"app": "web"}), o) {
 		t.Error("put of a changed object reported no change")
+	}
+	s.remove(watcherv1.Kind_KIND_SERVICE, "a/x")
+	if g := s.Generation(watcherv1.Kind_KIND_SERVICE); g != gen+2 {
+		t.Errorf("Generation = %d after a change and a removal, want %d", g, gen+2)
+	}
+	if g := s.Generation(watcherv1.Kind_KIND_NODE); g != 0 {
+		t.Errorf("Generation of a kind never seen = %d, want 0", g)
 	}
 }
 
