@@ -181,6 +181,20 @@ func (s *Store) ByIndex(kind watcherv1.Kind, name, value string) []*watcherv1.Ob
 	return nil
 }
 
+// IndexKeys returns the Keys of the objects of kind whose index name yields
+// value, sorted, without decoding them: for a caller that needs only the
+// keys, or keeps what it reads of them itself.
+func (s *Store) IndexKeys(kind watcherv1.Kind, name, value string) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if ks := s.kinds[kind]; ks != nil {
+		if set := ks.indices[name][value]; len(set) > 0 {
+			return slices.Sorted(maps.Keys(set))
+		}
+	}
+	return nil
+}
+
 // put stores o in place of held, the object the store holds under o's key
 // (nil when none; only the Run goroutine writes the store, so the caller's
 // read is still current), and reports whether o differs from it.

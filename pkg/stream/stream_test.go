@@ -189,12 +189,18 @@ func TestIndexes(t *testing.T) {
 	if got := keys(s.ByIndex(watcherv1.Kind_KIND_SERVICE, "app", "web")); !slices.Equal(got, []string{"b/y"}) {
 		t.Errorf("ByIndex web = %v", got)
 	}
+	if got := s.IndexKeys(watcherv1.Kind_KIND_SERVICE, "app", "web"); !slices.Equal(got, []string{"b/y"}) {
+		t.Errorf("IndexKeys web = %v", got)
+	}
 	if got := keys(s.ListNamespace(watcherv1.Kind_KIND_SERVICE, "a")); !slices.Equal(got, []string{"a/x"}) {
 		t.Errorf("ListNamespace a = %v", got)
 	}
 	s.remove(watcherv1.Kind_KIND_SERVICE, "a/x")
 	if got := s.ByIndex(watcherv1.Kind_KIND_SERVICE, "app", "db"); len(got) != 0 {
 		t.Errorf("ByIndex db after remove = %v", keys(got))
+	}
+	if got := s.IndexKeys(watcherv1.Kind_KIND_SERVICE, "app", "db"); len(got) != 0 {
+		t.Errorf("IndexKeys db after remove = %v", got)
 	}
 }
 

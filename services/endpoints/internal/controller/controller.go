@@ -121,6 +121,7 @@ func (c *Config) Validate() error {
 type Store interface {
 	Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool)
 	ByIndex(kind watcherv1.Kind, name, value string) []*watcherv1.Object
+	IndexKeys(kind watcherv1.Kind, name, value string) []string
 }
 
 // Source delivers the stream's events (*stream.Client).
@@ -237,12 +238,13 @@ func (c *Controller) NewWorker(term *leader.Term) (leader.Worker, error) {
 
 func (c *Controller) newTermState(log *slog.Logger) *termState {
 	return &termState{
-		c:        c,
-		log:      log,
-		tracker:  newTracker(c.cfg.ExpectationTimeout, c.now),
-		triggers: map[string]time.Time{},
-		managed:  map[string]int{},
-		recorder: &record.FakeRecorder{},
+		c:         c,
+		log:       log,
+		tracker:   newTracker(c.cfg.ExpectationTimeout, c.now),
+		triggers:  map[string]time.Time{},
+		managed:   map[string]int{},
+		selectors: map[string]map[string]string{},
+		recorder:  &record.FakeRecorder{},
 	}
 }
 
@@ -310,6 +312,11 @@ type termState struct {
 	mu       sync.Mutex
 	triggers map[string]time.Time // service key -> earliest change not yet synced
 	managed  map[string]int       // service key -> endpoints in its slices
+	// selectors: service key -> spec.selector of each streamed Service that
+	// selects (planner.Selects), kept by the handler so that a workload's
+	// change finds the Services selecting it without decoding every Service
+	// that shares one of its labels from the store.
+	selectors map[string]map[string]string
 }
 
 func (st *termState) handler() stream.Handler {
@@ -343,9 +350,22 @@ func (st *termState) queue(key string) {
 	st.enqueue(key)
 }
 
+// noteSelector records what the Service o selects (nothing once gone).
+func (st *termState) noteSelector(o *watcherv1.Object, gone bool) {
+	key := stream.Key(o)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if gone || !planner.Selects(o.GetService()) {
+		delete(st.selectors, key)
+		return
+	}
+	st.selectors[key] = o.GetService().GetSelector()
+}
+
 func (st *termState) onChange(old, o *watcherv1.Object) {
 	switch o.GetKind() {
 	case watcherv1.Kind_KIND_SERVICE:
+		st.noteSelector(o, false)
 		st.queue(stream.Key(o))
 	case watcherv1.Kind_KIND_EXTERNAL_WORKLOAD:
 		st.prober.Update(o)
@@ -365,6 +385,7 @@ func (st *termState) onChange(old, o *watcherv1.Object) {
 func (st *termState) onDelete(o *watcherv1.Object) {
 	switch o.GetKind() {
 	case watcherv1.Kind_KIND_SERVICE:
+		st.noteSelector(o, true)
 		st.queue(stream.Key(o))
 	case watcherv1.Kind_KIND_EXTERNAL_WORKLOAD:
 		st.prober.Delete(o)
@@ -393,10 +414,15 @@ func (st *termState) queueSelecting(w *watcherv1.Object) {
 	m := w.GetMeta()
 	seen := map[string]bool{}
 	for k, v := range m.GetLabels() {
-		for _, s := range st.c.store.ByIndex(watcherv1.Kind_KIND_SERVICE, IndexServiceSelector, labelTerm(m.GetNamespace(), k, v)) {
-			key := stream.Key(s)
-			if !seen[key] && planner.SelectorMatches(s.GetService(), m.GetLabels()) {
-				seen[key] = true
+		for _, key := range st.c.store.IndexKeys(watcherv1.Kind_KIND_SERVICE, IndexServiceSelector, labelTerm(m.GetNamespace(), k, v)) {
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			st.mu.Lock()
+			sel, ok := st.selectors[key]
+			st.mu.Unlock()
+			if ok && planner.SelectorMatchesLabels(sel, m.GetLabels()) {
 				st.queue(key)
 			}
 		}

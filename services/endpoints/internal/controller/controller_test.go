@@ -176,6 +176,15 @@ func (s *fakeStream) ByIndex(kind watcherv1.Kind, index, value string) []*watche
 	return out
 }
 
+func (s *fakeStream) IndexKeys(kind watcherv1.Kind, index, value string) []string {
+	var keys []string
+	for _, o := range s.ByIndex(kind, index, value) {
+		keys = append(keys, stream.Key(o))
+	}
+	slices.Sort(keys)
+	return keys
+}
+
 // AddHandler replays the cached objects, then delivers live events.
 func (s *fakeStream) AddHandler(h stream.Handler) stream.Registration {
 	s.mu.Lock()
@@ -710,5 +719,58 @@ func TestTakenNameByInvisibleSlice(t *testing.T) {
 	}
 	if h.api.slices["a/"+name].Labels[discoveryv1.LabelManagedBy] != "someone-else" {
 		t.Fatalf("foreign slice changed")
+	}
+}
+
+// A workload's change queues exactly the Services whose whole selector its
+// labels match, found through the selector index and the selectors the
+// handler keeps (not by decoding every Service that shares a label), and
+// follows selector edits and deletions.
+func TestWorkloadChangeFollowsSharedTermsAndSelectorEdits(t *testing.T) {
+	svc := func(name string, sel map[string]string) *watcherv1.Object {
+		o := svcObj("a", name)
+		o.GetService().Selector = sel
+		return o
+	}
+	wl := func(labels map[string]string) *watcherv1.Object {
+		o := wlObj("a", "vm-1", "", "192.0.2.1")
+		o.Meta.Labels = labels
+		return o
+	}
+	h := newHarness(t)
+	h.stream.upsert(svc("web-prod", map[string]string{"app": "web", "env": "prod"}))
+	h.stream.upsert(svc("db-prod", map[string]string{"app": "db", "env": "prod"}))
+	h.stream.upsert(svc("all-prod", map[string]string{"env": "prod"}))
+	h.stream.upsert(svc("other-ns", nil)) // selects nothing
+	tm := h.startTerm()
+	tm.queued = nil // the replay queued every Service
+
+	for _, tc := range []struct {
+		step   string
+		change func()
+		want   []string
+	}{
+		{"a web prod workload appears", func() { h.stream.upsert(wl(map[string]string{"app": "web", "env": "prod"})) },
+			[]string{"a/web-prod", "a/all-prod"}},
+		{"its app label changes to db (old and new selectors)", func() { h.stream.upsert(wl(map[string]string{"app": "db", "env": "prod"})) },
+			[]string{"a/web-prod", "a/all-prod", "a/db-prod"}},
+		{"all-prod now also needs tier=gold (still indexed under env=prod)", func() {
+			h.stream.upsert(svc("all-prod", map[string]string{"env": "prod", "tier": "gold"}))
+			tm.queued = nil // the Service's own change queued it
+			h.stream.upsert(wl(map[string]string{"app": "db", "env": "prod", "rev": "2"}))
+		}, []string{"a/db-prod"}},
+		{"db-prod is deleted", func() {
+			h.stream.remove(watcherv1.Kind_KIND_SERVICE, "a/db-prod")
+			tm.queued = nil
+			h.stream.upsert(wl(map[string]string{"app": "db", "env": "prod", "rev": "3"}))
+		}, nil},
+	} {
+		tc.change()
+		got := slices.Sorted(slices.Values(tm.queued))
+		want := slices.Sorted(slices.Values(tc.want))
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: queued %v, want %v", tc.step, got, want)
+		}
+		tm.queued = nil
 	}
 }

@@ -103,12 +103,13 @@ func Selects(svc *watcherv1.Service) bool {
 // SelectorMatches reports whether the Service selects an object with these
 // labels (both in the same namespace is the caller's check).
 func SelectorMatches(svc *watcherv1.Service, objLabels map[string]string) bool {
-	return Selects(svc) && selectorMatches(svc.GetSelector(), objLabels)
+	return Selects(svc) && SelectorMatchesLabels(svc.GetSelector(), objLabels)
 }
 
-// selectorMatches is labels.SelectorFromSet(sel).Matches without building
-// a selector: every term must be among the labels.
-func selectorMatches(sel, objLabels map[string]string) bool {
+// SelectorMatchesLabels is labels.SelectorFromSet(sel).Matches without
+// building a selector: every term must be among the labels. (An empty
+// selector matches everything; Selects says whether a Service selects.)
+func SelectorMatchesLabels(sel, objLabels map[string]string) bool {
 	for k, v := range sel {
 		if lv, ok := objLabels[k]; !ok || lv != v {
 			return false
@@ -197,7 +198,7 @@ func desiredGroups(meta *watcherv1.ObjectMeta, svc *watcherv1.Service, workloads
 	sel := svc.GetSelector()
 	for _, w := range workloads {
 		wm, ew := w.GetMeta(), w.GetExternalWorkload()
-		if ew == nil || wm.GetNamespace() != meta.GetNamespace() || !selectorMatches(sel, wm.GetLabels()) {
+		if ew == nil || wm.GetNamespace() != meta.GetNamespace() || !SelectorMatchesLabels(sel, wm.GetLabels()) {
 			continue
 		}
 		ports, missing := endpointPorts(svc, ew)
