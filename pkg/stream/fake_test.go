@@ -34,17 +34,6 @@ func startFake(t *testing.T, epoch string, objs ...*watcherv1.Object) *fakeWatch
 	return startFakeOn(t, "127.0.0.1:0", epoch, objs...)
 }
 
-// freeAddr returns a loopback address nothing listens on (yet).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func startFakeOn(t *testing.T, addr, epoch string, objs ...*watcherv1.Object) *fakeWatcher {
 	t.Helper()
 	f := &fakeWatcher{epoch: epoch, objects: map[string]*watcherv1.Object{}, subs: map[chan *watcherv1.WatchResponse]struct{}{}}

@@ -129,7 +129,7 @@ func TestLateHandlerGetsReplayThenLiveEvents(t *testing.T) {
 func TestFailoverToNewEpochDeletesWhatDidNotComeBack(t *testing.T) {
 	a, b, x := svc("ns", "a", "1", nil), svc("ns", "b", "1", nil), svc("ns", "x", "1", nil)
 	r1 := startFake(t, "epoch-1", a, b, x)
-	addr2 := freeAddr(t)
+	addr2 := testenv.FreeAddr(t)
 	// Round robin only uses ready replicas: the client starts on r1.
 	c2 := runClient(t, "static:///"+r1.addr+","+addr2)
 	waitSync(t, c2)
@@ -267,7 +267,7 @@ func failover(t *testing.T, objs []*watcherv1.Object, change func(*fakeWatcher),
 	setup func(*Client)) (*Client, *prometheus.Registry, *fakeWatcher, *recorder) {
 	t.Helper()
 	r1 := startFake(t, "epoch-1", objs...)
-	addr2 := freeAddr(t)
+	addr2 := testenv.FreeAddr(t)
 	reg := prometheus.NewRegistry()
 	// Round robin only uses ready replicas: the client starts on r1.
 	c := runClientWith(t, Config{Target: "static:///" + r1.addr + "," + addr2}, reg, setup)

@@ -235,7 +235,7 @@ func BenchmarkColdStart(b *testing.B) {
 		ipamCPU := cpu.since()
 		b.Logf("round %d API writes during ipam's cold start: %s", r+1, writesSince(writesBefore, apiWrites(b, client)))
 		rss := processPeakRSS(b, ipam.PID()) / 1e6
-		b.Logf("round %d resident memory of ipam at the end: %s", r+1, residentSplit(b, ipam.PID()))
+		b.Logf("round %d resident memory of ipam at the end: %s", r+1, residentSplit(ipam.PID()))
 		results = append(results, round{floor1: floor1, floor32: floor32, patch32: patch32, ipam: took, rssMB: rss, load: load + " → " + loadavg()})
 		if path := os.Getenv("IPLEDGER_BENCH_HEAP"); path != "" && r == 0 {
 			saveProfile(opsAddr, "heap", path)

@@ -8,13 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
 // request is one kind of API request as the API server's
@@ -151,56 +152,22 @@ func writesSince(before, now map[request]float64) string {
 	return strings.Join(parts, ", ")
 }
 
-// peakRSS is the VmHWM line of a /proc/<pid>/status text: the most resident
-// memory the process ever had, in bytes. Read the same way for every
-// process, it needs no metrics endpoint and misses no short peak between
-// two scrapes.
-func peakRSS(status []byte) (float64, error) { return statusBytes(status, "VmHWM") }
-
-// statusBytes reads one "Field:   123 kB" line of a /proc/<pid>/status
-// text, in bytes.
-func statusBytes(status []byte, field string) (float64, error) {
-	for line := range strings.SplitSeq(string(status), "\n") {
-		rest, found := strings.CutPrefix(line, field+":")
-		if !found {
-			continue
-		}
-		kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s line %q: %w", field, line, err)
-		}
-		return kb * 1024, nil
-	}
-	return 0, fmt.Errorf("no %s line in the process status", field)
-}
-
-// processStatus reads /proc/<pid>/status of a running process.
-func processStatus(tb testing.TB, pid int) []byte {
-	tb.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		tb.Fatalf("read the status of process %d: %v", pid, err)
-	}
-	return raw
-}
-
-// processPeakRSS reads peakRSS of a running process.
+// processPeakRSS reads the most resident memory a running process ever had
+// (VmHWM), in bytes.
 func processPeakRSS(tb testing.TB, pid int) float64 {
 	tb.Helper()
-	v, err := peakRSS(processStatus(tb, pid))
+	v, err := testenv.ProcStatusBytes(pid, "VmHWM")
 	if err != nil {
-		tb.Fatalf("process %d: %v", pid, err)
+		tb.Fatalf("read the peak RSS of process %d: %v", pid, err)
 	}
 	return v
 }
 
 // residentSplit formats a running process's resident memory now: its
 // anonymous pages (heap, stacks) and its file-backed pages (the binary).
-func residentSplit(tb testing.TB, pid int) string {
-	tb.Helper()
-	st := processStatus(tb, pid)
-	anon, err1 := statusBytes(st, "RssAnon")
-	file, err2 := statusBytes(st, "RssFile")
+func residentSplit(pid int) string {
+	anon, err1 := testenv.ProcStatusBytes(pid, "RssAnon")
+	file, err2 := testenv.ProcStatusBytes(pid, "RssFile")
 	if err := errors.Join(err1, err2); err != nil {
 		return err.Error()
 	}
@@ -246,19 +213,6 @@ apiserver_request_duration_seconds_count{component="apiserver",dry_run="",group=
 	}
 	if _, _, err := statusWrites([]byte(`apiserver_request_total{code="200",resource="services",subresource="status",verb="PUT"} many`)); err == nil {
 		t.Error("statusWrites accepted a sample that is not a number")
-	}
-}
-
-func TestPeakRSS(t *testing.T) {
-	got, err := peakRSS([]byte("Name:\tipledger-ipam\nVmPeak:\t 1894712 kB\nVmHWM:\t   98304 kB\nVmRSS:\t   81920 kB\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := 98304.0 * 1024; got != want {
-		t.Errorf("peakRSS = %v, want %v (VmHWM, not VmRSS or VmPeak)", got, want)
-	}
-	if _, err := peakRSS([]byte("Name:\tx\nVmRSS:\t1 kB\n")); err == nil {
-		t.Error("peakRSS found a peak in a status without VmHWM")
 	}
 }
 

@@ -9,30 +9,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/ipledger/ipledger/pkg/testenv"
 )
-
-// procStatFields are the fields of /proc/<pid>/stat after the command name:
-// [0] state, [1] ppid, ... [11] utime, [12] stime.
-func procStatFields(pid int) []string {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	s := string(raw)
-	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-}
-
-// cpuSeconds is the user+system CPU time a process has used (USER_HZ 100),
-// 0 when it is gone.
-func cpuSeconds(pid int) float64 {
-	f := procStatFields(pid)
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return float64(u+s) / 100
-}
 
 // loadavg is the first three fields of /proc/loadavg (what uptime shows):
 // the machine is shared, and every figure is recorded with its load.
@@ -70,7 +49,7 @@ func (c *cpuUse) add(name string, pid int) {
 func (c *cpuUse) begin() {
 	c.start = map[string]float64{}
 	for name, pid := range c.pids {
-		c.start[name] = cpuSeconds(pid)
+		c.start[name], _ = testenv.ProcCPUSeconds(pid)
 	}
 }
 
@@ -78,7 +57,8 @@ func (c *cpuUse) begin() {
 func (c *cpuUse) since() map[string]float64 {
 	out := map[string]float64{}
 	for name, pid := range c.pids {
-		out[name] = cpuSeconds(pid) - c.start[name]
+		now, _ := testenv.ProcCPUSeconds(pid)
+		out[name] = now - c.start[name]
 	}
 	return out
 }

@@ -47,7 +47,7 @@ func BenchmarkBinaryMemory(b *testing.B) {
 			created = n
 
 			// A fresh process over n objects, as after a restart.
-			grpcAddr, opsAddr := benchFreeAddr(b), benchFreeAddr(b)
+			grpcAddr, opsAddr := testenv.FreeAddr(b), testenv.FreeAddr(b)
 			started := time.Now()
 			proc := testenv.StartProcess(b, fmt.Sprintf("watcher-%d", n), bin, nil, "--kubeconfig", kubeconfig, "--grpc-plaintext",
 				"--grpc-addr", grpcAddr, "--ops-addr", opsAddr, "--log-format", "text",

@@ -83,7 +83,7 @@ func BenchmarkBinarySnapshotAndDeltaLatency(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	grpcAddr, opsAddr := benchFreeAddr(b), benchFreeAddr(b)
+	grpcAddr, opsAddr := testenv.FreeAddr(b), testenv.FreeAddr(b)
 	// The 50 subscribers share one ServiceAccount: lift the per-identity limit.
 	proc := testenv.StartProcess(b, "watcher", bin, nil, "--kubeconfig", env.KubeconfigFor(b, token), "--grpc-plaintext",
 		"--grpc-addr", grpcAddr, "--ops-addr", opsAddr, "--log-format", "text",
@@ -581,16 +581,6 @@ func pct(sorted []float64, p int) float64 {
 	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
 }
 
-func benchFreeAddr(b *testing.B) string {
-	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func httpGet(url string) ([]byte, error) {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -623,49 +613,26 @@ func metricValue(ops, sample string) (float64, error) {
 	return 0, fmt.Errorf("no %s in /metrics yet", sample)
 }
 
-// procStatFields are the fields of /proc/<pid>/stat after the command name:
-// [0] state, [1] ppid, ... [11] utime, [12] stime.
-func procStatFields(pid int) []string {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	s := string(raw)
-	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-}
-
-// cpuSeconds is the user+system CPU time the processes have used (USER_HZ 100).
+// cpuSeconds is the user+system CPU time the processes have used.
 func cpuSeconds(b *testing.B, pids ...int) float64 {
 	b.Helper()
-	var ticks int64
+	var total float64
 	for _, pid := range pids {
-		f := procStatFields(pid)
-		if len(f) < 13 {
+		s, ok := testenv.ProcCPUSeconds(pid)
+		if !ok {
 			b.Fatalf("no /proc/%d/stat", pid)
 		}
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		s, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + s
+		total += s
 	}
-	return float64(ticks) / 100
+	return total
 }
 
 // procStatusKB reads a kB field (VmRSS, VmHWM) of /proc/<pid>/status.
 func procStatusKB(b *testing.B, pid int, field string) int64 {
 	b.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	v, err := testenv.ProcStatusBytes(pid, field)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for line := range strings.Lines(string(raw)) {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return kb
-		}
-	}
-	b.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
+	return int64(v / 1024)
 }
