@@ -6,14 +6,11 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"sigs.k8s.io/yaml"
 
 	"github.com/ipledger/ipledger/pkg/containerimage"
 	"github.com/ipledger/ipledger/pkg/testenv"
@@ -25,16 +22,11 @@ import (
 // without one, saying how to set it). The e2e overlay is the exception: it
 // runs against a moto thrown away with the test's node, never an account.
 func TestNoInstallSharesAClusterID(t *testing.T) {
-	env := testenv.Get(t)
 	for _, k := range kustomizations {
 		if k == e2eOverlay {
 			continue
 		}
-		out, err := env.Kubectl(context.Background(), "kustomize", filepath.Join(env.Root, "deploy/kustomize", k))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bytes.Contains(out, []byte("--cluster-id")) {
+		if bytes.Contains(render(t, k), []byte("--cluster-id")) {
 			t.Errorf("%s sets eipd's --cluster-id: every cluster installed from it would share the tag and sweep each other's addresses", k)
 		}
 	}
@@ -45,23 +37,11 @@ func TestNoInstallSharesAClusterID(t *testing.T) {
 // image `make images` builds (every one of them, under the tag it gives) and
 // never pull it.
 func TestE2EOverlayRunsTheImagesMakeImagesBuilds(t *testing.T) {
-	env := testenv.Get(t)
-	out, err := env.Kubectl(context.Background(), "kustomize", filepath.Join(env.Root, "deploy/kustomize", e2eOverlay))
-	if err != nil {
-		t.Fatal(err)
-	}
 	built := map[string]bool{}
 	for _, b := range containerimage.Binaries {
 		built[b.Ref(containerimage.Tag)] = false
 	}
-	for _, doc := range strings.Split(string(out), "\n---\n") {
-		var d appsv1.Deployment
-		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
-			t.Fatal(err)
-		}
-		if d.Kind != "Deployment" {
-			continue
-		}
+	for _, d := range deployments(t, render(t, e2eOverlay)) {
 		for _, c := range append(d.Spec.Template.Spec.InitContainers, d.Spec.Template.Spec.Containers...) {
 			if _, ok := built[c.Image]; !ok {
 				t.Errorf("Deployment %s, container %s: image %s is not one `make images` builds (%v)", d.Name, c.Name, c.Image, slices.Sorted(maps.Keys(built)))
@@ -84,20 +64,8 @@ func TestE2EOverlayRunsTheImagesMakeImagesBuilds(t *testing.T) {
 // own Deployment's pods spreads nothing (components/high-availability's did
 // until the pods carried app.kubernetes.io/part-of).
 func TestSpreadConstraintsSelectTheirOwnPods(t *testing.T) {
-	env := testenv.Get(t)
 	for _, k := range kustomizations {
-		out, err := env.Kubectl(context.Background(), "kustomize", filepath.Join(env.Root, "deploy/kustomize", k))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, doc := range strings.Split(string(out), "\n---\n") {
-			var d appsv1.Deployment
-			if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
-				t.Fatal(err)
-			}
-			if d.Kind != "Deployment" {
-				continue
-			}
+		for _, d := range deployments(t, render(t, k)) {
 			for _, c := range d.Spec.Template.Spec.TopologySpreadConstraints {
 				sel, err := metav1.LabelSelectorAsSelector(c.LabelSelector)
 				if err != nil {
@@ -109,4 +77,16 @@ func TestSpreadConstraintsSelectTheirOwnPods(t *testing.T) {
 			}
 		}
 	}
+}
+
+// render is kustomization k of deploy/kustomize as the pinned kubectl
+// builds it.
+func render(t *testing.T, k string) []byte {
+	t.Helper()
+	env := testenv.Get(t)
+	out, err := env.Kubectl(context.Background(), "kustomize", filepath.Join(env.Root, "deploy/kustomize", k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"flag"
 	"os"
 	"os/exec"
@@ -25,13 +24,9 @@ const e2eOverlay = "overlays/e2e"
 // kubectl and compares it with testdata/golden, so every change to what users
 // install shows up in review. `go test ./test/e2e -run Golden -update` rewrites them.
 func TestManifestsMatchGoldenFiles(t *testing.T) {
-	env := testenv.Get(t)
 	for _, k := range kustomizations {
 		t.Run(k, func(t *testing.T) {
-			out, err := env.Kubectl(context.Background(), "kustomize", filepath.Join(env.Root, "deploy/kustomize", k))
-			if err != nil {
-				t.Fatal(err)
-			}
+			out := render(t, k)
 			golden := filepath.Join("testdata", "golden", strings.ReplaceAll(k, "/", "-")+".yaml")
 			if *update {
 				if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {

@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,7 +12,6 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/ipledger/ipledger/pkg/authz"
-	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
 // TestManifestsProjectTokensForIPledger: in every kustomization, the token
@@ -23,13 +20,9 @@ import (
 // accept another audience: a token seen on the wire cannot be replayed
 // against the Kubernetes API.
 func TestManifestsProjectTokensForIPledger(t *testing.T) {
-	env := testenv.Get(t)
 	for _, k := range kustomizations {
 		t.Run(k, func(t *testing.T) {
-			out, err := env.Kubectl(context.Background(), "kustomize", filepath.Join(env.Root, "deploy/kustomize", k))
-			if err != nil {
-				t.Fatal(err)
-			}
+			out := render(t, k)
 			clients := 0
 			for _, d := range deployments(t, out) {
 				spec := d.Spec.Template.Spec
