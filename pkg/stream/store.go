@@ -40,6 +40,8 @@ type kindStore struct {
 	byNS       map[string]keySet // namespace -> Keys
 	indexers   map[string]func(*watcherv1.Object) []string
 	indices    map[string]map[string]keySet // index -> value -> Keys
+	derivers   map[string]func(*watcherv1.Object) any
+	attrs      map[string]map[string]any // attribute -> Key -> value
 }
 
 func newStore() *Store { return &Store{kinds: map[watcherv1.Kind]*kindStore{}} }
@@ -48,7 +50,8 @@ func (s *Store) kind(k watcherv1.Kind) *kindStore {
 	ks := s.kinds[k]
 	if ks == nil {
 		ks = &kindStore{objs: map[string][]byte{}, byNS: map[string]keySet{},
-			indexers: map[string]func(*watcherv1.Object) []string{}, indices: map[string]map[string]keySet{}}
+			indexers: map[string]func(*watcherv1.Object) []string{}, indices: map[string]map[string]keySet{},
+			derivers: map[string]func(*watcherv1.Object) any{}, attrs: map[string]map[string]any{}}
 		s.kinds[k] = ks
 	}
 	return ks
@@ -195,6 +198,35 @@ func (s *Store) IndexKeys(kind watcherv1.Kind, name, value string) []string {
 	return nil
 }
 
+// AddAttribute keeps, beside every object of kind, the value fn derives
+// from it: computed when the object is stored, dropped when it is removed,
+// and read with Attribute without decoding the object (a consumer that
+// orders or matches many objects by one small field). Call it before Run;
+// objects already held get it too. Adding a name twice replaces it.
+func (s *Store) AddAttribute(kind watcherv1.Kind, name string, fn func(*watcherv1.Object) any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ks := s.kind(kind)
+	ks.derivers[name] = fn
+	vals := make(map[string]any, len(ks.objs))
+	ks.attrs[name] = vals
+	for key, b := range ks.objs {
+		vals[key] = fn(decode(b))
+	}
+}
+
+// Attribute returns the value attribute name has for the object of kind
+// with key, and whether the store holds that object.
+func (s *Store) Attribute(kind watcherv1.Kind, name, key string) (any, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if ks := s.kinds[kind]; ks != nil {
+		v, ok := ks.attrs[name][key]
+		return v, ok
+	}
+	return nil, false
+}
+
 // put stores o in place of held, the object the store holds under o's key
 // (nil when none; only the Run goroutine writes the store, so the caller's
 // read is still current), and reports whether o differs from it.
@@ -220,6 +252,9 @@ func (s *Store) put(o, held *watcherv1.Object) (changed bool) {
 			addTo(ks.indices[name], v, key)
 		}
 	}
+	for name, fn := range ks.derivers {
+		ks.attrs[name][key] = fn(o)
+	}
 	return true
 }
 
@@ -238,6 +273,9 @@ func (s *Store) remove(kind watcherv1.Kind, key string) (old *watcherv1.Object) 
 	old = decode(b)
 	ks.unindex(key, old)
 	delete(ks.objs, key)
+	for name := range ks.attrs {
+		delete(ks.attrs[name], key)
+	}
 	ks.generation++
 	return old
 }

@@ -66,6 +66,32 @@ func TestSnapshotThenDeltasReachHandlersWithOldObjects(t *testing.T) {
 	}
 }
 
+// An attribute follows its object: derived when stored (objects already
+// held included), replaced on a change, gone with the object.
+func TestAttributes(t *testing.T) {
+	s := newStore()
+	s.put(svc("a", "x", "1", map[string]string{"app": "web"}), nil)
+	app := func(o *watcherv1.Object) any { return o.GetMeta().GetLabels()["app"] }
+	s.AddAttribute(watcherv1.Kind_KIND_SERVICE, "app", app)
+	s.put(svc("a", "y", "1", map[string]string{"app": "db"}), nil)
+	for key, want := range map[string]string{"a/x": "web", "a/y": "db"} {
+		if v, ok := s.Attribute(watcherv1.Kind_KIND_SERVICE, "app", key); !ok || v != want {
+			t.Errorf("Attribute(%s) = %v, %v; want %q", key, v, ok, want)
+		}
+	}
+	s.put(svc("a", "x", "2", map[string]string{"app": "api"}), nil)
+	if v, _ := s.Attribute(watcherv1.Kind_KIND_SERVICE, "app", "a/x"); v != "api" {
+		t.Errorf("Attribute(a/x) after a change = %v, want api", v)
+	}
+	s.remove(watcherv1.Kind_KIND_SERVICE, "a/x")
+	if v, ok := s.Attribute(watcherv1.Kind_KIND_SERVICE, "app", "a/x"); ok {
+		t.Errorf("Attribute(a/x) after its removal = %v, still held", v)
+	}
+	if _, ok := s.Attribute(watcherv1.Kind_KIND_NODE, "app", "n"); ok {
+		t.Error("Attribute of a kind never seen reported an object")
+	}
+}
+
 // An InitialListHandler tells the replay from live additions.
 func TestInitialAddsAreTheReplay(t *testing.T) {
 	f := startFake(t, "e1", svc("a", "x", "1", nil))

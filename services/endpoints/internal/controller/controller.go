@@ -122,6 +122,7 @@ type Store interface {
 	Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool)
 	ByIndex(kind watcherv1.Kind, name, value string) []*watcherv1.Object
 	IndexKeys(kind watcherv1.Kind, name, value string) []string
+	Attribute(kind watcherv1.Kind, name, key string) (any, bool)
 }
 
 // Source delivers the stream's events (*stream.Client).
@@ -137,13 +138,29 @@ var Indexes = map[watcherv1.Kind]map[string]func(*watcherv1.Object) []string{
 	watcherv1.Kind_KIND_SERVICE:           {IndexServiceSelector: serviceSelectorIndex},
 }
 
-// AddIndexes adds Indexes to the store; call before the stream runs.
+// AttrSelector is the store attribute holding spec.selector of each
+// Service that selects (planner.Selects; nil for the others): a workload's
+// change finds the Services selecting it by index keys and this attribute,
+// without decoding every Service that shares one of its labels.
+const AttrSelector = "endpoints.ipledger.io/selector"
+
+// selectorAttr derives AttrSelector.
+func selectorAttr(o *watcherv1.Object) any {
+	if !planner.Selects(o.GetService()) {
+		return map[string]string(nil)
+	}
+	return o.GetService().GetSelector()
+}
+
+// AddIndexes adds Indexes and AttrSelector to the store; call before the
+// stream runs.
 func AddIndexes(s *stream.Store) {
 	for kind, idx := range Indexes {
 		for name, fn := range idx {
 			s.AddIndex(kind, name, fn)
 		}
 	}
+	s.AddAttribute(watcherv1.Kind_KIND_SERVICE, AttrSelector, selectorAttr)
 }
 
 func sliceServiceIndex(o *watcherv1.Object) []string {
@@ -238,13 +255,12 @@ func (c *Controller) NewWorker(term *leader.Term) (leader.Worker, error) {
 
 func (c *Controller) newTermState(log *slog.Logger) *termState {
 	return &termState{
-		c:         c,
-		log:       log,
-		tracker:   newTracker(c.cfg.ExpectationTimeout, c.now),
-		triggers:  map[string]time.Time{},
-		managed:   map[string]int{},
-		selectors: map[string]map[string]string{},
-		recorder:  &record.FakeRecorder{},
+		c:        c,
+		log:      log,
+		tracker:  newTracker(c.cfg.ExpectationTimeout, c.now),
+		triggers: map[string]time.Time{},
+		managed:  map[string]int{},
+		recorder: &record.FakeRecorder{},
 	}
 }
 
@@ -312,11 +328,6 @@ type termState struct {
 	mu       sync.Mutex
 	triggers map[string]time.Time // service key -> earliest change not yet synced
 	managed  map[string]int       // service key -> endpoints in its slices
-	// selectors: service key -> spec.selector of each streamed Service that
-	// selects (planner.Selects), kept by the handler so that a workload's
-	// change finds the Services selecting it without decoding every Service
-	// that shares one of its labels from the store.
-	selectors map[string]map[string]string
 }
 
 func (st *termState) handler() stream.Handler {
@@ -350,22 +361,9 @@ func (st *termState) queue(key string) {
 	st.enqueue(key)
 }
 
-// noteSelector records what the Service o selects (nothing once gone).
-func (st *termState) noteSelector(o *watcherv1.Object, gone bool) {
-	key := stream.Key(o)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if gone || !planner.Selects(o.GetService()) {
-		delete(st.selectors, key)
-		return
-	}
-	st.selectors[key] = o.GetService().GetSelector()
-}
-
 func (st *termState) onChange(old, o *watcherv1.Object) {
 	switch o.GetKind() {
 	case watcherv1.Kind_KIND_SERVICE:
-		st.noteSelector(o, false)
 		st.queue(stream.Key(o))
 	case watcherv1.Kind_KIND_EXTERNAL_WORKLOAD:
 		st.prober.Update(o)
@@ -385,7 +383,6 @@ func (st *termState) onChange(old, o *watcherv1.Object) {
 func (st *termState) onDelete(o *watcherv1.Object) {
 	switch o.GetKind() {
 	case watcherv1.Kind_KIND_SERVICE:
-		st.noteSelector(o, true)
 		st.queue(stream.Key(o))
 	case watcherv1.Kind_KIND_EXTERNAL_WORKLOAD:
 		st.prober.Delete(o)
@@ -419,10 +416,8 @@ func (st *termState) queueSelecting(w *watcherv1.Object) {
 				continue
 			}
 			seen[key] = true
-			st.mu.Lock()
-			sel, ok := st.selectors[key]
-			st.mu.Unlock()
-			if ok && planner.SelectorMatchesLabels(sel, m.GetLabels()) {
+			sel, _ := st.c.store.Attribute(watcherv1.Kind_KIND_SERVICE, AttrSelector, key)
+			if sel, ok := sel.(map[string]string); ok && len(sel) > 0 && planner.SelectorMatchesLabels(sel, m.GetLabels()) {
 				st.queue(key)
 			}
 		}

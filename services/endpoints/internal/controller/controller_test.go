@@ -185,6 +185,16 @@ func (s *fakeStream) IndexKeys(kind watcherv1.Kind, index, value string) []strin
 	return keys
 }
 
+func (s *fakeStream) Attribute(kind watcherv1.Kind, name, key string) (any, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.objs[kind][key]
+	if !ok || kind != watcherv1.Kind_KIND_SERVICE || name != AttrSelector {
+		return nil, ok
+	}
+	return selectorAttr(o), true
+}
+
 // AddHandler replays the cached objects, then delivers live events.
 func (s *fakeStream) AddHandler(h stream.Handler) stream.Registration {
 	s.mu.Lock()
@@ -723,8 +733,8 @@ func TestTakenNameByInvisibleSlice(t *testing.T) {
 }
 
 // A workload's change queues exactly the Services whose whole selector its
-// labels match, found through the selector index and the selectors the
-// handler keeps (not by decoding every Service that shares a label), and
+// labels match, found through the selector index and the store's selector
+// attribute (not by decoding every Service that shares a label), and
 // follows selector edits and deletions.
 func TestWorkloadChangeFollowsSharedTermsAndSelectorEdits(t *testing.T) {
 	svc := func(name string, sel map[string]string) *watcherv1.Object {

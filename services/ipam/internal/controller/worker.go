@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -58,12 +59,8 @@ type worker struct {
 	held     map[string]struct{}
 	landed   chan struct{}
 
-	mu    sync.Mutex
-	dirty map[string]struct{}
-	// created is each streamed Service's creationTimestamp by key: take
-	// orders the dirty Services by it (objects.Less) without decoding every
-	// one of them from the store, of which it decides only a batch.
-	created    map[string]int64
+	mu         sync.Mutex
+	dirty      map[string]struct{}
 	poolsDirty bool
 	// finalizersDirty: an IPPool's finalizers changed; a pass re-checks them
 	// without deciding any Service again.
@@ -80,7 +77,7 @@ func newWorker(c *Controller, term *leader.Term) *worker {
 		c: c, term: term, log: c.log.With("term", term.ID()),
 		expect: map[string]expectation{}, poolWritten: map[string]poolStatus{},
 		retries: map[string]int{}, pending: map[string]pendingService{},
-		dirty: map[string]struct{}{}, created: map[string]int64{}, wake: make(chan struct{}, 1), mutations: make(chan mutation),
+		dirty: map[string]struct{}{}, wake: make(chan struct{}, 1), mutations: make(chan mutation),
 		writers: make(chan struct{}, max(c.cfg.StatusWorkers, 1)), inFlight: map[string]struct{}{}, held: map[string]struct{}{},
 		landed: make(chan struct{}, 1),
 	}
@@ -93,11 +90,7 @@ func (w *worker) handler() stream.Handler {
 	on := func(obj *watcherv1.Object) {
 		switch obj.GetKind() {
 		case watcherv1.Kind_KIND_SERVICE:
-			key := objkey.Of(obj)
-			w.mu.Lock()
-			w.created[key] = obj.GetMeta().GetCreationTimestamp()
-			w.mu.Unlock()
-			w.mark(key)
+			w.mark(objkey.Of(obj))
 		case watcherv1.Kind_KIND_IP_POOL:
 			w.mu.Lock()
 			w.poolsDirty = true
@@ -126,14 +119,7 @@ func (w *worker) handler() stream.Handler {
 			}
 			on(n)
 		},
-		DeleteFunc: func(obj *watcherv1.Object) {
-			on(obj)
-			if obj.GetKind() == watcherv1.Kind_KIND_SERVICE {
-				w.mu.Lock()
-				delete(w.created, objkey.Of(obj))
-				w.mu.Unlock()
-			}
-		},
+		DeleteFunc: on,
 	}
 }
 
@@ -321,16 +307,19 @@ func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, pool
 		created int64 // 0 when the stream has not shown it (gone, or never seen)
 	}
 	w.mu.Lock()
-	candidates := make([]candidate, 0, len(w.dirty))
-	for k := range w.dirty {
-		candidates = append(candidates, candidate{k, w.created[k]})
-	}
+	keys := slices.Collect(maps.Keys(w.dirty))
 	clear(w.dirty)
 	poolsChanged, w.poolsDirty = w.poolsDirty, false
 	w.finalizersDirty = false
 	w.mu.Unlock()
+	candidates := make([]candidate, 0, len(keys))
+	for _, k := range keys {
+		created, _ := w.store().Attribute(watcherv1.Kind_KIND_SERVICE, attrCreated, k)
+		ts, _ := created.(int64)
+		candidates = append(candidates, candidate{k, ts})
+	}
 	// Allocation order (objects.Less: oldest first, then by key), read from
-	// created; only the batch is decoded from the store.
+	// the store's attribute; only the batch is decoded.
 	slices.SortFunc(candidates, func(a, b candidate) int {
 		return cmp.Or(cmp.Compare(a.created, b.created), strings.Compare(a.key, b.key))
 	})
@@ -351,8 +340,8 @@ func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, pool
 			absent = append(absent, c.key)
 		}
 	}
-	// created may lag the store by the event being handled: the batch is
-	// put in allocation order by the objects themselves.
+	// An object may have changed since its attribute was read: the batch
+	// is put in allocation order by the objects themselves.
 	slices.SortFunc(present, objects.Less)
 	slices.Sort(absent)
 	if len(rest) > 0 {
