@@ -16,8 +16,10 @@ import (
 	"strings"
 	"syscall"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 )
 
@@ -159,6 +161,23 @@ func (c *Common) RESTConfig() (*rest.Config, error) {
 	cfg.QPS = float32(d.KubeAPIQPS)
 	cfg.Burst = d.KubeAPIBurst
 	return cfg, nil
+}
+
+// ClientConfigs derives the configs of a process's two clients from base,
+// which it leaves as it is. One budget for the process: the typed client
+// and the dynamic one draw from the same token bucket, where each would
+// otherwise build its own. The typed client speaks protobuf: the API server
+// stores built-in kinds so, and decoding each write from JSON and encoding
+// the answer back was most of its cost for endpoints' slices and ipam's
+// ledger shards. Custom resources (IPPools, ExternalWorkloads) have no
+// protobuf form, so the dynamic client keeps JSON.
+func ClientConfigs(base *rest.Config) (typed, dyn *rest.Config) {
+	typed, dyn = rest.CopyConfig(base), rest.CopyConfig(base)
+	limiter := flowcontrol.NewTokenBucketRateLimiter(base.QPS, base.Burst)
+	typed.RateLimiter, dyn.RateLimiter = limiter, limiter
+	typed.ContentType = runtime.ContentTypeProtobuf
+	typed.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return typed, dyn
 }
 
 // Main parses os.Args[1:] into fs, runs run with a context cancelled on

@@ -13,11 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/ipledger/ipledger/pkg/cmdmain"
 	"github.com/ipledger/ipledger/pkg/leader"
@@ -105,7 +102,7 @@ func New(cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	typedCfg, dynCfg := clientConfigs(restCfg)
+	typedCfg, dynCfg := cmdmain.ClientConfigs(restCfg)
 	if a.client, err = kubernetes.NewForConfig(typedCfg); err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
@@ -125,24 +122,6 @@ func New(cfg Config) (*App, error) {
 	}
 	a.ops = opsserver.New(cfg.Ops, a.Registry, a.ready)
 	return a, nil
-}
-
-// clientConfigs derives the configs of the process's two clients from
-// base, which it leaves as it is. One budget for the process: the typed
-// client (slices, Leases, Events) and the dynamic one (Ready conditions)
-// draw from the same token bucket, where each would otherwise build its
-// own. The typed client speaks protobuf: the API server stores built-in
-// kinds so, and decoding each slice write from JSON and encoding the answer
-// back was most of its cost during a cold start. Custom resources
-// (ExternalWorkloads) have no protobuf form, so the dynamic client keeps
-// JSON.
-func clientConfigs(base *rest.Config) (typed, dyn *rest.Config) {
-	typed, dyn = rest.CopyConfig(base), rest.CopyConfig(base)
-	limiter := flowcontrol.NewTokenBucketRateLimiter(base.QPS, base.Burst)
-	typed.RateLimiter, dyn.RateLimiter = limiter, limiter
-	typed.ContentType = runtime.ContentTypeProtobuf
-	typed.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	return typed, dyn
 }
 
 func (a *App) ready() error {

@@ -101,11 +101,12 @@ func (c *Config) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	client, err := kubernetes.NewForConfig(restCfg)
+	typedCfg, dynCfg := cmdmain.ClientConfigs(restCfg)
+	client, err := kubernetes.NewForConfig(typedCfg)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
-	dyn, err := dynamic.NewForConfig(restCfg)
+	dyn, err := dynamic.NewForConfig(dynCfg)
 	if err != nil {
 		return fmt.Errorf("dynamic client: %w", err)
 	}

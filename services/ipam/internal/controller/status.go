@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ipledger/ipledger/pkg/metaonly"
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
@@ -138,41 +139,28 @@ func (c *Controller) writeService(ctx context.Context, wr *write) (string, error
 	}
 	raw, err := c.client.CoreV1().RESTClient().Patch(types.MergePatchType).
 		Namespace(ns).Resource("services").Name(name).SubResource("status").
-		Param("fieldManager", fieldManager).SetHeader("Accept", metadataOnly).
+		Param("fieldManager", fieldManager).SetHeader("Accept", metaonly.Accept).
 		Body(body).Do(ctx).Raw()
 	if err != nil {
 		return "", fmt.Errorf("patch status of Service %s/%s: %w", ns, name, err)
 	}
-	var out patched
-	if err := json.Unmarshal(raw, &out); err != nil || out.Metadata.ResourceVersion == "" {
-		return "", fmt.Errorf("patch status of Service %s/%s: the response carries no resourceVersion (%v): %.200q", ns, name, err, raw)
+	out, err := metaonly.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("patch status of Service %s/%s: %w", ns, name, err)
 	}
-	if got := out.Metadata.Annotations[allocator.AnnotationAllocatedFromPool]; got != wr.want.Pool {
+	if got := out.Annotations[allocator.AnnotationAllocatedFromPool]; got != wr.want.Pool {
 		// An API server that ignores metadata in status writes would
 		// otherwise make every pass write this Service again: fail, so the
 		// retry backs off and the log says why.
 		return "", fmt.Errorf("the API server did not keep annotation %s=%q from the status write of Service %s/%s (it shows %q)",
 			allocator.AnnotationAllocatedFromPool, wr.want.Pool, ns, name, got)
 	}
-	wr.want.base = version{rv: out.Metadata.ResourceVersion, conditions: conditions}
-	return out.Metadata.ResourceVersion, nil
+	wr.want.base = version{rv: out.ResourceVersion, conditions: conditions}
+	return out.ResourceVersion, nil
 }
 
 // fieldManager names ipam's writes in managedFields.
 const fieldManager = "ipledger-ipam"
-
-// metadataOnly asks the API server to answer with the object's metadata
-// only; an API server that cannot sends the whole object, which decodes
-// into patched all the same.
-const metadataOnly = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
-
-// patched is what ipam reads of the answer to a status write.
-type patched struct {
-	Metadata struct {
-		ResourceVersion string            `json:"resourceVersion"`
-		Annotations     map[string]string `json:"annotations"`
-	} `json:"metadata"`
-}
 
 // transitionTime is the lastTransitionTime of want: cur's while the status
 // stays the same.

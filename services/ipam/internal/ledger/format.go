@@ -201,32 +201,43 @@ func Encode(s Shard) map[string]string {
 	res := slices.Clone(s.Reservations)
 	slices.SortFunc(res, compareReservations)
 
-	var b bytes.Buffer
 	data := map[string]string{keyFormat: Format, keyEpoch: strconv.FormatUint(s.Epoch, 10), keyTerm: s.Term}
-	for _, a := range allocs {
-		writeLine(&b, allocationLine{
+	data[keyAllocations] = lines(allocs, typicalLine, func(a Allocation) any {
+		return allocationLine{
 			IP: a.IP.String(), Pool: a.Pool, Service: a.Service.Key(), UID: a.Service.UID,
 			SharingKey: a.SharingKey, AllocatedAt: formatTime(a.AllocatedAt),
-		})
-	}
-	data[keyAllocations] = b.String()
-	b.Reset()
-	for _, r := range res {
+		}
+	})
+	data[keyReservations] = lines(res, typicalLine, func(r Reservation) any {
 		l := reservationLine{IP: r.IP.String(), Note: r.Note, CreatedAt: formatTime(r.CreatedAt)}
 		if r.ForService != nil {
 			l.ForService, l.ForUID = r.ForService.Key(), r.ForService.UID
 		}
-		writeLine(&b, l)
-	}
-	data[keyReservations] = b.String()
+		return l
+	})
 	if s.Name == HeadName {
-		b.Reset()
-		for _, e := range s.Index {
-			writeLine(&b, indexLine{Name: e.Name, From: e.From.String()})
-		}
-		data[keyShards] = b.String()
+		data[keyShards] = lines(s.Index, 64, func(e IndexEntry) any { return indexLine{Name: e.Name, From: e.From.String()} })
 	}
 	return data
+}
+
+// typicalLine is about the length of one allocation's line (an
+// IPv4 address, a UID, a time): what lines reserves per entry up front.
+const typicalLine = 160
+
+// lines writes one JSON line per entry into a string sized for them up
+// front: a shard is up to 480 KiB, and a buffer grown by doubling, then
+// copied into a string, left three times that as garbage at every write.
+func lines[E any](entries []E, typical int, line func(E) any) string {
+	var b strings.Builder
+	b.Grow(len(entries) * typical)
+	enc := json.NewEncoder(&b)
+	for _, e := range entries {
+		// Encoding these flat string structs cannot fail; Encode ends
+		// each line with a newline, as json.Marshal does not.
+		_ = enc.Encode(line(e))
+	}
+	return b.String()
 }
 
 // Size is the number of bytes data occupies in a ConfigMap.
@@ -236,13 +247,6 @@ func Size(data map[string]string) int {
 		n += len(k) + len(v)
 	}
 	return n
-}
-
-func writeLine(b *bytes.Buffer, v any) {
-	// json.Marshal of these flat string structs cannot fail.
-	line, _ := json.Marshal(v)
-	b.Write(line)
-	b.WriteByte('\n')
 }
 
 func formatTime(t time.Time) string {
@@ -511,23 +515,46 @@ func Assemble(shards map[string]Shard) (State, Layout, error) {
 		}
 		layout = append(layout, s)
 	}
+	return layout.State(), layout, nil
+}
+
+// State is what the layout records: each shard's entries within its range
+// (an interrupted split leaves copies outside it), sorted.
+func (l Layout) State() State {
 	var st State
-	for i, s := range layout {
+	l.inRange(func(a *Allocation) { st.Allocations = append(st.Allocations, *a) },
+		func(r *Reservation) { st.Reservations = append(st.Reservations, *r) })
+	slices.SortFunc(st.Allocations, CompareAllocations)
+	slices.SortFunc(st.Reservations, compareReservations)
+	return st
+}
+
+// Counts returns how many allocations and reservations State would hold,
+// without building it.
+func (l Layout) Counts() (allocations, reservations int) {
+	l.inRange(func(*Allocation) { allocations++ }, func(*Reservation) { reservations++ })
+	return allocations, reservations
+}
+
+// inRange calls alloc and res with each entry of a shard within its range.
+func (l Layout) inRange(alloc func(*Allocation), res func(*Reservation)) {
+	if len(l) == 0 {
+		return
+	}
+	head := l[0]
+	for i := range l {
 		lo, hi := bounds(head, i)
-		for _, a := range s.Allocations {
-			if inRange(a.IP, lo, hi) {
-				st.Allocations = append(st.Allocations, a)
+		for j := range l[i].Allocations {
+			if inRange(l[i].Allocations[j].IP, lo, hi) {
+				alloc(&l[i].Allocations[j])
 			}
 		}
-		for _, r := range s.Reservations {
-			if inRange(r.IP, lo, hi) {
-				st.Reservations = append(st.Reservations, r)
+		for j := range l[i].Reservations {
+			if inRange(l[i].Reservations[j].IP, lo, hi) {
+				res(&l[i].Reservations[j])
 			}
 		}
 	}
-	slices.SortFunc(st.Allocations, CompareAllocations)
-	slices.SortFunc(st.Reservations, compareReservations)
-	return st, layout, nil
 }
 
 // bounds returns the range [lo, hi) of the i-th shard of the layout; an

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/pkg/metaonly"
 )
 
 // ErrFenced means a later term has fenced the ledger, or this term no longer
@@ -183,7 +184,6 @@ type Ledger struct {
 	epoch  uint64       // this term's fencing epoch
 	shards []*liveShard // layout order; shards[0] is the head
 	maxNum int          // highest shard number of any ledger ConfigMap seen
-	state  State
 }
 
 type liveShard struct {
@@ -315,7 +315,7 @@ func (l *Ledger) fence(ctx context.Context) error {
 			return err
 		}
 		l.shards = []*liveShard{head}
-		l.setState(snap.state)
+		l.measure()
 		l.opts.Metrics.opened(snap.listed, snap.parsed, time.Since(start))
 		l.opts.Log.Info("Fenced a new ledger", "term", l.opts.Term, "epoch", epoch)
 		return nil
@@ -343,19 +343,19 @@ func (l *Ledger) fence(ctx context.Context) error {
 	// ledger (only one compare-and-swap on it succeeds). The other shards
 	// after it, several at once: each is its own compare-and-swap, and a
 	// writer of an older term fails on whichever of them it touches next.
-	if err := l.update(ctx, shards[0]); err != nil {
+	if err := l.update(ctx, shards[0], nil); err != nil {
 		return err
 	}
 	var g errgroup.Group
 	g.SetLimit(fenceWriters)
 	for _, ls := range shards[1:] {
-		g.Go(func() error { return l.update(ctx, ls) })
+		g.Go(func() error { return l.update(ctx, ls, nil) })
 	}
 	if err := g.Wait(); err != nil {
 		return err
 	}
 	l.shards = shards
-	l.setState(snap.state)
+	l.measure()
 	l.opts.Metrics.opened(snap.listed, snap.parsed, time.Since(start))
 	l.opts.Log.Info("Fenced the ledger", "term", l.opts.Term, "epoch", epoch, "previousEpoch", snap.layout.Epoch(),
 		"previousTerm", head.Term, "shards", len(l.shards), "read", snap.listed, "parse", snap.parsed, "fence", time.Since(start),
@@ -363,22 +363,34 @@ func (l *Ledger) fence(ctx context.Context) error {
 	return nil
 }
 
-func (l *Ledger) setState(st State) {
-	l.state = st
-	if m := l.opts.Metrics; m != nil {
-		total := 0
-		for _, s := range l.shards {
-			total += s.size
-		}
-		m.bytes.Set(float64(total))
-		m.shards.Set(float64(len(l.shards)))
-		m.entries.WithLabelValues("allocation").Set(float64(len(st.Allocations)))
-		m.entries.WithLabelValues("reservation").Set(float64(len(st.Reservations)))
+// measure exports the size of the ledger as this term last wrote it.
+func (l *Ledger) measure() {
+	m := l.opts.Metrics
+	if m == nil {
+		return
 	}
+	total := 0
+	for _, s := range l.shards {
+		total += s.size
+	}
+	allocations, reservations := l.layout().Counts()
+	m.bytes.Set(float64(total))
+	m.shards.Set(float64(len(l.shards)))
+	m.entries.WithLabelValues("allocation").Set(float64(allocations))
+	m.entries.WithLabelValues("reservation").Set(float64(reservations))
 }
 
-func (l *Ledger) configMap(s *liveShard) *corev1.ConfigMap {
-	data := Encode(s.Shard)
+// layout is the shards as this term last wrote them.
+func (l *Ledger) layout() Layout {
+	layout := make(Layout, len(l.shards))
+	for i, s := range l.shards {
+		layout[i] = s.Shard
+	}
+	return layout
+}
+
+// configMap is shard s as a ConfigMap with data, s encoded (Encode).
+func (l *Ledger) configMap(s *liveShard, data map[string]string) *corev1.ConfigMap {
 	s.size = Size(data)
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
@@ -391,7 +403,7 @@ func (l *Ledger) configMap(s *liveShard) *corev1.ConfigMap {
 
 func (l *Ledger) create(ctx context.Context, s *liveShard) error {
 	s.rv = ""
-	out, err := l.client.CoreV1().ConfigMaps(l.opts.Namespace).Create(ctx, l.configMap(s), metav1.CreateOptions{})
+	out, err := l.client.CoreV1().ConfigMaps(l.opts.Namespace).Create(ctx, l.configMap(s, Encode(s.Shard)), metav1.CreateOptions{})
 	if err != nil {
 		l.opts.Metrics.write(resultOf(err))
 		return fmt.Errorf("create ledger shard %s: %w", s.Name, err)
@@ -401,11 +413,24 @@ func (l *Ledger) create(ctx context.Context, s *liveShard) error {
 	return nil
 }
 
-// update writes s with compare-and-swap on the resourceVersion it was read at.
-func (l *Ledger) update(ctx context.Context, s *liveShard) error {
-	out, err := l.client.CoreV1().ConfigMaps(l.opts.Namespace).Update(ctx, l.configMap(s), metav1.UpdateOptions{})
+// update writes s with compare-and-swap on the resourceVersion it was read
+// at; data is s encoded, or nil to encode it here. The answer is asked for
+// as metadata only: all the write needs of it is the new resourceVersion,
+// and decoding a shard of up to 480 KiB back was a copy of everything just
+// sent.
+func (l *Ledger) update(ctx context.Context, s *liveShard, data map[string]string) error {
+	if data == nil {
+		data = Encode(s.Shard)
+	}
+	raw, err := l.client.CoreV1().RESTClient().Put().Namespace(l.opts.Namespace).Resource("configmaps").Name(s.Name).
+		SetHeader("Accept", metaonly.Accept).Body(l.configMap(s, data)).Do(ctx).Raw()
 	if err != nil {
 		l.opts.Metrics.write(resultOf(err))
+		return fmt.Errorf("update ledger shard %s: %w", s.Name, err)
+	}
+	out, err := metaonly.Parse(raw)
+	if err != nil {
+		l.opts.Metrics.write("error")
 		return fmt.Errorf("update ledger shard %s: %w", s.Name, err)
 	}
 	l.opts.Metrics.write("ok")
@@ -420,12 +445,14 @@ func resultOf(err error) string {
 	return "error"
 }
 
-// State returns the ledger as this term last wrote it. The slices are shared:
-// do not modify them.
+// State returns the ledger as this term last wrote it, assembled from its
+// shards at each call (a term start, an operator's reservation): keeping it
+// assembled beside the shards was a second copy of every entry, rebuilt and
+// sorted at every commit.
 func (l *Ledger) State() State {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.state
+	return l.layout().State()
 }
 
 // Change is a batch of edits committed together.
@@ -510,7 +537,7 @@ func (l *Ledger) reload(ctx context.Context) error {
 		shards = append(shards, &liveShard{Shard: s, rv: snap.rvs[s.Name], size: Size(Encode(s))})
 	}
 	l.shards = shards
-	l.setState(snap.state)
+	l.measure()
 	return nil
 }
 
@@ -577,10 +604,16 @@ func (l *Ledger) commit(ctx context.Context, ch Change) error {
 
 	// Split what outgrew the limit. New shards are created first; they
 	// count only once the head lists them, and the old shard is trimmed
-	// after that, so a reader never sees an entry vanish.
+	// after that, so a reader never sees an entry vanish. Each shard is
+	// encoded once here: the encoding that fits is the one written.
 	newIndex := slices.Clone(head.Index)
 	var created []*liveShard
+	encoded := map[int]map[string]string{}
 	for _, i := range positions {
+		if data := Encode(*edits[i]); Size(data) <= l.opts.ShardLimit {
+			encoded[i] = data
+			continue
+		}
 		first, rest, from := Split(*edits[i], l.opts.ShardLimit, func() string {
 			l.maxNum++
 			return ShardName(l.maxNum)
@@ -618,7 +651,14 @@ func (l *Ledger) commit(ctx context.Context, ch Change) error {
 	// Write: the head first (it publishes new shards), then the others.
 	for _, i := range positions {
 		ls := &liveShard{Shard: *edits[i], rv: l.shards[i].rv}
-		if err := l.update(ctx, ls); err != nil {
+		// The head gained its index after it was encoded: encoded[0]
+		// is then stale, and update encodes it anew.
+		data := encoded[i]
+		if i == 0 && indexChanged {
+			data = nil
+		}
+		delete(encoded, i) // garbage once sent
+		if err := l.update(ctx, ls, data); err != nil {
 			return err
 		}
 		l.shards[i] = ls // keep the in-memory copy equal to what is stored
@@ -637,17 +677,6 @@ func (l *Ledger) commit(ctx context.Context, ch Change) error {
 		}
 		l.shards = shards
 	}
-	l.setState(l.assemble())
+	l.measure()
 	return nil
-}
-
-func (l *Ledger) assemble() State {
-	var st State
-	for _, s := range l.shards {
-		st.Allocations = append(st.Allocations, s.Allocations...)
-		st.Reservations = append(st.Reservations, s.Reservations...)
-	}
-	slices.SortFunc(st.Allocations, CompareAllocations)
-	slices.SortFunc(st.Reservations, compareReservations)
-	return st
 }
