@@ -466,7 +466,13 @@ func (a *Allocator) unshare(key string, ip netip.Addr, st *ipState) {
 	}
 }
 
+// cloneSharing is the sharing info kept for a holder. Without a key the IP
+// is exclusive and nothing else of it is ever read (shareProblem), so none
+// of it is kept: most Services share nothing.
 func cloneSharing(sh Sharing) Sharing {
+	if sh.Key == "" {
+		return Sharing{}
+	}
 	sh.Ports = slices.Clone(sh.Ports)
 	sh.Selector = maps.Clone(sh.Selector)
 	return sh

@@ -124,7 +124,7 @@ func (w *worker) settle(f *flight) {
 				w.mark(key)
 			}
 			if e := wr.event; e != nil {
-				w.event(serviceRef(wr.obj), e.Type, e.Reason, e.Message)
+				w.event(wr.ref, e.Type, e.Reason, e.Message)
 			}
 		case apierrors.IsNotFound(r.err):
 			w.mark(key) // gone: its delete releases it

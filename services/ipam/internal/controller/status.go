@@ -128,7 +128,7 @@ type ingressJSON struct {
 // (statusPatch returns them), and decoding the whole Service of every
 // write was most of ipam's garbage during a cold start.
 func (c *Controller) writeService(ctx context.Context, wr *write) (string, error) {
-	ns, name := wr.obj.GetMeta().GetNamespace(), wr.obj.GetMeta().GetName()
+	ns, name := wr.ref.Namespace, wr.ref.Name
 	if cond := wr.want.Cond; cond != nil {
 		cond.LastTransition = transitionTime(wr.cur.Cond, cond, time.Now())
 	}

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -353,7 +354,10 @@ func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, pool
 // write is one Service's write of a pass: status and allocated-from-pool
 // annotation in one status-subresource patch.
 type write struct {
-	obj     *watcherv1.Object
+	// ref names the Service (and the version decided on, for its Event).
+	// A write outlives its pass, and two passes' writes may be under way:
+	// keeping the decoded Service instead kept two batches of them alive.
+	ref     *corev1.ObjectReference
 	key     string
 	cur     svcStatus
 	want    svcStatus
@@ -407,7 +411,7 @@ func (w *worker) pass(ctx context.Context) {
 
 	writes := make([]*write, 0, len(p.Writes))
 	for _, pw := range p.Writes {
-		writes = append(writes, &write{obj: pw.Service, key: pw.Key, cur: current[pw.Key], want: svcStatus{Status: pw.Want},
+		writes = append(writes, &write{ref: serviceRef(pw.Service), key: pw.Key, cur: current[pw.Key], want: svcStatus{Status: pw.Want},
 			release: pw.Release, event: pw.Event})
 	}
 	w.launch(ctx, writes)
