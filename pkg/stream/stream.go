@@ -349,7 +349,10 @@ func (c *Client) Run(ctx context.Context) error {
 func (c *Client) watchOnce(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req := &watcherv1.WatchRequest{Kinds: c.cfg.Kinds, Namespaces: c.cfg.Namespaces, LabelSelector: c.cfg.LabelSelector}
+	// The store holds every object's state before a delta: handlers get
+	// that one, so the watcher need not send it again.
+	req := &watcherv1.WatchRequest{Kinds: c.cfg.Kinds, Namespaces: c.cfg.Namespaces, LabelSelector: c.cfg.LabelSelector,
+		OmitOldObject: true}
 	if c.epoch != "" {
 		req.Resume = &watcherv1.ResumePoint{Epoch: c.epoch, Revision: c.resumeRev}
 	}

@@ -174,7 +174,12 @@ type WatchRequest struct {
 	// resume asks to continue after a revision already seen. If the watcher has
 	// the same epoch and still holds the history after that revision, it sends
 	// SYNCED (resumed = true) and the missed deltas; otherwise a fresh snapshot.
-	Resume        *ResumePoint `protobuf:"bytes,4,opt,name=resume,proto3" json:"resume,omitempty"`
+	Resume *ResumePoint `protobuf:"bytes,4,opt,name=resume,proto3" json:"resume,omitempty"`
+	// omit_old_object leaves old_object out of UPSERT deltas. A subscriber
+	// that keeps every object it was sent (pkg/stream does) already holds the
+	// state before; sending it again only costs the subscriber a decode and
+	// a buffer as large as the object (a ledger shard is up to 480 KiB).
+	OmitOldObject bool `protobuf:"varint,5,opt,name=omit_old_object,json=omitOldObject,proto3" json:"omit_old_object,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -235,6 +240,13 @@ func (x *WatchRequest) GetResume() *ResumePoint {
 		return x.Resume
 	}
 	return nil
+}
+
+func (x *WatchRequest) GetOmitOldObject() bool {
+	if x != nil {
+		return x.OmitOldObject
+	}
+	return false
 }
 
 // ResumePoint is where a subscriber left off.
@@ -310,7 +322,8 @@ type WatchResponse struct {
 	// object is the new state (UPSERT) or the last known state (DELETE).
 	Object *Object `protobuf:"bytes,5,opt,name=object,proto3" json:"object,omitempty"`
 	// old_object is the state the subscriber saw before, for UPSERT deltas;
-	// unset for snapshot UPSERTs and for objects new to the subscriber.
+	// unset for snapshot UPSERTs, for objects new to the subscriber, and when
+	// the request set omit_old_object.
 	OldObject *Object `protobuf:"bytes,6,opt,name=old_object,json=oldObject,proto3" json:"old_object,omitempty"`
 	// resumed is set on SYNCED when the stream continued from the requested
 	// resume point instead of sending a fresh snapshot.
@@ -2325,14 +2338,15 @@ var File_ipledger_watcher_v1_watcher_proto protoreflect.FileDescriptor
 
 const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\n" +
-	"!ipledger/watcher/v1/watcher.proto\x12\x13ipledger.watcher.v1\"\xc0\x01\n" +
+	"!ipledger/watcher/v1/watcher.proto\x12\x13ipledger.watcher.v1\"\xe8\x01\n" +
 	"\fWatchRequest\x12/\n" +
 	"\x05kinds\x18\x01 \x03(\x0e2\x19.ipledger.watcher.v1.KindR\x05kinds\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\x02 \x03(\tR\n" +
 	"namespaces\x12%\n" +
 	"\x0elabel_selector\x18\x03 \x01(\tR\rlabelSelector\x128\n" +
-	"\x06resume\x18\x04 \x01(\v2 .ipledger.watcher.v1.ResumePointR\x06resume\"?\n" +
+	"\x06resume\x18\x04 \x01(\v2 .ipledger.watcher.v1.ResumePointR\x06resume\x12&\n" +
+	"\x0fomit_old_object\x18\x05 \x01(\bR\romitOldObject\"?\n" +
 	"\vResumePoint\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\tR\x05epoch\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\"\xa9\x02\n" +

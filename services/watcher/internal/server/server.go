@@ -148,7 +148,7 @@ func (s *Server) Watch(req *watcherv1.WatchRequest, stream grpc.ServerStreamingS
 	// queue overflows or it stalls: returning from the handler ends the stream.
 	out := &timedStream{ServerStreamingServer: stream}
 	sendErr := make(chan error, 1)
-	go func() { sendErr <- s.send(ctx, out, sub, depth, start) }()
+	go func() { sendErr <- s.send(ctx, out, sub, req.GetOmitOldObject(), depth, start) }()
 	// The queue depth and stalls are sampled here: the sender cannot report
 	// them while it is blocked on a subscriber that stopped reading.
 	sample := time.NewTicker(min(time.Second, s.cfg.StallTimeout/4))
@@ -204,7 +204,9 @@ func (t *timedStream) blockedFor() time.Duration {
 	return time.Since(time.Unix(0, since))
 }
 
-func (s *Server) send(ctx context.Context, stream *timedStream, sub store.Subscribed,
+// send streams sub's snapshot, SYNCED and deltas; omitOld leaves the old
+// objects out of the deltas (WatchRequest.omit_old_object).
+func (s *Server) send(ctx context.Context, stream *timedStream, sub store.Subscribed, omitOld bool,
 	depth prometheus.Gauge, start time.Time) error {
 	epoch := s.store.Epoch()
 	if !sub.Resumed {
@@ -247,7 +249,11 @@ func (s *Server) send(ctx context.Context, stream *timedStream, sub store.Subscr
 					break
 				}
 				resp := &watcherv1.WatchResponse{Type: ev.Type, Epoch: epoch, Revision: ev.Revision, ResumeRevision: ev.ResumeRevision}
-				if err := stream.Send(withObjects(resp, ev.Object, ev.Old)); err != nil {
+				old := ev.Old
+				if omitOld {
+					old = nil
+				}
+				if err := stream.Send(withObjects(resp, ev.Object, old)); err != nil {
 					return err
 				}
 				s.m.sent.WithLabelValues(ev.Object.Kind().String(), eventTypeLabel(ev.Type)).Inc()

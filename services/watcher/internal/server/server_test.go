@@ -272,3 +272,33 @@ func TestSubscriberThatStopsReadingIsCutOffInSnapshotAndDeltas(t *testing.T) {
 	default:
 	}
 }
+
+// TestOmitOldObject: a subscriber that asks for it gets its deltas without
+// the old object; one that does not still gets it.
+func TestOmitOldObject(t *testing.T) {
+	st := store.New("e", 1000)
+	st.Upsert(store.Encode(pod("a", "1")))
+	srv := New(Config{HeartbeatInterval: time.Hour, QueueSize: 50}, st, nil, slog.New(slog.DiscardHandler), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	plain, omitting := newFakeStream(ctx, false), newFakeStream(ctx, false)
+	go srv.Watch(&watcherv1.WatchRequest{Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_POD}}, plain)
+	go srv.Watch(&watcherv1.WatchRequest{Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_POD}, OmitOldObject: true}, omitting)
+	waitFor(t, "both streams synced", func() bool { return synced(plain) && synced(omitting) })
+	st.Upsert(store.Encode(pod("a", "2")))
+	delta := func(f *fakeStream) *watcherv1.WatchResponse {
+		var d *watcherv1.WatchResponse
+		waitFor(t, "the delta", func() bool {
+			evs := f.events()
+			d = evs[len(evs)-1]
+			return d.GetObject().GetMeta().GetResourceVersion() == "2"
+		})
+		return d
+	}
+	if got := delta(plain).GetOldObject().GetMeta().GetResourceVersion(); got != "1" {
+		t.Errorf("delta to a plain subscriber carries old object at %q, want 1", got)
+	}
+	if d := delta(omitting); d.GetOldObject() != nil {
+		t.Errorf("delta to a subscriber that set omit_old_object carries an old object: %v", d.GetOldObject())
+	}
+}
