@@ -400,3 +400,35 @@ func TestDeleteOfAnOlderIncarnationIsHeldBack(t *testing.T) {
 	r2.upsert(svc("ns", "marker", "30", nil))
 	wantEvents(t, rec, "add ns/marker@30")
 }
+
+// TestStoreAll: All yields a kind's objects sorted by key, as the store held
+// them when it was called (a later put or remove does not change what an
+// iteration already under way yields), and stops when the caller does.
+func TestStoreAll(t *testing.T) {
+	s := newStore()
+	for _, name := range []string{"c", "a", "b"} {
+		s.put(svc("ns", name, "1", nil), nil)
+	}
+	s.put(&watcherv1.Object{Kind: watcherv1.Kind_KIND_NAMESPACE, Meta: &watcherv1.ObjectMeta{Name: "ns"}}, nil)
+	seq := s.All(watcherv1.Kind_KIND_SERVICE)
+	s.put(svc("ns", "a", "2", nil), nil)
+	s.remove(watcherv1.Kind_KIND_SERVICE, "ns/b")
+	var got []string
+	for o := range seq {
+		got = append(got, Key(o)+"@"+o.GetMeta().GetResourceVersion())
+	}
+	if want := []string{"ns/a@1", "ns/b@1", "ns/c@1"}; !slices.Equal(got, want) {
+		t.Errorf("All = %v, want %v", got, want)
+	}
+	n := 0
+	for range s.All(watcherv1.Kind_KIND_SERVICE) {
+		n++
+		break
+	}
+	if n != 1 {
+		t.Errorf("an iteration stopped after one object went on to %d", n)
+	}
+	for o := range s.All(watcherv1.Kind_KIND_NODE) {
+		t.Errorf("All of a kind never seen yields %v", o)
+	}
+}

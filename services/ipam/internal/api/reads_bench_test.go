@@ -278,7 +278,7 @@ func (s *rebuildPerCall) world() (plan.Rebuilt, error) {
 		nss[n.GetMeta().GetName()] = n
 	}
 	return plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Namespaces: nss, LBClass: s.cfg.LBClass,
-		Services: s.store().List(watcherv1.Kind_KIND_SERVICE)}), nil
+		Services: s.store().All(watcherv1.Kind_KIND_SERVICE)}), nil
 }
 
 func (s *rebuildPerCall) ListPools(ctx context.Context, req *ipamv1.ListPoolsRequest) (*ipamv1.ListPoolsResponse, error) {

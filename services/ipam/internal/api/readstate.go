@@ -187,7 +187,7 @@ func (s *Server) buildExplain() (*explainState, uint64, error) {
 		nss[n.GetMeta().GetName()] = n
 	}
 	a := plan.Rebuild(plan.Inputs{Ledger: rs.ledger, Pools: pools, Namespaces: nss, LBClass: s.cfg.LBClass,
-		RequireLBClass: s.cfg.RequireLBClass, Services: s.store().List(watcherv1.Kind_KIND_SERVICE)}).Alloc
+		RequireLBClass: s.cfg.RequireLBClass, Services: s.store().All(watcherv1.Kind_KIND_SERVICE)}).Alloc
 	s.m.rebuilt(partExplain, start)
 	return &explainState{alloc: a}, rs.seq, nil
 }

@@ -212,14 +212,21 @@ func (w *worker) rebuild() {
 	w.mu.Unlock()
 	st := w.ldg.State()
 	pools, invalid := w.c.pools.Parse(w.store().List(watcherv1.Kind_KIND_IP_POOL))
-	services := w.store().List(watcherv1.Kind_KIND_SERVICE)
+	// Every Service is marked: those the rebuild reads, those a handler
+	// adds meanwhile (it marks them itself), and those only the ledger
+	// names.
+	var keys []string
+	services := func(yield func(*watcherv1.Object) bool) {
+		for obj := range w.store().All(watcherv1.Kind_KIND_SERVICE) {
+			keys = append(keys, objkey.Of(obj))
+			if !yield(obj) {
+				return
+			}
+		}
+	}
 	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Services: services, Namespaces: w.namespaces(), LBClass: w.c.cfg.LBClass, RequireLBClass: w.c.cfg.RequireLBClass})
 	w.alloc, w.invalidPools, w.conflicts = r.Alloc, invalid, r.Conflicts
 	w.ledgerBySvc = objects.ByService(st.Allocations)
-	keys := make([]string, 0, len(services)+len(w.ledgerBySvc))
-	for _, s := range services {
-		keys = append(keys, objkey.Of(s))
-	}
 	for k := range w.ledgerBySvc {
 		keys = append(keys, k)
 	}

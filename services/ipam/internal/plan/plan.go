@@ -116,7 +116,7 @@ func Decide(a *allocator.Allocator, b Batch) Plan {
 		if b.Class.Serves(obj) {
 			a.SetForeign(objkey.Of(obj), nil)
 		} else {
-			a.SetForeign(objkey.Of(obj), foreignIPs(a, obj))
+			a.SetForeign(objkey.Of(obj), foreignIPs(a, objkey.Of(obj), objects.StatusIPs(obj)))
 		}
 	}
 	// Claim what every Service of the batch requests before allocating any

@@ -1,7 +1,9 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
+	"iter"
 	"net/netip"
 	"slices"
 	"strings"
@@ -17,7 +19,10 @@ import (
 type Inputs struct {
 	Ledger   ledger.State
 	Pools    []*allocator.Pool
-	Services []*watcherv1.Object
+	// Services yields every Service (stream.Store.All decodes them one at
+	// a time; slices.Values for a slice). Rebuild keeps only what it needs
+	// of each, never the Services themselves.
+	Services iter.Seq[*watcherv1.Object]
 	// Namespaces by name (their labels select pools).
 	Namespaces map[string]*watcherv1.Object
 	LBClass    string
@@ -71,18 +76,16 @@ func Rebuild(in Inputs) Rebuilt {
 		}
 	}
 
-	services := slices.Clone(in.Services)
-	slices.SortFunc(services, objects.Less)
-	ours := map[string]*watcherv1.Object{}
-	for _, s := range services {
-		if (objects.Class{Name: in.LBClass, Required: in.RequireLBClass}).Serves(s) {
-			ours[objkey.Of(s)] = s
+	services := readServices(in)
+	ours := map[string]*service{}
+	for i := range services {
+		if services[i].ours {
+			ours[services[i].key] = &services[i]
 		}
 	}
 	sharingOf := func(key string, fallback string) allocator.Sharing {
-		if obj := ours[key]; obj != nil {
-			req, _ := objects.Request(obj, in.Namespaces[obj.GetMeta().GetNamespace()])
-			return req.Sharing
+		if s := ours[key]; s != nil {
+			return s.sharing
 		}
 		return allocator.Sharing{Key: fallback}
 	}
@@ -93,9 +96,9 @@ func Rebuild(in Inputs) Rebuilt {
 	var ledgerKeys []string
 	seen := map[string]bool{}
 	for _, s := range services {
-		if k := objkey.Of(s); len(byService[k]) > 0 {
-			ledgerKeys = append(ledgerKeys, k)
-			seen[k] = true
+		if len(byService[s.key]) > 0 {
+			ledgerKeys = append(ledgerKeys, s.key)
+			seen[s.key] = true
 		}
 	}
 	var unseen []string
@@ -126,12 +129,8 @@ func Rebuild(in Inputs) Rebuilt {
 
 	// 2. Statuses of our Services that the ledger does not name.
 	for _, s := range services {
-		k := objkey.Of(s)
-		if ours[k] == nil || len(r.Alloc.Allocations(k)) > 0 {
-			continue
-		}
-		ips := objects.StatusIPs(s)
-		if len(ips) == 0 {
+		k, ips := s.key, s.statusIPs
+		if !s.ours || len(r.Alloc.Allocations(k)) > 0 || len(ips) == 0 {
 			continue
 		}
 		if err := r.Alloc.Assign(k, ips, sharingOf(k, "")); err != nil {
@@ -145,11 +144,11 @@ func Rebuild(in Inputs) Rebuilt {
 	// does not serve. Nothing new may take them; one of ours already
 	// holding one keeps it, and the clash is reported.
 	for _, s := range services {
-		k := objkey.Of(s)
-		if ours[k] != nil {
+		k := s.key
+		if s.ours {
 			continue
 		}
-		foreign := foreignIPs(r.Alloc, s)
+		foreign := foreignIPs(r.Alloc, k, s.statusIPs)
 		r.Alloc.SetForeign(k, foreign)
 		for _, ip := range foreign {
 			if holders := r.Alloc.Holders(ip); len(holders) > 0 {
@@ -164,25 +163,18 @@ func Rebuild(in Inputs) Rebuilt {
 	// auto-filled family) nor a pending Service afterwards takes an IP that
 	// a Service further down the list asks for.
 	for _, s := range services {
-		if ours[objkey.Of(s)] == nil {
-			continue
-		}
-		if req, err := objects.Request(s, in.Namespaces[s.GetMeta().GetNamespace()]); err == nil && len(req.RequestedIPs) > 0 {
-			_ = r.Alloc.Claim(req) // a refused claim: Allocate says why
+		if s.request != nil {
+			_ = r.Alloc.Claim(*s.request) // a refused claim: Allocate says why
 		}
 	}
 
 	// 3. Requests of our Services that hold nothing yet.
 	for _, s := range services {
-		k := objkey.Of(s)
-		if ours[k] == nil || len(r.Alloc.Allocations(k)) > 0 {
+		k, req := s.key, s.request
+		if req == nil || len(r.Alloc.Allocations(k)) > 0 {
 			continue
 		}
-		req, err := objects.Request(s, in.Namespaces[s.GetMeta().GetNamespace()])
-		if err != nil || len(req.RequestedIPs) == 0 {
-			continue
-		}
-		if _, err := r.Alloc.Allocate(req); err != nil {
+		if _, err := r.Alloc.Allocate(*req); err != nil {
 			r.Conflicts = append(r.Conflicts, Conflict{Service: k, IPs: req.RequestedIPs, Source: FromRequest, Message: err.Error()})
 			continue
 		}
@@ -190,15 +182,55 @@ func Rebuild(in Inputs) Rebuilt {
 	return r
 }
 
-// foreignIPs are the addresses the status of s, a Service ipam does not
-// serve, shows and ipam does not hold for it: what another controller gave
-// it. (What ipam holds for it is being taken back, notOurs.)
-func foreignIPs(a *allocator.Allocator, s *watcherv1.Object) []netip.Addr {
-	ips := objects.StatusIPs(s)
+// service is what Rebuild reads of one Service.
+type service struct {
+	key     string
+	created int64
+	// ours: ipam serves it (objects.Class).
+	ours      bool
+	statusIPs []netip.Addr
+	// sharing and request are read for ours only; request is set when the
+	// Service validly requests IPs.
+	sharing allocator.Sharing
+	request *allocator.Request
+}
+
+// readServices reads in.Services into the order Rebuild goes through them
+// (objects.Less: creation time, then namespace/name).
+func readServices(in Inputs) []service {
+	if in.Services == nil {
+		return nil
+	}
+	class := objects.Class{Name: in.LBClass, Required: in.RequireLBClass}
+	var out []service
+	for obj := range in.Services {
+		s := service{key: objkey.Of(obj), created: obj.GetMeta().GetCreationTimestamp(), statusIPs: objects.StatusIPs(obj)}
+		if class.Serves(obj) {
+			s.ours = true
+			req, err := objects.Request(obj, in.Namespaces[obj.GetMeta().GetNamespace()])
+			s.sharing = req.Sharing
+			if err == nil && len(req.RequestedIPs) > 0 {
+				s.request = &req
+			}
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b service) int {
+		return cmp.Or(cmp.Compare(a.created, b.created), strings.Compare(a.key, b.key))
+	})
+	return out
+}
+
+// foreignIPs are the addresses the status (ips) of the Service with key,
+// one ipam does not serve, shows and ipam does not hold for it: what
+// another controller gave it. (What ipam holds for it is being taken back,
+// notOurs.)
+func foreignIPs(a *allocator.Allocator, key string, ips []netip.Addr) []netip.Addr {
 	if len(ips) == 0 {
 		return nil
 	}
-	held := a.Allocations(objkey.Of(s))
+	ips = slices.Clone(ips)
+	held := a.Allocations(key)
 	return slices.DeleteFunc(ips, func(ip netip.Addr) bool {
 		return slices.ContainsFunc(held, func(h allocator.Allocation) bool { return h.IP == ip })
 	})

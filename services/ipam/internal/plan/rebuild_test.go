@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -141,7 +142,7 @@ func TestRebuildNeverHandsOutANamedIP(t *testing.T) {
 			}
 			// Whatever order the stream delivers, the result is the same.
 			for _, order := range [][]*watcherv1.Object{tc.services, reversed(tc.services)} {
-				r := Rebuild(Inputs{Ledger: ledger.State{Allocations: tc.ledger}, Pools: pools, Services: order, LBClass: objects.DefaultLBClass})
+				r := Rebuild(Inputs{Ledger: ledger.State{Allocations: tc.ledger}, Pools: pools, Services: slices.Values(order), LBClass: objects.DefaultLBClass})
 				got := allocatePending(r, ours)
 				for k, v := range tc.want {
 					if got[k] != v {
@@ -165,11 +166,11 @@ func TestRebuildReportsConflicts(t *testing.T) {
 	pools := []*allocator.Pool{pool(t, "one", "10.0.0.0/30")}
 	r := Rebuild(Inputs{
 		Pools: pools,
-		Services: []*watcherv1.Object{
+		Services: slices.Values([]*watcherv1.Object{
 			svc("first", 1, withStatus("10.0.0.1")),
 			svc("second", 2, withStatus("10.0.0.1")),
 			svc("req", 3, withAnnotation(allocator.AnnotationLoadBalancerIPs, "10.0.0.1")),
-		},
+		}),
 		LBClass: objects.DefaultLBClass,
 	})
 	if len(r.Conflicts) != 2 || r.Conflicts[0].Service != "ns/second" || r.Conflicts[0].Source != FromStatus ||
@@ -184,7 +185,7 @@ func TestRebuildReportsConflicts(t *testing.T) {
 func TestReservationNeverAutoAssigned(t *testing.T) {
 	pools := []*allocator.Pool{pool(t, "one", "10.0.0.1/32")}
 	st := ledger.State{Reservations: []ledger.Reservation{{IP: netip.MustParseAddr("10.0.0.1"), Note: "lab"}}}
-	r := Rebuild(Inputs{Ledger: st, Pools: pools, Services: []*watcherv1.Object{svc("c", 1)}, LBClass: objects.DefaultLBClass})
+	r := Rebuild(Inputs{Ledger: st, Pools: pools, Services: slices.Values([]*watcherv1.Object{svc("c", 1)}), LBClass: objects.DefaultLBClass})
 	if got := allocatePending(r, []*watcherv1.Object{svc("c", 1)}); got["ns/c"] != "PoolExhausted" {
 		t.Fatalf("pending Service got %v", got)
 	}
@@ -208,7 +209,7 @@ func TestRebuildFillsAroundRequestedIPs(t *testing.T) {
 	younger := svc("younger", 2, withAnnotation("ipledger.io/loadBalancerIPs", "fd00::"), func(o *watcherv1.Object) {
 		o.GetService().IpFamilies = []string{"IPv6"}
 	})
-	r := Rebuild(Inputs{Pools: []*allocator.Pool{p}, Services: []*watcherv1.Object{older, younger}, LBClass: "ipledger.io/lb"})
+	r := Rebuild(Inputs{Pools: []*allocator.Pool{p}, Services: slices.Values([]*watcherv1.Object{older, younger}), LBClass: "ipledger.io/lb"})
 	if len(r.Conflicts) != 0 {
 		t.Fatalf("conflicts: %+v", r.Conflicts)
 	}
@@ -238,7 +239,7 @@ func TestRebuildLeavesOtherControllersAddresses(t *testing.T) {
 	r := Rebuild(Inputs{
 		Ledger:   ledger.State{Allocations: []ledger.Allocation{entry("held", "10.0.0.3", "one")}},
 		Pools:    []*allocator.Pool{pool(t, "one", "10.0.0.0/30")},
-		Services: services, LBClass: objects.DefaultLBClass, RequireLBClass: true,
+		Services: slices.Values(services), LBClass: objects.DefaultLBClass, RequireLBClass: true,
 	})
 	if len(r.Conflicts) != 2 || r.Conflicts[0].Service != "ns/clash" || !strings.Contains(r.Conflicts[0].Message, "ns/held") ||
 		r.Conflicts[1].Service != "ns/asker" || !strings.Contains(r.Conflicts[1].Message, "ns/metallb") {

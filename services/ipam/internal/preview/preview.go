@@ -94,7 +94,7 @@ func Run(in Inputs, c Change) (*ipamv1.PreviewPoolResponse, error) {
 
 	ps := in.PoolSet.Clone()
 	before, invalidBefore := ps.Parse(in.Pools)
-	r := plan.Rebuild(plan.Inputs{Ledger: in.Ledger, Pools: before, Services: in.Services, Namespaces: in.Namespaces,
+	r := plan.Rebuild(plan.Inputs{Ledger: in.Ledger, Pools: before, Services: slices.Values(in.Services), Namespaces: in.Namespaces,
 		LBClass: in.Class.Name, RequireLBClass: in.Class.Required})
 	a := r.Alloc
 	poolsBefore := poolStates(a, in.Pools, invalidBefore)
