@@ -17,8 +17,8 @@ import (
 
 // Inputs is the world a term (or a gRPC read) rebuilds the allocator from.
 type Inputs struct {
-	Ledger   ledger.State
-	Pools    []*allocator.Pool
+	Ledger ledger.State
+	Pools  []*allocator.Pool
 	// Services yields every Service (stream.Store.All decodes them one at
 	// a time; slices.Values for a slice). Rebuild keeps only what it needs
 	// of each, never the Services themselves.
