@@ -296,7 +296,17 @@ type ipState struct {
 
 type holder struct {
 	service string
-	sharing Sharing
+	// shared is the sharing info of a holder with a sharing key, nil for
+	// an exclusive holder (most): only sharing reads the rest of it.
+	shared *Sharing
+}
+
+// key is the holder's sharing key, "" when it holds the IP exclusively.
+func (h holder) key() string {
+	if h.shared == nil {
+		return ""
+	}
+	return h.shared.Key
 }
 
 // New returns an empty Allocator.
@@ -421,16 +431,16 @@ func (a *Allocator) dropIfFree(ip netip.Addr) {
 // hold records that service holds ip (or refreshes its sharing info).
 func (a *Allocator) hold(ip netip.Addr, service string, sh Sharing) {
 	st := a.state(ip)
-	sh = cloneSharing(sh)
+	shared := sharedOf(sh)
 	i, found := slices.BinarySearchFunc(st.holders, service, func(h holder, s string) int { return strings.Compare(h.service, s) })
 	if found {
-		old := st.holders[i].sharing.Key
-		st.holders[i].sharing = sh
+		old := st.holders[i].key()
+		st.holders[i].shared = shared
 		if old != sh.Key {
 			a.unshare(old, ip, st)
 		}
 	} else {
-		st.holders = slices.Insert(st.holders, i, holder{service, sh})
+		st.holders = slices.Insert(st.holders, i, holder{service, shared})
 		held := a.bySvc[service]
 		if !slices.Contains(held, ip) {
 			held = append(held, ip)
@@ -454,7 +464,7 @@ func (a *Allocator) unshare(key string, ip netip.Addr, st *ipState) {
 		return
 	}
 	for _, h := range st.holders {
-		if h.sharing.Key == key {
+		if h.key() == key {
 			return
 		}
 	}
@@ -466,16 +476,16 @@ func (a *Allocator) unshare(key string, ip netip.Addr, st *ipState) {
 	}
 }
 
-// cloneSharing is the sharing info kept for a holder. Without a key the IP
-// is exclusive and nothing else of it is ever read (shareProblem), so none
-// of it is kept: most Services share nothing.
-func cloneSharing(sh Sharing) Sharing {
+// sharedOf is the sharing info kept for a holder: a copy of sh, or nil
+// without a key, when the IP is exclusive and nothing else of sh is ever
+// read (shareProblem). Most Services share nothing.
+func sharedOf(sh Sharing) *Sharing {
 	if sh.Key == "" {
-		return Sharing{}
+		return nil
 	}
 	sh.Ports = slices.Clone(sh.Ports)
 	sh.Selector = maps.Clone(sh.Selector)
-	return sh
+	return &sh
 }
 
 // Assign re-registers IPs a Service already holds (from the ledger or its
@@ -567,24 +577,25 @@ func (a *Allocator) usable(ip netip.Addr, service string, sh Sharing) *Error {
 // holder h; "" when it may.
 func shareProblem(h holder, sh Sharing) string {
 	switch {
-	case h.sharing.Key == "":
+	case h.key() == "":
 		return fmt.Sprintf("held by Service %s, which does not share it (no %s)", h.service, AnnotationAllowSharedIP)
 	case sh.Key == "":
-		return fmt.Sprintf("held by Service %s; to share it set %s=%q on this Service too", h.service, AnnotationAllowSharedIP, h.sharing.Key)
-	case sh.Key != h.sharing.Key:
-		return fmt.Sprintf("held by Service %s with sharing key %q, this Service has %q", h.service, h.sharing.Key, sh.Key)
+		return fmt.Sprintf("held by Service %s; to share it set %s=%q on this Service too", h.service, AnnotationAllowSharedIP, h.key())
+	case sh.Key != h.key():
+		return fmt.Sprintf("held by Service %s with sharing key %q, this Service has %q", h.service, h.key(), sh.Key)
 	}
+	// From here on h shares under sh's key: h.shared is set.
 	for _, p := range sh.Ports {
-		for _, q := range h.sharing.Ports {
+		for _, q := range h.shared.Ports {
 			if p.Port == q.Port && protocol(p.Protocol) == protocol(q.Protocol) {
 				return fmt.Sprintf("held by Service %s, which also uses %s/%d", h.service, protocol(p.Protocol), p.Port)
 			}
 		}
 	}
 	switch {
-	case sh.Local != h.sharing.Local:
+	case sh.Local != h.shared.Local:
 		return fmt.Sprintf("held by Service %s; Services sharing an IP must use the same externalTrafficPolicy", h.service)
-	case sh.Local && !maps.Equal(sh.Selector, h.sharing.Selector):
+	case sh.Local && !maps.Equal(sh.Selector, h.shared.Selector):
 		return fmt.Sprintf("held by Service %s with a different selector; with externalTrafficPolicy Local, Services sharing an IP must select the same Pods", h.service)
 	}
 	return ""
@@ -618,7 +629,7 @@ func (a *Allocator) Release(service string) []Allocation {
 		if !found {
 			continue
 		}
-		key := st.holders[i].sharing.Key
+		key := st.holders[i].key()
 		st.holders = slices.Delete(st.holders, i, i+1)
 		a.unshare(key, ip, st)
 		a.dropIfFree(ip)
@@ -832,7 +843,7 @@ func (a *Allocator) Holders(ip netip.Addr) []Allocation {
 	}
 	out := make([]Allocation, 0, len(st.holders))
 	for _, h := range st.holders {
-		out = append(out, Allocation{IP: ip, Service: h.service, Pool: st.pool, SharingKey: h.sharing.Key, From: st.origin})
+		out = append(out, Allocation{IP: ip, Service: h.service, Pool: st.pool, SharingKey: h.key(), From: st.origin})
 	}
 	return out
 }

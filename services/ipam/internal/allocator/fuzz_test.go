@@ -286,8 +286,8 @@ func checkInvariants(t *testing.T, a *Allocator) {
 				t.Fatalf("%s reserved for %q but held by %s", addr, r.ForService, h.service)
 			}
 			for _, o := range st.holders[i+1:] {
-				if shareProblem(h, o.sharing) != "" || shareProblem(o, h.sharing) != "" {
-					t.Fatalf("%s held by %s and %s, which may not share: %s", addr, h.service, o.service, shareProblem(h, o.sharing))
+				if shareProblem(h, sharingOf(o)) != "" || shareProblem(o, sharingOf(h)) != "" {
+					t.Fatalf("%s held by %s and %s, which may not share: %s", addr, h.service, o.service, shareProblem(h, sharingOf(o)))
 				}
 			}
 			found := false
@@ -316,7 +316,7 @@ func checkInvariants(t *testing.T, a *Allocator) {
 			st := a.ips[addr]
 			ok := false
 			for _, h := range st.holders {
-				ok = ok || h.sharing.Key == key
+				ok = ok || h.key() == key
 			}
 			if !ok {
 				t.Fatalf("%s listed under sharing key %q that no holder has", addr, key)
@@ -325,8 +325,8 @@ func checkInvariants(t *testing.T, a *Allocator) {
 	}
 	for addr, st := range a.ips {
 		for _, h := range st.holders {
-			if _, ok := a.byShare[h.sharing.Key][addr]; h.sharing.Key != "" && !ok {
-				t.Fatalf("%s held by %s with key %q, missing from byShare", addr, h.service, h.sharing.Key)
+			if _, ok := a.byShare[h.key()][addr]; h.key() != "" && !ok {
+				t.Fatalf("%s held by %s with key %q, missing from byShare", addr, h.service, h.key())
 			}
 		}
 	}
@@ -364,4 +364,12 @@ func checkInvariants(t *testing.T, a *Allocator) {
 			t.Fatalf("pool %s used %s/%s, recount %s/%s", name, u.IPv4.Used, u.IPv6.Used, want[0], want[1])
 		}
 	}
+}
+
+// sharingOf is the sharing info h was held with.
+func sharingOf(h holder) Sharing {
+	if h.shared == nil {
+		return Sharing{}
+	}
+	return *h.shared
 }
