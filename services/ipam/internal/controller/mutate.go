@@ -89,10 +89,8 @@ func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
 	if r := m.reserve; r != nil {
 		ar := objects.AllocatorReservation(*r)
 		if old, ok := w.alloc.Reservation(r.IP); ok && old.Note == ar.Note && old.ForService == ar.ForService {
-			for _, lr := range w.ldg.State().Reservations {
-				if lr.IP == r.IP {
-					return mutationResult{res: lr}
-				}
+			if lr, ok := w.ldg.Reservation(r.IP); ok {
+				return mutationResult{res: lr}
 			}
 		}
 		if err := w.alloc.Reserve(ar); err != nil {
@@ -107,14 +105,8 @@ func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
 		return mutationResult{res: *r}
 	}
 	ip := m.unreserve
-	var found *ledger.Reservation
-	for _, lr := range w.ldg.State().Reservations {
-		if lr.IP == ip {
-			found = &lr
-			break
-		}
-	}
-	if found == nil {
+	found, ok := w.ldg.Reservation(ip)
+	if !ok {
 		return mutationResult{err: ErrNotReserved}
 	}
 	if err := w.ldg.Commit(ctx, ledger.Change{Unreserve: []netip.Addr{ip}}); err != nil {
@@ -129,7 +121,7 @@ func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
 		keys = append(keys, k)
 	}
 	w.mark(keys...)
-	return mutationResult{res: *found}
+	return mutationResult{res: found}
 }
 
 func (w *worker) afterCommitError(err error) {

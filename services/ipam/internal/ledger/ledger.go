@@ -455,6 +455,23 @@ func (l *Ledger) State() State {
 	return l.layout().State()
 }
 
+// Reservation returns the reservation of ip as this term last wrote it,
+// read from the one shard whose range holds ip (State would assemble and
+// sort every entry of the ledger to answer it).
+func (l *Ledger) Reservation(ip netip.Addr) (Reservation, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.shards) == 0 {
+		return Reservation{}, false
+	}
+	for _, r := range l.shards[ShardFor(l.shards[0].Shard, ip)].Reservations {
+		if r.IP == ip {
+			return r, true
+		}
+	}
+	return Reservation{}, false
+}
+
 // Change is a batch of edits committed together.
 type Change struct {
 	// Allocate records allocations (replacing one of the same IP and Service).
