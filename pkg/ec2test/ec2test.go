@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/ipledger/ipledger/pkg/controlplane"
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
@@ -112,12 +113,11 @@ func Start() (*Moto, error) { return StartAt("127.0.0.1") }
 // waits until it answers.
 func StartAt(host string) (*Moto, error) {
 	SetEnv()
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	ports, err := controlplane.FreePortsOn(host, 1)
 	if err != nil {
 		return nil, err
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := ports[0]
 	// moto logs every request; keep it only when asked (EIPD_MOTO_LOG=path).
 	logPath := os.Getenv("EIPD_MOTO_LOG")
 	cmd := exec.Command("moto_server", "-H", host, "-p", fmt.Sprint(port))

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -118,13 +119,13 @@ func (p *Process) Logs() string {
 }
 
 // FreeAddr returns a loopback address with a port free at the time of the
-// call, for a process the test starts.
+// call, for a process the test starts. The port is one no outgoing connection
+// can take in the meantime (see controlplane.FreePorts).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := controlplane.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 }
