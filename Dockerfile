@@ -10,7 +10,7 @@ WORKDIR /src
 COPY . .
 RUN test -n "$SERVICE" || (echo "set --build-arg SERVICE=watcher|ipam|endpoints|eipd" && false)
 RUN --mount=type=cache,target=/root/.cache/go-build --mount=type=cache,target=/go/pkg/mod \
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ipledger ./services/$SERVICE/cmd/ipledger-$SERVICE
+    CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags "-s -w" -o /out/ipledger ./services/$SERVICE/cmd/ipledger-$SERVICE
 
 FROM scratch
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt

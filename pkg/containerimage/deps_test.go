@@ -1,0 +1,45 @@
+package containerimage
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestBinariesKeepMethodElimination fails when a binary, built as GoBuild
+// builds it, links text/template again. Its reflective method calls
+// (reflect.Value.MethodByName) make the linker keep every exported method of
+// every type: the four binaries grow by a third to more than half (ipam 34 →
+// 52 MB, eipd 36 → 85 MB), and so does what a running process maps
+// (docs/sizing.md). `go list -deps` with GoBuildArgs' tags shows the import;
+// find which package brings it in with `go list -deps -f '{{.ImportPath}}
+// {{.Imports}}'`.
+func TestBinariesKeepMethodElimination(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.Index(GoBuildArgs, "-tags")
+	if i < 0 || i+1 == len(GoBuildArgs) {
+		t.Fatalf("GoBuildArgs %q set no -tags", GoBuildArgs)
+	}
+	forbidden := []string{"text/template", "golang.org/x/net/trace"}
+	for _, b := range Binaries {
+		cmd := exec.Command("go", "list", "-deps", "-tags", GoBuildArgs[i+1], b.Package)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), GoBuildEnv...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", b.Package, err)
+		}
+		deps := strings.Fields(string(out))
+		for _, f := range forbidden {
+			if slices.Contains(deps, f) {
+				t.Errorf("%s links %s", b.Name, f)
+			}
+		}
+	}
+}
