@@ -44,22 +44,23 @@ func FreePortsOn(host string, n int) ([]int, error) {
 	return ports, nil
 }
 
-// staticPortRange is the range FreePorts draws from: from 10000 up to just
-// below the first ephemeral port (/proc/sys/net/ipv4/ip_local_port_range),
-// or 10000-29999 where that file is missing or the range starts too low.
+// staticPortRange is the range FreePorts draws from: 20000-29999, clear of
+// the ports Kubernetes components listen on (102xx, 12379-12380 for
+// pkg/cluster's etcd) and of the NodePort range (30000-32767), and cut short
+// below the first ephemeral port (/proc/sys/net/ipv4/ip_local_port_range)
+// where the kernel's range starts lower than usual.
 func staticPortRange() (low, high int) {
-	const floor, fallbackHigh = 10000, 29999
+	low, high = 20000, 29999
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
-		return floor, fallbackHigh
+		return low, high
 	}
 	fields := strings.Fields(string(b))
 	if len(fields) != 2 {
-		return floor, fallbackHigh
+		return low, high
 	}
-	ephemeralLow, err := strconv.Atoi(fields[0])
-	if err != nil || ephemeralLow <= floor+1000 {
-		return floor, fallbackHigh
+	if ephemeralLow, err := strconv.Atoi(fields[0]); err == nil && ephemeralLow > low+1000 && ephemeralLow <= high {
+		high = ephemeralLow - 1
 	}
-	return floor, ephemeralLow - 1
+	return low, high
 }
