@@ -13,10 +13,10 @@ import (
 // builds it, links text/template again. Its reflective method calls
 // (reflect.Value.MethodByName) make the linker keep every exported method of
 // every type: the four binaries grow by half to more than double (ipam 34 →
-// 52 MB, eipd 36 → 85 MB), and a running process maps a third more of its
-// own pages (BENCHMARKS.md, ipam's session 7). `go list -deps` with GoBuildArgs' tags shows the import;
-// find which package brings it in with `go list -deps -f '{{.ImportPath}}
-// {{.Imports}}'`.
+// 52 MB, eipd 36 → 85 MB), and a running ipam has 11–14 MB more of it
+// resident (BENCHMARKS.md, ipam's session 7). `go list -deps` with
+// GoBuildArgs' tags shows the import; find which package brings it in with
+// `go list -deps -f '{{.ImportPath}} {{.Imports}}'`.
 func TestBinariesKeepMethodElimination(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
