@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -328,9 +327,7 @@ func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, pool
 	}
 	// Allocation order (objects.Less: oldest first, then by key), read from
 	// the store's attribute; only the batch is decoded.
-	slices.SortFunc(candidates, func(a, b candidate) int {
-		return cmp.Or(cmp.Compare(a.created, b.created), strings.Compare(a.key, b.key))
-	})
+	slices.SortFunc(candidates, func(a, b candidate) int { return objects.CompareByAge(a.created, a.key, b.created, b.key) })
 	var rest []string
 	for _, c := range candidates {
 		if _, ok := w.inFlight[c.key]; ok {

@@ -4,6 +4,7 @@
 package objects
 
 import (
+	"cmp"
 	"maps"
 	"net/netip"
 	"slices"
@@ -65,6 +66,13 @@ func Less(a, b *watcherv1.Object) int {
 		return 1
 	}
 	return compareKeys(a.GetMeta().GetNamespace(), a.GetMeta().GetName(), b.GetMeta().GetNamespace(), b.GetMeta().GetName())
+}
+
+// CompareByAge is Less for Services known only by creation time
+// (creationTimestamp) and key (objkey.Of): for orderings read from store
+// attributes or from records that no longer hold the object.
+func CompareByAge(createdA int64, keyA string, createdB int64, keyB string) int {
+	return cmp.Or(cmp.Compare(createdA, createdB), strings.Compare(keyA, keyB))
 }
 
 // compareKeys compares the keys (objkey.Of) ns1+"/"+name1 and ns2+"/"+name2

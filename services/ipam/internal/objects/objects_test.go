@@ -82,6 +82,28 @@ func TestLessOrdersByKey(t *testing.T) {
 	}
 }
 
+// TestCompareByAgeAgreesWithLess: the order read from creation times and
+// keys is the order of the objects.
+func TestCompareByAgeAgreesWithLess(t *testing.T) {
+	objs := []*watcherv1.Object{}
+	for _, ns := range []string{"a", "a-b", "a0", "b"} {
+		for _, name := range []string{"x", "y"} {
+			for _, created := range []int64{1, 2} {
+				objs = append(objs, &watcherv1.Object{Meta: &watcherv1.ObjectMeta{Namespace: ns, Name: name, CreationTimestamp: created}})
+			}
+		}
+	}
+	for _, a := range objs {
+		for _, b := range objs {
+			got := CompareByAge(a.GetMeta().GetCreationTimestamp(), objkey.Of(a), b.GetMeta().GetCreationTimestamp(), objkey.Of(b))
+			if want := Less(a, b); got != want {
+				t.Errorf("CompareByAge(%s@%d, %s@%d) = %d, Less = %d", objkey.Of(a), a.GetMeta().GetCreationTimestamp(),
+					objkey.Of(b), b.GetMeta().GetCreationTimestamp(), got, want)
+			}
+		}
+	}
+}
+
 func TestPoolSetKeepsTheLastValidSpec(t *testing.T) {
 	pool := func(uid string, addresses ...string) *watcherv1.Object {
 		return &watcherv1.Object{

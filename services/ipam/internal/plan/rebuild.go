@@ -1,7 +1,6 @@
 package plan
 
 import (
-	"cmp"
 	"fmt"
 	"iter"
 	"net/netip"
@@ -215,9 +214,7 @@ func readServices(in Inputs) []service {
 		}
 		out = append(out, s)
 	}
-	slices.SortFunc(out, func(a, b service) int {
-		return cmp.Or(cmp.Compare(a.created, b.created), strings.Compare(a.key, b.key))
-	})
+	slices.SortFunc(out, func(a, b service) int { return objects.CompareByAge(a.created, a.key, b.created, b.key) })
 	return out
 }
 
