@@ -328,9 +328,9 @@ func (ks *kindStore) decodeSorted(keys iter.Seq[string]) []*watcherv1.Object {
 	if len(encs) == 0 {
 		return nil
 	}
-	out := make([]*watcherv1.Object, 0, len(encs))
-	for o := range decodeEach(encs) {
-		out = append(out, o)
+	out := make([]*watcherv1.Object, len(encs))
+	for i, b := range encs {
+		out[i] = decode(b)
 	}
 	return out
 }

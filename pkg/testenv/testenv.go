@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -253,7 +255,7 @@ func (e *Env) KubeconfigFor(t testing.TB, token string) string {
 
 // Binary builds (once per test binary) cmd/ipledger-<service> of
 // services/<service> and returns its path. It is built as the images build
-// it (containerimage.GoBuildArgs and GoBuildEnv: static, stripped), so that
+// it (containerimage.GoBuild: static, stripped, the same tags), so that
 // what the tests and benchmarks run, and the memory they measure, is what
 // ships: a binary linked with cgo maps libc and resolves names another way,
 // and was ≈4 MB larger in resident memory.
@@ -264,13 +266,15 @@ func (e *Env) Binary(t testing.TB, service string) string {
 	if path, ok := e.binaries[service]; ok {
 		return path
 	}
-	path := filepath.Join(e.binDir, "ipledger-"+service)
-	cmd := exec.Command("go", append(append([]string{"build"}, containerimage.GoBuildArgs...), "-o", path, "./cmd/ipledger-"+service)...)
-	cmd.Env = append(os.Environ(), containerimage.GoBuildEnv...)
-	cmd.Dir = filepath.Join(e.Root, "services", service)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build ipledger-%s: %v\n%s", service, err, out)
+	i := slices.IndexFunc(containerimage.Binaries, func(b containerimage.Binary) bool { return b.Name == "ipledger-"+service })
+	if i < 0 {
+		t.Fatalf("no binary ipledger-%s (containerimage.Binaries)", service)
 	}
+	b := containerimage.Binaries[i]
+	if err := containerimage.GoBuild(context.Background(), e.Root, e.binDir, runtime.GOARCH, []containerimage.Binary{b}); err != nil {
+		t.Fatalf("build %s: %v", b.Name, err)
+	}
+	path := filepath.Join(e.binDir, b.Name)
 	e.binaries[service] = path
 	return path
 }

@@ -30,12 +30,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
+	"github.com/ipledger/ipledger/pkg/cmdmain"
 	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -407,15 +406,15 @@ func plannedSlices(tb testing.TB, env *testenv.Env, ns string) []*discoveryv1.En
 // server one encoding per slice written; LISTing every slice every 50ms, as
 // this benchmark first did, kept the API server and this process busy with
 // ≈2 MB responses during the very seconds measured, work the floors never
-// had to share the 2 cores with. The watch speaks protobuf, as the binary
-// does, so that this process decodes the 500 slices at the least cost.
+// had to share the 2 cores with. The watch speaks protobuf with the
+// binary's own client settings (cmdmain.ClientConfigs), so that this
+// process decodes the 500 slices at the least cost.
 func waitEndpoints(tb testing.TB, env *testenv.Env, ns string, want int, timeout time.Duration) (first, converged time.Time) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.ContentType = runtime.ContentTypeProtobuf
-	client, err := kubernetes.NewForConfig(cfg)
+	typed, _ := cmdmain.ClientConfigs(env.Config)
+	client, err := kubernetes.NewForConfig(typed)
 	if err != nil {
 		tb.Fatal(err)
 	}
