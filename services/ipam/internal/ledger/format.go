@@ -536,23 +536,27 @@ func (l Layout) Counts() (allocations, reservations int) {
 	return allocations, reservations
 }
 
-// inRange calls alloc and res with each entry of a shard within its range.
+// inRange calls alloc and res with each entry of every shard within the
+// shard's range.
 func (l Layout) inRange(alloc func(*Allocation), res func(*Reservation)) {
-	if len(l) == 0 {
-		return
-	}
-	head := l[0]
 	for i := range l {
-		lo, hi := bounds(head, i)
-		for j := range l[i].Allocations {
-			if inRange(l[i].Allocations[j].IP, lo, hi) {
-				alloc(&l[i].Allocations[j])
-			}
+		l.inShardRange(i, alloc, res)
+	}
+}
+
+// inShardRange calls alloc and res with each entry of the i-th shard within
+// its range (an interrupted split leaves copies outside it).
+func (l Layout) inShardRange(i int, alloc func(*Allocation), res func(*Reservation)) {
+	lo, hi := bounds(l[0], i)
+	s := &l[i]
+	for j := range s.Allocations {
+		if inRange(s.Allocations[j].IP, lo, hi) {
+			alloc(&s.Allocations[j])
 		}
-		for j := range l[i].Reservations {
-			if inRange(l[i].Reservations[j].IP, lo, hi) {
-				res(&l[i].Reservations[j])
-			}
+	}
+	for j := range s.Reservations {
+		if inRange(s.Reservations[j].IP, lo, hi) {
+			res(&s.Reservations[j])
 		}
 	}
 }

@@ -196,6 +196,7 @@ type snapshot struct {
 	state  State
 	layout Layout
 	rvs    map[string]string
+	sizes  map[string]int // Size of each shard's data as stored
 	maxNum int
 	// listed and parsed are how long the LIST and the parse took.
 	listed, parsed time.Duration
@@ -209,7 +210,7 @@ func read(ctx context.Context, client kubernetes.Interface, namespace string) (s
 	if err != nil {
 		return snapshot{}, fmt.Errorf("list ledger ConfigMaps in %s: %w", namespace, err)
 	}
-	snap := snapshot{rvs: map[string]string{}, listed: time.Since(start)}
+	snap := snapshot{rvs: map[string]string{}, sizes: map[string]int{}, listed: time.Since(start)}
 	start = time.Now()
 	data := map[string]map[string]string{}
 	for _, cm := range list.Items {
@@ -220,6 +221,7 @@ func read(ctx context.Context, client kubernetes.Interface, namespace string) (s
 		snap.maxNum = max(snap.maxNum, n)
 		data[cm.Name] = cm.Data
 		snap.rvs[cm.Name] = cm.ResourceVersion
+		snap.sizes[cm.Name] = Size(cm.Data)
 	}
 	snap.state, snap.layout, err = Parse(data)
 	snap.parsed = time.Since(start)
@@ -325,18 +327,9 @@ func (l *Ledger) fence(ctx context.Context) error {
 	for i, s := range snap.layout {
 		// Rewrite the shard with only the entries its range covers: this
 		// also clears the leftovers of an interrupted split.
-		lo, hi := bounds(head, i)
 		ls := &liveShard{Shard: Shard{Name: s.Name, Epoch: epoch, Term: l.opts.Term, Index: s.Index}, rv: snap.rvs[s.Name]}
-		for _, a := range s.Allocations {
-			if inRange(a.IP, lo, hi) {
-				ls.Allocations = append(ls.Allocations, a)
-			}
-		}
-		for _, r := range s.Reservations {
-			if inRange(r.IP, lo, hi) {
-				ls.Reservations = append(ls.Reservations, r)
-			}
-		}
+		snap.layout.inShardRange(i, func(a *Allocation) { ls.Allocations = append(ls.Allocations, *a) },
+			func(r *Reservation) { ls.Reservations = append(ls.Reservations, *r) })
 		shards[i] = ls
 	}
 	// The head first: it is what orders two terms that read the same
@@ -551,7 +544,7 @@ func (l *Ledger) reload(ctx context.Context) error {
 	}
 	shards := make([]*liveShard, 0, len(snap.layout))
 	for _, s := range snap.layout {
-		shards = append(shards, &liveShard{Shard: s, rv: snap.rvs[s.Name], size: Size(Encode(s))})
+		shards = append(shards, &liveShard{Shard: s, rv: snap.rvs[s.Name], size: snap.sizes[s.Name]})
 	}
 	l.shards = shards
 	l.measure()
