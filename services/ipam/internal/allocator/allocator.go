@@ -98,7 +98,21 @@ const (
 	// ReasonHeldOutsidePool: the Service keeps addresses its pool no longer
 	// offers (the pool shrank, was deleted or changed); ipam never moves them.
 	ReasonHeldOutsidePool Reason = "HeldOutsidePool"
+	// ReasonHeldSharedAcrossNamespaces: the Service keeps an address it
+	// shares with a Service of another namespace from before sharing was
+	// kept within a namespace, and neither lists the other's namespace in
+	// AnnotationSharingCrossNamespace. Nothing moves; nothing new joins.
+	ReasonHeldSharedAcrossNamespaces Reason = "HeldSharedAcrossNamespaces"
 )
+
+// AcrossMessage says what a Service holding addresses shared across
+// namespaces without opt-in (Result.Across) should know and do.
+func AcrossMessage(ips []netip.Addr) string {
+	return fmt.Sprintf("a Service in another namespace also holds %s under the same %s, shared before ipledger kept sharing within a namespace; "+
+		"both keep it, and no other Service may join. To go on sharing, list each other's namespace in %s on both Services; "+
+		"to stop, change %s on one of them (it then gets another address)",
+		addrList(ips), AnnotationAllowSharedIP, AnnotationSharingCrossNamespace, AnnotationAllowSharedIP)
+}
 
 // VerdictReason says what one pool had to say about a Service
 // (PoolVerdict.reason in ipledger.ipam.v1).
@@ -131,6 +145,10 @@ type Error struct {
 	// Holders are the Services holding a contested IP (RequestedIPInUse, or
 	// an Assign refused), sorted.
 	Holders []string
+	// Detail is what an operator may read beside Message, which the
+	// Service's namespace reads: the holders and reservation that Message
+	// does not name when they belong to another namespace.
+	Detail string
 }
 
 // Error implements error.
@@ -149,14 +167,23 @@ type Port struct {
 	Port     int32
 }
 
-// Sharing says with whom a Service may share an IP: Services with the same
-// non-empty Key, no common (Protocol, Port), and — when either uses
-// externalTrafficPolicy Local — both Local with the same Selector.
+// Sharing says with whom a Service may share an IP: Services of its own
+// namespace — or of a namespace each of the two lists in CrossNamespace —
+// with the same non-empty Key, no common (Protocol, Port), and — when either
+// uses externalTrafficPolicy Local — both Local with the same Selector.
 type Sharing struct {
 	Key      string // ipledger.io/allow-shared-ip; "" = the IP is exclusive
 	Ports    []Port
 	Local    bool              // externalTrafficPolicy: Local
 	Selector map[string]string // spec.selector, compared only when Local
+	// CrossNamespace are the other namespaces whose Services may share
+	// (AnnotationSharingCrossNamespace); "*" is every namespace.
+	CrossNamespace []string
+}
+
+// admits reports whether sh lets a Service of namespace ns share.
+func (sh *Sharing) admits(ns string) bool {
+	return slices.Contains(sh.CrossNamespace, ns) || slices.Contains(sh.CrossNamespace, "*")
 }
 
 // Request is what one Service asks for.
@@ -201,6 +228,10 @@ type Result struct {
 	// Outside, when set, says why the Service keeps IPs outside its pool's
 	// rules (Pool is then ""): see ReasonHeldOutsidePool.
 	Outside string
+	// Across are the IPs the Service keeps though it shares them with a
+	// Service of another namespace without opt-in: see
+	// ReasonHeldSharedAcrossNamespaces.
+	Across []netip.Addr
 }
 
 // Reservation holds an IP outside any Service.
@@ -485,6 +516,7 @@ func sharedOf(sh Sharing) *Sharing {
 	}
 	sh.Ports = slices.Clone(sh.Ports)
 	sh.Selector = maps.Clone(sh.Selector)
+	sh.CrossNamespace = slices.Clone(sh.CrossNamespace)
 	return &sh
 }
 
@@ -520,7 +552,7 @@ func (a *Allocator) Assign(service string, ips []netip.Addr, sharing Sharing) er
 		}
 	}
 	for _, ip := range ips {
-		if err := a.usable(ip, service, sharing); err != nil {
+		if err := a.usable(ip, service, sharing, true); err != nil {
 			return err
 		}
 	}
@@ -531,25 +563,35 @@ func (a *Allocator) Assign(service string, ips []netip.Addr, sharing Sharing) er
 }
 
 // usable says whether service may hold ip next to its current holders and
-// reservation; nil when it may.
-func (a *Allocator) usable(ip netip.Addr, service string, sh Sharing) *Error {
+// reservation; nil when it may. held: the Service holds ip already (Assign
+// restores it, planHeld checks it), so a share across namespaces from
+// before sharing was kept within a namespace is kept (KeptAcross says so).
+//
+// The message is for the Service's own namespace to read (its condition and
+// Events): a holder, requester or reservation of another namespace is never
+// named, nor its sharing key or a reservation's note. Holders and Detail say
+// it all, for operators (ExplainService, logs).
+func (a *Allocator) usable(ip netip.Addr, service string, sh Sharing, held bool) *Error {
 	st := a.ips[ip]
 	if st == nil {
 		return nil
 	}
+	ns := namespaceOf(service)
 	if r := st.reservation; r != nil && r.ForService != service {
-		msg := fmt.Sprintf("%s is reserved (%s)", ip, r.Note)
-		if r.ForService != "" {
-			msg = fmt.Sprintf("%s is reserved for Service %s (%s)", ip, r.ForService, r.Note)
+		msg := fmt.Sprintf("%s is reserved by an operator", ip)
+		if r.ForService != "" && namespaceOf(r.ForService) == ns {
+			msg = fmt.Sprintf("%s is reserved for Service %s", ip, r.ForService)
 		}
-		return &Error{Reason: ReasonRequestedIPInUse, Message: msg + "; release the reservation or request another IP"}
+		return &Error{Reason: ReasonRequestedIPInUse, Message: msg + "; request another IP, or ask an operator to release the reservation",
+			Detail: fmt.Sprintf("reservation %q for %q", r.Note, r.ForService)}
 	}
 	if others := without(st.foreign, service); len(others) > 0 {
 		return &Error{
 			Reason: ReasonRequestedIPInUse,
-			Message: fmt.Sprintf("%s is in the status of Service %s, which ipam does not serve: another controller (MetalLB, the cloud provider) gave it out; "+
-				"ipam hands it to nobody while that status shows it. Request another IP, or free it there first", ip, strings.Join(others, ", ")),
+			Message: fmt.Sprintf("%s is in the status of %s, which ipam does not serve: another controller (MetalLB, the cloud provider) gave it out; "+
+				"ipam hands it to nobody while that status shows it. Request another IP, or free it there first", ip, serviceNames(others, ns)),
 			Holders: others,
+			Detail:  "shown by " + strings.Join(others, ", "),
 		}
 	}
 	var why []string
@@ -558,10 +600,14 @@ func (a *Allocator) usable(ip netip.Addr, service string, sh Sharing) *Error {
 		if h.service == service {
 			continue
 		}
-		if w := shareProblem(h, sh); w != "" {
-			why = append(why, w)
-			holders = append(holders, h.service)
+		w, keptAcross := shareProblem(h, service, sh)
+		if w == "" || keptAcross && held {
+			continue
 		}
+		if !slices.Contains(why, w) {
+			why = append(why, w)
+		}
+		holders = append(holders, h.service)
 	}
 	if len(why) == 0 {
 		return nil
@@ -570,35 +616,100 @@ func (a *Allocator) usable(ip netip.Addr, service string, sh Sharing) *Error {
 		Reason:  ReasonRequestedIPInUse,
 		Message: fmt.Sprintf("%s is in use: %s", ip, strings.Join(why, "; ")),
 		Holders: holders,
+		Detail:  "held by " + strings.Join(holders, ", "),
 	}
 }
 
-// shareProblem says why a Service with sharing sh may not share an IP with
-// holder h; "" when it may.
-func shareProblem(h holder, sh Sharing) string {
+// shareProblem says why service, with sharing sh, may not share an IP with
+// holder h; "" when it may. Services of different namespaces share only
+// when each admits the other's namespace (Sharing.CrossNamespace); until
+// then the requester learns only that a Service of another namespace holds
+// the IP — not which, not its key, not whether its key is the same.
+// keptAcross: they would share but for that rule — a share made before the
+// rule, which a Service already holding the IP keeps.
+func shareProblem(h holder, service string, sh Sharing) (why string, keptAcross bool) {
+	ns, hns := namespaceOf(service), namespaceOf(h.service)
+	name := "Service " + h.service
+	if ns != hns {
+		mutual := h.shared != nil && h.shared.Key == sh.Key && h.shared.admits(ns) && sh.admits(hns)
+		if !mutual {
+			// One text whatever the holder's key: a different one would
+			// tell the requester that it guessed the key.
+			keptAcross = h.key() != "" && h.key() == sh.Key && sharesWithin(*h.shared, sh) == ""
+			return HeldInAnotherNamespace, keptAcross
+		}
+		// Both owners agreed to share: the usual rules apply, and the
+		// holder may be named to the namespace it admitted.
+	}
 	switch {
 	case h.key() == "":
-		return fmt.Sprintf("held by Service %s, which does not share it (no %s)", h.service, AnnotationAllowSharedIP)
+		return fmt.Sprintf("held by %s, which does not share it (no %s)", name, AnnotationAllowSharedIP), false
 	case sh.Key == "":
-		return fmt.Sprintf("held by Service %s; to share it set %s=%q on this Service too", h.service, AnnotationAllowSharedIP, h.key())
+		return fmt.Sprintf("held by %s; to share it set %s=%q on this Service too", name, AnnotationAllowSharedIP, h.key()), false
 	case sh.Key != h.key():
-		return fmt.Sprintf("held by Service %s with sharing key %q, this Service has %q", h.service, h.key(), sh.Key)
+		return fmt.Sprintf("held by %s with sharing key %q, this Service has %q", name, h.key(), sh.Key), false
 	}
-	// From here on h shares under sh's key: h.shared is set.
+	if w := sharesWithin(*h.shared, sh); w != "" {
+		return fmt.Sprintf("held by %s%s", name, w), false
+	}
+	return "", false
+}
+
+// HeldInAnotherNamespace is all a Service learns of an address that a
+// Service of another namespace holds, unless both agreed to share it.
+const HeldInAnotherNamespace = "held by a Service in another namespace; request another IP " +
+	"(Services of different namespaces share an address only when both set the same " + AnnotationAllowSharedIP +
+	" and each lists the other's namespace in " + AnnotationSharingCrossNamespace + ")"
+
+// sharesWithin checks the rules two Services of one sharing key follow:
+// no common (protocol, port), one externalTrafficPolicy, and with Local the
+// same Pods; "" when they may share.
+func sharesWithin(h, sh Sharing) string {
 	for _, p := range sh.Ports {
-		for _, q := range h.shared.Ports {
+		for _, q := range h.Ports {
 			if p.Port == q.Port && protocol(p.Protocol) == protocol(q.Protocol) {
-				return fmt.Sprintf("held by Service %s, which also uses %s/%d", h.service, protocol(p.Protocol), p.Port)
+				return fmt.Sprintf(", which also uses %s/%d", protocol(p.Protocol), p.Port)
 			}
 		}
 	}
 	switch {
-	case sh.Local != h.shared.Local:
-		return fmt.Sprintf("held by Service %s; Services sharing an IP must use the same externalTrafficPolicy", h.service)
-	case sh.Local && !maps.Equal(sh.Selector, h.shared.Selector):
-		return fmt.Sprintf("held by Service %s with a different selector; with externalTrafficPolicy Local, Services sharing an IP must select the same Pods", h.service)
+	case sh.Local != h.Local:
+		return "; Services sharing an IP must use the same externalTrafficPolicy"
+	case sh.Local && !maps.Equal(sh.Selector, h.Selector):
+		return " with a different selector; with externalTrafficPolicy Local, Services sharing an IP must select the same Pods"
 	}
 	return ""
+}
+
+// ServiceNames names services to the owner of Service reader (its
+// condition, its Events): Services of its namespace by name, the others
+// only as "a Service in another namespace".
+func ServiceNames(reader string, services ...string) string {
+	return serviceNames(services, namespaceOf(reader))
+}
+
+// serviceNames names services to a reader in namespace ns: those of ns by
+// name, the others only as "a Service in another namespace".
+func serviceNames(services []string, ns string) string {
+	var out []string
+	others := false
+	for _, s := range services {
+		if namespaceOf(s) == ns {
+			out = append(out, "Service "+s)
+		} else {
+			others = true
+		}
+	}
+	if others {
+		out = append(out, "a Service in another namespace")
+	}
+	return strings.Join(out, ", ")
+}
+
+// namespaceOf is the namespace of a "namespace/name" Service key.
+func namespaceOf(service string) string {
+	ns, _, _ := strings.Cut(service, "/")
+	return ns
 }
 
 func protocol(p string) string {

@@ -381,6 +381,100 @@ func TestSharing(t *testing.T) {
 	}
 }
 
+// TestSharingStaysInNamespace: a sharing key joins Services of one
+// namespace; across namespaces both must admit the other's namespace, and a
+// refusal names nothing of the other namespace (the CVE-2020-8554 class:
+// a tenant's Service that joined prod's address would receive its traffic).
+func TestSharingStaysInNamespace(t *testing.T) {
+	web := Sharing{Key: "k", Ports: []Port{{Protocol: "TCP", Port: 443}}}
+	evil := func(cross ...string) Sharing {
+		return Sharing{Key: "k", Ports: []Port{{Protocol: "TCP", Port: 8443}}, CrossNamespace: cross}
+	}
+	withCross := func(sh Sharing, cross ...string) Sharing { sh.CrossNamespace = cross; return sh }
+	tests := []struct {
+		name      string
+		holder    Sharing
+		requester Sharing
+		wantShare bool
+	}{
+		{"same key, no opt-in", web, evil(), false},
+		{"only the requester admits the holder", web, evil("prod"), false},
+		{"only the holder admits the requester", withCross(web, "evil"), evil(), false},
+		{"both admit each other", withCross(web, "evil"), evil("prod"), true},
+		{"holder admits every namespace, requester the holder", withCross(web, "*"), evil("prod"), true},
+		{"holder admits another namespace", withCross(web, "staging"), evil("prod"), false},
+		{"both admit, other keys", withCross(web, "evil"), Sharing{Key: "j", Ports: []Port{{Port: 8443}}, CrossNamespace: []string{"prod"}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := newAllocator(t, mustPool(t, "p", spec("10.0.0.0/24")))
+			ip := mustAllocate(t, a, Request{Service: "prod/web", Sharing: tt.holder}).IPs
+			other := tt.requester
+			other.Ports = []Port{{Protocol: "TCP", Port: 9443}}
+			for _, req := range []Request{
+				{Service: "evil/x", RequestedIPs: ip, Sharing: tt.requester}, // asks for prod's address
+				{Service: "evil/y", Sharing: other},                          // same key, any address
+			} {
+				res, err := a.Allocate(req)
+				switch {
+				case tt.wantShare && (err != nil || res.IPs[0] != ip[0]):
+					t.Fatalf("%s: got %v, %v; want to share %s", req.Service, res.IPs, err, ip[0])
+				case !tt.wantShare && err == nil && res.IPs[0] == ip[0]:
+					t.Fatalf("%s joined prod/web's %s", req.Service, ip[0])
+				case err != nil:
+					for _, secret := range []string{"prod/web", "web", `"k"`, "prod"} {
+						if strings.Contains(err.Error(), secret) {
+							t.Fatalf("%s's refusal names %q: %v", req.Service, secret, err)
+						}
+					}
+					if x := a.Explain(req); !strings.Contains(x.Decision, "prod/web") {
+						t.Fatalf("ExplainService (operators) does not name the holder: %q", x.Decision)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSharedAcrossNamespacesBeforeTheRuleIsKept: Services of two namespaces
+// that shared an address before sharing was kept within a namespace keep it
+// through a restart (Assign), say so, and nobody new joins.
+func TestSharedAcrossNamespacesBeforeTheRuleIsKept(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "p", spec("10.0.0.0/24")))
+	ip := addrs("10.0.0.7")
+	web := Sharing{Key: "k", Ports: []Port{{Port: 443}}}
+	old := Sharing{Key: "k", Ports: []Port{{Port: 8443}}}
+	if err := a.Assign("prod/web", ip, web); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Assign("team/old", ip, old); err != nil {
+		t.Fatalf("restoring a share from before the rule: %v", err)
+	}
+	for _, s := range []struct {
+		svc string
+		sh  Sharing
+	}{{"prod/web", web}, {"team/old", old}} {
+		res, err := a.Allocate(Request{Service: s.svc, Sharing: s.sh})
+		if err != nil || !slices.Equal(res.IPs, ip) || !slices.Equal(res.Across, ip) {
+			t.Fatalf("%s: got %+v, %v; want it to keep %s, marked as shared across namespaces", s.svc, res, err, ip[0])
+		}
+		if x := a.Explain(Request{Service: s.svc, Sharing: s.sh}); x.Reason != ReasonHeldSharedAcrossNamespaces {
+			t.Fatalf("%s explained as %s", s.svc, x.Reason)
+		}
+	}
+	if res, err := a.Allocate(Request{Service: "team/new", Sharing: Sharing{Key: "k", Ports: []Port{{Port: 9000}}}}); err != nil || res.IPs[0] == ip[0] {
+		t.Fatalf("a new Service of the old sharer's namespace got %v, %v; want another address", res.IPs, err)
+	}
+	// Opting in ends the condition.
+	web.CrossNamespace, old.CrossNamespace = []string{"team"}, []string{"prod"}
+	if err := a.Assign("prod/web", ip, web); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := a.Allocate(Request{Service: "team/old", Sharing: old}); err != nil || len(res.Across) != 0 {
+		t.Fatalf("after both opted in: %+v, %v", res, err)
+	}
+}
+
 func TestAutoAllocationDoesNotShareIncompatible(t *testing.T) {
 	a := newAllocator(t, mustPool(t, "p", spec("10.0.0.0/24")))
 	mustAllocate(t, a, Request{Service: "ns/one", Sharing: Sharing{Key: "k", Ports: []Port{{Port: 80}}}})
@@ -489,8 +583,14 @@ func TestReservations(t *testing.T) {
 	}
 	// requested by someone else
 	_, err := a.Allocate(Request{Service: "ns/y", RequestedIPs: []netip.Addr{r0}})
-	if reasonOf(err) != ReasonRequestedIPInUse || !strings.Contains(err.Error(), "reserved for Service ns/router (ops: router)") {
-		t.Fatalf("err = %v", err)
+	if reasonOf(err) != ReasonRequestedIPInUse || !strings.Contains(err.Error(), "reserved for Service ns/router") || strings.Contains(err.Error(), "ops: router") {
+		t.Fatalf("err = %v, want the reservation named without its note", err)
+	}
+	if x := a.Explain(Request{Service: "ns/y", RequestedIPs: []netip.Addr{r0}}); !strings.Contains(x.Decision, `"ops: router"`) {
+		t.Fatalf("ExplainService (operators) lost the note: %q", x.Decision)
+	}
+	if _, err := a.Allocate(Request{Service: "other/y", RequestedIPs: []netip.Addr{r0}}); err == nil || strings.Contains(err.Error(), "ns/router") || strings.Contains(err.Error(), "ops: router") {
+		t.Fatalf("another namespace's refusal = %v, want it to name neither the Service nor the note", err)
 	}
 	// requested by the named Service
 	if got := mustAllocate(t, a, Request{Service: "ns/router", RequestedIPs: []netip.Addr{r0}}).IPs[0]; got != r0 {

@@ -164,7 +164,7 @@ func (a *Allocator) evaluate(p *Pool, req Request, n need) eval {
 	}
 	for _, f := range n.required {
 		if ip, ok := n.requested[f]; ok {
-			if err := a.usable(ip, req.Service, req.Sharing); err != nil {
+			if err := a.usable(ip, req.Service, req.Sharing, n.held); err != nil {
 				e.err = err
 				return no(VerdictRequestedIPInUse, "%s", err.Message)
 			}
@@ -234,7 +234,7 @@ func (a *Allocator) pick(p *Pool, f Family, chosen []netip.Addr, req Request) (n
 			if FamilyOf(ip) != f || !p.allocatable(ip) || (best.IsValid() && ip.Compare(best) >= 0) {
 				continue
 			}
-			if a.usable(ip, req.Service, req.Sharing) == nil && !a.claimedByOther(ip, req.Service) {
+			if a.usable(ip, req.Service, req.Sharing, false) == nil && !a.claimedByOther(ip, req.Service) {
 				best = ip
 			}
 		}
@@ -285,7 +285,11 @@ type decision struct {
 	// outside says why the held addresses are kept outside their pool's
 	// rules ("" = they are not): the Service keeps them, nothing is added.
 	outside string
-	err     *Error
+	// across are the held addresses shared with a Service of another
+	// namespace without both agreeing: a share from before sharing was kept
+	// within a namespace, which the Service keeps (see Result.Across).
+	across []netip.Addr
+	err    *Error
 }
 
 // plan works out what Allocate would do, changing nothing.
@@ -424,6 +428,7 @@ func (a *Allocator) planHeld(req Request, n need, d decision) decision {
 	switch v := holding.verdict; {
 	case v.Eligible:
 		d.chosen = holding
+		d.across = a.sharedAcross(req.Service, req.Sharing)
 		a.markChosen(&d, fmt.Sprintf("the Service holds %s from pool %s", addrList(d.chosen.ips), pool))
 	case v.Reason == VerdictExhausted:
 		// It keeps what it holds; the missing family waits.
@@ -442,6 +447,22 @@ func (a *Allocator) planHeld(req Request, n need, d decision) decision {
 		d.outside = v.Message
 	}
 	return d
+}
+
+// sharedAcross returns the addresses service holds together with a Service
+// of another namespace that it may share with but for the namespace rule
+// (shareProblem's keptAcross).
+func (a *Allocator) sharedAcross(service string, sh Sharing) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range a.bySvc[service] {
+		for _, h := range a.ips[ip].holders {
+			if _, kept := shareProblem(h, service, sh); kept && h.service != service {
+				out = append(out, ip)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // failure explains, as a condition reason and message, why no pool was chosen.
@@ -546,7 +567,7 @@ func (a *Allocator) Allocate(req Request) (Result, error) {
 	if d.err != nil {
 		return Result{}, d.err
 	}
-	res := Result{IPs: slices.Clone(d.chosen.ips), Pool: d.chosen.pool.name}
+	res := Result{IPs: slices.Clone(d.chosen.ips), Pool: d.chosen.pool.name, Across: d.across}
 	for _, ip := range res.IPs {
 		if !slices.Contains(d.held, ip) {
 			res.New = true
@@ -562,7 +583,11 @@ func (a *Allocator) Explain(req Request) Explanation {
 	d := a.plan(req)
 	x := Explanation{IPs: d.held}
 	for _, e := range d.evals {
-		x.Verdicts = append(x.Verdicts, e.verdict)
+		v := e.verdict
+		if e.err != nil && e.err.Detail != "" {
+			v.Message += " (" + e.err.Detail + ")"
+		}
+		x.Verdicts = append(x.Verdicts, v)
 	}
 	switch {
 	case d.outside != "":
@@ -578,6 +603,12 @@ func (a *Allocator) Explain(req Request) Explanation {
 	case d.err != nil:
 		x.Reason = d.err.Reason
 		x.Decision = fmt.Sprintf("The Service gets no IP (%s): %s.", d.err.Reason, d.err.Message)
+		if d.err.Detail != "" {
+			x.Decision += " For operators: " + d.err.Detail + "."
+		}
+	case len(d.across) > 0:
+		x.Reason = ReasonHeldSharedAcrossNamespaces
+		x.Decision = fmt.Sprintf("The Service holds %s from pool %s; %s.", addrList(d.held), d.chosen.pool.name, AcrossMessage(d.across))
 	case len(d.held) > 0 && slices.Equal(d.held, sortedAddrs(d.chosen.ips)):
 		x.Reason = ReasonAllocated
 		x.Decision = fmt.Sprintf("The Service holds %s from pool %s.", addrList(d.held), d.chosen.pool.name)

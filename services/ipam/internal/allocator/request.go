@@ -13,6 +13,14 @@ const (
 	AnnotationLoadBalancerIPs = "ipledger.io/loadBalancerIPs"
 	AnnotationAddressPool     = "ipledger.io/address-pool"
 	AnnotationAllowSharedIP   = "ipledger.io/allow-shared-ip"
+	// AnnotationSharingCrossNamespace lists the namespaces (comma separated,
+	// or "*" for all) whose Services may share this Service's address under
+	// its allow-shared-ip key. A sharing key joins Services of one namespace
+	// only; two Services of different namespaces share when each lists the
+	// other's namespace, so the owner of an address decides who may join it.
+	// ipledger.io/ only: MetalLB has no such rule (it shares across
+	// namespaces, the CVE-2020-8554 class this closes).
+	AnnotationSharingCrossNamespace = "ipledger.io/sharing-cross-namespace"
 	// AnnotationAllocatedFromPool is written by ipam, never read as a request.
 	AnnotationAllocatedFromPool = "ipledger.io/allocated-from-pool"
 )
@@ -25,6 +33,9 @@ type ServiceRequest struct {
 	RequestedIPs []netip.Addr // at most one per family, in the order written
 	Pool         string
 	SharingKey   string
+	// CrossNamespace are the other namespaces whose Services may share the
+	// address (AnnotationSharingCrossNamespace), sorted; "*" is all of them.
+	CrossNamespace []string
 }
 
 // ParseServiceRequest reads ipledger.io/loadBalancerIPs (comma list, at most
@@ -83,8 +94,33 @@ func ParseServiceRequest(annotations map[string]string, loadBalancerIP string) (
 	if _, out.SharingKey, err = oneAnnotation(annotations, "allow-shared-ip", nil); err != nil {
 		return ServiceRequest{}, err
 	}
+	if out.CrossNamespace, err = parseNamespaceList(annotations[AnnotationSharingCrossNamespace]); err != nil {
+		return ServiceRequest{}, err
+	}
 	return out, nil
 }
+
+// parseNamespaceList reads AnnotationSharingCrossNamespace: namespace names
+// separated by commas, or "*"; "" is none.
+func parseNamespaceList(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []string
+	for i, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part != "*" && !isDNSLabel(part) {
+			return nil, invalid("%s: entry %d %q is not a namespace name or \"*\"; write namespaces separated by commas (team-a,team-b), or \"*\" for every namespace",
+				AnnotationSharingCrossNamespace, i, part)
+		}
+		if !slices.Contains(out, part) {
+			out = append(out, part)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
 
 // oneAnnotation returns the key and trimmed value of the one meaning of an
 // annotation across its spellings; same(a, b) compares two values (nil:

@@ -139,6 +139,7 @@ func Request(obj *watcherv1.Object, ns *watcherv1.Object) (allocator.Request, er
 	}
 	req.RequestedIPs, req.Pool = sr.RequestedIPs, sr.Pool
 	req.Sharing = Sharing(obj, sr.SharingKey)
+	req.Sharing.CrossNamespace = sr.CrossNamespace
 	for _, f := range svc.GetIpFamilies() {
 		fam, err := allocator.ParseFamily(f)
 		if err != nil {

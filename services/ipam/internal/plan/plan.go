@@ -227,6 +227,10 @@ func (p *Plan) condition(want *Status, cur Status, res allocator.Result, err err
 		if want.Pool == "" {
 			want.Pool = cur.Pool
 		}
+	case len(res.Across) > 0:
+		// A share across namespaces from before the rule: kept, and said.
+		c.Status, c.Reason = "True", string(allocator.ReasonHeldSharedAcrossNamespaces)
+		c.Message = fmt.Sprintf("Keeps %s from pool %s, but %s", addrs(res.IPs), res.Pool, allocator.AcrossMessage(res.Across))
 	default:
 		c.Status, c.Reason = "True", string(allocator.ReasonAllocated)
 		c.Message = fmt.Sprintf("Allocated %s from pool %s", addrs(res.IPs), res.Pool)
@@ -243,7 +247,7 @@ func eventOf(cur, want Status) *Event {
 		return nil
 	}
 	typ := "Normal"
-	if want.Cond.Status != "True" || want.Cond.Reason == string(allocator.ReasonHeldOutsidePool) {
+	if want.Cond.Status != "True" || want.Cond.Reason != string(allocator.ReasonAllocated) {
 		typ = "Warning"
 	}
 	return &Event{Type: typ, Reason: want.Cond.Reason, Message: want.Cond.Message}

@@ -152,7 +152,7 @@ func Rebuild(in Inputs) Rebuilt {
 		for _, ip := range foreign {
 			if holders := r.Alloc.Holders(ip); len(holders) > 0 {
 				r.Conflicts = append(r.Conflicts, Conflict{Service: k, IPs: []netip.Addr{ip}, Source: FromStatus,
-					Message: fmt.Sprintf("ipam holds %s for Service %s, and this Service is not served by ipam (its lbClass); one of the two controllers must let it go", ip, holders[0].Service)})
+					Message: fmt.Sprintf("ipam holds %s for %s, and this Service is not served by ipam (its lbClass); one of the two controllers must let it go", ip, allocator.ServiceNames(k, holders[0].Service))})
 			}
 		}
 	}
