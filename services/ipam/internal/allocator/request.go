@@ -121,7 +121,6 @@ func parseNamespaceList(s string) ([]string, error) {
 	return out, nil
 }
 
-
 // oneAnnotation returns the key and trimmed value of the one meaning of an
 // annotation across its spellings; same(a, b) compares two values (nil:
 // string equality).
