@@ -1,7 +1,8 @@
 // Package authz authenticates and authorizes gRPC callers with Kubernetes:
-// a caller sends a bearer token (a ServiceAccount token projected with
-// ipledger's audience, Audience), the server checks it with a TokenReview
-// for that audience and asks a SubjectAccessReview whether that user may use
+// a caller sends a bearer token (a ServiceAccount token projected with the
+// audience of the server it calls, e.g. WatcherAudience), the server checks
+// it with a TokenReview for the audiences it accepts and asks a
+// SubjectAccessReview whether that user may use
 // the RPC's virtual resource of API group ipledger.io. Both answers are
 // cached briefly, keyed by a digest of the token; tokens are never logged or
 // kept in clear.
@@ -11,6 +12,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -31,11 +33,32 @@ import (
 // Group is the API group of ipledger's virtual resources.
 const Group = "ipledger.io"
 
-// Audience is the audience of the tokens ipledger components send each
-// other. The kube-apiserver refuses tokens whose audiences miss its own
-// (--api-audiences), so a token projected for Audience cannot be replayed
-// against the Kubernetes API; servers refuse tokens without it.
-const Audience = "ipledger.io/grpc"
+// The audiences of ipledger's gRPC servers: a caller projects its token for
+// the one server it calls, and each server accepts only its own (and, for
+// one release, LegacyAudience), so a token seen by the watcher cannot be
+// replayed to ipam or eipd. The kube-apiserver refuses tokens whose
+// audiences miss its own (--api-audiences), so none of them can be replayed
+// against the Kubernetes API either.
+const (
+	WatcherAudience = "ipledger.io/watcher"
+	IPAMAudience    = "ipledger.io/ipam"
+	EIPDAudience    = "ipledger.io/eipd"
+	// LegacyAudience is the one audience every server accepted before
+	// per-server audiences. Servers still accept it for one release, so that
+	// during a rolling upgrade an old client's token keeps working at a new
+	// server; nothing issues it any more.
+	LegacyAudience = "ipledger.io/grpc"
+)
+
+// Audience is LegacyAudience.
+//
+// Deprecated: project a token for the server it is sent to (WatcherAudience,
+// IPAMAudience, EIPDAudience).
+const Audience = LegacyAudience
+
+// ServerAudiences are the audiences a server whose own audience is own
+// accepts by default: own and, for one release, LegacyAudience.
+func ServerAudiences(own string) []string { return []string{own, LegacyAudience} }
 
 // Cache lifetimes. Allowed answers live a little longer than refusals so a
 // freshly granted ClusterRole takes effect quickly; both are short so a
@@ -43,8 +66,18 @@ const Audience = "ipledger.io/grpc"
 const (
 	DefaultAllowTTL = 10 * time.Second
 	DefaultDenyTTL  = 3 * time.Second
-	// maxCacheEntries bounds the memory a flood of distinct bad tokens can use.
-	maxCacheEntries = 4096
+	// maxCacheEntries bounds the memory of the cached answers for tokens
+	// that authenticated; maxRefusedEntries, apart, those of refused tokens,
+	// so that a flood of distinct made-up tokens evicts only its own kind
+	// and never the answers of the callers that are authorized.
+	maxCacheEntries   = 4096
+	maxRefusedEntries = 4096
+	// DefaultMaxPendingReviews bounds the TokenReviews and
+	// SubjectAccessReviews waiting for an answer (or for the review
+	// client's rate limiter) at once; one more is refused at once with
+	// UNAVAILABLE instead of queueing a goroutine and a stream per
+	// made-up token.
+	DefaultMaxPendingReviews = 64
 	// reviewTimeout bounds one TokenReview or SubjectAccessReview.
 	reviewTimeout = 10 * time.Second
 )
@@ -87,10 +120,12 @@ type Authorizer struct {
 	allowTTL, denyTTL time.Duration
 	now               func() time.Time
 
-	flight singleflight.Group
-	mu     sync.Mutex
-	users  map[string]userEntry   // token digest -> TokenReview answer
-	access map[string]accessEntry // token digest + rule -> SubjectAccessReview answer
+	flight  singleflight.Group
+	pending chan struct{} // a slot per review in flight (DefaultMaxPendingReviews)
+	mu      sync.Mutex
+	users   map[string]userEntry   // token digest -> TokenReview answer, authenticated
+	refused map[string]userEntry   // token digest -> TokenReview answer, refused
+	access  map[string]accessEntry // token digest + rule -> SubjectAccessReview answer
 }
 
 type userEntry struct {
@@ -124,10 +159,40 @@ func New(client kubernetes.Interface, rules Rules, log *slog.Logger) *Authorizer
 		allowTTL:  DefaultAllowTTL,
 		denyTTL:   DefaultDenyTTL,
 		now:       time.Now,
+		pending:   make(chan struct{}, DefaultMaxPendingReviews),
 		users:     map[string]userEntry{},
+		refused:   map[string]userEntry{},
 		access:    map[string]accessEntry{},
 	}
 }
+
+// SetMaxPendingReviews overrides how many reviews may wait for the API
+// server at once (default DefaultMaxPendingReviews); beyond it a call that
+// needs a review is refused with UNAVAILABLE. Call before serving.
+func (a *Authorizer) SetMaxPendingReviews(n int) {
+	if n > 0 {
+		a.pending = make(chan struct{}, n)
+	}
+}
+
+// errTooManyReviews refuses a call whose review would wait behind
+// MaxPendingReviews others: under a flood of made-up tokens, callers with
+// valid tokens are mostly answered from the cache, and a refused client
+// retries.
+var errTooManyReviews = status.Error(codes.Unavailable,
+	"the server is reviewing too many tokens at once with the Kubernetes API server; retry with backoff")
+
+// acquireReview takes a review slot without waiting.
+func (a *Authorizer) acquireReview() bool {
+	select {
+	case a.pending <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (a *Authorizer) releaseReview() { <-a.pending }
 
 // SetAudiences overrides the audiences a token must carry one of (default
 // Audience). Call before serving.
@@ -220,6 +285,10 @@ func (a *Authorizer) review(ctx context.Context, digest, token string) (authenti
 		if e, ok := a.cachedUser(digest); ok {
 			return e, nil
 		}
+		if !a.acquireReview() {
+			return nil, errTooManyReviews
+		}
+		defer a.releaseReview()
 		rctx, cancel := reviewContext(ctx)
 		defer cancel()
 		tr, err := a.client.AuthenticationV1().TokenReviews().Create(rctx,
@@ -233,13 +302,12 @@ func (a *Authorizer) review(ctx context.Context, digest, token string) (authenti
 			// the API server's): the token is not proven to be meant for us.
 			e = userEntry{reason: fmt.Sprintf("the token's audiences %q include none of %q", tr.Status.Audiences, a.audiences)}
 		}
-		ttl := a.denyTTL
-		if e.ok {
-			ttl = a.allowTTL
-		}
-		a.store(func() { e.expires = a.now().Add(ttl); a.users[digest] = e }, ttl)
+		a.storeUser(digest, e)
 		return e, nil
 	})
+	if errors.Is(err, errTooManyReviews) {
+		return authenticationv1.UserInfo{}, err
+	}
 	if err != nil {
 		a.log.Error("TokenReview failed", "tokenDigest", digest[:12], "err", err)
 		return authenticationv1.UserInfo{}, status.Errorf(codes.Unavailable, "cannot review the bearer token with the Kubernetes API server: %v", err)
@@ -283,6 +351,9 @@ func (a *Authorizer) cachedUser(digest string) (userEntry, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e, ok := a.users[digest]
+	if !ok {
+		e, ok = a.refused[digest]
+	}
 	if !ok || !a.now().Before(e.expires) {
 		return userEntry{}, false
 	}
@@ -299,33 +370,63 @@ func (a *Authorizer) cachedAccess(key string) (accessEntry, bool) {
 	return e, true
 }
 
-// store runs put under the lock when ttl > 0, first making room if the
-// caches are full.
-func (a *Authorizer) store(put func(), ttl time.Duration) {
+// storeUser caches a TokenReview answer: an authenticated token for
+// allowTTL, a refused one (a made-up token repeated, an expired one) for
+// denyTTL in a map of its own, so that refused tokens never evict the
+// answers of authenticated callers.
+func (a *Authorizer) storeUser(digest string, e userEntry) {
+	ttl, m, limit := a.allowTTL, &a.users, maxCacheEntries
+	if !e.ok {
+		ttl, m, limit = a.denyTTL, &a.refused, maxRefusedEntries
+	}
 	if ttl <= 0 {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.users)+len(a.access) >= maxCacheEntries {
-		now := a.now()
-		for k, e := range a.users {
-			if !now.Before(e.expires) {
-				delete(a.users, k)
-			}
-		}
-		for k, e := range a.access {
-			if !now.Before(e.expires) {
-				delete(a.access, k)
-			}
-		}
-		if len(a.users)+len(a.access) >= maxCacheEntries {
-			a.users = map[string]userEntry{}
-			a.access = map[string]accessEntry{}
+	e.expires = a.now().Add(ttl)
+	(*m)[digest] = e
+	if len(*m) > limit {
+		*m = evictExpired(*m, a.now(), limit)
+	}
+}
+
+// storeAccess caches a SubjectAccessReview answer (of an authenticated
+// token: the number of these is bounded by the callers with valid tokens
+// times the rules).
+func (a *Authorizer) storeAccess(key string, e accessEntry) {
+	ttl := a.denyTTL
+	if e.allowed {
+		ttl = a.allowTTL
+	}
+	if ttl <= 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e.expires = a.now().Add(ttl)
+	a.access[key] = e
+	if len(a.access) > maxCacheEntries {
+		a.access = evictExpired(a.access, a.now(), maxCacheEntries)
+	}
+}
+
+// evictExpired drops m's expired entries, or all of them when that is not
+// enough to bring it to limit.
+func evictExpired[E interface{ expiry() time.Time }](m map[string]E, now time.Time, limit int) map[string]E {
+	for k, e := range m {
+		if !now.Before(e.expiry()) {
+			delete(m, k)
 		}
 	}
-	put()
+	if len(m) > limit {
+		return map[string]E{}
+	}
+	return m
 }
+
+func (e userEntry) expiry() time.Time   { return e.expires }
+func (e accessEntry) expiry() time.Time { return e.expires }
 
 // checkAccess asks (through the cache) whether user may use rule.
 func (a *Authorizer) checkAccess(ctx context.Context, digest string, user authenticationv1.UserInfo, rule Rule) error {
@@ -336,6 +437,10 @@ func (a *Authorizer) checkAccess(ctx context.Context, digest string, user authen
 			if e, ok := a.cachedAccess(key); ok {
 				return e, nil
 			}
+			if !a.acquireReview() {
+				return nil, errTooManyReviews
+			}
+			defer a.releaseReview()
 			rctx, cancel := reviewContext(ctx)
 			defer cancel()
 			sar, err := a.client.AuthorizationV1().SubjectAccessReviews().Create(rctx,
@@ -347,13 +452,12 @@ func (a *Authorizer) checkAccess(ctx context.Context, digest string, user authen
 			if sar.Status.EvaluationError != "" && e.reason == "" {
 				e.reason = sar.Status.EvaluationError
 			}
-			ttl := a.denyTTL
-			if e.allowed {
-				ttl = a.allowTTL
-			}
-			a.store(func() { e.expires = a.now().Add(ttl); a.access[key] = e }, ttl)
+			a.storeAccess(key, e)
 			return e, nil
 		})
+		if errors.Is(err, errTooManyReviews) {
+			return err
+		}
 		if err != nil {
 			a.log.Error("SubjectAccessReview failed", "user", user.Username, "verb", rule.Verb, "resource", rule.Resource, "err", err)
 			return status.Errorf(codes.Unavailable, "cannot review access with the Kubernetes API server: %v", err)

@@ -2,6 +2,7 @@ package authz
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -214,5 +215,68 @@ func TestDialOptions(t *testing.T) {
 				t.Fatalf("DialOptions = %d opts, %v; want %d, err=%v", len(opts), err, tt.wantOpts, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestFloodOfRefusedTokensKeepsAuthorizedCallersCached: more distinct
+// made-up tokens than the refused cache holds evict only refused answers;
+// the authorized caller is still answered from the cache.
+func TestFloodOfRefusedTokensKeepsAuthorizedCallersCached(t *testing.T) {
+	var trs, sars atomic.Int32
+	a := New(fakeReviews(&trs, &sars), Rules{"/x.S/List": {Verb: "list", Resource: "allocations"}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	call := func(token string) codes.Code {
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
+		_, err := a.Authorize(ctx, "/x.S/List")
+		return status.Code(err)
+	}
+	if got := call("good"); got != codes.OK {
+		t.Fatalf("good: %v", got)
+	}
+	for i := range maxRefusedEntries + 10 {
+		if got := call(fmt.Sprintf("made-up-%d", i)); got != codes.Unauthenticated {
+			t.Fatalf("made-up token %d: %v, want Unauthenticated", i, got)
+		}
+	}
+	before := trs.Load()
+	if got := call("good"); got != codes.OK {
+		t.Fatalf("good after the flood: %v", got)
+	}
+	if trs.Load() != before {
+		t.Errorf("the authorized caller was reviewed again after the flood: its cached answer was evicted by refused tokens")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n := len(a.refused); n > maxRefusedEntries {
+		t.Errorf("%d refused answers cached, want at most %d", n, maxRefusedEntries)
+	}
+}
+
+// TestPendingReviewsAreBounded: with every review slot taken, a call that
+// needs a review is refused at once with UNAVAILABLE, and a cached caller
+// is still answered.
+func TestPendingReviewsAreBounded(t *testing.T) {
+	var trs, sars atomic.Int32
+	a := New(fakeReviews(&trs, &sars), Rules{"/x.S/List": {Verb: "list", Resource: "allocations"}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a.SetMaxPendingReviews(2)
+	call := func(token string) codes.Code {
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
+		_, err := a.Authorize(ctx, "/x.S/List")
+		return status.Code(err)
+	}
+	if got := call("good"); got != codes.OK {
+		t.Fatalf("good: %v", got)
+	}
+	// Two reviews in flight (held as a slow API server would hold them).
+	a.pending <- struct{}{}
+	a.pending <- struct{}{}
+	if got := call("made-up"); got != codes.Unavailable {
+		t.Errorf("a review beyond the bound: %v, want Unavailable", got)
+	}
+	if got := call("good"); got != codes.OK {
+		t.Errorf("a cached caller while the reviews are full: %v, want OK", got)
+	}
+	<-a.pending
+	if got := call("made-up"); got != codes.Unauthenticated {
+		t.Errorf("a review once a slot is free: %v, want Unauthenticated", got)
 	}
 }

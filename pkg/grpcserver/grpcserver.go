@@ -1,8 +1,9 @@
 // Package grpcserver is the one way ipledger builds a gRPC server: a
 // go-grpc-middleware v2 interceptor chain (Prometheus metrics on the injected
 // registry → structured logging → Kubernetes authentication and
-// authorization of tokens with ipledger's audience, streams re-authorized
-// while they last and bounded per caller → panic recovery), server
+// authorization of tokens with the server's audience, streams re-authorized
+// while they last and bounded per caller, open methods bounded in total →
+// panic recovery), bounds on streams per connection and header size, server
 // reflection, grpc.health.v1 reflecting readiness, TLS from (rotating) files
 // or plaintext only when asked for, and a bounded graceful stop.
 package grpcserver
@@ -15,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +35,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/authz"
 )
@@ -53,9 +58,11 @@ type Config struct {
 	Plaintext bool
 	// ShutdownTimeout bounds the graceful stop (default DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
-	// TokenAudience is the audience a caller's token must carry (default
-	// authz.Audience); tokens for the Kubernetes API are refused.
-	TokenAudience string
+	// TokenAudiences are the audiences of which a caller's token must carry
+	// one: the server's own (authz.WatcherAudience, …) and, for one release,
+	// authz.LegacyAudience (DefaultAudiences). Tokens for the Kubernetes API
+	// are refused. Required.
+	TokenAudiences []string
 	// AuthCacheTTL is how long an allowed review is cached and how often an
 	// open stream is re-authorized (default authz.DefaultAllowTTL): a revoked
 	// caller's stream ends within twice this.
@@ -63,36 +70,146 @@ type Config struct {
 	// MaxStreamsPerIdentity bounds the streams one caller may hold open
 	// (default DefaultMaxStreamsPerIdentity).
 	MaxStreamsPerIdentity int
+	// MaxConcurrentStreams bounds the streams (and calls) in flight on one
+	// connection (default DefaultMaxConcurrentStreams).
+	MaxConcurrentStreams uint32
+	// MaxHeaderListSize bounds the request headers a client may send, in
+	// bytes as HTTP/2 counts them (default DefaultMaxHeaderListSize).
+	MaxHeaderListSize uint32
+	// MaxOpenStreams bounds the streams of the methods open without a token
+	// (grpc.health.v1 Watch, reflection) that all callers together hold at
+	// once (default DefaultMaxOpenStreams).
+	MaxOpenStreams int
+	// ReviewQPS and ReviewBurst are the client-side rate limit of the
+	// Kubernetes client of TokenReviews and SubjectAccessReviews
+	// (ReviewClient), apart from the component's own client: a flood of
+	// made-up tokens spends this budget, never the one of the component's
+	// Lease renewals and writes (defaults DefaultReviewQPS, DefaultReviewBurst).
+	ReviewQPS   float64
+	ReviewBurst int
+	// MaxPendingReviews bounds the reviews waiting for the API server at
+	// once; one more call that needs a review is refused with UNAVAILABLE
+	// (default authz.DefaultMaxPendingReviews).
+	MaxPendingReviews int
+}
+
+// Defaults of the limits on callers, valid or not (docs/security.md,
+// "Callers without a valid token").
+const (
+	// DefaultMaxConcurrentStreams: an ipledger client holds one Watch stream
+	// per connection and a few unary calls; grpc-go's own default is
+	// unlimited.
+	DefaultMaxConcurrentStreams = 100
+	// DefaultMaxHeaderListSize: a ServiceAccount token is 1–2 KB; grpc-go's
+	// own default is 16 MB.
+	DefaultMaxHeaderListSize = 16 << 10
+	// DefaultMaxOpenStreams: the kubelet's gRPC probes are unary Checks,
+	// and grpcurl or the plugin opens a reflection stream for a second.
+	DefaultMaxOpenStreams = 64
+	// DefaultReviewQPS and DefaultReviewBurst: callers with valid tokens
+	// cost one TokenReview and one SubjectAccessReview per AuthCacheTTL
+	// (10 s) each, so 20/s serves a few hundred of them.
+	DefaultReviewQPS   = 20
+	DefaultReviewBurst = 40
+)
+
+// DefaultAudiences sets TokenAudiences, when unset, to those of a server
+// whose own audience is own (authz.ServerAudiences: own and the legacy
+// one). Each binary calls it with its own before Flags and before New.
+func (c *Config) DefaultAudiences(own string) {
+	if len(c.TokenAudiences) == 0 {
+		c.TokenAudiences = authz.ServerAudiences(own)
+	}
 }
 
 // Flags registers --grpc-addr, --grpc-tls-cert-file, --grpc-tls-key-file,
-// --grpc-plaintext, --grpc-token-audience, --grpc-auth-cache-ttl and
-// --grpc-max-streams-per-identity.
+// --grpc-plaintext, --grpc-token-audiences (and its deprecated singular
+// --grpc-token-audience), --grpc-auth-cache-ttl,
+// --grpc-max-streams-per-identity, --grpc-max-concurrent-streams,
+// --grpc-max-header-list-size, --grpc-max-open-streams,
+// --grpc-auth-kube-api-qps, --grpc-auth-kube-api-burst and
+// --grpc-auth-max-pending-reviews.
 func (c *Config) Flags(fs *flag.FlagSet, defaultAddr string) {
 	c.Defaults()
 	fs.StringVar(&c.Addr, "grpc-addr", defaultAddr, "gRPC listen address")
 	fs.StringVar(&c.TLSCertFile, "grpc-tls-cert-file", c.TLSCertFile, "PEM serving certificate for gRPC (re-read on change)")
 	fs.StringVar(&c.TLSKeyFile, "grpc-tls-key-file", c.TLSKeyFile, "PEM private key of --grpc-tls-cert-file")
 	fs.BoolVar(&c.Plaintext, "grpc-plaintext", c.Plaintext, "serve gRPC without TLS (bearer tokens travel in clear: local development only)")
-	fs.StringVar(&c.TokenAudience, "grpc-token-audience", c.TokenAudience,
-		"audience a caller's bearer token must carry (project it with this audience); tokens for the Kubernetes API are refused")
+	fs.Var((*audiencesFlag)(&c.TokenAudiences), "grpc-token-audiences",
+		"comma-separated audiences of which a caller's bearer token must carry one: this server's own and, for one release, the legacy "+
+			authz.LegacyAudience+" of older clients; tokens for the Kubernetes API are refused")
+	fs.Func("grpc-token-audience", "deprecated: the one audience accepted (use --grpc-token-audiences)", func(v string) error {
+		c.TokenAudiences = []string{v}
+		return nil
+	})
 	fs.DurationVar(&c.AuthCacheTTL, "grpc-auth-cache-ttl", c.AuthCacheTTL,
 		"how long an allowed token and access review is cached, and how often open streams are re-authorized (a revoked caller's stream ends within twice this)")
 	fs.IntVar(&c.MaxStreamsPerIdentity, "grpc-max-streams-per-identity", c.MaxStreamsPerIdentity,
 		"open streams one caller (user name) may hold; one more is refused with RESOURCE_EXHAUSTED")
+	fs.Func("grpc-max-concurrent-streams", fmt.Sprintf("streams and calls in flight on one connection; the client waits for a free one (default %d)", c.MaxConcurrentStreams),
+		func(v string) error { return parseUint32(v, &c.MaxConcurrentStreams) })
+	fs.Func("grpc-max-header-list-size", fmt.Sprintf("bytes of request headers a client may send (HTTP/2 accounting); a bigger request is refused (default %d)", c.MaxHeaderListSize),
+		func(v string) error { return parseUint32(v, &c.MaxHeaderListSize) })
+	fs.IntVar(&c.MaxOpenStreams, "grpc-max-open-streams", c.MaxOpenStreams,
+		"streams of the methods open without a token (grpc.health.v1 Watch, reflection) all callers together may hold; one more is refused with RESOURCE_EXHAUSTED")
+	fs.Float64Var(&c.ReviewQPS, "grpc-auth-kube-api-qps", c.ReviewQPS,
+		"client-side rate limit (queries per second) of the TokenReviews and SubjectAccessReviews of gRPC callers, apart from --kube-api-qps: made-up tokens never spend the budget of the Lease renewals and writes")
+	fs.IntVar(&c.ReviewBurst, "grpc-auth-kube-api-burst", c.ReviewBurst, "client-side burst of the token and access reviews of gRPC callers")
+	fs.IntVar(&c.MaxPendingReviews, "grpc-auth-max-pending-reviews", c.MaxPendingReviews,
+		"token and access reviews that may wait for the API server at once; a call needing one more is refused with UNAVAILABLE")
 }
 
-// Defaults fills the zero values of the authorization settings (the
-// address is Flags' defaultAddr).
-func (c *Config) Defaults() {
-	if c.TokenAudience == "" {
-		c.TokenAudience = authz.Audience
+func parseUint32(v string, dst *uint32) error {
+	n, err := strconv.ParseUint(v, 10, 32)
+	if err != nil {
+		return err
 	}
+	*dst = uint32(n)
+	return nil
+}
+
+// audiencesFlag is a comma-separated list of audiences.
+type audiencesFlag []string
+
+func (f *audiencesFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *audiencesFlag) Set(v string) error {
+	var out []string
+	for _, a := range strings.Split(v, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	*f = out
+	return nil
+}
+
+// Defaults fills the zero values of the authorization settings and limits
+// (the address is Flags' defaultAddr, the audiences DefaultAudiences').
+func (c *Config) Defaults() {
 	if c.AuthCacheTTL == 0 {
 		c.AuthCacheTTL = authz.DefaultAllowTTL
 	}
 	if c.MaxStreamsPerIdentity == 0 {
 		c.MaxStreamsPerIdentity = DefaultMaxStreamsPerIdentity
+	}
+	if c.MaxConcurrentStreams == 0 {
+		c.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if c.MaxHeaderListSize == 0 {
+		c.MaxHeaderListSize = DefaultMaxHeaderListSize
+	}
+	if c.MaxOpenStreams == 0 {
+		c.MaxOpenStreams = DefaultMaxOpenStreams
+	}
+	if c.ReviewQPS == 0 {
+		c.ReviewQPS = DefaultReviewQPS
+	}
+	if c.ReviewBurst == 0 {
+		c.ReviewBurst = DefaultReviewBurst
+	}
+	if c.MaxPendingReviews == 0 {
+		c.MaxPendingReviews = authz.DefaultMaxPendingReviews
 	}
 }
 
@@ -103,12 +220,41 @@ func (c *Config) Validate() error {
 		return errors.New("--grpc-plaintext conflicts with --grpc-tls-cert-file/--grpc-tls-key-file: choose one")
 	case !c.Plaintext && (c.TLSCertFile == "" || c.TLSKeyFile == ""):
 		return errors.New("gRPC needs TLS: set --grpc-tls-cert-file and --grpc-tls-key-file, or pass --grpc-plaintext explicitly")
+	case len(c.TokenAudiences) == 0:
+		return errors.New("--grpc-token-audiences is empty: name the audiences this server accepts")
 	case c.AuthCacheTTL < 0:
 		return fmt.Errorf("--grpc-auth-cache-ttl %s: must be positive", c.AuthCacheTTL)
 	case c.MaxStreamsPerIdentity < 0:
 		return fmt.Errorf("--grpc-max-streams-per-identity %d: must be positive", c.MaxStreamsPerIdentity)
+	case c.MaxOpenStreams < 0:
+		return fmt.Errorf("--grpc-max-open-streams %d: must be positive", c.MaxOpenStreams)
+	case c.ReviewQPS < 0 || c.ReviewBurst < 0:
+		return fmt.Errorf("--grpc-auth-kube-api-qps %g, --grpc-auth-kube-api-burst %d: must be positive", c.ReviewQPS, c.ReviewBurst)
+	case c.MaxPendingReviews < 0:
+		return fmt.Errorf("--grpc-auth-max-pending-reviews %d: must be positive", c.MaxPendingReviews)
 	}
 	return nil
+}
+
+// ReviewClient builds the Kubernetes client of the TokenReviews and
+// SubjectAccessReviews (pass it to authz.New) from a copy of the
+// component's base config with a rate limiter of its own (ReviewQPS,
+// ReviewBurst): a flood of made-up tokens waits in this limiter and is
+// refused, while the component's Lease renewals and writes keep theirs.
+func (c *Config) ReviewClient(base *rest.Config) (kubernetes.Interface, error) {
+	d := *c
+	d.Defaults()
+	cfg := rest.CopyConfig(base)
+	cfg.RateLimiter = nil // a copy of base's limiter would be the same bucket
+	cfg.QPS, cfg.Burst = float32(d.ReviewQPS), d.ReviewBurst
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	cfg.UserAgent = strings.TrimSpace(rest.DefaultKubernetesUserAgent() + " ipledger-grpc-auth")
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client for token and access reviews: %w", err)
+	}
+	return client, nil
 }
 
 // Server is a gRPC server built by New.
@@ -127,7 +273,7 @@ type Server struct {
 
 // New validates cfg, listens on cfg.Addr and builds the server. Every call
 // goes through authorizer (grpc.health.v1 and reflection are open), which
-// New sets to cfg's TokenAudience and AuthCacheTTL. Metrics are registered
+// New sets to cfg's TokenAudiences, AuthCacheTTL and MaxPendingReviews. Metrics are registered
 // on reg (re-using collectors already there, so several servers may share a
 // registry).
 func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometheus.Registerer) (*Server, error) {
@@ -144,8 +290,9 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	authorizer.SetAudiences(cfg.TokenAudience)
+	authorizer.SetAudiences(cfg.TokenAudiences...)
 	authorizer.SetCacheTTLs(cfg.AuthCacheTTL, min(authz.DefaultDenyTTL, cfg.AuthCacheTTL))
+	authorizer.SetMaxPendingReviews(cfg.MaxPendingReviews)
 	var opts []grpc.ServerOption
 	if !cfg.Plaintext {
 		kp, err := newKeypairReloader(cfg.TLSCertFile, cfg.TLSKeyFile)
@@ -173,6 +320,7 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 		max:        cfg.MaxStreamsPerIdentity,
 		log:        log,
 		open:       map[string]int{},
+		openSlots:  make(chan struct{}, cfg.MaxOpenStreams),
 		ended: registerOrReuse(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipledger_grpc_server_streams_deauthorized_total",
 			Help: "Open streams ended because a re-authorization refused their caller, by gRPC code.",
@@ -180,6 +328,10 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 		overLimit: registerOrReuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ipledger_grpc_server_streams_over_identity_limit_total",
 			Help: "Streams refused with RESOURCE_EXHAUSTED because their caller held --grpc-max-streams-per-identity open streams.",
+		})),
+		overOpenLimit: registerOrReuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ipledger_grpc_server_open_streams_over_limit_total",
+			Help: "Streams of methods open without a token (health Watch, reflection) refused with RESOURCE_EXHAUSTED because --grpc-max-open-streams were held.",
 		})),
 	}
 
@@ -201,6 +353,10 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 		// ping every 10s or more without being sent away (too_many_pings).
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Bounds for everyone, token or not: streams per connection (a
+		// client waits for a free one) and the size of request headers.
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
+		grpc.MaxHeaderListSize(cfg.MaxHeaderListSize),
 		grpc.ChainUnaryInterceptor(
 			metrics.UnaryServerInterceptor(),
 			logging.UnaryServerInterceptor(logger, logOpts...),

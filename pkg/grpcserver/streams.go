@@ -39,6 +39,10 @@ type streamGuard struct {
 	log        *slog.Logger
 	ended      *prometheus.CounterVec
 	overLimit  prometheus.Counter
+	// openSlots holds a slot per open-method stream (health Watch,
+	// reflection): they need no token, so nothing else bounds them.
+	openSlots     chan struct{}
+	overOpenLimit prometheus.Counter
 
 	mu   sync.Mutex
 	open map[string]int // streams held open, by user name
@@ -58,6 +62,15 @@ func (g *streamGuard) intercept(srv any, ss grpc.ServerStream, info *grpc.Stream
 	wrapped := middleware.WrapServerStream(ss)
 	user, ok := authz.UserFrom(ctx)
 	if !ok { // an open method (health, reflection): no identity to count or re-check
+		select {
+		case g.openSlots <- struct{}{}:
+			defer func() { <-g.openSlots }()
+		default:
+			g.overOpenLimit.Inc()
+			return status.Errorf(codes.ResourceExhausted,
+				"this server already serves %d streams of methods open without a token (health Watch, reflection), its limit (--grpc-max-open-streams): retry later",
+				cap(g.openSlots))
+		}
 		wrapped.WrappedContext = ctx
 		return handler(srv, wrapped)
 	}

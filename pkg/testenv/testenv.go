@@ -187,11 +187,22 @@ func (e *Env) ServiceAccountToken(ctx context.Context, namespace, name string) (
 	return e.requestToken(ctx, namespace, name, nil)
 }
 
-// GRPCToken is ServiceAccountToken with ipledger's audience (authz.Audience):
-// the token a client sends to an ipledger gRPC server, which the Kubernetes
-// API server refuses.
+// GRPCToken is ServiceAccountToken with the audiences of all of ipledger's
+// gRPC servers (authz.WatcherAudience, IPAMAudience, EIPDAudience), a test's
+// convenience that every server accepts and the Kubernetes API server
+// refuses. A component's deployed token carries the one audience of the
+// server it calls: see GRPCTokenFor and TokenFileFor.
 func (e *Env) GRPCToken(ctx context.Context, namespace, name string) (string, error) {
-	return e.requestToken(ctx, namespace, name, []string{authz.Audience})
+	return e.GRPCTokenFor(ctx, namespace, name, AllGRPCAudiences...)
+}
+
+// AllGRPCAudiences are the audiences of every ipledger gRPC server.
+var AllGRPCAudiences = []string{authz.WatcherAudience, authz.IPAMAudience, authz.EIPDAudience}
+
+// GRPCTokenFor is ServiceAccountToken with the given audiences, e.g.
+// authz.WatcherAudience alone, as a Deployment projects it.
+func (e *Env) GRPCTokenFor(ctx context.Context, namespace, name string, audiences ...string) (string, error) {
+	return e.requestToken(ctx, namespace, name, audiences)
 }
 
 func (e *Env) requestToken(ctx context.Context, namespace, name string, audiences []string) (string, error) {
@@ -213,12 +224,21 @@ func (e *Env) requestToken(ctx context.Context, namespace, name string, audience
 	return tr.Status.Token, nil
 }
 
-// TokenFile writes a ServiceAccount token for ipledger's gRPC servers (see
-// GRPCToken) to a file in the test's temp dir, as the projected volume
-// behind --watcher-token-file holds it, and returns its path.
+// TokenFile writes a ServiceAccount token for all of ipledger's gRPC
+// servers (see GRPCToken) to a file in the test's temp dir and returns its
+// path.
 func (e *Env) TokenFile(t testing.TB, namespace, name string) string {
 	t.Helper()
-	token, err := e.GRPCToken(context.Background(), namespace, name)
+	return e.TokenFileFor(t, namespace, name, AllGRPCAudiences...)
+}
+
+// TokenFileFor writes a ServiceAccount token for the given audiences to a
+// file in the test's temp dir, as the projected volume behind
+// --watcher-token-file holds it (audience authz.WatcherAudience), and
+// returns its path.
+func (e *Env) TokenFileFor(t testing.TB, namespace, name string, audiences ...string) string {
+	t.Helper()
+	token, err := e.GRPCTokenFor(context.Background(), namespace, name, audiences...)
 	if err != nil {
 		t.Fatalf("token for %s/%s: %v", namespace, name, err)
 	}

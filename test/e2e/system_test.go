@@ -170,7 +170,7 @@ func (s *System) start(component string, replica int, extra []string) *Service {
 	if component != "watcher" {
 		svc.args = append(svc.args,
 			"--watcher-addr="+s.watcherTarget(), "--watcher-plaintext",
-			"--watcher-token-file="+s.env.TokenFile(t, testenv.SystemNamespace, "ipledger-"+component),
+			"--watcher-token-file="+s.env.TokenFileFor(t, testenv.SystemNamespace, "ipledger-"+component, authz.WatcherAudience),
 			fmt.Sprintf("--leader-elect-identity=%s-%d", component, replica))
 		svc.args = append(svc.args, leaderFlags...)
 	}

@@ -15,11 +15,17 @@ import (
 )
 
 // TestManifestsProjectTokensForIPledger: in every kustomization, the token
-// file a component sends to another (--watcher-token-file) is a projected
-// ServiceAccount token with ipledger's audience, and no server is told to
-// accept another audience: a token seen on the wire cannot be replayed
-// against the Kubernetes API.
+// file a component sends to the watcher (--watcher-token-file) is a
+// projected ServiceAccount token with the watcher's audience alone, and no
+// server is told to accept an audience other than its own and, for one
+// release, the legacy one: a token seen on the wire cannot be replayed
+// against the Kubernetes API, nor at another ipledger server.
 func TestManifestsProjectTokensForIPledger(t *testing.T) {
+	own := map[string]string{
+		"ipledger-watcher": authz.WatcherAudience,
+		"ipledger-ipam":    authz.IPAMAudience,
+		"ipledger-eipd":    authz.EIPDAudience,
+	}
 	for _, k := range kustomizations {
 		t.Run(k, func(t *testing.T) {
 			out := render(t, k)
@@ -28,16 +34,24 @@ func TestManifestsProjectTokensForIPledger(t *testing.T) {
 				spec := d.Spec.Template.Spec
 				for _, c := range spec.Containers {
 					for _, arg := range c.Args {
-						if v, ok := strings.CutPrefix(arg, "--grpc-token-audience="); ok && v != authz.Audience {
-							t.Errorf("%s/%s serves audience %q, want %q", d.Name, c.Name, v, authz.Audience)
+						for _, flag := range []string{"--grpc-token-audiences=", "--grpc-token-audience="} {
+							v, ok := strings.CutPrefix(arg, flag)
+							if !ok {
+								continue
+							}
+							for _, a := range strings.Split(v, ",") {
+								if a != own[d.Name] && a != authz.LegacyAudience {
+									t.Errorf("%s/%s accepts audience %q; want only %q (and, for one release, %q)", d.Name, c.Name, a, own[d.Name], authz.LegacyAudience)
+								}
+							}
 						}
 						path, ok := strings.CutPrefix(arg, "--watcher-token-file=")
 						if !ok {
 							continue
 						}
 						clients++
-						if got := projectedAudience(spec, c, path); got != authz.Audience {
-							t.Errorf("%s/%s sends %s, a token for audience %q; want a projected token for %q", d.Name, c.Name, path, got, authz.Audience)
+						if got := projectedAudience(spec, c, path); got != authz.WatcherAudience {
+							t.Errorf("%s/%s sends %s, a token for audience %q; want a projected token for %q", d.Name, c.Name, path, got, authz.WatcherAudience)
 						}
 					}
 				}

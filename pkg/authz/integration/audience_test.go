@@ -31,7 +31,7 @@ func TestTokenWithoutTheAudienceIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	bindViewer(t, env.Client, ns, "viewer")
-	a := authz.New(env.Client, rules, slog.New(slog.DiscardHandler))
+	a := newAuthorizer(env.Client, rules, slog.New(slog.DiscardHandler))
 	a.SetCacheTTLs(0, 0)
 	// Wait until RBAC knows the binding, proven with a token for ipledger.
 	grpcToken, err := env.GRPCToken(ctx, ns, "viewer")
@@ -48,7 +48,7 @@ func TestTokenWithoutTheAudienceIsRefused(t *testing.T) {
 		t.Fatalf("a token for the Kubernetes API: %v, want Unauthenticated", err)
 	}
 	msg := status.Convert(err).Message()
-	for _, want := range []string{authz.Audience, "--audience"} {
+	for _, want := range []string{authz.IPAMAudience, "--audience"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("refusal %q does not name %q", msg, want)
 		}
@@ -83,6 +83,6 @@ func TestAPIServerRefusesIPledgerTokens(t *testing.T) {
 		t.Fatalf("the same ServiceAccount's token for the Kubernetes API: %v, want accepted", err)
 	}
 	if err := whoami(grpcToken); !apierrors.IsUnauthorized(err) {
-		t.Fatalf("a token for %s against the Kubernetes API: %v, want 401 Unauthorized", authz.Audience, err)
+		t.Fatalf("a token for %s against the Kubernetes API: %v, want 401 Unauthorized", testenv.AllGRPCAudiences, err)
 	}
 }

@@ -74,6 +74,14 @@ func bindViewer(t testing.TB, client kubernetes.Interface, ns, name string) {
 	})
 }
 
+// newAuthorizer is authz.New accepting the audiences of an ipam server
+// (ipam's own and the legacy one), as grpcserver.New sets them.
+func newAuthorizer(client kubernetes.Interface, rules authz.Rules, log *slog.Logger) *authz.Authorizer {
+	a := authz.New(client, rules, log)
+	a.SetAudiences(authz.ServerAudiences(authz.IPAMAudience)...)
+	return a
+}
+
 func withToken(token string) context.Context {
 	md := metadata.MD{}
 	if token != "" {
@@ -121,7 +129,7 @@ func TestAuthorize(t *testing.T) {
 
 	var logs lockedBuffer
 	var reviews atomic.Int32
-	a := authz.New(countingClient(t, env.Config, &reviews), rules, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	a := newAuthorizer(countingClient(t, env.Config, &reviews), rules, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	// RBAC reaches the API server's authorizer through an informer: wait
 	// for the binding without caching the refusals meanwhile.
 	a.SetCacheTTLs(0, 0)
@@ -201,7 +209,7 @@ func TestConcurrentCallsShareOneReview(t *testing.T) {
 		t.Fatal(err)
 	}
 	bindViewer(t, env.Client, ns, "viewer")
-	probe := authz.New(env.Client, rules, slog.New(slog.DiscardHandler))
+	probe := newAuthorizer(env.Client, rules, slog.New(slog.DiscardHandler))
 	probe.SetCacheTTLs(0, 0)
 	testenv.Eventually(t, 10*time.Second, func() error {
 		_, err := probe.Authorize(withToken(viewer), listAllocations)
@@ -209,7 +217,7 @@ func TestConcurrentCallsShareOneReview(t *testing.T) {
 	})
 
 	var reviews atomic.Int32
-	a := authz.New(countingClient(t, env.Config, &reviews), rules, slog.New(slog.DiscardHandler))
+	a := newAuthorizer(countingClient(t, env.Config, &reviews), rules, slog.New(slog.DiscardHandler))
 	var wg sync.WaitGroup
 	errs := make(chan error, 50)
 	for range 50 {
@@ -246,7 +254,7 @@ func BenchmarkAuthorize(b *testing.B) {
 		ttl  time.Duration
 	}{{"uncached", 0}, {"cached", time.Hour}} {
 		b.Run(c.name, func(b *testing.B) {
-			a := authz.New(env.Client, rules, slog.New(slog.DiscardHandler))
+			a := newAuthorizer(env.Client, rules, slog.New(slog.DiscardHandler))
 			a.SetCacheTTLs(0, 0)
 			testenv.Eventually(b, 10*time.Second, func() error {
 				_, err := a.Authorize(withToken(viewer), listAllocations)

@@ -216,9 +216,10 @@ func (d *Dev) buildBinaries() error {
 
 // issueTokens writes, per service and for the viewer used with grpcurl, what
 // a Pod of it would mount: a kubeconfig with a ServiceAccount token for the
-// Kubernetes API (the automounted token) and a token file with ipledger's
-// audience (the projected token it sends to other components; the
-// kube-apiserver refuses it).
+// Kubernetes API (the automounted token) and a token file for the gRPC
+// server it calls (the projected token; the kube-apiserver refuses it): a
+// service calls the watcher (authz.WatcherAudience), the viewer ipam and
+// eipd (authz.IPAMAudience, authz.EIPDAudience).
 func (d *Dev) issueTokens(ctx context.Context, client kubernetes.Interface) error {
 	_, err := client.CoreV1().ServiceAccounts(systemNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "ipledger-viewer"}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -237,7 +238,11 @@ func (d *Dev) issueTokens(ctx context.Context, client kubernetes.Interface) erro
 		if err != nil {
 			return err
 		}
-		grpcToken, err := requestToken(ctx, client, "ipledger-"+sa, []string{authz.Audience})
+		audiences := []string{authz.WatcherAudience}
+		if sa == "viewer" {
+			audiences = []string{authz.IPAMAudience, authz.EIPDAudience}
+		}
+		grpcToken, err := requestToken(ctx, client, "ipledger-"+sa, audiences)
 		if err != nil {
 			return err
 		}

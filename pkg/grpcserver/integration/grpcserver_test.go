@@ -112,6 +112,7 @@ func start(t *testing.T, cfg grpcserver.Config) *fixture {
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:0"
 	}
+	cfg.DefaultAudiences(authz.IPAMAudience)
 	f := &fixture{reg: prometheus.NewRegistry(), logs: &lockedBuffer{}, done: make(chan error, 1)}
 	log := slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv, err := grpcserver.New(cfg, authz.New(env.Client, rules, log), log, f.reg)
@@ -163,6 +164,7 @@ func viewerTokenFile(t *testing.T, ns string) string {
 		_ = env.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
 	})
 	probe := authz.New(env.Client, rules, slog.New(slog.DiscardHandler))
+	probe.SetAudiences(authz.IPAMAudience)
 	probe.SetCacheTTLs(0, 0)
 	md := authz.PlaintextTokenFromFile(path)
 	testenv.Eventually(t, 10*time.Second, func() error {
@@ -377,16 +379,20 @@ func TestTLSAndGracefulStop(t *testing.T) {
 func TestNewRejectsUnsafeConfigs(t *testing.T) {
 	env := testenv.Get(t)
 	a := authz.New(env.Client, rules, nil)
-	if _, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0"}, a, nil, nil); err == nil {
+	aud := authz.ServerAudiences(authz.IPAMAudience)
+	if _, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0", TokenAudiences: aud}, a, nil, nil); err == nil {
 		t.Error("New without TLS files and without Plaintext: want an error")
 	}
-	if _, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0", Plaintext: true}, nil, nil, nil); err == nil {
+	if _, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0", Plaintext: true, TokenAudiences: aud}, nil, nil, nil); err == nil {
 		t.Error("New without an authorizer: want an error")
+	}
+	if _, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0", Plaintext: true}, a, nil, nil); err == nil {
+		t.Error("New without audiences: want an error")
 	}
 	// Two servers may share a registry.
 	reg := prometheus.NewRegistry()
 	for range 2 {
-		s, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0", Plaintext: true}, a, nil, reg)
+		s, err := grpcserver.New(grpcserver.Config{Addr: "127.0.0.1:0", Plaintext: true, TokenAudiences: aud}, a, nil, reg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,7 +40,7 @@ func NewRoot(streams genericiooptions.IOStreams) *cobra.Command {
 		Long: `kubectl ipledger asks ipledger's ipam, the way kubectl asks the API server: it finds ipam
 in the current kubeconfig context (namespace --ipam-namespace, default ipledger-system), opens a
 port-forward to one of its Pods (to the leader for reserve and release) and closes it when done,
-and authenticates with a short-lived token it requests for ipledger's audience (ipledger.io/grpc):
+and authenticates with a short-lived token it requests for ipam's audience (ipledger.io/ipam):
 for --service-account, or for your own ServiceAccount when the kubeconfig is one. Or give
 --token-file, and --ipam-address to dial ipam directly.
 

@@ -14,8 +14,9 @@ import (
 	"github.com/ipledger/ipledger/pkg/authz"
 )
 
-// Audience is the audience ipledger's gRPC servers accept (docs/security.md).
-const Audience = authz.Audience
+// Audience is the audience of ipam's gRPC server, the one server the plugin
+// calls (docs/security.md).
+const Audience = authz.IPAMAudience
 
 // tokenSeconds is the requested token's life: the API server's minimum. The
 // plugin needs it for one command.

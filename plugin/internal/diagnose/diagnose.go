@@ -50,7 +50,7 @@ func Explain(err error, call Call) error {
 		return fmt.Errorf("no permission: %s\nfix: bind the ClusterRole %s to that ServiceAccount, e.g.\n  kubectl create clusterrolebinding NAME --clusterrole=%s --serviceaccount=NAMESPACE:NAME",
 			msg, role, strings.Fields(role)[0])
 	case codes.Unauthenticated:
-		return fmt.Errorf("ipam refused the token: %s\nfix: pass --service-account (the plugin requests a token for it) or a current --token-file for audience ipledger.io/grpc", msg)
+		return fmt.Errorf("ipam refused the token: %s\nfix: pass --service-account (the plugin requests a token for it) or a current --token-file for audience ipledger.io/ipam", msg)
 	case codes.FailedPrecondition:
 		if strings.Contains(msg, "not the leader") {
 			fix := "retry: the plugin goes to the holder of ipam's Lease, and leadership has just moved"

@@ -285,9 +285,10 @@ func CreateNode(t testing.TB, c kubernetes.Interface, node *corev1.Node) {
 	t.Cleanup(func() { _ = nodes.Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
 }
 
-// ViewerToken returns a token for ipledger's gRPC servers (audience
-// authz.Audience) of ServiceAccount e2e-viewer of ipledger-system, bound to
-// ipledger:viewer: the role an operator's grpcurl uses.
+// ViewerToken returns a token for the gRPC servers operators call, ipam and
+// eipd (audiences authz.IPAMAudience and authz.EIPDAudience), of
+// ServiceAccount e2e-viewer of ipledger-system, bound to ipledger:viewer: the
+// role an operator's grpcurl uses.
 func ViewerToken(t testing.TB, c kubernetes.Interface) string {
 	t.Helper()
 	ctx := context.Background()
@@ -305,7 +306,7 @@ func ViewerToken(t testing.TB, c kubernetes.Interface) string {
 	}
 	expiry := int64(3600)
 	tr, err := c.CoreV1().ServiceAccounts(SystemNamespace).CreateToken(ctx, "e2e-viewer", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry, Audiences: []string{authz.Audience}},
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry, Audiences: []string{authz.IPAMAudience, authz.EIPDAudience}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("token for %s/e2e-viewer: %v", SystemNamespace, err)

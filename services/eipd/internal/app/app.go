@@ -61,6 +61,7 @@ type Config struct {
 // Defaults fills the fields left unset with eipd's defaults.
 func (c *Config) Defaults() {
 	c.Common.Defaults() // cmdmain's client rate limits (50/100) suit it
+	c.GRPC.DefaultAudiences(authz.EIPDAudience)
 	if c.Leader.LeaseName == "" {
 		c.Leader.LeaseName = LeaseName
 	}
@@ -132,7 +133,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.Controller, err = controller.New(cfg.Controller, ec2c, a.watch.Store(), a.client, a.log, a.Registry); err != nil {
 		return nil, err
 	}
-	if a.grpc, err = grpcserver.New(cfg.GRPC, authz.New(a.client, server.Rules, a.log), a.log, a.Registry); err != nil {
+	cfg.GRPC.DefaultAudiences(authz.EIPDAudience)
+	reviews, err := cfg.GRPC.ReviewClient(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	if a.grpc, err = grpcserver.New(cfg.GRPC, authz.New(reviews, server.Rules, a.log), a.log, a.Registry); err != nil {
 		return nil, err
 	}
 	a.grpc.Register(&eipdv1grpc.EIPService_ServiceDesc, server.New(ec2c, a.watch.Store(), a.Controller.Status()))

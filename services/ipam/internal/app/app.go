@@ -59,6 +59,7 @@ func (c *Config) Defaults() {
 		c.Common.KubeAPIBurst = DefaultBurst
 	}
 	c.Common.Defaults()
+	c.GRPC.DefaultAudiences(authz.IPAMAudience)
 	if c.Leader.LeaseName == "" {
 		c.Leader.LeaseName = DefaultLeaseName
 	}
@@ -120,7 +121,12 @@ func (c *Config) Run(ctx context.Context) error {
 	}
 	ctrl := controller.New(c.Controller, client, dyn, src, log.With("component", "controller"), reg)
 
-	gs, err := grpcserver.New(c.GRPC, authz.New(client, api.Rules(), log.With("component", "authz")), log.With("component", "grpc"), reg)
+	c.GRPC.DefaultAudiences(authz.IPAMAudience)
+	reviews, err := c.GRPC.ReviewClient(restCfg)
+	if err != nil {
+		return err
+	}
+	gs, err := grpcserver.New(c.GRPC, authz.New(reviews, api.Rules(), log.With("component", "authz")), log.With("component", "grpc"), reg)
 	if err != nil {
 		return err
 	}

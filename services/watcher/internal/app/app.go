@@ -56,6 +56,7 @@ type Config struct {
 // Defaults fills the fields left unset with the watcher's defaults.
 func (c *Config) Defaults() {
 	c.Common.Defaults() // cmdmain's client rate limits (50/100) suit it
+	c.GRPC.DefaultAudiences(authz.WatcherAudience)
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = 10 * time.Second
 	}
@@ -114,6 +115,11 @@ func New(cfg Config, restCfg *rest.Config, log *slog.Logger, reg *prometheus.Reg
 	if err != nil {
 		return nil, err
 	}
+	cfg.GRPC.DefaultAudiences(authz.WatcherAudience)
+	reviews, err := cfg.GRPC.ReviewClient(restCfg)
+	if err != nil {
+		return nil, err
+	}
 	w := &Watcher{cfg: cfg, log: log, reg: reg, client: client, dyn: dyn}
 	w.store = store.New(newEpoch(), cfg.HistorySize)
 	w.store.LimitHistoryBytes(cfg.HistoryBytes)
@@ -126,7 +132,7 @@ func New(cfg Config, restCfg *rest.Config, log *slog.Logger, reg *prometheus.Reg
 	})
 	w.srv = server.New(server.Config{HeartbeatInterval: cfg.HeartbeatInterval, QueueSize: cfg.QueueSize, StallTimeout: cfg.StallTimeout}, w.store,
 		w.Synced, log, server.NewMetrics(reg))
-	w.grpc, err = grpcserver.New(cfg.GRPC, authz.New(client, Rules, log), log, reg)
+	w.grpc, err = grpcserver.New(cfg.GRPC, authz.New(reviews, Rules, log), log, reg)
 	if err != nil {
 		return nil, err
 	}
