@@ -22,6 +22,8 @@ type ipPoolSpec struct {
 		Namespaces         []string               `json:"namespaces"`
 		NamespaceSelectors []metav1.LabelSelector `json:"namespaceSelectors"`
 		ServiceSelectors   []metav1.LabelSelector `json:"serviceSelectors"`
+		// MaxAddressesPerNamespace: 0 when unset (no cap).
+		MaxAddressesPerNamespace int32 `json:"maxAddressesPerNamespace"`
 	} `json:"allocation"`
 }
 
@@ -121,7 +123,7 @@ func IPPool(u *unstructured.Unstructured) (*watcherv1.Object, error) {
 		Conditions:    Conditions(p.Status.Conditions),
 	}
 	if a := p.Spec.Allocation; a != nil {
-		body.Allocation = &watcherv1.IPPoolAllocation{Priority: a.Priority, Namespaces: a.Namespaces}
+		body.Allocation = &watcherv1.IPPoolAllocation{Priority: a.Priority, Namespaces: a.Namespaces, MaxAddressesPerNamespace: a.MaxAddressesPerNamespace}
 		for i := range a.NamespaceSelectors {
 			body.Allocation.NamespaceSelectors = append(body.Allocation.NamespaceSelectors, LabelSelector(&a.NamespaceSelectors[i]))
 		}

@@ -1856,8 +1856,11 @@ type IPPoolAllocation struct {
 	Namespaces         []string         `protobuf:"bytes,2,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
 	NamespaceSelectors []*LabelSelector `protobuf:"bytes,3,rep,name=namespace_selectors,json=namespaceSelectors,proto3" json:"namespace_selectors,omitempty"`
 	ServiceSelectors   []*LabelSelector `protobuf:"bytes,4,rep,name=service_selectors,json=serviceSelectors,proto3" json:"service_selectors,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// max_addresses_per_namespace caps the pool's addresses that one
+	// namespace's Services hold or request; 0 means no cap.
+	MaxAddressesPerNamespace int32 `protobuf:"varint,5,opt,name=max_addresses_per_namespace,json=maxAddressesPerNamespace,proto3" json:"max_addresses_per_namespace,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *IPPoolAllocation) Reset() {
@@ -1916,6 +1919,13 @@ func (x *IPPoolAllocation) GetServiceSelectors() []*LabelSelector {
 		return x.ServiceSelectors
 	}
 	return nil
+}
+
+func (x *IPPoolAllocation) GetMaxAddressesPerNamespace() int32 {
+	if x != nil {
+		return x.MaxAddressesPerNamespace
+	}
+	return 0
 }
 
 // ExternalWorkload is an ipledger.io/v1alpha1 ExternalWorkload (a VM).
@@ -2499,14 +2509,15 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"allocation\x12>\n" +
 	"\n" +
 	"conditions\x18\x05 \x03(\v2\x1e.ipledger.watcher.v1.ConditionR\n" +
-	"conditions\"\xf4\x01\n" +
+	"conditions\"\xb3\x02\n" +
 	"\x10IPPoolAllocation\x12\x1a\n" +
 	"\bpriority\x18\x01 \x01(\x05R\bpriority\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\x02 \x03(\tR\n" +
 	"namespaces\x12S\n" +
 	"\x13namespace_selectors\x18\x03 \x03(\v2\".ipledger.watcher.v1.LabelSelectorR\x12namespaceSelectors\x12O\n" +
-	"\x11service_selectors\x18\x04 \x03(\v2\".ipledger.watcher.v1.LabelSelectorR\x10serviceSelectors\"\xfc\x01\n" +
+	"\x11service_selectors\x18\x04 \x03(\v2\".ipledger.watcher.v1.LabelSelectorR\x10serviceSelectors\x12=\n" +
+	"\x1bmax_addresses_per_namespace\x18\x05 \x01(\x05R\x18maxAddressesPerNamespace\"\xfc\x01\n" +
 	"\x10ExternalWorkload\x12!\n" +
 	"\fworkload_ips\x18\x01 \x03(\tR\vworkloadIps\x127\n" +
 	"\x05ports\x18\x02 \x03(\v2!.ipledger.watcher.v1.WorkloadPortR\x05ports\x12>\n" +

@@ -98,6 +98,10 @@ const (
 	// ReasonHeldOutsidePool: the Service keeps addresses its pool no longer
 	// offers (the pool shrank, was deleted or changed); ipam never moves them.
 	ReasonHeldOutsidePool Reason = "HeldOutsidePool"
+	// ReasonNamespaceQuotaExceeded: every pool that would serve the Service
+	// caps the addresses one namespace holds (maxAddressesPerNamespace), and
+	// its namespace is at the cap.
+	ReasonNamespaceQuotaExceeded Reason = "NamespaceQuotaExceeded"
 	// ReasonHeldSharedAcrossNamespaces: the Service keeps an address it
 	// shares with a Service of another namespace from before sharing was
 	// kept within a namespace, and neither lists the other's namespace in
@@ -135,6 +139,9 @@ const (
 	// VerdictFamilyMismatch: the pool has no addresses of a family the
 	// Service requires (not in the proto comment's list yet).
 	VerdictFamilyMismatch VerdictReason = "FamilyMismatch"
+	// VerdictNamespaceQuota: the Service's namespace holds or requests as
+	// many of the pool's addresses as its maxAddressesPerNamespace allows.
+	VerdictNamespaceQuota VerdictReason = "NamespaceQuotaExceeded"
 )
 
 // Error is a failed allocation or assignment. Reason is the condition reason
@@ -308,6 +315,7 @@ type Allocator struct {
 	claims   map[netip.Addr]map[string]struct{} // IP -> requesting Services
 	claimsOf map[string][]netip.Addr            // Service -> requested IPs
 	used     map[string]*[2]*big.Int            // serving pool -> used IPv4, IPv6
+	nsAddrs  nsAddrs                            // what maxAddressesPerNamespace caps
 }
 
 // ipState is what the allocator knows about one held or reserved IP.
@@ -397,6 +405,7 @@ func (a *Allocator) SetPools(pools []*Pool) PoolUpdate {
 		st.pool = name
 		a.count(ip, st, 1)
 	}
+	a.recountNamespaces()
 	for _, c := range a.conflictOf {
 		upd.Conflicts = append(upd.Conflicts, c)
 	}
@@ -472,6 +481,7 @@ func (a *Allocator) hold(ip netip.Addr, service string, sh Sharing) {
 		}
 	} else {
 		st.holders = slices.Insert(st.holders, i, holder{service, shared})
+		a.nsAddrs.add(st.pool, namespaceOf(service), ip)
 		held := a.bySvc[service]
 		if !slices.Contains(held, ip) {
 			held = append(held, ip)
@@ -742,6 +752,7 @@ func (a *Allocator) Release(service string) []Allocation {
 		}
 		key := st.holders[i].key()
 		st.holders = slices.Delete(st.holders, i, i+1)
+		a.nsAddrs.remove(st.pool, namespaceOf(service), ip)
 		a.unshare(key, ip, st)
 		a.dropIfFree(ip)
 	}
@@ -773,7 +784,11 @@ func (a *Allocator) Claim(req Request) error {
 		if p == nil {
 			continue
 		}
-		if why := a.claimRefusal(p, req); why != "" {
+		why := a.claimRefusal(p, req)
+		if why == "" {
+			why = a.claimQuotaRefusal(p, req, ip)
+		}
+		if why != "" {
 			refused = append(refused, fmt.Sprintf("%s: %s", ip, why))
 			continue
 		}
@@ -802,10 +817,35 @@ func (a *Allocator) claimRefusal(p *Pool, req Request) string {
 	return ""
 }
 
+// claimQuotaRefusal says why ip may not be claimed for req under pool p's
+// maxAddressesPerNamespace, "" when it may.
+func (a *Allocator) claimQuotaRefusal(p *Pool, req Request, ip netip.Addr) string {
+	ns := namespaceOf(req.Service)
+	if !a.overQuota(p, ns, ip) {
+		return ""
+	}
+	return quotaMessage(p, ns, a.nsAddrs.count(p.name, ns), 1)
+}
+
+// quotaMessage is the refusal of a namespace that holds or requests n of
+// pool p's addresses and would need more more under p's quota.
+func quotaMessage(p *Pool, ns string, n, more int) string {
+	needs := ""
+	if more > 1 {
+		needs = fmt.Sprintf(", and this Service needs %d more", more)
+	}
+	return fmt.Sprintf("namespace %s holds or requests %d addresses of pool %s, whose spec.allocation.maxAddressesPerNamespace is %d%s; "+
+		"release one, or ask an operator to raise the quota", ns, n, p.name, p.spec.MaxAddressesPerNamespace, needs)
+}
+
 // setClaims replaces the IPs service claims; nil clears.
 func (a *Allocator) setClaims(service string, ips []netip.Addr) {
+	ns := namespaceOf(service)
 	for _, ip := range a.claimsOf[service] {
 		if m := a.claims[ip]; m != nil {
+			if _, ok := m[service]; ok {
+				a.nsAddrs.remove(a.poolName(ip), ns, ip)
+			}
 			delete(m, service)
 			if len(m) == 0 {
 				delete(a.claims, ip)
@@ -826,6 +866,7 @@ func (a *Allocator) setClaims(service string, ips []netip.Addr) {
 			a.claimed.add(ip)
 		}
 		m[service] = struct{}{}
+		a.nsAddrs.add(a.poolName(ip), ns, ip)
 	}
 }
 

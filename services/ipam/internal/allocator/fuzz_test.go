@@ -3,6 +3,7 @@ package allocator
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"net/netip"
 	"slices"
@@ -176,7 +177,7 @@ func TestAllocatorInvariantsRandom(t *testing.T) {
 
 func runOps(t *testing.T, ops []byte) {
 	poolSets := [][]*Pool{
-		{mustPool(t, "a", spec("10.0.0.0/30", "2001:db8::/126")), mustPool(t, "b", spec("10.0.0.4-10.0.0.6"))},
+		{mustPool(t, "a", spec("10.0.0.0/30", "2001:db8::/126")), mustPool(t, "b", quota(spec("10.0.0.4-10.0.0.6"), 2))},
 		{mustPool(t, "a", spec("10.0.0.0/31")), mustPool(t, "c", spec("10.0.0.2-10.0.0.9", "2001:db8::/127"))},
 		{mustPool(t, "b", spec("10.0.0.0/29"))},
 	}
@@ -202,7 +203,7 @@ func runOps(t *testing.T, ops []byte) {
 	pols := []FamilyPolicy{SingleStack, PreferDualStack, RequireDualStack}
 	for i := 0; i+2 < len(ops); i += 3 {
 		op, x, y := ops[i], ops[i+1], ops[i+2]
-		svc := fmt.Sprintf("ns/s%d", x&7)
+		svc := fmt.Sprintf("%s/s%d", []string{"ns", "other"}[x>>5&1], x&7)
 		switch op % 8 {
 		case 7:
 			a.Claim(Request{Service: svc, RequestedIPs: []netip.Addr{ip(y)}})
@@ -237,7 +238,11 @@ func runOps(t *testing.T, ops []byte) {
 					t.Fatalf("Allocate kept %v outside its pool (%s); Explain said %s: %s", res.IPs, res.Outside, before.Reason, before.Decision)
 				}
 			default:
-				if before.Reason != ReasonAllocated || !strings.Contains(before.Decision, addrList(res.IPs)) {
+				want := ReasonAllocated
+				if len(res.Across) > 0 {
+					want = ReasonHeldSharedAcrossNamespaces
+				}
+				if before.Reason != want || !strings.Contains(before.Decision, addrList(res.IPs)) {
 					t.Fatalf("Allocate gave %v from %s; Explain said %s: %s", res.IPs, res.Pool, before.Reason, before.Decision)
 				}
 				if len(res.IPs) == 0 {
@@ -270,6 +275,11 @@ func runOps(t *testing.T, ops []byte) {
 
 func checkInvariants(t *testing.T, a *Allocator) {
 	t.Helper()
+	kept := a.nsAddrs
+	a.recountNamespaces()
+	if !maps.EqualFunc(kept.refs, a.nsAddrs.refs, maps.Equal) {
+		t.Fatalf("namespace counts drifted: kept %v, recounted %v", kept.refs, a.nsAddrs.refs)
+	}
 	recount := map[string]*[2]*big.Int{}
 	for _, p := range a.ranked {
 		recount[p.name] = &[2]*big.Int{new(big.Int), new(big.Int)}
@@ -376,4 +386,9 @@ func sharingOf(h holder) Sharing {
 		return Sharing{}
 	}
 	return *h.shared
+}
+
+func quota(s PoolSpec, max int) PoolSpec {
+	s.MaxAddressesPerNamespace = max
+	return s
 }

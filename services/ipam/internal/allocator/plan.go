@@ -162,16 +162,40 @@ func (a *Allocator) evaluate(p *Pool, req Request, n need) eval {
 			return no(VerdictFamilyMismatch, "pool %s has no %s addresses, and the Service needs %s (ipFamilyPolicy %s)", p.name, f, familyList(n.required), policyName(req.FamilyPolicy))
 		}
 	}
+	// Each new address counts against the namespace's quota in this pool,
+	// those of this request too (a dual-stack Service takes two).
+	fresh := func() int {
+		n := 0
+		for _, c := range e.ips {
+			if !a.nsAddrs.has(p.name, ns, c) {
+				n++
+			}
+		}
+		return n
+	}
+	overQuota := func(ip netip.Addr) bool {
+		max := p.spec.MaxAddressesPerNamespace
+		return max > 0 && !a.nsAddrs.has(p.name, ns, ip) && a.nsAddrs.count(p.name, ns)+fresh() >= max
+	}
+	quota := func() eval {
+		return no(VerdictNamespaceQuota, "%s", quotaMessage(p, ns, a.nsAddrs.count(p.name, ns), fresh()+1))
+	}
 	for _, f := range n.required {
 		if ip, ok := n.requested[f]; ok {
 			if err := a.usable(ip, req.Service, req.Sharing, n.held); err != nil {
 				e.err = err
 				return no(VerdictRequestedIPInUse, "%s", err.Message)
 			}
+			if !n.held && overQuota(ip) {
+				return quota()
+			}
 			e.ips = append(e.ips, ip)
 			continue
 		}
 		ip, ok := a.pick(p, f, e.ips, req)
+		if ok && overQuota(ip) {
+			return quota()
+		}
 		if !ok && p.spec.Terminating {
 			return no(VerdictExhausted, "pool %s is being deleted and hands out no new address", p.name)
 		}
@@ -193,7 +217,7 @@ func (a *Allocator) evaluate(p *Pool, req Request, n need) eval {
 	if f := n.optional; f != 0 {
 		e.full = false
 		if p.HasFamily(f) {
-			if ip, ok := a.pick(p, f, e.ips, req); ok {
+			if ip, ok := a.pick(p, f, e.ips, req); ok && !overQuota(ip) {
 				e.ips = append(e.ips, ip)
 				e.full = true
 			}
@@ -433,6 +457,8 @@ func (a *Allocator) planHeld(req Request, n need, d decision) decision {
 	case v.Reason == VerdictExhausted:
 		// It keeps what it holds; the missing family waits.
 		d.err = &Error{Reason: ReasonPoolExhausted, Message: fmt.Sprintf("the Service keeps %s, but %s", addrList(d.held), v.Message)}
+	case v.Reason == VerdictNamespaceQuota:
+		d.err = &Error{Reason: ReasonNamespaceQuotaExceeded, Message: fmt.Sprintf("the Service keeps %s, but %s", addrList(d.held), v.Message)}
 	case v.Reason == VerdictFamilyMismatch:
 		// The Service wants a family its pool has no addresses of: it asked
 		// for more (dual-stack), or the pool lost a family. Either way it
@@ -508,13 +534,18 @@ func (a *Allocator) failure(req Request, n need, evals []eval) *Error {
 		return &Error{Reason: ReasonNoMatchingPool, Message: "there are no IPPools; create one"}
 	}
 	var full []string
+	reason := ReasonPoolExhausted
 	for _, e := range evals {
-		if e.verdict.Reason == VerdictExhausted {
+		switch e.verdict.Reason {
+		case VerdictExhausted:
 			full = append(full, e.verdict.Message)
+		case VerdictNamespaceQuota:
+			full = append(full, e.verdict.Message)
+			reason = ReasonNamespaceQuotaExceeded
 		}
 	}
 	if len(full) > 0 {
-		return &Error{Reason: ReasonPoolExhausted, Message: "every pool that serves the Service is full: " + strings.Join(full, "; ")}
+		return &Error{Reason: reason, Message: "every pool that serves the Service is full or at the namespace's quota: " + strings.Join(full, "; ")}
 	}
 	return &Error{Reason: ReasonNoMatchingPool, Message: fmt.Sprintf("none of the %d IPPools serves this Service; see each pool's verdict (ExplainService)", len(evals))}
 }
@@ -526,6 +557,8 @@ func errorOf(e eval, req Request) *Error {
 		return e.err
 	case VerdictExhausted:
 		return &Error{Reason: ReasonPoolExhausted, Message: e.verdict.Message}
+	case VerdictNamespaceQuota:
+		return &Error{Reason: ReasonNamespaceQuotaExceeded, Message: e.verdict.Message}
 	case VerdictRequestedIPNotInPool:
 		return &Error{Reason: ReasonRequestedIPNotInPool, Message: e.verdict.Message}
 	}

@@ -30,6 +30,10 @@ type PoolSpec struct {
 	// Terminating is set while the IPPool is being deleted: the Services
 	// holding its addresses keep them, and it hands out nothing new.
 	Terminating bool
+	// MaxAddressesPerNamespace caps the addresses of the pool that the
+	// Services of one namespace hold or request (0 = no cap), so that no
+	// tenant can starve the others. Lowering it takes nothing back.
+	MaxAddressesPerNamespace int
 }
 
 // Pool is a parsed IPPool. It is immutable.
@@ -62,6 +66,9 @@ func ParsePool(name string, spec PoolSpec) (*Pool, error) {
 	}
 	if spec.Priority < 0 {
 		return nil, fmt.Errorf("spec.allocation.priority: %d is negative; use 0 (unset) or a positive number", spec.Priority)
+	}
+	if spec.MaxAddressesPerNamespace < 0 {
+		return nil, fmt.Errorf("spec.allocation.maxAddressesPerNamespace: %d is negative; use a positive number, or leave it out for no cap", spec.MaxAddressesPerNamespace)
 	}
 	var ranges, anycast []addrRange
 	for i, s := range spec.Addresses {

@@ -33,6 +33,33 @@ type poolStatus struct {
 	// merge patch without them leaves the last counts in place.
 	IPv4 *familyCounts `json:"ipv4,omitempty"`
 	IPv6 *familyCounts `json:"ipv6,omitempty"`
+	// NamespacesAtQuota lists the namespaces holding or requesting as many
+	// addresses as the pool's maxAddressesPerNamespace allows: written for
+	// a served pool, as [] when none, and as null (the merge patch removes
+	// it) when the pool sets no quota.
+	NamespacesAtQuota *[]namespaceUse `json:"namespacesAtQuota,omitempty"`
+}
+
+// namespaceUse is one entry of namespacesAtQuota.
+type namespaceUse struct {
+	Addresses int    `json:"addresses"`
+	Namespace string `json:"namespace"`
+}
+
+// maxNamespacesAtQuota bounds the list in the status (the count is exact:
+// the pool's Ready condition says how many there are).
+const maxNamespacesAtQuota = 50
+
+// namespacesAtQuota is the NamespacesAtQuota of a served pool.
+func namespacesAtQuota(use []allocator.NamespaceUse, quota bool) *[]namespaceUse {
+	if !quota {
+		return new([]namespaceUse)
+	}
+	out := []namespaceUse{}
+	for _, u := range use[:min(len(use), maxNamespacesAtQuota)] {
+		out = append(out, namespaceUse{Addresses: u.Addresses, Namespace: u.Namespace})
+	}
+	return &out
 }
 
 // poolCondition is one IPPool condition. LastTransitionTime is left empty
@@ -60,7 +87,9 @@ type familyCounts struct {
 // are not set on either).
 func (s poolStatus) equal(o poolStatus) bool {
 	return slices.Equal(s.Conditions, o.Conditions) && ptrEqual(s.HeldOutside, o.HeldOutside) &&
-		ptrEqual(s.IPv4, o.IPv4) && ptrEqual(s.IPv6, o.IPv6)
+		ptrEqual(s.IPv4, o.IPv4) && ptrEqual(s.IPv6, o.IPv6) &&
+		(s.NamespacesAtQuota == nil) == (o.NamespacesAtQuota == nil) &&
+		(s.NamespacesAtQuota == nil || slices.Equal(*s.NamespacesAtQuota, *o.NamespacesAtQuota))
 }
 
 func ptrEqual[T comparable](a, b *T) bool {
@@ -152,6 +181,7 @@ func (w *worker) poolStatus(obj *watcherv1.Object, heldOutside map[string]int, h
 		if u, served = w.alloc.Usage(name); served {
 			v4, v6 := familyStatus(u.IPv4), familyStatus(u.IPv6)
 			status.IPv4, status.IPv6 = &v4, &v6
+			status.NamespacesAtQuota = namespacesAtQuota(w.alloc.AtQuota(name), obj.GetIpPool().GetAllocation().GetMaxAddressesPerNamespace() > 0)
 		}
 		n := heldOutside[name]
 		status.HeldOutside = &n

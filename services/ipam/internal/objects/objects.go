@@ -155,13 +155,14 @@ func PoolSpec(obj *watcherv1.Object) allocator.PoolSpec {
 	p := obj.GetIpPool()
 	a := p.GetAllocation()
 	spec := allocator.PoolSpec{
-		Addresses:     slices.Clone(p.GetAddresses()),
-		AutoAssign:    p.GetAutoAssign(),
-		AvoidBuggyIPs: p.GetAvoidBuggyIps(),
-		Priority:      a.GetPriority(),
-		Namespaces:    slices.Clone(a.GetNamespaces()),
-		CreatedAt:     time.Unix(0, obj.GetMeta().GetCreationTimestamp()),
-		Terminating:   obj.GetMeta().GetDeletionTimestamp() != 0,
+		Addresses:                slices.Clone(p.GetAddresses()),
+		AutoAssign:               p.GetAutoAssign(),
+		AvoidBuggyIPs:            p.GetAvoidBuggyIps(),
+		Priority:                 a.GetPriority(),
+		Namespaces:               slices.Clone(a.GetNamespaces()),
+		MaxAddressesPerNamespace: int(a.GetMaxAddressesPerNamespace()),
+		CreatedAt:                time.Unix(0, obj.GetMeta().GetCreationTimestamp()),
+		Terminating:              obj.GetMeta().GetDeletionTimestamp() != 0,
 	}
 	for _, s := range a.GetNamespaceSelectors() {
 		spec.NamespaceSelectors = append(spec.NamespaceSelectors, selector(s))

@@ -1,0 +1,117 @@
+package allocator
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// poolNS is one namespace's share of one serving pool.
+type poolNS struct{ pool, namespace string }
+
+// nsAddrs counts, per serving pool and namespace, the distinct addresses
+// that the namespace's Services hold or request (claim) in it: what a pool's
+// maxAddressesPerNamespace caps. A claim counts because a requested address
+// is kept from everyone else's auto allocation: uncounted, a namespace under
+// its quota could block a whole pool by requesting every address of it. An
+// address held and requested, or held by two Services of the namespace,
+// counts once (refs counts its references).
+type nsAddrs struct {
+	refs map[poolNS]map[netip.Addr]int
+}
+
+func (n *nsAddrs) add(pool, namespace string, ip netip.Addr) {
+	if pool == "" {
+		return
+	}
+	k := poolNS{pool, namespace}
+	if n.refs == nil {
+		n.refs = map[poolNS]map[netip.Addr]int{}
+	}
+	m := n.refs[k]
+	if m == nil {
+		m = map[netip.Addr]int{}
+		n.refs[k] = m
+	}
+	m[ip]++
+}
+
+func (n *nsAddrs) remove(pool, namespace string, ip netip.Addr) {
+	k := poolNS{pool, namespace}
+	m := n.refs[k]
+	if m == nil || m[ip] == 0 {
+		return
+	}
+	if m[ip]--; m[ip] == 0 {
+		delete(m, ip)
+	}
+	if len(m) == 0 {
+		delete(n.refs, k)
+	}
+}
+
+// count is how many addresses of pool the namespace holds or requests.
+func (n *nsAddrs) count(pool, namespace string) int { return len(n.refs[poolNS{pool, namespace}]) }
+
+// has reports whether ip already counts for the namespace in pool.
+func (n *nsAddrs) has(pool, namespace string, ip netip.Addr) bool {
+	return n.refs[poolNS{pool, namespace}][ip] > 0
+}
+
+// NamespaceUse is one namespace's count of a pool's addresses.
+type NamespaceUse struct {
+	Namespace string
+	Addresses int
+}
+
+// AtQuota lists, by namespace, the namespaces that hold or request as many
+// addresses of pool as its maxAddressesPerNamespace allows (or more: the
+// quota was lowered under them, and nothing is taken back). Empty when the
+// pool sets no quota.
+func (a *Allocator) AtQuota(pool string) []NamespaceUse {
+	p := a.pools[pool]
+	if p == nil || p.spec.MaxAddressesPerNamespace <= 0 {
+		return nil
+	}
+	var out []NamespaceUse
+	for k, m := range a.nsAddrs.refs {
+		if k.pool == pool && len(m) >= p.spec.MaxAddressesPerNamespace {
+			out = append(out, NamespaceUse{Namespace: k.namespace, Addresses: len(m)})
+		}
+	}
+	slices.SortFunc(out, func(x, y NamespaceUse) int { return strings.Compare(x.Namespace, y.Namespace) })
+	return out
+}
+
+// overQuota says whether giving ip of pool p to a Service of namespace ns
+// would take the namespace past the pool's maxAddressesPerNamespace: only a
+// new address counts, never one the namespace already holds or requests.
+func (a *Allocator) overQuota(p *Pool, ns string, ip netip.Addr) bool {
+	max := p.spec.MaxAddressesPerNamespace
+	return max > 0 && !a.nsAddrs.has(p.name, ns, ip) && a.nsAddrs.count(p.name, ns) >= max
+}
+
+// recountNamespaces rebuilds the counts from every hold and claim, after
+// SetPools re-attributed addresses to pools.
+func (a *Allocator) recountNamespaces() {
+	a.nsAddrs = nsAddrs{}
+	for ip, st := range a.ips {
+		for _, h := range st.holders {
+			a.nsAddrs.add(st.pool, namespaceOf(h.service), ip)
+		}
+	}
+	for ip, services := range a.claims {
+		pool := a.poolName(ip)
+		for s := range services {
+			a.nsAddrs.add(pool, namespaceOf(s), ip)
+		}
+	}
+}
+
+// poolName is the serving pool containing ip, "" when none.
+func (a *Allocator) poolName(ip netip.Addr) string {
+	if p := a.index.lookup(ip); p != nil {
+		return p.name
+	}
+	return ""
+}

@@ -1,0 +1,130 @@
+package allocator
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestNamespaceQuota: a pool's maxAddressesPerNamespace caps what one
+// namespace holds or requests of it; other namespaces and other pools are
+// untouched, an address shared within the namespace counts once, and
+// lowering the cap takes nothing back.
+func TestNamespaceQuota(t *testing.T) {
+	capped := spec("10.0.0.0/28")
+	capped.MaxAddressesPerNamespace = 2
+	a := newAllocator(t, mustPool(t, "capped", capped))
+	mustAllocate(t, a, Request{Service: "a/one", Sharing: Sharing{Key: "k", Ports: []Port{{Port: 80}}}})
+	mustAllocate(t, a, Request{Service: "a/two"})
+	// Shared within the namespace: no new address, allowed.
+	if res := mustAllocate(t, a, Request{Service: "a/shares", Sharing: Sharing{Key: "k", Ports: []Port{{Port: 443}}}}); res.IPs[0] != netip.MustParseAddr("10.0.0.0") {
+		t.Fatalf("a/shares got %s, want the shared 10.0.0.0", res.IPs[0])
+	}
+	_, err := a.Allocate(Request{Service: "a/three"})
+	if reasonOf(err) != ReasonNamespaceQuotaExceeded || !strings.Contains(err.Error(), "namespace a holds or requests 2 addresses of pool capped, whose spec.allocation.maxAddressesPerNamespace is 2") {
+		t.Fatalf("a/three: %v, want NamespaceQuotaExceeded naming the count and pool", err)
+	}
+	// Asking for a free address by name does not reach around the cap.
+	if _, err := a.Allocate(Request{Service: "a/asks", RequestedIPs: addrs("10.0.0.9")}); reasonOf(err) != ReasonNamespaceQuotaExceeded {
+		t.Fatalf("a/asks: %v, want NamespaceQuotaExceeded", err)
+	}
+	if err := a.Claim(Request{Service: "a/asks", RequestedIPs: addrs("10.0.0.9")}); err == nil || !strings.Contains(err.Error(), "maxAddressesPerNamespace") {
+		t.Fatalf("a claim past the quota: %v, want it refused", err)
+	}
+	mustAllocate(t, a, Request{Service: "b/one"})
+	if got := a.AtQuota("capped"); !slices.Equal(got, []NamespaceUse{{"a", 2}}) {
+		t.Fatalf("AtQuota = %v", got)
+	}
+	// Requests count: namespace c requests two addresses and is at its cap
+	// before it holds any, so it cannot block the pool by requesting all.
+	if err := a.Claim(Request{Service: "c/x", RequestedIPs: addrs("10.0.0.12")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Claim(Request{Service: "c/y", RequestedIPs: addrs("10.0.0.13")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Claim(Request{Service: "c/z", RequestedIPs: addrs("10.0.0.14")}); err == nil {
+		t.Fatal("c's third request was claimed past its quota of 2")
+	}
+	if _, err := a.Allocate(Request{Service: "c/auto"}); reasonOf(err) != ReasonNamespaceQuotaExceeded {
+		t.Fatalf("c/auto: %v, want NamespaceQuotaExceeded (c requests 2)", err)
+	}
+	if res := mustAllocate(t, a, Request{Service: "c/x", RequestedIPs: addrs("10.0.0.12")}); res.IPs[0] != netip.MustParseAddr("10.0.0.12") {
+		t.Fatalf("c/x got %v, want its requested address within the quota", res.IPs)
+	}
+	// Releasing frees quota.
+	a.Release("a/two")
+	mustAllocate(t, a, Request{Service: "a/three"})
+	// Lowered under what the namespace holds: it keeps all of it.
+	capped.MaxAddressesPerNamespace = 1
+	a.SetPools([]*Pool{mustPool(t, "capped", capped)})
+	for _, svc := range []string{"a/one", "a/shares", "a/three"} {
+		if res, err := a.Allocate(Request{Service: svc, Sharing: a.sharingOf(svc)}); err != nil || len(res.IPs) != 1 {
+			t.Fatalf("%s after the quota was lowered: %v, %v; want it to keep its address", svc, res, err)
+		}
+	}
+	if got := a.AtQuota("capped"); !slices.Equal(got, []NamespaceUse{{"a", 2}, {"b", 1}, {"c", 2}}) {
+		t.Fatalf("AtQuota after lowering = %v", got)
+	}
+}
+
+// TestNamespaceQuotaSendsToAnotherPool: a namespace at one pool's cap takes
+// the next pool that serves it; a dual-stack Service needs room for both.
+func TestNamespaceQuotaSendsToAnotherPool(t *testing.T) {
+	first := spec("10.0.0.0/30", "2001:db8::/126")
+	first.Priority, first.MaxAddressesPerNamespace = 1, 1
+	second := spec("10.0.1.0/30", "2001:db8:1::/126")
+	second.Priority = 2
+	a := newAllocator(t, mustPool(t, "first", first), mustPool(t, "second", second))
+	if res := mustAllocate(t, a, Request{Service: "a/dual", FamilyPolicy: RequireDualStack}); res.Pool == "first" {
+		t.Fatalf("a RequireDualStack Service took 2 addresses of a pool capped at 1: %v", res.IPs)
+	}
+	if x := a.Explain(Request{Service: "a/dual2", FamilyPolicy: RequireDualStack}); !strings.Contains(x.Verdicts[0].Message, "this Service needs 2 more") {
+		t.Fatalf("first's verdict = %q, want it to say the Service needs 2", x.Verdicts[0].Message)
+	}
+	if res := mustAllocate(t, a, Request{Service: "a/single"}); res.Pool != "first" {
+		t.Fatalf("a/single got pool %s, want first (a holds none of it)", res.Pool)
+	}
+	if res := mustAllocate(t, a, Request{Service: "a/next"}); res.Pool != "second" {
+		t.Fatalf("a/next got pool %s, want second (a is at first's quota)", res.Pool)
+	}
+}
+
+// sharingOf is the sharing a Service holds its first address with.
+func (a *Allocator) sharingOf(service string) Sharing {
+	for _, ip := range a.bySvc[service] {
+		for _, h := range a.ips[ip].holders {
+			if h.service == service && h.shared != nil {
+				return *h.shared
+			}
+		}
+	}
+	return Sharing{}
+}
+
+// TestRequestsFollowThePoolsTenancy: neither a share both owners agreed to,
+// nor a reservation made for a Service, reaches an address of a pool that
+// does not serve the Service's namespace.
+func TestRequestsFollowThePoolsTenancy(t *testing.T) {
+	prodOnly := spec("10.0.0.0/29")
+	prodOnly.Namespaces = []string{"prod"}
+	a := newAllocator(t, mustPool(t, "prod-only", prodOnly))
+	web := mustAllocate(t, a, Request{Service: "prod/web", Sharing: Sharing{Key: "k", Ports: []Port{{Port: 443}}, CrossNamespace: []string{"*"}}}).IPs
+	if _, err := a.Allocate(Request{Service: "evil/x", RequestedIPs: web, Sharing: Sharing{Key: "k", Ports: []Port{{Port: 80}}, CrossNamespace: []string{"prod"}}}); reasonOf(err) != ReasonNoMatchingPool {
+		t.Fatalf("a share across namespaces into a pool that does not serve evil: %v, want NoMatchingPool", err)
+	}
+	reserved := netip.MustParseAddr("10.0.0.5")
+	if err := a.Reserve(Reservation{IP: reserved, Note: "n", ForService: "evil/y"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Allocate(Request{Service: "evil/y", RequestedIPs: []netip.Addr{reserved}}); reasonOf(err) != ReasonNoMatchingPool {
+		t.Fatalf("a reservation for evil/y in a pool that does not serve evil: %v, want NoMatchingPool", err)
+	}
+	if err := a.Claim(Request{Service: "evil/z", RequestedIPs: addrs("10.0.0.6")}); err == nil {
+		t.Fatal("evil/z claimed an address of a pool that does not serve it")
+	}
+	if a.claimedByOther(netip.MustParseAddr("10.0.0.6"), "prod/next") {
+		t.Fatal("evil/z's refused claim keeps 10.0.0.6 from prod's auto allocation")
+	}
+}
