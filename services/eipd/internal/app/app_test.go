@@ -88,6 +88,7 @@ func startReplica(t testing.TB, env *testenv.Env, watcher, name string, o replic
 	}
 	t.Cleanup(func() { proxy.Close() })
 	tokenFile := env.TokenFile(t, system, "ipledger-eipd")
+	env.GrantLease(t, system, "ipledger-eipd", o.lease)
 	var cfg app.Config
 	cfg.Defaults()
 	cfg.Common = cmdmain.Common{Kubeconfig: env.ServiceAccountKubeconfig(t, system, "ipledger-eipd"), LogLevel: "debug", LogFormat: "text", Namespace: system}

@@ -83,6 +83,7 @@ type replicaOpts struct {
 func startReplica(t *testing.T, env *testenv.Env, watcherAddr, name string, o replicaOpts) *replica {
 	t.Helper()
 	tokenFile := env.TokenFile(t, system, "ipledger-endpoints")
+	env.GrantLease(t, system, "ipledger-endpoints", o.lease)
 	if o.leaseDuration == 0 {
 		o.leaseDuration = 4 * time.Second
 	}
@@ -714,6 +715,7 @@ func TestSIGTERMDrainsBeforeRelease(t *testing.T) {
 	ns := env.Namespace(t, nil)
 	tokenFile := env.TokenFile(t, system, "ipledger-endpoints")
 	lease := leaseName(t)
+	env.GrantLease(t, system, "ipledger-endpoints", lease)
 	p := testenv.StartProcess(t, "endpoints", env.Binary(t, "endpoints"), nil,
 		"--kubeconfig", env.ServiceAccountKubeconfig(t, system, "ipledger-endpoints"),
 		"--watcher-addr", addr, "--watcher-plaintext", "--watcher-token-file", tokenFile,

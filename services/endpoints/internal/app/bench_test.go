@@ -99,6 +99,7 @@ func workloadIP(i int) string {
 func startBinary(tb testing.TB, env *testenv.Env, watcherAddr, lease string, extra ...string) (*testenv.Process, string) {
 	tb.Helper()
 	tokenFile := env.TokenFile(tb, system, "ipledger-endpoints")
+	env.GrantLease(tb, system, "ipledger-endpoints", lease)
 	ops := testenv.FreeAddr(tb)
 	args := append([]string{
 		"--kubeconfig", env.ServiceAccountKubeconfig(tb, system, "ipledger-endpoints"),
