@@ -95,25 +95,30 @@ done
 wait_for "web's EndpointSlice" bash -c '[ -n "$(kubectl -n team-a get endpointslices -l kubernetes.io/service-name=web -o name)" ]'
 kubectl -n team-a get endpointslices -l endpointslice.kubernetes.io/managed-by=endpoints.ipledger.io
 
-say "A Node backed by a (moto) EC2 instance, labelled for an Elastic IP"
-instance=$(python3 - <<'PY'
+say "A Node backed by a (moto) EC2 instance of the cluster (tagged ipledger.io/cluster=ipledger-dev), opted in by the operator"
+read -r instance private_ip < <(python3 - <<'PY'
 import json, os, urllib.request, urllib.parse
 url = os.environ["AWS_ENDPOINT_URL_EC2"]
 def call(params):
     data = urllib.parse.urlencode(dict(params, Version="2016-11-15")).encode()
     req = urllib.request.Request(url, data=data, headers={"Authorization": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/ec2/aws4_request, SignedHeaders=host, Signature=x"})
     return urllib.request.urlopen(req).read().decode()
-body = call({"Action": "RunInstances", "ImageId": "ami-12c6146b", "MinCount": 1, "MaxCount": 1, "InstanceType": "t3.micro"})
+body = call({"Action": "RunInstances", "ImageId": "ami-12c6146b", "MinCount": 1, "MaxCount": 1, "InstanceType": "t3.micro",
+             "TagSpecification.1.ResourceType": "instance",
+             "TagSpecification.1.Tag.1.Key": "ipledger.io/cluster", "TagSpecification.1.Tag.1.Value": "ipledger-dev"})
 import re
-print(re.search(r"<instanceId>(i-[0-9a-f]+)</instanceId>", body).group(1))
+print(re.search(r"<instanceId>(i-[0-9a-f]+)</instanceId>", body).group(1),
+      re.search(r"<privateIpAddress>([0-9.]+)</privateIpAddress>", body).group(1))
 PY
 )
 kubectl apply -f - <<YAML
 apiVersion: v1
 kind: Node
-metadata: {name: demo-node-1, labels: {ipledger.io/externalip-auto-assign: "true"}}
+metadata: {name: demo-node-1, labels: {node-restriction.kubernetes.io/ipledger-externalip-auto-assign: "true"}}
 spec: {providerID: "aws:///us-east-1a/$instance"}
 YAML
+# What a kubelet reports: eipd associates only with an instance whose private IP is the Node's InternalIP.
+kubectl patch node demo-node-1 --subresource=status --type=merge -p "{\"status\":{\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"$private_ip\"}]}}"
 wait_for "the Node's EIP label" bash -c '[ -n "$(kubectl get node demo-node-1 -o jsonpath={.metadata.labels.ipledger\\.io/externalip})" ]'
 kubectl get node demo-node-1 -L ipledger.io/externalip
 grpc "$IPLEDGER_EIPD_ADDR" ipledger.eipd.v1.EIPService/ListAddresses

@@ -1,8 +1,10 @@
 // Package controlplane runs a real etcd and kube-apiserver on loopback, built
 // from the Go module proxy by hack/build-tools.sh. It is the Kubernetes that
-// ipledger's tests and its local development environment talk to: RBAC
-// authorization, static-token and ServiceAccount authentication, dual-stack
-// Service CIDRs, and no controller-manager.
+// ipledger's tests and its local development environment talk to: Node and
+// RBAC authorization with the NodeRestriction admission plugin (what a real
+// cluster runs, so that a test acting as system:node:<name> meets the same
+// fences a kubelet does), static-token and ServiceAccount authentication,
+// dual-stack Service CIDRs, and no controller-manager.
 package controlplane
 
 import (
@@ -192,7 +194,11 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
 		"--secure-port=" + strconv.Itoa(ports[0]),
 		"--cert-dir=" + filepath.Join(cp.Dir, "certs"),
 		"--token-auth-file=" + tokens,
-		"--authorization-mode=RBAC",
+		// The Node authorizer and NodeRestriction act only on requests of
+		// users system:node:<name> in group system:nodes; every other
+		// caller is authorized by RBAC alone, as before.
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + keyFile,
 		"--service-account-signing-key-file=" + keyFile,

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ipledger/ipledger/pkg/controlplane"
 	"github.com/ipledger/ipledger/pkg/testenv"
@@ -223,6 +224,48 @@ func (m *Moto) RunInstances(t testing.TB, count int) []Instance {
 		insts = append(insts, i)
 	}
 	return insts
+}
+
+// ClusterTag is the EC2 tag key that makes an instance (and an address) one
+// of a cluster's: eipd associates Elastic IPs only with instances tagged
+// ClusterTag=<its --cluster-id>.
+const ClusterTag = "ipledger.io/cluster"
+
+// TagForCluster tags instances ClusterTag=cluster, as a node group's launch
+// template or Karpenter would tag the instances of a cluster.
+func (m *Moto) TagForCluster(t testing.TB, cluster string, insts ...Instance) {
+	t.Helper()
+	ids := make([]string, 0, len(insts))
+	for _, i := range insts {
+		ids = append(ids, i.ID)
+	}
+	_, err := m.Client().CreateTags(context.Background(), &ec2.CreateTagsInput{
+		Resources: ids, Tags: []types.Tag{{Key: aws.String(ClusterTag), Value: aws.String(cluster)}},
+	})
+	if err != nil {
+		t.Fatalf("tag instances %v for cluster %s: %v", ids, cluster, err)
+	}
+}
+
+// RunClusterInstances launches count instances tagged for cluster.
+func (m *Moto) RunClusterInstances(t testing.TB, cluster string, count int) []Instance {
+	t.Helper()
+	insts := m.RunInstances(t, count)
+	m.TagForCluster(t, cluster, insts...)
+	return insts
+}
+
+// RunClusterInstance launches one instance tagged for cluster.
+func (m *Moto) RunClusterInstance(t testing.TB, cluster string) Instance {
+	t.Helper()
+	return m.RunClusterInstances(t, cluster, 1)[0]
+}
+
+// NodeAddresses are the status.addresses a kubelet on the instance reports:
+// its private IP as InternalIP. eipd associates an address only with an
+// instance whose private IP is among its Node's InternalIPs.
+func (i Instance) NodeAddresses() []corev1.NodeAddress {
+	return []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: i.PrivateIP}}
 }
 
 // Addresses returns the addresses tagged for cluster, straight from moto.

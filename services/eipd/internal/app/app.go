@@ -130,7 +130,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("watcher stream: %w", err)
 	}
 	a.cfg.Leader.Events, a.cfg.Leader.EventComponent = a.client.CoreV1(), Component
-	if a.Controller, err = controller.New(cfg.Controller, ec2c, a.watch.Store(), a.client, a.log, a.Registry); err != nil {
+	ctrlCfg := cfg.Controller
+	ctrlCfg.ClusterID = cfg.ClusterID
+	if a.Controller, err = controller.New(ctrlCfg, ec2c, a.watch.Store(), a.client, a.log, a.Registry); err != nil {
 		return nil, err
 	}
 	cfg.GRPC.DefaultAudiences(authz.EIPDAudience)
@@ -141,7 +143,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.grpc, err = grpcserver.New(cfg.GRPC, authz.New(reviews, server.Rules, a.log), a.log, a.Registry); err != nil {
 		return nil, err
 	}
-	a.grpc.Register(&eipdv1grpc.EIPService_ServiceDesc, server.New(ec2c, a.watch.Store(), a.Controller.Status()))
+	a.grpc.Register(&eipdv1grpc.EIPService_ServiceDesc, server.New(ec2c, a.watch.Store(), a.Controller.Status(), a.Controller.Wants))
 	a.ops = opsserver.New(cfg.Ops, a.Registry, a.ready)
 	return a, nil
 }

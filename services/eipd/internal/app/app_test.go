@@ -137,11 +137,16 @@ func names(t testing.TB) (cluster, lease, prefix string) {
 	return ec2test.ClusterID(t), "eipd-" + base, base
 }
 
-func createNode(t testing.TB, env *testenv.Env, name string, inst ec2test.Instance) {
+// createNode creates a Node the operator opted in, backed by inst, which
+// is tagged here as an instance of cluster; the Node reports inst's private
+// IP as its InternalIP.
+func createNode(t testing.TB, env *testenv.Env, cluster, name string, inst ec2test.Instance) {
 	t.Helper()
+	ec2test.Get(t).TagForCluster(t, cluster, inst)
 	_, err := env.Client.CoreV1().Nodes().Create(context.Background(), &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{controller.LabelAutoAssign: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{controller.LabelOptIn: "true"}},
 		Spec:       corev1.NodeSpec{ProviderID: inst.ProviderID()},
+		Status:     corev1.NodeStatus{Addresses: inst.NodeAddresses()},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create node: %v", err)
@@ -205,7 +210,7 @@ func TestLabelledNodeEndToEnd(t *testing.T) {
 	inst := moto.RunInstance(t)
 	node := prefix + "-n1"
 	start := time.Now()
-	createNode(t, env, node, inst)
+	createNode(t, env, cluster, node, inst)
 	alloc := waitAssigned(t, env, cluster, node, inst, 30*time.Second)
 	t.Logf("labelled node got %s, associated and published in %s", alloc, time.Since(start))
 
@@ -272,7 +277,7 @@ func TestNoDuplicateThroughStreamLagDroppedAllocateAndBurst(t *testing.T) {
 	inst := ec2test.Get(t).RunInstance(t)
 	node := prefix + "-burst"
 	start := time.Now()
-	createNode(t, env, node, inst)
+	createNode(t, env, cluster, node, inst)
 	for i := range 50 {
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{"ipledger.io/test-burst":"%d"}}}`, i)
 		if _, err := env.Client.CoreV1().Nodes().Patch(context.Background(), node, k8stypes.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
@@ -307,7 +312,7 @@ func TestOnlyTheLeaseHolderMutatesEC2(t *testing.T) {
 	for i := range 3 {
 		inst := moto.RunInstance(t)
 		insts = append(insts, inst)
-		createNode(t, env, fmt.Sprintf("%s-n%d", prefix, i), inst)
+		createNode(t, env, cluster, fmt.Sprintf("%s-n%d", prefix, i), inst)
 	}
 	for i, inst := range insts {
 		waitAssigned(t, env, cluster, fmt.Sprintf("%s-n%d", prefix, i), inst, 30*time.Second)
@@ -336,7 +341,7 @@ func TestOnlyTheLeaseHolderMutatesEC2(t *testing.T) {
 	leaderR.stop()
 	inst := moto.RunInstance(t)
 	node := prefix + "-after"
-	createNode(t, env, node, inst)
+	createNode(t, env, cluster, node, inst)
 	waitAssigned(t, env, cluster, node, inst, 30*time.Second)
 	if holder() != standby.name {
 		t.Errorf("lease held by %q, want %s", holder(), standby.name)
@@ -374,7 +379,7 @@ func TestOrphansPodsAndPreventDeallocationThroughTheStream(t *testing.T) {
 	r := startReplica(t, env, startWatcher(t, env), "solo", replicaOpts{cluster: cluster, lease: lease, prevent: true, minInterval: time.Second})
 	inst := moto.RunInstance(t)
 	node := prefix + "-n1"
-	createNode(t, env, node, inst)
+	createNode(t, env, cluster, node, inst)
 	alloc := waitAssigned(t, env, cluster, node, inst, 30*time.Second)
 	n, err := env.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
 	if err != nil {
@@ -398,7 +403,7 @@ func TestOrphansPodsAndPreventDeallocationThroughTheStream(t *testing.T) {
 	})
 	inst2 := moto.RunInstance(t)
 	node2 := prefix + "-n2"
-	createNode(t, env, node2, inst2)
+	createNode(t, env, cluster, node2, inst2)
 	if got := waitAssigned(t, env, cluster, node2, inst2, 30*time.Second); got != alloc {
 		t.Errorf("next node got %s, want the kept %s (still the most referenced)", got, alloc)
 	}

@@ -38,7 +38,7 @@ func BenchmarkColdStart(b *testing.B) {
 		prefix = fmt.Sprintf("%s-%d", prefix, i)
 		insts := moto.RunInstances(b, 2*n)
 		for j := range n {
-			createNode(b, env, fmt.Sprintf("%s-e%d", prefix, j), insts[j])
+			createNode(b, env, cluster, fmt.Sprintf("%s-e%d", prefix, j), insts[j])
 		}
 
 		watcher := startWatcher(b, env)
@@ -59,7 +59,7 @@ func BenchmarkColdStart(b *testing.B) {
 			}
 			done := 0
 			for _, nd := range nodes.Items {
-				if nd.Labels[controller.LabelExternalIP] != "" && nd.Labels[controller.LabelAutoAssign] == "true" {
+				if nd.Labels[controller.LabelExternalIP] != "" && nd.Labels[controller.LabelOptIn] == "true" {
 					done++
 				}
 			}

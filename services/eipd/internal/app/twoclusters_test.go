@@ -37,7 +37,7 @@ func TestTwoClustersShareOneAccount(t *testing.T) {
 		{envB, clusterB, prefix + "-b1", insts[2], ""}, {envB, clusterB, prefix + "-b2", insts[3], ""},
 	}
 	for _, n := range nodes {
-		createNode(t, n.env, n.name, n.inst)
+		createNode(t, n.env, n.cluster, n.name, n.inst)
 	}
 	for _, n := range nodes {
 		n.alloc = waitAssigned(t, n.env, n.cluster, n.name, n.inst, 60*time.Second)

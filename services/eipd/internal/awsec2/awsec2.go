@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -72,9 +73,29 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CallTimeout, "ec2-call-timeout", c.CallTimeout, "deadline of one EC2 call including its retries")
 }
 
+// API is every EC2 action eipd calls, and the only way Client reaches EC2:
+// a call not listed here does not compile. The IAM policy shipped in
+// deploy/aws/eipd-iam-policy.json is tested against its methods
+// (TestIAMPolicyGrantsExactlyWhatEipdCalls): add an action here and the test
+// fails until the policy grants it, with its tag condition if it mutates.
+type API interface {
+	DescribeAddresses(context.Context, *ec2.DescribeAddressesInput, ...func(*ec2.Options)) (*ec2.DescribeAddressesOutput, error)
+	DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
+	DescribeNetworkInterfaces(context.Context, *ec2.DescribeNetworkInterfacesInput, ...func(*ec2.Options)) (*ec2.DescribeNetworkInterfacesOutput, error)
+	AllocateAddress(context.Context, *ec2.AllocateAddressInput, ...func(*ec2.Options)) (*ec2.AllocateAddressOutput, error)
+	CreateTags(context.Context, *ec2.CreateTagsInput, ...func(*ec2.Options)) (*ec2.CreateTagsOutput, error)
+	DeleteTags(context.Context, *ec2.DeleteTagsInput, ...func(*ec2.Options)) (*ec2.DeleteTagsOutput, error)
+	AssociateAddress(context.Context, *ec2.AssociateAddressInput, ...func(*ec2.Options)) (*ec2.AssociateAddressOutput, error)
+	DisassociateAddress(context.Context, *ec2.DisassociateAddressInput, ...func(*ec2.Options)) (*ec2.DisassociateAddressOutput, error)
+	ReleaseAddress(context.Context, *ec2.ReleaseAddressInput, ...func(*ec2.Options)) (*ec2.ReleaseAddressOutput, error)
+}
+
+var _ API = (*ec2.Client)(nil)
+
 // Client manages the Elastic IPs of one cluster.
 type Client struct {
-	ec2       *ec2.Client
+	ec2       API
+	region    string
 	clusterID string
 	cfg       Config
 	metrics   *metrics
@@ -155,7 +176,8 @@ func New(ctx context.Context, clusterID string, cfg Config, reg prometheus.Regis
 	optFns = append([]func(*ec2.Options){func(o *ec2.Options) {
 		o.APIOptions = append(o.APIOptions, m.addMiddleware)
 	}}, optFns...)
-	return &Client{ec2: ec2.NewFromConfig(awsCfg, optFns...), clusterID: clusterID, cfg: cfg, metrics: m}, nil
+	client := ec2.NewFromConfig(awsCfg, optFns...)
+	return &Client{ec2: client, region: client.Options().Region, clusterID: clusterID, cfg: cfg, metrics: m}, nil
 }
 
 // imdsRegion asks the instance metadata service of the EC2 instance eipd
@@ -172,7 +194,7 @@ func imdsRegion(ctx context.Context, awsCfg aws.Config) (string, error) {
 }
 
 // Region is the AWS region the client talks to.
-func (c *Client) Region() string { return c.ec2.Options().Region }
+func (c *Client) Region() string { return c.region }
 
 // addMiddleware counts every attempt: it sits after the retry middleware, so
 // a throttled call retried five times counts six requests and five errors.
@@ -300,12 +322,14 @@ func fromEC2(a types.Address) decide.Address {
 }
 
 // Allocate gives node an address tagged for it. It looks the Node's tag up
-// first and returns an existing address if there is one; otherwise it sends
+// first and returns an existing address if there is one (except the
+// allocation IDs in skip: addresses the caller will not use, such as one
+// held outside the cluster); otherwise it sends
 // one AllocateAddress with retries off. If that fails in a way that may have
 // allocated, it looks the tag up again; when still nothing is listed the
 // error wraps ErrUncertain.
-func (c *Client) Allocate(ctx context.Context, node string) (decide.Address, error) {
-	if existing, err := c.LookupByNode(ctx, node); err != nil {
+func (c *Client) Allocate(ctx context.Context, node string, skip map[string]bool) (decide.Address, error) {
+	if existing, err := c.lookupFor(ctx, node, skip); err != nil {
 		return decide.Address{}, err
 	} else if len(existing) > 0 {
 		return existing[0], nil
@@ -336,7 +360,7 @@ func (c *Client) Allocate(ctx context.Context, node string) (decide.Address, err
 	if !mayHaveAllocated(err) {
 		return decide.Address{}, fmt.Errorf("allocate address for node %s: %w", node, err)
 	}
-	existing, lerr := c.LookupByNode(ctx, node)
+	existing, lerr := c.lookupFor(ctx, node, skip)
 	if lerr != nil {
 		c.metrics.uncertain.Inc()
 		return decide.Address{}, fmt.Errorf("allocate address for node %s: %w (%w; and the lookup after it failed: %v)", node, ErrUncertain, err, lerr)
@@ -346,6 +370,15 @@ func (c *Client) Allocate(ctx context.Context, node string) (decide.Address, err
 	}
 	c.metrics.uncertain.Inc()
 	return decide.Address{}, fmt.Errorf("allocate address for node %s: %w: %w", node, ErrUncertain, err)
+}
+
+// lookupFor returns the addresses tagged for node, without those in skip.
+func (c *Client) lookupFor(ctx context.Context, node string, skip map[string]bool) ([]decide.Address, error) {
+	all, err := c.LookupByNode(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(a decide.Address) bool { return skip[a.AllocationID] }), nil
 }
 
 // mayHaveAllocated is false only for answers EC2 gives before acting: a 4xx
@@ -438,36 +471,129 @@ func (c *Client) Release(ctx context.Context, allocationID string) error {
 // device index 0 (yet): it is still being launched, or it is gone.
 var ErrNoPrimaryInterface = errors.New("instance has no primary network interface")
 
+// Instances describes instances in one call and returns those EC2 lists, by
+// ID. It filters on instance-id rather than naming InstanceIds, so that an
+// instance that no longer exists (or never did: a Node may name anything)
+// is simply absent instead of failing the whole call.
+func (c *Client) Instances(ctx context.Context, ids []string) (map[string]decide.Instance, error) {
+	out := map[string]decide.Instance{}
+	err := c.describeInstances(ctx, "instance-id", ids, func(inst types.Instance, d decide.Instance) {
+		if slices.Contains(ids, d.ID) { // never more than asked
+			out[d.ID] = d
+		}
+	})
+	return out, err
+}
+
+// InterfaceOwners returns the instances the associated addresses among addrs
+// are associated with, by the ID of the network interface the association
+// goes through. An interface of no instance (a NAT gateway's, a load
+// balancer's) is absent. EC2 names the instance of most associations: those
+// cost one DescribeInstances for all; an association that names only its
+// interface costs one DescribeNetworkInterfaces more, for all of them.
+func (c *Client) InterfaceOwners(ctx context.Context, addrs []decide.Address) (map[string]decide.Instance, error) {
+	byENI := map[string]string{} // interface → instance
+	var unnamed []string
+	for _, a := range addrs {
+		switch {
+		case !a.Associated() || a.NetworkInterfaceID == "":
+		case a.InstanceID != "":
+			byENI[a.NetworkInterfaceID] = a.InstanceID
+		default:
+			unnamed = append(unnamed, a.NetworkInterfaceID)
+		}
+	}
+	if len(unnamed) > 0 {
+		unnamed = slices.Compact(slices.Sorted(slices.Values(unnamed)))
+		callCtx, cancel := c.call(ctx)
+		p := ec2.NewDescribeNetworkInterfacesPaginator(c.ec2, &ec2.DescribeNetworkInterfacesInput{
+			Filters: []types.Filter{{Name: aws.String("network-interface-id"), Values: unnamed}},
+		})
+		for p.HasMorePages() {
+			page, err := p.NextPage(callCtx)
+			if err != nil {
+				cancel()
+				return nil, fmt.Errorf("describe network interfaces %s: %w", strings.Join(unnamed, ","), err)
+			}
+			for _, ni := range page.NetworkInterfaces {
+				id := aws.ToString(ni.NetworkInterfaceId)
+				if ni.Attachment != nil && aws.ToString(ni.Attachment.InstanceId) != "" && slices.Contains(unnamed, id) {
+					byENI[id] = aws.ToString(ni.Attachment.InstanceId)
+				}
+			}
+		}
+		cancel()
+	}
+	insts, err := c.Instances(ctx, slices.Collect(maps.Values(byENI)))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]decide.Instance{}
+	for eni, id := range byENI {
+		if inst, ok := insts[id]; ok {
+			out[eni] = inst
+		}
+	}
+	return out, nil
+}
+
+func (c *Client) describeInstances(ctx context.Context, filter string, values []string, each func(types.Instance, decide.Instance)) error {
+	if len(values) == 0 {
+		return nil
+	}
+	values = slices.Compact(slices.Sorted(slices.Values(values)))
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	p := ec2.NewDescribeInstancesPaginator(c.ec2, &ec2.DescribeInstancesInput{
+		Filters: []types.Filter{{Name: aws.String(filter), Values: values}},
+	})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return fmt.Errorf("describe instances (%s %s): %w", filter, strings.Join(values, ","), err)
+		}
+		for _, r := range page.Reservations {
+			for _, inst := range r.Instances {
+				each(inst, fromInstance(inst))
+			}
+		}
+	}
+	return nil
+}
+
+func fromInstance(inst types.Instance) decide.Instance {
+	id := aws.ToString(inst.InstanceId)
+	out := decide.Instance{ID: id, VPCID: aws.ToString(inst.VpcId), Tags: map[string]string{}}
+	for _, t := range inst.Tags {
+		out.Tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
+	}
+	for _, ni := range inst.NetworkInterfaces {
+		if ni.Attachment == nil || aws.ToInt32(ni.Attachment.DeviceIndex) != 0 {
+			continue
+		}
+		ip := aws.ToString(ni.PrivateIpAddress)
+		for _, p := range ni.PrivateIpAddresses {
+			if aws.ToBool(p.Primary) {
+				ip = aws.ToString(p.PrivateIpAddress)
+			}
+		}
+		if ip != "" {
+			out.Primary = decide.Target{InstanceID: id, NetworkInterfaceID: aws.ToString(ni.NetworkInterfaceId), PrivateIP: ip}
+		}
+		break
+	}
+	return out
+}
+
 // PrimaryTarget returns the primary private IP of the primary network
 // interface (device index 0) of an instance.
 func (c *Client) PrimaryTarget(ctx context.Context, instanceID string) (decide.Target, error) {
-	ctx, cancel := c.call(ctx)
-	defer cancel()
-	out, err := c.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{instanceID}})
+	insts, err := c.Instances(ctx, []string{instanceID})
 	if err != nil {
-		return decide.Target{}, fmt.Errorf("describe instance %s: %w", instanceID, err)
+		return decide.Target{}, err
 	}
-	for _, r := range out.Reservations {
-		for _, inst := range r.Instances {
-			if aws.ToString(inst.InstanceId) != instanceID {
-				continue
-			}
-			for _, ni := range inst.NetworkInterfaces {
-				if ni.Attachment == nil || aws.ToInt32(ni.Attachment.DeviceIndex) != 0 {
-					continue
-				}
-				ip := aws.ToString(ni.PrivateIpAddress)
-				for _, p := range ni.PrivateIpAddresses {
-					if aws.ToBool(p.Primary) {
-						ip = aws.ToString(p.PrivateIpAddress)
-					}
-				}
-				if ip == "" {
-					break
-				}
-				return decide.Target{InstanceID: instanceID, NetworkInterfaceID: aws.ToString(ni.NetworkInterfaceId), PrivateIP: ip}, nil
-			}
-		}
+	if t := insts[instanceID].Primary; t.NetworkInterfaceID != "" {
+		return t, nil
 	}
 	return decide.Target{}, fmt.Errorf("instance %s: %w", instanceID, ErrNoPrimaryInterface)
 }

@@ -75,7 +75,7 @@ func TestAllocateTagsAndAssociatesPrimaryInterface(t *testing.T) {
 	f := setup(t)
 	inst := f.moto.RunInstance(t)
 
-	a, err := f.client.Allocate(ctx(t), "node-a")
+	a, err := f.client.Allocate(ctx(t), "node-a", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestAllocateTagsAndAssociatesPrimaryInterface(t *testing.T) {
 		t.Fatalf("ListManaged = %+v, %v; want one address associated with the target", listed, err)
 	}
 	// A second Allocate for the same node finds the first by tag.
-	again, err := f.client.Allocate(ctx(t), "node-a")
+	again, err := f.client.Allocate(ctx(t), "node-a", nil)
 	if err != nil || again.AllocationID != a.AllocationID {
 		t.Fatalf("second Allocate = %+v, %v; want the existing %s", again, err, a.AllocationID)
 	}
@@ -129,7 +129,7 @@ func TestAllocateTagsAndAssociatesPrimaryInterface(t *testing.T) {
 func TestAllocateDroppedResponseFindsAddressByTag(t *testing.T) {
 	f := setup(t)
 	f.proxy.Inject("AllocateAddress", faultproxy.DropResponse, 1)
-	a, err := f.client.Allocate(ctx(t), "node-b")
+	a, err := f.client.Allocate(ctx(t), "node-b", nil)
 	if err != nil {
 		t.Fatalf("Allocate after a dropped response: %v (want the address found by tag)", err)
 	}
@@ -149,7 +149,7 @@ func TestAllocateDroppedAndInvisibleIsUncertain(t *testing.T) {
 	f := setup(t)
 	f.proxy.SetVisibilityDelay(time.Hour)
 	f.proxy.Inject("AllocateAddress", faultproxy.DropResponse, 1)
-	_, err := f.client.Allocate(ctx(t), "node-c")
+	_, err := f.client.Allocate(ctx(t), "node-c", nil)
 	if !errors.Is(err, awsec2.ErrUncertain) {
 		t.Fatalf("Allocate = %v, want ErrUncertain", err)
 	}
@@ -174,7 +174,7 @@ func TestAllocateDroppedAndInvisibleIsUncertain(t *testing.T) {
 func TestAllocateThrottledIsNotRetriedNorUncertain(t *testing.T) {
 	f := setup(t)
 	f.proxy.Inject("AllocateAddress", faultproxy.Throttle, 1)
-	_, err := f.client.Allocate(ctx(t), "node-d")
+	_, err := f.client.Allocate(ctx(t), "node-d", nil)
 	if err == nil || errors.Is(err, awsec2.ErrUncertain) || awsec2.ErrorCode(err) != "RequestLimitExceeded" {
 		t.Fatalf("Allocate = %v, want a plain RequestLimitExceeded error", err)
 	}
@@ -189,7 +189,7 @@ func TestAllocateThrottledIsNotRetriedNorUncertain(t *testing.T) {
 func TestAllocateServerErrorLooksUpBeforeGivingUp(t *testing.T) {
 	f := setup(t)
 	f.proxy.Inject("AllocateAddress", faultproxy.ServerError, 1)
-	_, err := f.client.Allocate(ctx(t), "node-e")
+	_, err := f.client.Allocate(ctx(t), "node-e", nil)
 	if !errors.Is(err, awsec2.ErrUncertain) {
 		t.Fatalf("Allocate after a 500 = %v, want ErrUncertain (a 5xx may have allocated)", err)
 	}
@@ -237,5 +237,51 @@ func TestPrimaryTargetUnknownInstance(t *testing.T) {
 	f := setup(t)
 	if _, err := f.client.PrimaryTarget(ctx(t), "i-0000000000000000f"); err == nil {
 		t.Fatal("PrimaryTarget of a missing instance succeeded")
+	}
+}
+
+// TestInstancesAndInterfaceOwnersInOneCallEach: instances are described in
+// one call whatever their number, one EC2 does not list is absent (not an
+// error: a Node may name anything), and an association that names only its
+// interface is traced to its instance.
+func TestInstancesAndInterfaceOwnersInOneCallEach(t *testing.T) {
+	f := setup(t)
+	insts := f.moto.RunInstances(t, 2)
+	f.moto.TagForCluster(t, f.cluster, insts[0])
+	got, err := f.client.Instances(ctx(t), []string{insts[0].ID, insts[1].ID, "i-0000000000000000f", insts[0].ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := f.proxy.Count("DescribeInstances"); n != 1 {
+		t.Errorf("%d DescribeInstances for 3 instances, want 1", n)
+	}
+	if len(got) != 2 {
+		t.Fatalf("got %d instances, want the 2 that exist: %+v", len(got), got)
+	}
+	a, b := got[insts[0].ID], got[insts[1].ID]
+	if a.Tags[decide.TagCluster] != f.cluster || b.Tags[decide.TagCluster] != "" {
+		t.Errorf("cluster tags = %q, %q; want %q and none", a.Tags[decide.TagCluster], b.Tags[decide.TagCluster], f.cluster)
+	}
+	if a.VPCID == "" || a.Primary != (decide.Target{InstanceID: insts[0].ID, NetworkInterfaceID: insts[0].NetworkInterfaceID, PrivateIP: insts[0].PrivateIP}) {
+		t.Errorf("instance = %+v, want its VPC and primary interface %s/%s", a, insts[0].NetworkInterfaceID, insts[0].PrivateIP)
+	}
+
+	addr, err := f.client.Allocate(ctx(t), "node-o", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Associate(ctx(t), addr.AllocationID, decide.Target{InstanceID: insts[1].ID, NetworkInterfaceID: insts[1].NetworkInterfaceID, PrivateIP: insts[1].PrivateIP}); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := f.client.LookupByNode(ctx(t), "node-o")
+	if err != nil || len(listed) != 1 {
+		t.Fatalf("LookupByNode = %+v, %v", listed, err)
+	}
+	owners, err := f.client.InterfaceOwners(ctx(t), listed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := owners[insts[1].NetworkInterfaceID]; !ok || o.ID != insts[1].ID {
+		t.Errorf("owner of %s = %+v, %v; want instance %s", insts[1].NetworkInterfaceID, o, ok, insts[1].ID)
 	}
 }

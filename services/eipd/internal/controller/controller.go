@@ -1,6 +1,9 @@
-// Package controller keeps one Elastic IP on every Node labelled
-// ipledger.io/externalip-auto-assign=true and gives the addresses of the
-// others back. It reads Nodes and Pods from the watcher stream, decides with
+// Package controller keeps one Elastic IP on every Node an operator opted
+// in (label node-restriction.kubernetes.io/ipledger-externalip-auto-assign=true,
+// which a kubelet cannot set on itself) and gives the addresses of the
+// others back. Before associating an address it checks, against EC2, that
+// the instance a Node names is one of this cluster's and is that Node; it
+// never takes an address from something outside the cluster. It reads Nodes and Pods from the watcher stream, decides with
 // package decide, remembers its own EC2 changes with package expect, and
 // writes EC2 (through awsec2), the Node's label and annotation, and Events.
 // The stream may be behind the API server (a watcher replica that lags), so
@@ -18,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,8 +45,12 @@ import (
 
 // Kubernetes keys eipd reads and writes.
 const (
-	// LabelAutoAssign on a Node asks for an Elastic IP.
-	LabelAutoAssign = "ipledger.io/externalip-auto-assign"
+	// LabelOptIn on a Node (=true) asks for an Elastic IP. Only an operator
+	// can set it: NodeRestriction forbids kubelets the prefix.
+	LabelOptIn = decide.LabelOptIn
+	// LabelAutoAssign is the deprecated opt-in, which a kubelet may set on
+	// its own Node: honoured only with --legacy-opt-in=accept.
+	LabelAutoAssign = decide.LabelLegacyOptIn
 	// LabelExternalIP on a Node publishes its Elastic IP; on a Pod it names
 	// the IP the Pod wants (which makes an orphan with that IP preferred).
 	LabelExternalIP = "ipledger.io/externalip"
@@ -62,6 +70,20 @@ const (
 	ReasonKept              = "EIPKept"
 	ReasonInvalidProviderID = "InvalidProviderID"
 	ReasonEC2Error          = "EIPSyncFailed"
+	// ReasonRefused: the Node's instance failed the trust check (not this
+	// cluster's, not that Node): no address is associated with it.
+	ReasonRefused = "EIPRefused"
+	// ReasonHeldOutside: an address tagged for the Node is associated with
+	// something outside the cluster; eipd leaves it alone.
+	ReasonHeldOutside = "EIPHeldOutsideCluster"
+	// ReasonDeprecatedOptIn: the Node asks only through the legacy label.
+	ReasonDeprecatedOptIn = "DeprecatedOptInLabel"
+)
+
+// Values of --legacy-opt-in.
+const (
+	LegacyOptInAccept = "accept"
+	LegacyOptInIgnore = "ignore"
 )
 
 // Config holds the controller's flags.
@@ -82,6 +104,17 @@ type Config struct {
 	PendingPoll time.Duration
 	// Workers syncing Nodes in parallel (one Node is never synced twice at once).
 	Workers int
+	// LegacyOptIn says whether the legacy label LabelAutoAssign still opts
+	// a Node in: "accept" (the default of this release, deprecated and
+	// logged) or "ignore" (only LabelOptIn counts).
+	LegacyOptIn string
+	// InstanceClusterTag is the EC2 tag key=value that makes an instance
+	// one of this cluster's; empty means ipledger.io/cluster=<ClusterID>.
+	InstanceClusterTag string
+	// VPCID, when set, is the VPC every instance of the cluster is in.
+	VPCID string
+	// ClusterID is eipd's --cluster-id (set by the app, not a flag here).
+	ClusterID string
 }
 
 // Defaults fills the fields left unset.
@@ -101,6 +134,26 @@ func (c *Config) Defaults() {
 	if c.Workers <= 0 {
 		c.Workers = 4
 	}
+	if c.LegacyOptIn == "" {
+		c.LegacyOptIn = LegacyOptInAccept
+	}
+}
+
+// Membership returns the check that makes an instance one of this
+// cluster's.
+func (c *Config) Membership() (decide.Membership, error) {
+	m := decide.Membership{TagKey: decide.TagCluster, TagValue: c.ClusterID, VPCID: c.VPCID}
+	if c.InstanceClusterTag != "" {
+		k, v, ok := strings.Cut(c.InstanceClusterTag, "=")
+		if !ok || k == "" || v == "" {
+			return m, fmt.Errorf("--instance-cluster-tag %q: want key=value, e.g. kubernetes.io/cluster/prod=owned", c.InstanceClusterTag)
+		}
+		m.TagKey, m.TagValue = k, v
+	}
+	if m.TagValue == "" {
+		return m, errors.New("no cluster ID to check instances against: set --cluster-id (or --instance-cluster-tag)")
+	}
+	return m, nil
 }
 
 // Flags registers the controller's flags with the current values as their
@@ -111,18 +164,29 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.PreventEIPDeallocation, "prevent-eip-deallocation", c.PreventEIPDeallocation, "keep the Elastic IPs of Nodes that no longer want one (disassociated, reusable) instead of releasing them")
 	fs.DurationVar(&c.ConsistencyTimeout, "ec2-consistency-timeout", c.ConsistencyTimeout, "how long EC2 may take to list an address eipd allocated or tagged before eipd stops waiting for it")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "Nodes reconciled in parallel")
+	fs.StringVar(&c.LegacyOptIn, "legacy-opt-in", c.LegacyOptIn, "whether the deprecated label "+LabelAutoAssign+"=true, which a kubelet can set on its own Node, still asks for an Elastic IP: "+
+		"accept (default in this release, logged as deprecated) or ignore (only "+LabelOptIn+"=true, which only an operator can set, counts). The default becomes ignore in the next release")
+	fs.StringVar(&c.InstanceClusterTag, "instance-cluster-tag", c.InstanceClusterTag, "EC2 tag key=value an instance must carry before eipd associates an Elastic IP with it (default "+decide.TagCluster+"=<cluster-id>; e.g. kubernetes.io/cluster/<name>=owned)")
+	fs.StringVar(&c.VPCID, "vpc-id", c.VPCID, "when set, eipd associates Elastic IPs only with instances in this VPC")
 }
 
 // EC2 is what the controller needs from EC2 (implemented by *awsec2.Client).
 type EC2 interface {
 	ListManaged(ctx context.Context) ([]decide.Address, error)
-	Allocate(ctx context.Context, node string) (decide.Address, error)
+	// Allocate returns an address tagged for node, existing (except those
+	// in skip) or new.
+	Allocate(ctx context.Context, node string, skip map[string]bool) (decide.Address, error)
 	TagNode(ctx context.Context, allocationID, node string) error
 	UntagNode(ctx context.Context, allocationID string) error
 	Associate(ctx context.Context, allocationID string, t decide.Target) (string, error)
 	Disassociate(ctx context.Context, associationID string) error
 	Release(ctx context.Context, allocationID string) error
-	PrimaryTarget(ctx context.Context, instanceID string) (decide.Target, error)
+	// Instances describes instances in one call; absent ones are missing
+	// from the map.
+	Instances(ctx context.Context, ids []string) (map[string]decide.Instance, error)
+	// InterfaceOwners describes the instances the associated addresses
+	// among addrs are associated with, by network interface ID.
+	InterfaceOwners(ctx context.Context, addrs []decide.Address) (map[string]decide.Instance, error)
 }
 
 // Store is the read-only view of the cluster (implemented by *stream.Store).
@@ -146,6 +210,8 @@ type Controller struct {
 	log     *slog.Logger
 	metrics *metrics
 	status  *StatusBook
+	member  decide.Membership
+	legacy  bool
 }
 
 // New returns a controller. Its Events go through each Run's recorder.
@@ -154,11 +220,26 @@ func New(cfg Config, ec2 EC2, store Store, kube kubernetes.Interface, log *slog.
 	minInterval := cfg.MinReconciliationInterval
 	cfg.Defaults()
 	cfg.MinReconciliationInterval = minInterval
+	var legacy bool
+	switch cfg.LegacyOptIn {
+	case LegacyOptInAccept:
+		legacy = true
+		log.Warn("Deprecated: Nodes labelled "+LabelAutoAssign+"=true get an Elastic IP, and a kubelet can set that label on its own Node. "+
+			"Label the Nodes that should have one "+LabelOptIn+"=true (only an operator can), then run with --legacy-opt-in=ignore: "+
+			"it becomes the default in the next release", "flag", "--legacy-opt-in="+cfg.LegacyOptIn)
+	case LegacyOptInIgnore:
+	default:
+		return nil, fmt.Errorf("--legacy-opt-in=%q: want %s or %s", cfg.LegacyOptIn, LegacyOptInAccept, LegacyOptInIgnore)
+	}
+	member, err := cfg.Membership()
+	if err != nil {
+		return nil, err
+	}
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	return &Controller{cfg: cfg, ec2: ec2, store: store, kube: kube, log: log, metrics: m, status: NewStatusBook()}, nil
+	return &Controller{cfg: cfg, ec2: ec2, store: store, kube: kube, log: log, metrics: m, status: NewStatusBook(), member: member, legacy: legacy}, nil
 }
 
 // Config returns the controller's effective configuration.
@@ -168,10 +249,16 @@ func (c *Controller) Config() Config { return c.cfg }
 func (c *Controller) Status() *StatusBook { return c.status }
 
 // Wants reports whether a Node (as the stream shows it) should have an
-// Elastic IP.
-func Wants(node *watcherv1.Object) bool {
-	return node != nil && node.GetMeta().GetDeletionTimestamp() == 0 &&
-		node.GetMeta().GetLabels()[LabelAutoAssign] == "true"
+// Elastic IP: not being deleted, and opted in (decide.NodeOptIn).
+func (c *Controller) Wants(node *watcherv1.Object) bool {
+	return c.optIn(node) != decide.NoOptIn
+}
+
+func (c *Controller) optIn(node *watcherv1.Object) decide.OptIn {
+	if node == nil || node.GetMeta().GetDeletionTimestamp() != 0 {
+		return decide.NoOptIn
+	}
+	return decide.NodeOptIn(node.GetMeta().GetLabels(), c.legacy)
 }
 
 // Run is one term's work: its queue and its expectations.
@@ -183,13 +270,15 @@ type Run struct {
 
 	mu       sync.Mutex
 	lastSync map[string]time.Time
+	// warned are the Nodes told this term that their opt-in is deprecated.
+	warned map[string]bool
 }
 
 // NewRun starts a term's state on a fresh queue; events is the term's
 // recorder (nil: no Events).
 func (c *Controller) NewRun(queue Queue, events record.EventRecorder) *Run {
 	c.status.Reset() // the last term's outcomes say nothing about this one
-	return &Run{c: c, queue: queue, events: events, exp: expect.New(c.cfg.ConsistencyTimeout, nil), lastSync: map[string]time.Time{}}
+	return &Run{c: c, queue: queue, events: events, exp: expect.New(c.cfg.ConsistencyTimeout, nil), lastSync: map[string]time.Time{}, warned: map[string]bool{}}
 }
 
 // Handler enqueues the Nodes whose Elastic IP may need work. Pods are read
@@ -197,17 +286,17 @@ func (c *Controller) NewRun(queue Queue, events record.EventRecorder) *Run {
 func (r *Run) Handler() stream.HandlerFuncs {
 	return stream.HandlerFuncs{
 		AddFunc: func(o *watcherv1.Object) {
-			if o.GetKind() == watcherv1.Kind_KIND_NODE && (Wants(o) || hasEIP(o)) {
+			if o.GetKind() == watcherv1.Kind_KIND_NODE && (r.c.Wants(o) || hasEIP(o)) {
 				r.enqueue(o.GetMeta().GetName())
 			}
 		},
 		UpdateFunc: func(old, o *watcherv1.Object) {
-			if o.GetKind() == watcherv1.Kind_KIND_NODE && (Wants(o) || Wants(old) || hasEIP(o)) && changed(old, o) {
+			if o.GetKind() == watcherv1.Kind_KIND_NODE && (r.c.Wants(o) || r.c.Wants(old) || hasEIP(o)) && changed(old, o) {
 				r.enqueue(o.GetMeta().GetName())
 			}
 		},
 		DeleteFunc: func(o *watcherv1.Object) {
-			if o.GetKind() == watcherv1.Kind_KIND_NODE && (Wants(o) || hasEIP(o)) {
+			if o.GetKind() == watcherv1.Kind_KIND_NODE && (r.c.Wants(o) || hasEIP(o)) {
 				r.queue.Add(o.GetMeta().GetName())
 			}
 		},
@@ -265,7 +354,7 @@ func (r *Run) Sweep(ctx context.Context) error {
 	var candidates []string
 	for _, a := range decide.Stale(view, func(node string) bool {
 		o, ok := r.c.store.Get(watcherv1.Kind_KIND_NODE, "", node)
-		return ok && Wants(o)
+		return ok && r.c.Wants(o)
 	}) {
 		if len(candidates) == 0 || candidates[len(candidates)-1] != a.Node {
 			candidates = append(candidates, a.Node)
@@ -277,7 +366,7 @@ func (r *Run) Sweep(ctx context.Context) error {
 		case res.err != nil:
 			r.c.log.Warn("Cannot confirm with the API server that a Node gave up its Elastic IP; retrying at the next sweep",
 				"node", node, "err", res.err)
-		case res.exists && Wants(res.obj):
+		case res.exists && r.c.Wants(res.obj):
 			r.refused(r.c.log.With("node", node), "sweep")
 		default:
 			r.queue.Add(node)
@@ -333,7 +422,7 @@ func (r *Run) sync(ctx context.Context, log *slog.Logger, node string, obj *watc
 // instead.
 func (r *Run) reconcile(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool,
 	view []decide.Address, waiting map[string]bool, confirmed bool) error {
-	if !exists || !Wants(obj) {
+	if !exists || !r.c.Wants(obj) {
 		intent := decide.Intent{GiveBack: true, Tagged: taggedFor(node, view), Published: exists && published(obj)}
 		if intent.Destroys() && !confirmed {
 			return r.confirm(ctx, log, node, view, waiting, true)
@@ -363,8 +452,29 @@ func (r *Run) reconcile(ctx context.Context, log *slog.Logger, node string, obj 
 		r.queue.AddAfter(node, r.c.cfg.RequeueInterval)
 		return nil
 	}
-	target, err := r.c.ec2.PrimaryTarget(ctx, instanceID)
+	if r.c.optIn(obj) == decide.LegacyOptIn {
+		r.warnLegacy(log, obj)
+	}
+	insts, err := r.c.ec2.Instances(ctx, []string{instanceID})
 	if err != nil {
+		return err
+	}
+	inst, found := insts[instanceID]
+	target, refusal := decide.Admit(decide.Claim{
+		Node: node, InstanceID: instanceID, InternalIPs: internalIPs(obj), Rivals: r.rivals(node, instanceID),
+	}, inst, found, r.c.member)
+	if refusal != nil {
+		r.refuse(log, obj, instanceID, refusal)
+		return nil
+	}
+	if target.NetworkInterfaceID == "" {
+		return fmt.Errorf("instance %s: %w", instanceID, awsec2.ErrNoPrimaryInterface)
+	}
+	// An address tagged for the Node but associated outside the cluster was
+	// not associated by eipd: it is someone else's, whatever its tags say.
+	// It is neither reassociated nor released as a duplicate.
+	held := map[string]bool{}
+	if view, err = r.withoutHeldOutside(ctx, log, obj, node, view, map[string]decide.Instance{target.NetworkInterfaceID: inst}, held); err != nil {
 		return err
 	}
 	plan := decide.Choose(decide.Input{
@@ -403,7 +513,7 @@ func (r *Run) reconcile(ctx context.Context, log *slog.Logger, node string, obj 
 		log.Info("Reusing an orphan Elastic IP", "allocationID", addr.AllocationID, "ip", addr.PublicIP)
 		r.event(obj, corev1.EventTypeNormal, ReasonClaimed, "Reusing orphan Elastic IP %s (%s)", addr.PublicIP, addr.AllocationID)
 	case decide.Allocate:
-		addr, err = r.c.ec2.Allocate(ctx, node)
+		addr, err = r.c.ec2.Allocate(ctx, node, held)
 		if errors.Is(err, awsec2.ErrUncertain) {
 			r.exp.Uncertain(node)
 			r.c.status.Set(node, StatePending, err.Error())
@@ -438,6 +548,10 @@ func (r *Run) reconcile(ctx context.Context, log *slog.Logger, node string, obj 
 // and releases (or keeps, as an orphan) every address tagged for it, and
 // clears the Node's label and annotation if the Node still exists.
 func (r *Run) giveBack(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool, view []decide.Address, waiting bool) error {
+	view, err := r.withoutHeldOutside(ctx, log, obj, node, view, nil, nil)
+	if err != nil {
+		return err
+	}
 	found := false
 	for _, a := range view {
 		if a.Node != node {

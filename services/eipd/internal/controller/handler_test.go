@@ -40,7 +40,7 @@ func TestHandlerEnqueuesOnlyWhatMatters(t *testing.T) {
 		{name: "delete of a labelled node", new: nodeObj("1", want, nil, "p"), deleted: true, enqueued: true},
 		{name: "delete of an unlabelled node", new: nodeObj("1", nil, nil, "p"), deleted: true},
 	}
-	c, err := New(Config{}, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	c, err := New(Config{ClusterID: "test"}, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,5 +60,41 @@ func TestHandlerEnqueuesOnlyWhatMatters(t *testing.T) {
 				t.Errorf("enqueued = %v, want %v", got, tt.enqueued)
 			}
 		})
+	}
+}
+
+func TestOptInLabels(t *testing.T) {
+	operator := map[string]string{LabelOptIn: "true"}
+	legacy := map[string]string{LabelAutoAssign: "true"}
+	for _, tt := range []struct {
+		legacyOptIn     string
+		labels          map[string]string
+		wants, enqueued bool
+	}{
+		{legacyOptIn: "", labels: legacy, wants: true, enqueued: true}, // the default accepts it (deprecated)
+		{legacyOptIn: LegacyOptInAccept, labels: legacy, wants: true, enqueued: true},
+		{legacyOptIn: LegacyOptInIgnore, labels: legacy},
+		{legacyOptIn: LegacyOptInIgnore, labels: operator, wants: true, enqueued: true},
+		{legacyOptIn: LegacyOptInAccept, labels: operator, wants: true, enqueued: true},
+	} {
+		c, err := New(Config{ClusterID: "test", LegacyOptIn: tt.legacyOptIn}, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := nodeObj("1", tt.labels, nil, "aws:///z/i-1")
+		q := &recordingQueue{}
+		c.NewRun(q, nil).Handler().OnAdd(n)
+		if got := c.Wants(n); got != tt.wants {
+			t.Errorf("--legacy-opt-in=%q, labels %v: Wants = %v, want %v", tt.legacyOptIn, tt.labels, got, tt.wants)
+		}
+		if got := len(q.added) > 0; got != tt.enqueued {
+			t.Errorf("--legacy-opt-in=%q, labels %v: enqueued = %v, want %v", tt.legacyOptIn, tt.labels, got, tt.enqueued)
+		}
+	}
+	if _, err := New(Config{ClusterID: "test", LegacyOptIn: "yes"}, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil); err == nil {
+		t.Error("--legacy-opt-in=yes accepted")
+	}
+	if _, err := New(Config{ClusterID: "test", InstanceClusterTag: "novalue"}, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil); err == nil {
+		t.Error("--instance-cluster-tag=novalue accepted")
 	}
 }

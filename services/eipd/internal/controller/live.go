@@ -75,7 +75,7 @@ func (r *Run) confirm(ctx context.Context, log *slog.Logger, node string, view [
 	if live.err != nil {
 		return fmt.Errorf("cannot confirm with the API server before touching Node %s's Elastic IP (nothing given back): %w", node, live.err)
 	}
-	if viewGivesBack && live.exists && Wants(live.obj) {
+	if viewGivesBack && live.exists && r.c.Wants(live.obj) {
 		r.refused(log, "sync")
 	}
 	return r.reconcile(ctx, log, node, live.obj, live.exists, view, waiting, true)

@@ -17,6 +17,9 @@ type metrics struct {
 	liveReads                     *prometheus.CounterVec
 	liveReadSeconds               prometheus.Histogram
 	sweeps                        *prometheus.CounterVec
+	refusedAssociations           *prometheus.CounterVec
+	heldOutside                   prometheus.Counter
+	legacyOptIns                  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -52,6 +55,21 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipledger_eipd_sweeps_total", Help: "Sweeps of this cluster's Elastic IPs for Nodes that no longer want them, by result: ok, error.",
 		}, []string{"result"}),
+		refusedAssociations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipledger_eipd_associations_refused_total",
+			Help: "Syncs in which eipd refused to associate an Elastic IP with the instance a Node names, by reason: instance-not-found, not-in-cluster, wrong-vpc, no-internal-ip, internal-ip-mismatch, instance-claimed-twice.",
+		}, []string{"reason"}),
+		heldOutside: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ipledger_eipd_addresses_held_outside_total",
+			Help: "Times an Elastic IP tagged for one of the cluster's Nodes was found associated outside the cluster (another cluster's or an untagged instance, a NAT gateway) and left alone: neither released nor reassociated.",
+		}),
+		legacyOptIns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ipledger_eipd_legacy_opt_ins_total",
+			Help: "Nodes (once per term each) that asked for an Elastic IP only through the deprecated label ipledger.io/externalip-auto-assign, honoured with --legacy-opt-in=accept.",
+		}),
+	}
+	for _, reason := range decide.RefusalReasons {
+		m.refusedAssociations.WithLabelValues(reason)
 	}
 	// Both sources are exported from the start, at 0, so that the first
 	// refusal is an increase an alert or a dashboard can see.
@@ -59,7 +77,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.refused.WithLabelValues(source)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.managed, m.associated, m.orphaned, m.duplicates, m.syncs, m.refused, m.liveReads, m.liveReadSeconds, m.sweeps} {
+		for _, c := range []prometheus.Collector{m.managed, m.associated, m.orphaned, m.duplicates, m.syncs, m.refused, m.liveReads, m.liveReadSeconds, m.sweeps, m.refusedAssociations, m.heldOutside, m.legacyOptIns} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register controller metrics: %w", err)
 			}

@@ -227,3 +227,161 @@ func InstanceID(providerID string) (string, error) {
 	}
 	return id, nil
 }
+
+// Labels that ask for an Elastic IP on a Node.
+const (
+	// LabelOptIn is the opt-in: the NodeRestriction admission plugin forbids
+	// a kubelet to set, change or remove any label under
+	// node-restriction.kubernetes.io/ on its own Node, so only an operator
+	// (or a controller acting for one) can give a Node a public IP.
+	LabelOptIn = "node-restriction.kubernetes.io/ipledger-externalip-auto-assign"
+	// LabelLegacyOptIn is the opt-in of earlier releases. A kubelet may set
+	// it on its own Node; it is accepted only while --legacy-opt-in=accept.
+	LabelLegacyOptIn = "ipledger.io/externalip-auto-assign"
+)
+
+// OptIn says where a Node's wish for an Elastic IP comes from.
+type OptIn int
+
+const (
+	// NoOptIn: the Node asks for nothing, or only through the legacy label
+	// while it is not accepted.
+	NoOptIn OptIn = iota
+	// OperatorOptIn: the Node carries LabelOptIn=true.
+	OperatorOptIn
+	// LegacyOptIn: the Node carries only LabelLegacyOptIn=true, and the
+	// legacy label is accepted (deprecated).
+	LegacyOptIn
+)
+
+// NodeOptIn reads a Node's opt-in from its labels. The legacy label counts
+// only when acceptLegacy is set, and only on a Node without the operator's
+// label: an operator's LabelOptIn=false refuses a Node that labels itself.
+func NodeOptIn(labels map[string]string, acceptLegacy bool) OptIn {
+	v, set := labels[LabelOptIn]
+	switch {
+	case set && v == "true":
+		return OperatorOptIn
+	case set:
+		return NoOptIn
+	case acceptLegacy && labels[LabelLegacyOptIn] == "true":
+		return LegacyOptIn
+	}
+	return NoOptIn
+}
+
+// Instance is an EC2 instance as eipd checks it before associating an
+// address with it, or before taking one away from it.
+type Instance struct {
+	ID    string
+	VPCID string
+	// Tags are the instance's EC2 tags: set by whoever launched it (the node
+	// group's launch template, Karpenter), not by the node itself.
+	Tags map[string]string
+	// Primary is where an address goes; its NetworkInterfaceID is empty
+	// when the instance has no primary interface (launching, or gone).
+	Primary Target
+}
+
+// Membership is what makes an instance one of this cluster's: a tag (by
+// default ipledger.io/cluster=<cluster-id>) and, when VPCID is set, its VPC.
+type Membership struct {
+	TagKey, TagValue string
+	VPCID            string
+}
+
+// Refusal reasons: the reason label of ipledger_eipd_associations_refused_total
+// and the start of the refusal's message.
+const (
+	RefusedNoInstance   = "instance-not-found"
+	RefusedNotInCluster = "not-in-cluster"
+	RefusedWrongVPC     = "wrong-vpc"
+	RefusedNoInternalIP = "no-internal-ip"
+	RefusedIPMismatch   = "internal-ip-mismatch"
+	RefusedClaimedTwice = "instance-claimed-twice"
+)
+
+// RefusalReasons lists every reason, for metrics exported at zero.
+var RefusalReasons = []string{RefusedNoInstance, RefusedNotInCluster, RefusedWrongVPC, RefusedNoInternalIP,
+	RefusedIPMismatch, RefusedClaimedTwice}
+
+// Member reports whether inst belongs to the cluster, and if not, the
+// reason and why.
+func (m Membership) Member(inst Instance) (ok bool, reason, why string) {
+	if v, tagged := inst.Tags[m.TagKey]; !tagged || v != m.TagValue {
+		if !tagged {
+			return false, RefusedNotInCluster, fmt.Sprintf("instance %s has no tag %s (want %s=%s, set by its node group or provisioner)", inst.ID, m.TagKey, m.TagKey, m.TagValue)
+		}
+		return false, RefusedNotInCluster, fmt.Sprintf("instance %s is tagged %s=%s, not %s", inst.ID, m.TagKey, v, m.TagValue)
+	}
+	if m.VPCID != "" && inst.VPCID != m.VPCID {
+		return false, RefusedWrongVPC, fmt.Sprintf("instance %s is in VPC %q, not the cluster's %s", inst.ID, inst.VPCID, m.VPCID)
+	}
+	return true, "", ""
+}
+
+// Claim is what a Node says about itself: all of it written by the node's
+// own kubelet (spec.providerID, status.addresses), so none of it is trusted
+// on its own word.
+type Claim struct {
+	Node       string
+	InstanceID string
+	// InternalIPs are the Node's status.addresses of type InternalIP.
+	InternalIPs []string
+	// Rivals are the other Nodes whose providerID names the same instance.
+	Rivals []string
+}
+
+// Refusal says why a Node gets no address associated with its instance.
+type Refusal struct {
+	Reason  string
+	Message string
+}
+
+func (r *Refusal) Error() string { return r.Reason + ": " + r.Message }
+
+// Admit decides whether eipd may associate an Elastic IP with the instance
+// a Node names. It checks what the node cannot forge on its own: that the
+// instance exists and is one of this cluster's (tags set at launch, VPC), that
+// no other Node names the same instance, and that the instance's primary
+// private IP is one of the Node's InternalIPs (so a Node cannot name an
+// instance it is not). found is false when EC2 does not list the instance.
+// It returns the target to associate with, or the refusal.
+func Admit(c Claim, inst Instance, found bool, m Membership) (Target, *Refusal) {
+	if !found {
+		return Target{}, &Refusal{RefusedNoInstance, fmt.Sprintf("EC2 lists no instance %s (the Node's spec.providerID)", c.InstanceID)}
+	}
+	if ok, reason, why := m.Member(inst); !ok {
+		return Target{}, &Refusal{reason, why}
+	}
+	if len(c.Rivals) > 0 {
+		rivals := slices.Sorted(slices.Values(c.Rivals))
+		return Target{}, &Refusal{RefusedClaimedTwice, fmt.Sprintf("instance %s is also named by Node(s) %s: eipd cannot tell which is the instance", inst.ID, strings.Join(rivals, ", "))}
+	}
+	if len(c.InternalIPs) == 0 {
+		return Target{}, &Refusal{RefusedNoInternalIP, "the Node reports no InternalIP to compare with its instance's private IP"}
+	}
+	if inst.Primary.NetworkInterfaceID != "" && !slices.Contains(c.InternalIPs, inst.Primary.PrivateIP) {
+		return Target{}, &Refusal{RefusedIPMismatch, fmt.Sprintf("instance %s has private IP %s, the Node reports InternalIP %s",
+			inst.ID, inst.Primary.PrivateIP, strings.Join(c.InternalIPs, ", "))}
+	}
+	return inst.Primary, nil
+}
+
+// HeldOutside reports whether an address is associated with something eipd
+// would never have associated it with: an instance that is not the cluster's,
+// or a network interface of no instance EC2 lists (a NAT gateway, a load
+// balancer). Such an address is someone else's, whatever its tags say, and
+// eipd neither disassociates, releases nor reassociates it. owners holds the
+// instances EC2 listed, by the ID of a network interface attached to them.
+func HeldOutside(a Address, owners map[string]Instance, m Membership) bool {
+	if !a.Associated() {
+		return false
+	}
+	inst, ok := owners[a.NetworkInterfaceID]
+	if !ok {
+		return true
+	}
+	member, _, _ := m.Member(inst)
+	return !member
+}

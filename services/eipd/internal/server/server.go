@@ -42,11 +42,13 @@ type Server struct {
 	addrs  Addresses
 	nodes  Nodes
 	status *controller.StatusBook
+	wants  func(*watcherv1.Object) bool
 }
 
-// New returns the service.
-func New(addrs Addresses, nodes Nodes, book *controller.StatusBook) *Server {
-	return &Server{addrs: addrs, nodes: nodes, status: book}
+// New returns the service; wants says which Nodes should have an address
+// (the controller's Wants).
+func New(addrs Addresses, nodes Nodes, book *controller.StatusBook, wants func(*watcherv1.Object) bool) *Server {
+	return &Server{addrs: addrs, nodes: nodes, status: book, wants: wants}
 }
 
 // ListAddresses implements EIPService.ListAddresses.
@@ -58,14 +60,14 @@ func (s *Server) ListAddresses(ctx context.Context, req *eipdv1.ListAddressesReq
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "cannot list Elastic IPs from EC2 (retry later; eipd's log has the cause): %v", err)
 	}
-	return &eipdv1.ListAddressesResponse{Addresses: Build(view, s.nodes.List(watcherv1.Kind_KIND_NODE), s.status, req.GetNode())}, nil
+	return &eipdv1.ListAddressesResponse{Addresses: Build(view, s.nodes.List(watcherv1.Kind_KIND_NODE), s.status, s.wants, req.GetNode())}, nil
 }
 
-// Build joins EC2's view with the Nodes: one entry per labelled Node (its
+// Build joins EC2's view with the Nodes: one entry per Node that wants one (its
 // address, or Pending/Error), one per address tagged for a Node that wants
 // none (Orphaned, being given back), one per orphan. only restricts the
 // answer to one Node. Entries are ordered by Node, then allocation ID.
-func Build(view []decide.Address, nodes []*watcherv1.Object, book *controller.StatusBook, only string) []*eipdv1.Address {
+func Build(view []decide.Address, nodes []*watcherv1.Object, book *controller.StatusBook, wants func(*watcherv1.Object) bool, only string) []*eipdv1.Address {
 	byNode := map[string][]decide.Address{}
 	for _, a := range view {
 		byNode[a.Node] = append(byNode[a.Node], a)
@@ -74,7 +76,7 @@ func Build(view []decide.Address, nodes []*watcherv1.Object, book *controller.St
 	wanted := map[string]bool{}
 	for _, n := range nodes {
 		name := n.GetMeta().GetName()
-		if !controller.Wants(n) || (only != "" && name != only) {
+		if !wants(n) || (only != "" && name != only) {
 			continue
 		}
 		wanted[name] = true

@@ -24,6 +24,11 @@ func node(name string, want bool) *watcherv1.Object {
 		Body: &watcherv1.Object_Node{Node: &watcherv1.Node{ProviderId: "aws:///z/i-0" + name[len(name)-1:]}}}
 }
 
+// wants is the controller's rule with the legacy label accepted, as by default.
+func wants(n *watcherv1.Object) bool {
+	return decide.NodeOptIn(n.GetMeta().GetLabels(), true) != decide.NoOptIn
+}
+
 type fakeAddrs struct {
 	view []decide.Address
 	err  error
@@ -45,7 +50,7 @@ func TestListAddresses(t *testing.T) {
 	nodes := fakeNodes{node("n1", true), node("n2", true), node("n3", true), node("n4", false)}
 	book := controller.NewStatusBook()
 	book.Set("n3", controller.StateError, "instance has no primary network interface")
-	s := New(fakeAddrs{view: view}, nodes, book)
+	s := New(fakeAddrs{view: view}, nodes, book, wants)
 
 	resp, err := s.ListAddresses(context.Background(), &eipdv1.ListAddressesRequest{})
 	if err != nil {
@@ -83,7 +88,7 @@ func TestListAddresses(t *testing.T) {
 }
 
 func TestListAddressesErrors(t *testing.T) {
-	s := New(fakeAddrs{err: errors.New("throttled")}, fakeNodes{}, controller.NewStatusBook())
+	s := New(fakeAddrs{err: errors.New("throttled")}, fakeNodes{}, controller.NewStatusBook(), wants)
 	if _, err := s.ListAddresses(context.Background(), &eipdv1.ListAddressesRequest{}); status.Code(err) != codes.Unavailable {
 		t.Errorf("EC2 failure: %v, want Unavailable", err)
 	}

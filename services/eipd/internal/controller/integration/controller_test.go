@@ -193,7 +193,7 @@ func TestLabelRemovedReleasesAndClearsNode(t *testing.T) {
 	node := h.nodeName("unl")
 	h.createNode(node, inst, true)
 	h.waitAssigned(node, inst, 20*time.Second)
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, controller.LabelAutoAssign)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, controller.LabelOptIn)
 	if _, err := h.env.Client.CoreV1().Nodes().Patch(h.ctx(), node, k8stypes.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestInvalidProviderIDGetsEvent(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, options{})
 	node := h.nodeName("badpid")
-	h.createNode(node, ec2test.Instance{ID: "nope", Zone: "z"}, true)
+	h.createNodeAs(node, ec2test.Instance{ID: "nope", Zone: "z"}.ProviderID(), nil, map[string]string{controller.LabelOptIn: "true"})
 	h.waitEvent(node, controller.ReasonInvalidProviderID)
 	if n := h.proxy.Mutations(); n != 0 {
 		t.Errorf("%d EC2 mutations for a node with an invalid providerID", n)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -249,6 +250,9 @@ func newHarness(t *testing.T, opts options) *harness {
 	h.store = store
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := opts.cfg
+	if cfg.ClusterID == "" {
+		cfg.ClusterID = h.cluster
+	}
 	if cfg.PendingPoll == 0 {
 		cfg.PendingPoll = 200 * time.Millisecond
 	}
@@ -338,16 +342,33 @@ func (h *harness) ctx() context.Context {
 	return ctx
 }
 
-// createNode creates a Node of this test backed by inst.
+// createNode creates a Node of this test backed by inst, an instance of the
+// cluster (tagged for it here) whose private IP the Node reports as its
+// InternalIP; autoAssign: the operator opted it in (controller.LabelOptIn).
 func (h *harness) createNode(name string, inst ec2test.Instance, autoAssign bool) *corev1.Node {
 	h.t.Helper()
-	labels := map[string]string{"eipd-test": h.label}
+	h.moto.TagForCluster(h.t, h.cluster, inst)
+	labels := map[string]string{}
 	if autoAssign {
-		labels[controller.LabelAutoAssign] = "true"
+		labels[controller.LabelOptIn] = "true"
 	}
+	return h.createNodeAs(name, inst.ProviderID(), inst.NodeAddresses(), labels)
+}
+
+// createNodeAs creates a Node of this test (as the admin) saying what it
+// likes about itself: providerID, addresses and labels, whatever the EC2
+// truth.
+func (h *harness) createNodeAs(name, providerID string, addrs []corev1.NodeAddress, labels map[string]string) *corev1.Node {
+	h.t.Helper()
+	labels = maps.Clone(labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels["eipd-test"] = h.label
 	n, err := h.env.Client.CoreV1().Nodes().Create(h.ctx(), &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Spec:       corev1.NodeSpec{ProviderID: inst.ProviderID()},
+		Spec:       corev1.NodeSpec{ProviderID: providerID},
+		Status:     corev1.NodeStatus{Addresses: addrs},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		h.t.Fatalf("create node: %v", err)

@@ -107,7 +107,7 @@ func TestStaleViewSaysNodeUnlabelledLiveNodeKeepsEIP(t *testing.T) {
 	}
 	stale := proto.Clone(cur).(*watcherv1.Object)
 	stale.Meta.Labels = maps.Clone(stale.Meta.Labels)
-	delete(stale.Meta.Labels, controller.LabelAutoAssign)
+	delete(stale.Meta.Labels, controller.LabelOptIn)
 	before := testenv.MetricValue(t, h.reg, refusals, nil)
 	h.store.pin(nodeKind(), node, stale, false)
 	h.waitActedOnStaleView([]string{node}, before)
