@@ -210,11 +210,12 @@ func TestEC2ThrottlingStorm(t *testing.T) {
 	proxy.Inject("", faultproxy.Throttle, faultproxy.Forever)
 	sys := StartSystem(t, SystemOptions{Watchers: 1, EIPD: 1, EC2Endpoint: proxy.URL(), ClusterID: cluster})
 	ctx := context.Background()
-	instances := moto.RunInstances(t, 5)
+	instances := moto.RunClusterInstances(t, cluster, 5)
 	for _, inst := range instances {
 		node := &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: "storm-" + strings.ToLower(inst.ID), Labels: map[string]string{"ipledger.io/externalip-auto-assign": "true"}},
+			ObjectMeta: metav1.ObjectMeta{Name: "storm-" + strings.ToLower(inst.ID), Labels: map[string]string{"node-restriction.kubernetes.io/ipledger-externalip-auto-assign": "true"}},
 			Spec:       corev1.NodeSpec{ProviderID: inst.ProviderID()},
+			Status:     corev1.NodeStatus{Addresses: inst.NodeAddresses()},
 		}
 		journey.CreateNode(t, env.Client, node)
 	}

@@ -214,10 +214,11 @@ func TestMonitoringNamesOnlyExportedMetrics(t *testing.T) {
 	journey.CreateLoadBalancer(t, env.Client, ns, "api", nil, corev1.ProtocolTCP, 80)
 	journey.CreateLoadBalancer(t, env.Client, ns, "waits", nil, corev1.ProtocolTCP, 80)
 	journey.CreateWorkload(t, env.Dynamic, ns, "vm-0", "10.21.0.1", web.Spec.Selector, true)
-	inst := moto.RunInstance(t)
+	inst := moto.RunClusterInstance(t, cluster)
 	journey.CreateNode(t, env.Client, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "monitoring-" + strings.ToLower(inst.ID), Labels: map[string]string{"ipledger.io/externalip-auto-assign": "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "monitoring-" + strings.ToLower(inst.ID), Labels: map[string]string{"node-restriction.kubernetes.io/ipledger-externalip-auto-assign": "true"}},
 		Spec:       corev1.NodeSpec{ProviderID: inst.ProviderID()},
+		Status:     corev1.NodeStatus{Addresses: inst.NodeAddresses()},
 	})
 	testenv.Eventually(t, 60*time.Second, func() error {
 		if v := sys.IPAM[0].Metric(t, "ipledger_ipam_oldest_pending_service_timestamp_seconds", `reason="PoolExhausted"`); v == 0 {

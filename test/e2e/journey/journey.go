@@ -160,10 +160,13 @@ func Run(t *testing.T, target Target, ns string) {
 
 	t.Run("a labelled Node gets one Elastic IP", func(t *testing.T) {
 		moto := target.Moto
-		inst := moto.RunInstance(t)
+		// An instance of the cluster (tagged for it), opted in by the
+		// operator's label, reporting the instance's private IP.
+		inst := moto.RunClusterInstance(t, target.ClusterID)
 		node := &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: "journey-" + strings.ToLower(inst.ID), Labels: map[string]string{"ipledger.io/externalip-auto-assign": "true"}},
+			ObjectMeta: metav1.ObjectMeta{Name: "journey-" + strings.ToLower(inst.ID), Labels: map[string]string{"node-restriction.kubernetes.io/ipledger-externalip-auto-assign": "true"}},
 			Spec:       corev1.NodeSpec{ProviderID: inst.ProviderID()},
+			Status:     corev1.NodeStatus{Addresses: inst.NodeAddresses()},
 		}
 		CreateNode(t, c, node)
 		var publicIP string
