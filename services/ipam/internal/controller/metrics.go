@@ -21,6 +21,8 @@ type metrics struct {
 	pendingSince  *prometheus.GaugeVec
 	passSeconds   prometheus.Histogram
 	ledgerCorrupt leader.Gauge
+	// ledgerOverruled counts ledger entries not obeyed at a term start.
+	ledgerOverruled prometheus.Counter
 
 	mu sync.Mutex
 	// poolSeries and pendingReasons are the label values exported now, so
@@ -66,9 +68,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ipledger_ipam_ledger_corrupt",
 			Help: "1 while the ledger cannot be read and allocation is stopped.",
 		}),
+		ledgerOverruled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ipledger_ipam_ledger_entries_overruled_total",
+			Help: "Ledger entries not obeyed at a term start because the Services' statuses, read from the API server, contradict them (the ledger was edited outside ipam).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.addresses, m.allocations, m.failures, m.statusWrites, m.pending, m.pendingSince, m.passSeconds, m.ledgerCorrupt)
+		reg.MustRegister(m.addresses, m.allocations, m.failures, m.statusWrites, m.pending, m.pendingSince, m.passSeconds, m.ledgerCorrupt, m.ledgerOverruled)
 	}
 	return m
 }

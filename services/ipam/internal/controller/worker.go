@@ -186,7 +186,14 @@ func (w *worker) open(ctx context.Context) error {
 		w.corrupt = nil
 	}
 	w.c.metrics.ledgerCorrupt.Set(0)
-	w.rebuild()
+	for _, f := range l.ForeignWrites() {
+		w.event(configMapRef(w.c.cfg.Namespace, f.Shard), "Warning", "LedgerForeignWrite", fmt.Sprintf(
+			"Written by %q at %s, not by ipam; ipam obeys its entries only where the Services' statuses do not contradict them. "+
+				"Only ipam and the break-glass group may write the ledger (docs/security.md)", f.Manager, f.At.UTC().Format(time.RFC3339)))
+	}
+	if overruled := w.overrule(ctx, w.rebuild(nil)); len(overruled) > 0 {
+		w.rebuild(overruled)
+	}
 	for _, cf := range w.conflicts {
 		w.log.Warn("Conflicting claim to an IP", "service", cf.Service, "ip", addrs(cf.IPs), "source", string(cf.Source), "reason", cf.Message)
 		if ns, name, ok := strings.Cut(cf.Service, "/"); ok {
@@ -199,9 +206,49 @@ func (w *worker) open(ctx context.Context) error {
 	return nil
 }
 
+// overrule confirms from the API server each ledger entry the stream's
+// statuses contradict (plan.Suspect) and returns those to overrule: the
+// Service its status shows it on still shows it, and the entry's own
+// Service does not (or is gone). The stream may lag the ledger; the API
+// server does not. An entry that cannot be checked now is obeyed.
+func (w *worker) overrule(ctx context.Context, suspects []plan.Suspect) []ledger.Allocation {
+	var out []ledger.Allocation
+	shows := func(key string, ip string) (bool, error) {
+		ns, name, _ := strings.Cut(key, "/")
+		s, err := w.c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(s.Status.LoadBalancer.Ingress, func(in corev1.LoadBalancerIngress) bool { return in.IP == ip }), nil
+	}
+	for _, s := range suspects {
+		ip := s.Entry.IP.String()
+		showerShows, err1 := shows(s.Shows, ip)
+		holderShows, err2 := shows(s.Entry.Service.Key(), ip)
+		if err := errors.Join(err1, err2); err != nil {
+			w.log.Warn("Cannot confirm a ledger entry the statuses contradict; it is obeyed", "ip", ip, "service", s.Entry.Service.Key(), "err", err)
+			continue
+		}
+		if !showerShows || holderShows {
+			continue
+		}
+		out = append(out, s.Entry)
+		w.c.metrics.ledgerOverruled.Inc()
+		msg := fmt.Sprintf("The ledger gives %s to Service %s, whose status does not show it, while Service %s shows it: "+
+			"ipam never writes such a ledger (it was edited outside ipam), so the status wins and the entry is released", ip, s.Entry.Service.Key(), s.Shows)
+		w.log.Warn("A ledger entry contradicts the Services' statuses and is not obeyed", "ip", ip, "service", s.Entry.Service.Key(), "shownBy", s.Shows)
+		w.event(configMapRef(w.c.cfg.Namespace, ledger.HeadName), "Warning", "LedgerEntryOverruled", msg)
+	}
+	return out
+}
+
 // rebuild resets the allocator from the ledger writer's state and the
-// stream, and marks every Service for a pass.
-func (w *worker) rebuild() {
+// stream, leaving out the overruled ledger entries, and marks every
+// Service for a pass. It returns the entries the statuses contradict.
+func (w *worker) rebuild(overruled []ledger.Allocation) []plan.Suspect {
 	// Clear the flag before reading the pools, never after: a pool event
 	// that lands while the rebuild runs must leave it set, or that pool
 	// would be ignored until the next pool change (seen in e2e: a pool
@@ -223,7 +270,8 @@ func (w *worker) rebuild() {
 			}
 		}
 	}
-	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Services: services, Namespaces: w.namespaces(), LBClass: w.c.cfg.LBClass, RequireLBClass: w.c.cfg.RequireLBClass})
+	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Services: services, Namespaces: w.namespaces(), LBClass: w.c.cfg.LBClass,
+		RequireLBClass: w.c.cfg.RequireLBClass, Overruled: overruled})
 	w.alloc, w.invalidPools, w.conflicts = r.Alloc, invalid, r.Conflicts
 	w.ledgerBySvc = objects.ByService(st.Allocations)
 	for k := range w.ledgerBySvc {
@@ -231,6 +279,7 @@ func (w *worker) rebuild() {
 	}
 	w.mark(keys...)
 	clear(w.poolWritten)
+	return r.Suspects
 }
 
 // reportCorrupt stops allocation with an Event on the shard and a condition

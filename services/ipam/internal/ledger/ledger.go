@@ -32,6 +32,41 @@ var ErrFenced = errors.New("ledger was fenced by a newer lease term")
 // fences it anew.
 var ErrStaleWrite = errors.New("the ledger was rewritten while this term holds the lease")
 
+// FieldManager is the field manager of every ledger write of ipam's: a
+// shard whose managedFields name another manager, later than ipam's own
+// write, was changed by someone else (ForeignWrite).
+const FieldManager = "ipledger-ipam"
+
+// ForeignWrite is a change to a ledger shard that ipam did not make: the
+// ledger admission policy lets only ipam and a break-glass group write it
+// (docs/security.md), so this is a restore, a repair, or an attack.
+type ForeignWrite struct {
+	Shard   string
+	Manager string // the field manager that wrote it
+	At      time.Time
+}
+
+// foreignWrites returns who else wrote cm since ipam last did: every field
+// manager but FieldManager whose last write is not older than ipam's.
+// Managed fields keep seconds, so a write in the same second as ipam's is
+// reported (at most once more, since ipam's next fence is later).
+func foreignWrites(cm *corev1.ConfigMap) []ForeignWrite {
+	var ours time.Time
+	for _, f := range cm.ManagedFields {
+		if f.Manager == FieldManager && f.Time != nil && f.Time.After(ours) {
+			ours = f.Time.Time
+		}
+	}
+	var out []ForeignWrite
+	for _, f := range cm.ManagedFields {
+		if f.Manager == FieldManager || f.Time == nil || f.Time.Before(&metav1.Time{Time: ours}) {
+			continue
+		}
+		out = append(out, ForeignWrite{Shard: cm.Name, Manager: f.Manager, At: f.Time.Time})
+	}
+	return out
+}
+
 // CorruptError is a ledger that cannot be read. Allocation stops until a
 // person repairs or removes the named shard; ipam never overwrites it.
 type CorruptError struct {
@@ -91,6 +126,7 @@ type Metrics struct {
 	bytes   leader.Gauge
 	shards  leader.Gauge
 	entries *prometheus.GaugeVec
+	foreign *prometheus.CounterVec
 }
 
 // Forget stops exporting the ledger's size gauges: they describe the
@@ -127,9 +163,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ipledger_ipam_ledger_entries",
 			Help: "Entries in the ledger by kind (allocation, reservation).",
 		}, []string{"kind"}),
+		foreign: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipledger_ipam_ledger_foreign_writes_total",
+			Help: "Writes to a ledger ConfigMap by a field manager other than ipam's, by shard, counted when a term reads the ledger (a restore, a repair, or an attack).",
+		}, []string{"shard"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.writes, m.open, m.bytes, m.shards, m.entries)
+		reg.MustRegister(m.writes, m.open, m.bytes, m.shards, m.entries, m.foreign)
 	}
 	return m
 }
@@ -184,7 +224,12 @@ type Ledger struct {
 	epoch  uint64       // this term's fencing epoch
 	shards []*liveShard // layout order; shards[0] is the head
 	maxNum int          // highest shard number of any ledger ConfigMap seen
+	// foreign are the writes not made by ipam that the last read found.
+	foreign []ForeignWrite
 }
+
+// ForeignWrites returns the writes not made by ipam that Open found.
+func (l *Ledger) ForeignWrites() []ForeignWrite { return slices.Clone(l.foreign) }
 
 type liveShard struct {
 	Shard
@@ -200,6 +245,8 @@ type snapshot struct {
 	maxNum int
 	// listed and parsed are how long the LIST and the parse took.
 	listed, parsed time.Duration
+	// foreign are the shards' writes not made by ipam (ForeignWrite).
+	foreign []ForeignWrite
 }
 
 // read lists the ledger ConfigMaps from the API server (never a cache: the
@@ -222,6 +269,7 @@ func read(ctx context.Context, client kubernetes.Interface, namespace string) (s
 		data[cm.Name] = cm.Data
 		snap.rvs[cm.Name] = cm.ResourceVersion
 		snap.sizes[cm.Name] = Size(cm.Data)
+		snap.foreign = append(snap.foreign, foreignWrites(&cm)...)
 	}
 	snap.state, snap.layout, err = Parse(data)
 	snap.parsed = time.Since(start)
@@ -255,6 +303,15 @@ func Open(ctx context.Context, client kubernetes.Interface, opts Options) (*Ledg
 	}
 	l := &Ledger{client: client, opts: opts}
 	var err error
+	defer func() {
+		for _, f := range l.foreign {
+			opts.Log.Warn("A ledger ConfigMap was written by someone other than ipam; its entries are checked against the Services' statuses",
+				"configMap", f.Shard, "fieldManager", f.Manager, "at", f.At)
+			if opts.Metrics != nil {
+				opts.Metrics.foreign.WithLabelValues(f.Shard).Inc()
+			}
+		}
+	}()
 	for attempt := 0; attempt < 10; attempt++ {
 		if err = l.fence(ctx); err == nil || !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
 			break
@@ -303,6 +360,7 @@ func (l *Ledger) fence(ctx context.Context) error {
 	if err := l.confirm(ctx); err != nil {
 		return err
 	}
+	l.foreign = snap.foreign
 	epoch, err := FenceEpoch(snap.layout, l.opts.Term)
 	if err != nil {
 		return &CorruptError{Shard: HeadName, Err: err}
@@ -396,7 +454,7 @@ func (l *Ledger) configMap(s *liveShard, data map[string]string) *corev1.ConfigM
 
 func (l *Ledger) create(ctx context.Context, s *liveShard) error {
 	s.rv = ""
-	out, err := l.client.CoreV1().ConfigMaps(l.opts.Namespace).Create(ctx, l.configMap(s, Encode(s.Shard)), metav1.CreateOptions{})
+	out, err := l.client.CoreV1().ConfigMaps(l.opts.Namespace).Create(ctx, l.configMap(s, Encode(s.Shard)), metav1.CreateOptions{FieldManager: FieldManager})
 	if err != nil {
 		l.opts.Metrics.write(resultOf(err))
 		return fmt.Errorf("create ledger shard %s: %w", s.Name, err)
@@ -416,7 +474,7 @@ func (l *Ledger) update(ctx context.Context, s *liveShard, data map[string]strin
 		data = Encode(s.Shard)
 	}
 	raw, err := l.client.CoreV1().RESTClient().Put().Namespace(l.opts.Namespace).Resource("configmaps").Name(s.Name).
-		SetHeader("Accept", metaonly.Accept).Body(l.configMap(s, data)).Do(ctx).Raw()
+		Param("fieldManager", FieldManager).SetHeader("Accept", metaonly.Accept).Body(l.configMap(s, data)).Do(ctx).Raw()
 	if err != nil {
 		l.opts.Metrics.write(resultOf(err))
 		return fmt.Errorf("update ledger shard %s: %w", s.Name, err)

@@ -200,8 +200,14 @@ func (p *Plan) decide(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
 		p.Settled = append(p.Settled, key)
 	}
 	// Commit before status: every held IP must be in the ledger, as this
-	// Service (uid, pool, sharing key) holds it now.
+	// Service (uid, pool, sharing key) holds it now; and nothing else: an
+	// entry the term did not obey (a conflict, an overruled entry) goes.
 	p.Change.Allocate = append(p.Change.Allocate, ledgerEdits(obj, held, b.Ledger[key], b.Now)...)
+	for _, e := range b.Ledger[key] {
+		if !slices.ContainsFunc(held, func(h allocator.Allocation) bool { return h.IP == e.IP }) {
+			p.Change.Release = append(p.Change.Release, e)
+		}
+	}
 	if !cur.Equal(want) {
 		p.Writes = append(p.Writes, Write{Service: obj, Key: key, Want: want, Event: eventOf(cur, want)})
 	}

@@ -27,6 +27,23 @@ type Inputs struct {
 	LBClass    string
 	// RequireLBClass: class-less Services are not ours (objects.Class).
 	RequireLBClass bool
+	// Overruled are ledger entries not to obey: the caller confirmed from
+	// the API server what a Suspect of an earlier Rebuild said — another
+	// Service's status shows the address and the entry's own does not. The
+	// ledger is written before a status and a status cleared before its
+	// entry is released, so ipam never writes such a ledger: it was edited
+	// by someone else, and the status, which carries the traffic, wins.
+	Overruled []ledger.Allocation
+}
+
+// Suspect is a ledger entry that the statuses contradict, as the stream
+// shows them: Service Shows (one of ours, with no ledger entry for the IP)
+// shows Entry.IP in its status, and Entry's own Service does not. The
+// stream may lag the ledger, so the caller confirms both statuses from the
+// API server before it overrules the entry (Inputs.Overruled).
+type Suspect struct {
+	Entry ledger.Allocation
+	Shows string
 }
 
 // ClaimSource says where a registered IP was found.
@@ -52,6 +69,7 @@ type Conflict struct {
 type Rebuilt struct {
 	Alloc     *allocator.Allocator
 	Conflicts []Conflict
+	Suspects  []Suspect
 }
 
 // Rebuild registers every IP already handed out before anything new is
@@ -91,7 +109,9 @@ func Rebuild(in Inputs) Rebuilt {
 
 	// 1. The ledger. Services are taken in the Services' order; those the
 	// stream does not show come after, by name.
-	byService := objects.ByService(in.Ledger.Allocations)
+	byService := objects.ByService(slices.DeleteFunc(slices.Clone(in.Ledger.Allocations), func(e ledger.Allocation) bool {
+		return slices.ContainsFunc(in.Overruled, func(o ledger.Allocation) bool { return o.IP == e.IP && o.Service.Key() == e.Service.Key() })
+	}))
 	var ledgerKeys []string
 	seen := map[string]bool{}
 	for _, s := range services {
@@ -127,6 +147,7 @@ func Rebuild(in Inputs) Rebuilt {
 	}
 
 	// 2. Statuses of our Services that the ledger does not name.
+	var byIP map[netip.Addr][]ledger.Allocation // built at the first conflict
 	for _, s := range services {
 		k, ips := s.key, s.statusIPs
 		if !s.ours || len(r.Alloc.Allocations(k)) > 0 || len(ips) == 0 {
@@ -135,6 +156,10 @@ func Rebuild(in Inputs) Rebuilt {
 		if err := r.Alloc.Assign(k, ips, sharingOf(k, "")); err != nil {
 			r.Conflicts = append(r.Conflicts, Conflict{Service: k, IPs: ips, Source: FromStatus,
 				Message: fmt.Sprintf("status names %s, but %v", addrs(ips), err)})
+			if byIP == nil {
+				byIP = entriesByIP(byService)
+			}
+			r.Suspects = append(r.Suspects, suspects(k, ips, byIP, ours)...)
 			continue
 		}
 	}
@@ -179,6 +204,36 @@ func Rebuild(in Inputs) Rebuilt {
 		}
 	}
 	return r
+}
+
+// suspects are the ledger entries that shower's status contradicts: an
+// address of ips held, by the ledger, by one of our streamed Services whose
+// own status does not show it. (shower has no ledger entry: Rebuild gets
+// here only for Services the ledger does not name.)
+func suspects(shower string, ips []netip.Addr, byIP map[netip.Addr][]ledger.Allocation, ours map[string]*service) []Suspect {
+	var out []Suspect
+	for _, ip := range ips {
+		for _, e := range byIP[ip] {
+			if s := ours[e.Service.Key()]; s != nil && e.Service.Key() != shower && !slices.Contains(s.statusIPs, ip) {
+				out = append(out, Suspect{Entry: e, Shows: shower})
+			}
+		}
+	}
+	return out
+}
+
+// entriesByIP indexes the obeyed ledger entries by address.
+func entriesByIP(byService map[string][]ledger.Allocation) map[netip.Addr][]ledger.Allocation {
+	out := map[netip.Addr][]ledger.Allocation{}
+	for _, entries := range byService {
+		for _, e := range entries {
+			out[e.IP] = append(out[e.IP], e)
+		}
+	}
+	for _, es := range out {
+		slices.SortFunc(es, func(a, b ledger.Allocation) int { return strings.Compare(a.Service.Key(), b.Service.Key()) })
+	}
+	return out
 }
 
 // service is what Rebuild reads of one Service.

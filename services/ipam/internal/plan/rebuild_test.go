@@ -254,3 +254,39 @@ func TestRebuildLeavesOtherControllersAddresses(t *testing.T) {
 		t.Fatalf("ns/held holds %+v, want 10.0.0.3 from the ledger", held)
 	}
 }
+
+// TestRebuildSuspectsAndOverrulesAHandEditedLedger: a ledger entry that
+// gives ns/x's address to ns/a, whose own status does not show it, is a
+// Suspect (the stream may lag); once the caller confirmed it, the entry is
+// overruled and ns/x keeps the address its status shows.
+func TestRebuildSuspectsAndOverrulesAHandEditedLedger(t *testing.T) {
+	edited := entry("a", "10.0.0.1", "one")
+	services := []*watcherv1.Object{svc("x", 1, withStatus("10.0.0.1")), svc("a", 3)}
+	in := Inputs{
+		Ledger:   ledger.State{Allocations: []ledger.Allocation{edited}},
+		Pools:    []*allocator.Pool{pool(t, "one", "10.0.0.0/30")},
+		Services: slices.Values(services), LBClass: objects.DefaultLBClass,
+	}
+	r := Rebuild(in)
+	if len(r.Suspects) != 1 || r.Suspects[0].Entry != edited || r.Suspects[0].Shows != "ns/x" {
+		t.Fatalf("suspects = %+v, want the entry of ns/a, which ns/x's status contradicts", r.Suspects)
+	}
+	if held := r.Alloc.Allocations("ns/a"); len(held) != 1 {
+		t.Fatalf("before it is confirmed, the ledger is obeyed: ns/a holds %+v", held)
+	}
+	in.Services = slices.Values(services)
+	in.Overruled = []ledger.Allocation{edited}
+	r = Rebuild(in)
+	if len(r.Suspects) != 0 || len(r.Conflicts) != 0 {
+		t.Fatalf("overruled: suspects %+v, conflicts %+v", r.Suspects, r.Conflicts)
+	}
+	if got := allocatePending(r, services); got["ns/x"] != "10.0.0.1" || got["ns/a"] == "10.0.0.1" {
+		t.Fatalf("got %v, want ns/x to keep 10.0.0.1 and ns/a another address", got)
+	}
+	// Where the entry's own Service shows the address too, nothing is suspect.
+	in.Overruled = nil
+	in.Services = slices.Values([]*watcherv1.Object{svc("x", 1, withStatus("10.0.0.1")), svc("a", 3, withStatus("10.0.0.1"))})
+	if r := Rebuild(in); len(r.Suspects) != 0 {
+		t.Fatalf("suspects = %+v, want none when the ledger's holder shows its address", r.Suspects)
+	}
+}
