@@ -1,5 +1,6 @@
-// Command ipledger-eipd gives AWS Elastic IPs to Nodes labelled
-// ipledger.io/externalip-auto-assign=true, acting only while it holds the
+// Command ipledger-eipd gives AWS Elastic IPs to Nodes an operator labelled
+// node-restriction.kubernetes.io/ipledger-externalip-auto-assign=true, on
+// instances of the cluster only, acting only while it holds the
 // ipledger-eipd Lease. EC2 endpoint, region and credentials come from the
 // AWS SDK's standard chain (AWS_ENDPOINT_URL_EC2, AWS_REGION, ...).
 package main
