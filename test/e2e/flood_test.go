@@ -265,7 +265,7 @@ func floodCall(ctx context.Context, conn *grpc.ClientConn, component string) err
 		_, err := eipdv1grpc.NewEIPServiceClient(conn).ListAddresses(ctx, &eipdv1.ListAddressesRequest{})
 		return err
 	default:
-		s, err := watcherv1grpc.NewWatcherServiceClient(conn).Watch(ctx, &watcherv1.WatchRequest{})
+		s, err := watcherv1grpc.NewWatcherServiceClient(conn).Watch(ctx, &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_NAMESPACE}})
 		if err != nil {
 			return err
 		}
