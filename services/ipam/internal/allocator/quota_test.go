@@ -127,4 +127,21 @@ func TestRequestsFollowThePoolsTenancy(t *testing.T) {
 	if a.claimedByOther(netip.MustParseAddr("10.0.0.6"), "prod/next") {
 		t.Fatal("evil/z's refused claim keeps 10.0.0.6 from prod's auto allocation")
 	}
+	// An address evil holds from before the pool stopped serving it stays
+	// evil's Service's, and is no way in for another Service of evil.
+	kept := netip.MustParseAddr("10.0.0.7")
+	sh := Sharing{Key: "old", Ports: []Port{{Port: 80}}}
+	if err := a.Assign("evil/kept", []netip.Addr{kept}, sh); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := a.Allocate(Request{Service: "evil/kept", Sharing: sh}); err != nil || res.IPs[0] != kept || res.Outside == "" {
+		t.Fatalf("evil/kept: %+v, %v; want it to keep %s, held outside its pool", res, err, kept)
+	}
+	joiner := Sharing{Key: "old", Ports: []Port{{Port: 443}}}
+	if _, err := a.Allocate(Request{Service: "evil/joins", RequestedIPs: []netip.Addr{kept}, Sharing: joiner}); reasonOf(err) != ReasonNoMatchingPool {
+		t.Fatalf("evil/joins asked for the held %s under its key: %v, want NoMatchingPool", kept, err)
+	}
+	if _, err := a.Allocate(Request{Service: "evil/joins", Sharing: joiner}); reasonOf(err) != ReasonNoMatchingPool {
+		t.Fatalf("evil/joins with the held address's key: %v, want NoMatchingPool", err)
+	}
 }
