@@ -136,9 +136,9 @@ func (c *Config) Flags(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&c.TLSKeyFile, "grpc-tls-key-file", c.TLSKeyFile, "PEM private key of --grpc-tls-cert-file")
 	fs.BoolVar(&c.Plaintext, "grpc-plaintext", c.Plaintext, "serve gRPC without TLS (bearer tokens travel in clear: local development only)")
 	fs.Var((*audiencesFlag)(&c.TokenAudiences), "grpc-token-audiences",
-		"comma-separated audiences of which a caller's bearer token must carry one: this server's own and, for one release, the legacy "+
+		"comma-separated `audiences` of which a caller's bearer token must carry one: this server's own and, for one release, the legacy "+
 			authz.LegacyAudience+" of older clients; tokens for the Kubernetes API are refused")
-	fs.Func("grpc-token-audience", "deprecated: the one audience accepted (use --grpc-token-audiences)", func(v string) error {
+	fs.Func("grpc-token-audience", "deprecated: the one `audience` accepted (use --grpc-token-audiences)", func(v string) error {
 		c.TokenAudiences = []string{v}
 		return nil
 	})
@@ -146,9 +146,9 @@ func (c *Config) Flags(fs *flag.FlagSet, defaultAddr string) {
 		"how long an allowed token and access review is cached, and how often open streams are re-authorized (a revoked caller's stream ends within twice this)")
 	fs.IntVar(&c.MaxStreamsPerIdentity, "grpc-max-streams-per-identity", c.MaxStreamsPerIdentity,
 		"open streams one caller (user name) may hold; one more is refused with RESOURCE_EXHAUSTED")
-	fs.Func("grpc-max-concurrent-streams", fmt.Sprintf("streams and calls in flight on one connection; the client waits for a free one (default %d)", c.MaxConcurrentStreams),
+	fs.Func("grpc-max-concurrent-streams", fmt.Sprintf("`streams` and calls in flight on one connection; the client waits for a free one (default %d)", c.MaxConcurrentStreams),
 		func(v string) error { return parseUint32(v, &c.MaxConcurrentStreams) })
-	fs.Func("grpc-max-header-list-size", fmt.Sprintf("bytes of request headers a client may send (HTTP/2 accounting); a bigger request is refused (default %d)", c.MaxHeaderListSize),
+	fs.Func("grpc-max-header-list-size", fmt.Sprintf("`bytes` of request headers a client may send (HTTP/2 accounting); a bigger request is refused (default %d)", c.MaxHeaderListSize),
 		func(v string) error { return parseUint32(v, &c.MaxHeaderListSize) })
 	fs.IntVar(&c.MaxOpenStreams, "grpc-max-open-streams", c.MaxOpenStreams,
 		"streams of the methods open without a token (grpc.health.v1 Watch, reflection) all callers together may hold; one more is refused with RESOURCE_EXHAUSTED")
