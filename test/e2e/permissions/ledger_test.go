@@ -11,6 +11,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
@@ -238,4 +241,75 @@ func TestLedgerOfAnotherNamespaceIsItsIPAMs(t *testing.T) {
 	refusedByPolicy(t, "ipledger-system's ipam writes another namespace's ledger", err, ledgerPolicy)
 	_, err = serviceAccount(t, ns, "ipledger-ipam").CoreV1().ConfigMaps(ns).Create(ctx, configMap(ns, ledgerPrefix+"0", true), dryRun)
 	allowed(t, "the namespace's own ipam writes its ledger", err)
+}
+
+// TestBreakGlassByGrantedImpersonation follows docs/security.md for a person
+// who is not a cluster-admin: a ClusterRole that lets her impersonate her own
+// name and the group ipledger:ledger-admins, and nothing else. (Here she is
+// a ServiceAccount with a token, acting as user alice: this API server
+// authenticates no users but its admin.)
+func TestBreakGlassByGrantedImpersonation(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t, nil)
+	role := "ipledger:ledger-breakglass:" + ns
+	_, err := env.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"groups"}, ResourceNames: []string{breakGlass}, Verbs: []string{"impersonate"}},
+			{APIGroups: []string{""}, Resources: []string{"users"}, ResourceNames: []string{"alice"}, Verbs: []string{"impersonate"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{})
+	})
+	_, err = env.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "alice", Namespace: ns}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), role, metav1.DeleteOptions{})
+	})
+	token, err := env.ServiceAccountToken(ctx, ns, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := func(impersonate rest.ImpersonationConfig) typedcorev1.CoreV1Interface {
+		cfg := rest.AnonymousClientConfig(env.Config)
+		cfg.BearerToken = token
+		cfg.Impersonate = impersonate
+		c, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.CoreV1()
+	}
+	shard := configMap(system, ledgerPrefix+"950", true)
+	breakGlassed := client(rest.ImpersonationConfig{UserName: "alice", Groups: []string{breakGlass}}).ConfigMaps(system)
+	editor(t, system, "breakglass-probe")
+	enforced(t, ledgerPolicy, func(ctx context.Context) error {
+		_, err := as(t, "breakglass-probe").CoreV1().ConfigMaps(system).Create(ctx, shard, dryRun)
+		return err
+	})
+	testenv.Eventually(t, 30*time.Second, func() error { // the ClusterRoleBinding reaching the authorizer
+		_, err := breakGlassed.Create(ctx, shard, dryRun)
+		return err
+	})
+	_, err = breakGlassed.Create(ctx, shard, metav1.CreateOptions{})
+	allowed(t, "alice, impersonating the group, restores a shard", err)
+	allowed(t, "alice, impersonating the group, deletes it", breakGlassed.Delete(ctx, shard.Name, metav1.DeleteOptions{}))
+
+	_, err = client(rest.ImpersonationConfig{}).ConfigMaps(system).Create(ctx, shard, dryRun)
+	refusedByRBAC(t, "alice as herself writes a shard", err)
+	_, err = client(rest.ImpersonationConfig{UserName: "alice", Groups: []string{"system:masters"}}).ConfigMaps(system).Create(ctx, shard, dryRun)
+	refusedByRBAC(t, "alice impersonates system:masters", err)
+	_, err = client(rest.ImpersonationConfig{UserName: "bob", Groups: []string{breakGlass}}).ConfigMaps(system).Create(ctx, shard, dryRun)
+	refusedByRBAC(t, "alice impersonates the group under another name", err)
 }
