@@ -72,6 +72,7 @@ the ServiceAccount whose token the plugin sends.`,
 		newReleaseCommand,
 		newMigrateMetalLBCommand,
 		newPreviewCommand,
+		newLedgerCommand,
 	} {
 		root.AddCommand(newCommand(o))
 	}
