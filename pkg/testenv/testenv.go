@@ -119,8 +119,10 @@ func start(ctx context.Context, dir string) (*Env, error) {
 }
 
 // Install applies ipledger's CRDs and RBAC from deploy/kustomize and waits
-// for the CRDs to be served and the IPPool admission policy to be enforced
-// (the API server loads policies asynchronously).
+// for the CRDs to be served and the admission policies to be enforced (the
+// API server loads policies asynchronously): the IPPool ranges, and the
+// fences of what each component and everyone else may write
+// (waitForFences).
 func (e *Env) Install(ctx context.Context) error {
 	for _, dir := range []string{"deploy/kustomize/base/crds", "deploy/kustomize/base/rbac"} {
 		if _, err := e.Kubectl(ctx, "apply", "--server-side", "-k", filepath.Join(e.Root, dir)); err != nil {
@@ -145,7 +147,7 @@ func (e *Env) Install(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("the ValidatingAdmissionPolicy ipledger-ippool-ranges is not enforced after 60s (last answer: %v): %w", last, err)
 	}
-	return nil
+	return e.waitForFences(ctx)
 }
 
 // Kubectl runs the pinned kubectl against the control plane as admin.

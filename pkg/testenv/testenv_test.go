@@ -113,6 +113,10 @@ func TestServiceAccountsAreLeastPrivileged(t *testing.T) {
 		{"watcher", "patch", "", "services", "status", "default", false},
 		{"watcher", "list", "", "secrets", "", "", false},
 		{"ipam", "patch", "", "services", "status", "default", true},
+		{"ipam", "update", "", "services", "status", "default", false}, // it only patches
+		{"ipam", "update", "ipledger.io", "ippools", "status", "", false},
+		{"ipam", "list", "", "configmaps", "", testenv.SystemNamespace, true},
+		{"ipam", "get", "", "configmaps", "", testenv.SystemNamespace, false},
 		{"ipam", "update", "", "configmaps", "", testenv.SystemNamespace, true},
 		{"ipam", "update", "", "configmaps", "", "default", false},
 		{"ipam", "watch", "ipledger.io", "snapshots", "", "", true},
@@ -124,8 +128,10 @@ func TestServiceAccountsAreLeastPrivileged(t *testing.T) {
 		{"ipam", "update", "ipledger.io", "ippools", "", "", false},
 		{"endpoints", "create", "discovery.k8s.io", "endpointslices", "", "default", true},
 		{"endpoints", "patch", "", "services", "status", "default", false},
-		{"endpoints", "update", "coordination.k8s.io", "leases", "", testenv.SystemNamespace, true},
+		{"endpoints", "update", "coordination.k8s.io", "leases", "", testenv.SystemNamespace, false}, // its own only (leases below)
+		{"endpoints", "create", "coordination.k8s.io", "leases", "", testenv.SystemNamespace, true},  // cannot be named
 		{"endpoints", "update", "coordination.k8s.io", "leases", "", "default", false},
+		{"endpoints", "get", "discovery.k8s.io", "endpointslices", "", "default", false},      // it reads them from the stream
 		{"endpoints", "patch", "ipledger.io", "externalworkloads", "status", "default", true}, // the Ready condition of probed workloads
 		{"endpoints", "patch", "ipledger.io", "externalworkloads", "", "default", false},
 		{"endpoints", "update", "ipledger.io", "externalworkloads", "status", "default", false},
@@ -133,24 +139,39 @@ func TestServiceAccountsAreLeastPrivileged(t *testing.T) {
 		{"eipd", "delete", "", "nodes", "", "", false},
 		{"eipd", "create", "ipledger.io", "reservations", "", "", false},
 	}
+	check := func(t *testing.T, sa string, attributes *authorizationv1.ResourceAttributes, allowed bool) {
+		review, err := env.Client.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:               "system:serviceaccount:" + testenv.SystemNamespace + ":ipledger-" + sa,
+				Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + testenv.SystemNamespace, "system:authenticated"},
+				ResourceAttributes: attributes,
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if review.Status.Allowed != allowed {
+			t.Errorf("allowed = %v, want %v (%s)", review.Status.Allowed, allowed, review.Status.Reason)
+		}
+	}
 	for _, c := range cases {
 		name := fmt.Sprintf("%s %s %s/%s/%s in %q", c.sa, c.verb, c.group, c.resource, c.subresource, c.namespace)
 		t.Run(name, func(t *testing.T) {
-			review, err := env.Client.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
-				Spec: authorizationv1.SubjectAccessReviewSpec{
-					User:   "system:serviceaccount:" + testenv.SystemNamespace + ":ipledger-" + c.sa,
-					Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + testenv.SystemNamespace, "system:authenticated"},
-					ResourceAttributes: &authorizationv1.ResourceAttributes{
-						Verb: c.verb, Group: c.group, Resource: c.resource, Subresource: c.subresource, Namespace: c.namespace,
-					},
-				},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if review.Status.Allowed != c.allowed {
-				t.Errorf("allowed = %v, want %v (%s)", review.Status.Allowed, c.allowed, review.Status.Reason)
-			}
+			check(t, c.sa, &authorizationv1.ResourceAttributes{
+				Verb: c.verb, Group: c.group, Resource: c.resource, Subresource: c.subresource, Namespace: c.namespace,
+			}, c.allowed)
 		})
+	}
+	// Leases: each leader-elected component gets and updates its own only.
+	for _, sa := range []string{"watcher", "ipam", "endpoints", "eipd"} {
+		for _, lease := range []string{"ipam", "endpoints", "eipd"} {
+			for _, verb := range []string{"get", "update"} {
+				t.Run(fmt.Sprintf("%s %s Lease ipledger-%s", sa, verb, lease), func(t *testing.T) {
+					check(t, sa, &authorizationv1.ResourceAttributes{
+						Verb: verb, Group: "coordination.k8s.io", Resource: "leases", Name: "ipledger-" + lease, Namespace: testenv.SystemNamespace,
+					}, sa == lease)
+				})
+			}
+		}
 	}
 }
