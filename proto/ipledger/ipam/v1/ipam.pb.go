@@ -796,7 +796,9 @@ type PoolVerdict struct {
 	// AutoAssignOff, Exhausted, Conflicting, NotRequested, RequestedIPNotInPool,
 	// RequestedIPInUse, NotChosen, FamilyMismatch (the pool has no addresses of a
 	// family the Service requires), Terminating (the pool is being deleted and
-	// hands out no new address).
+	// hands out no new address), NamespaceQuotaExceeded (the Service's namespace
+	// holds or requests as many of the pool's addresses as its
+	// maxAddressesPerNamespace allows).
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// message says it in words.
 	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
@@ -868,7 +870,10 @@ type ExplainServiceResponse struct {
 	// decision is the final outcome in words.
 	Decision string `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
 	// reason is the AddressAllocated condition reason the controller would set
-	// (HeldOutsidePool: the Service keeps an address its pool no longer offers).
+	// (HeldOutsidePool: the Service keeps an address its pool no longer offers;
+	// HeldSharedAcrossNamespaces: it keeps an address it shares with a Service
+	// of another namespace from before sharing was kept within a namespace;
+	// NamespaceQuotaExceeded: its namespace is at every serving pool's cap).
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// ips are the IPs the Service holds now.
 	Ips           []string       `protobuf:"bytes,3,rep,name=ips,proto3" json:"ips,omitempty"`
