@@ -148,6 +148,8 @@ func TestEIPDMayChangeOnlyItsNodeLabels(t *testing.T) {
 
 	for _, c := range []struct{ what, patch string }{
 		{"eipd adds a label outside ipledger.io/", `{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}}}`},
+		// The operator's opt-in, which neither the kubelet (NodeRestriction) nor eipd may set.
+		{"eipd opts the Node in itself", `{"metadata":{"labels":{"node-restriction.kubernetes.io/ipledger-externalip-auto-assign":"true"}}}`},
 		{"eipd changes a label outside ipledger.io/", `{"metadata":{"labels":{"kubernetes.io/hostname":"elsewhere"}}}`},
 		{"eipd removes a label outside ipledger.io/", `{"metadata":{"labels":{"kubernetes.io/hostname":null}}}`},
 		{"eipd adds an annotation outside ipledger.io/", `{"metadata":{"annotations":{"node.alpha.kubernetes.io/ttl":"0"}}}`},
