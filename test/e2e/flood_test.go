@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,10 +55,12 @@ const (
 // (distinct ones, and one repeated per caller) and with health Watch
 // streams, ipam and eipd keep their Leases — the same holder, one term, the
 // renewTime advancing — and Services created meanwhile are allocated. No
-// flood call is served, and each server holds at most
-// DefaultMaxOpenStreams of the open streams. Before the reviews had a
-// client of their own, the made-up tokens' TokenReviews waited in the same
-// rate limiter as eipd's Lease renewals.
+// flood call is served, each server holds at most DefaultMaxOpenStreams of
+// the open streams, and the components' own rate limiters never held a
+// Lease request back. Before the reviews had a client of their own, the
+// made-up tokens' TokenReviews waited in the same rate limiter as eipd's
+// Lease renewals, and eipd lost its Lease; with the pending-review bound but
+// the shared limiter it kept the Lease, its renewals held back.
 func TestFloodOfStreamsAndMadeUpTokens(t *testing.T) {
 	env := testenv.Get(t)
 	moto := ec2test.Get(t)
@@ -245,6 +249,14 @@ func TestFloodOfStreamsAndMadeUpTokens(t *testing.T) {
 	if n := served.Load(); n != 0 {
 		t.Errorf("%d calls with made-up tokens were served", n)
 	}
+	// The reviews wait in their own rate limiter: the component's never held
+	// back one of its Lease requests (client-go logs every request it holds
+	// back for more than 50 ms, with its URL).
+	for _, tm := range terms {
+		if line := throttledLeaseRequest(tm.svc.Logs()); line != "" {
+			t.Errorf("%s's own client-side rate limiter held back a Lease request during the flood: %s", tm.holder, tail(line, 600))
+		}
+	}
 	for i, target := range targets {
 		if n := admitted[i].Load(); n > grpcserver.DefaultMaxOpenStreams {
 			t.Errorf("%s held %d health Watch streams at once, want at most --grpc-max-open-streams=%d", target.Component, n, grpcserver.DefaultMaxOpenStreams)
@@ -289,4 +301,27 @@ func plainConn(t *testing.T, addr string) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// throttledLeaseRequest returns the first log line in which client-go says
+// it held a request for a Lease back in its client-side rate limiter.
+func throttledLeaseRequest(logs string) string {
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, "Waited before sending request") {
+			continue
+		}
+		var entry struct {
+			Reason string `json:"reason"`
+			URL    struct {
+				Path string `json:"Path"`
+			} `json:"URL"`
+		}
+		if json.Unmarshal([]byte(line), &entry) != nil {
+			continue
+		}
+		if strings.Contains(entry.Reason, "client-side throttling") && strings.Contains(entry.URL.Path, "/leases") {
+			return line
+		}
+	}
+	return ""
 }
