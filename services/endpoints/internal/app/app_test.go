@@ -2,7 +2,9 @@ package app_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -78,6 +80,12 @@ type replicaOpts struct {
 	retryPeriod   time.Duration
 	qps           float64 // 0: 200
 	workers       int     // 0: 4
+	// probeFlags are parsed by the prober's own flags (--probe-allowed-cidrs,
+	// --pod-cidrs, ...), as the binary parses them.
+	probeFlags []string
+	// dial, when set, sees every dial the prober makes (after its policy)
+	// before it goes to probetest.LoopbackDial.
+	dial func(address string)
 }
 
 func startReplica(t *testing.T, env *testenv.Env, watcherAddr, name string, o replicaOpts) *replica {
@@ -113,6 +121,19 @@ func startReplica(t *testing.T, env *testenv.Env, watcherAddr, name string, o re
 	}
 	if cfg.Controller.MaxEndpointsPerSlice == 0 {
 		cfg.Controller.MaxEndpointsPerSlice = planner.DefaultMaxEndpointsPerSlice
+	}
+	if o.probeFlags != nil {
+		fs := flag.NewFlagSet("probe", flag.ContinueOnError)
+		cfg.Controller.Probe.Flags(fs)
+		if err := fs.Parse(o.probeFlags); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.dial != nil {
+		cfg.Controller.Probe.Dial = func(ctx context.Context, network, address string) (net.Conn, error) {
+			o.dial(address)
+			return probetest.LoopbackDial(ctx, network, address)
+		}
 	}
 	a, err := app.New(cfg)
 	if err != nil {

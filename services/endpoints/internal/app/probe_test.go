@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -251,5 +252,91 @@ func TestProbesOnlyWhileLeading(t *testing.T) {
 	}
 	if s, _, _, _ := readyCondition(env, ns, "vm-0"); s != "True" {
 		t.Fatalf("Ready=%q after the handover", s)
+	}
+}
+
+// TestProbeNeverDialsWhatThePolicyRefuses: the prober is not a port
+// scanner a tenant can aim. A workload in the pod CIDR (--pod-cidrs) and
+// one at AWS's IPv6 metadata address (which the API server accepts in a
+// workload, unlike 169.254.169.254) are never dialed: the listener the
+// first one names sees no connection, the prober's dialer sees no dial of
+// either; each is Ready=False with reason ProbeRefused naming why and the
+// flag to change, has a ProbeRefused Event and is counted, and the Service's
+// endpoint is not ready. A replica whose --probe-allowed-cidrs names the
+// first address explicitly probes it, and it becomes Ready.
+func TestProbeNeverDialsWhatThePolicyRefuses(t *testing.T) {
+	env := testenv.Get(t)
+	addr := startWatcher(t, env)
+	ns := env.Namespace(t, nil)
+	l := probetest.Listen(t)
+	var mu sync.Mutex
+	var dialed []string
+	dial := func(a string) {
+		mu.Lock()
+		dialed = append(dialed, a)
+		mu.Unlock()
+	}
+	createService(t, env, ns, "web", svcSpec{})
+	createWorkload(t, env, ns, "in-pods", wlSpec{app: "web", ips: []string{"192.0.2.1"}, noCondition: true, probe: tcpProbe(l.Port(), 3)})
+	createWorkload(t, env, ns, "imds", wlSpec{app: "web", ips: []string{"fd00:ec2::254"}, noCondition: true, probe: tcpProbe(l.Port(), 3)})
+	lease := leaseName(t)
+	a := startReplica(t, env, addr, "a", replicaOpts{lease: lease, dial: dial, probeFlags: []string{"--pod-cidrs=192.0.2.0/24,fd00:10:244::/56"}})
+
+	waitCondition(t, env, ns, "in-pods", "False", "ProbeRefused",
+		"TCP probe of 192.0.2.1 not probed", "in the pod CIDR 192.0.2.0/24 (--pod-cidrs)", "--probe-allowed-cidrs")
+	waitCondition(t, env, ns, "imds", "False", "ProbeRefused", "fd00:ec2::254 is AWS's instance services")
+	waitEndpoint(t, env, ns, "web", "in-pods", false)
+	for _, name := range []string{"in-pods", "imds"} {
+		testenv.Eventually(t, 30*time.Second, func() error {
+			evs, err := env.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+				FieldSelector: "reason=ProbeRefused,involvedObject.kind=ExternalWorkload,involvedObject.name=" + name})
+			if err != nil {
+				return err
+			}
+			if len(evs.Items) == 0 {
+				return fmt.Errorf("no ProbeRefused Event on %s", name)
+			}
+			if e := evs.Items[0]; e.Type != corev1.EventTypeWarning || !strings.Contains(e.Message, "not probed") {
+				return fmt.Errorf("event %s %q", e.Type, e.Message)
+			}
+			return nil
+		})
+	}
+	// Several periods later: still nothing dialed, nothing accepted.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if n := a.metric(t, "ipledger_endpoints_probes_refused_total", map[string]string{"reason": "pod-cidr"}); n < 3 {
+			return fmt.Errorf("%v pod-cidr refusals so far", n)
+		}
+		return nil
+	})
+	if n := a.metric(t, "ipledger_endpoints_probes_refused_total", map[string]string{"reason": "cloud-metadata"}); n < 1 {
+		t.Fatalf("%v cloud-metadata refusals", n)
+	}
+	mu.Lock()
+	if len(dialed) != 0 {
+		t.Fatalf("the prober dialed %q", dialed)
+	}
+	mu.Unlock()
+	if n := l.Count(); n != 0 {
+		t.Fatalf("the listener of a refused workload accepted %d connections", n)
+	}
+
+	// The operator admits that one address explicitly; the pod CIDR stays
+	// refused around it and the metadata address whatever the flags.
+	a.stop()
+	startReplica(t, env, addr, "b", replicaOpts{lease: lease, dial: dial,
+		probeFlags: []string{"--pod-cidrs=192.0.2.0/24", "--probe-allowed-cidrs=192.0.2.1/32,fd00::/8"}})
+	waitCondition(t, env, ns, "in-pods", "True", "ProbeSucceeded", fmt.Sprintf("192.0.2.1:%d", l.Port()))
+	waitEndpoint(t, env, ns, "web", "in-pods", true)
+	if n := l.Count(); n == 0 {
+		t.Fatal("Ready without a connection")
+	}
+	waitCondition(t, env, ns, "imds", "False", "ProbeRefused", "fd00:ec2::254")
+	mu.Lock()
+	defer mu.Unlock()
+	for _, d := range dialed {
+		if !strings.HasPrefix(d, "192.0.2.1:") {
+			t.Fatalf("the prober dialed %s", d)
+		}
 	}
 }

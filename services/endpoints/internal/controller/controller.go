@@ -249,7 +249,7 @@ func (c *Controller) NewWorker(term *leader.Term) (leader.Worker, error) {
 	// term's context and drops what is still buffered when the term ends.
 	st.recorder = term.Recorder()
 	// Probes and their writes use the term's context: none outlives it.
-	st.prober = prober.New(term.Context(), c.cfg.Probe, c.status, c.ProbeMetrics, st.log)
+	st.prober = prober.New(term.Context(), c.cfg.Probe, c.status, c.ProbeMetrics, st.log).WithEvents(st.recorder)
 	return &worker{st: st, queue: q}, nil
 }
 

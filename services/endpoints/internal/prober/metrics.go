@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/services/endpoints/internal/probepolicy"
 )
 
 // Metrics are the prober's process-wide metrics; they outlive terms.
@@ -19,6 +20,9 @@ type Metrics struct {
 	// ConditionWrites counts Ready condition writes by result (success,
 	// conflict: the workload changed since the decision, error).
 	ConditionWrites *prometheus.CounterVec
+	// Refused counts addresses not probed because the policy refuses them
+	// (--probe-allowed-cidrs and friends), once per period, by reason.
+	Refused *prometheus.CounterVec
 	// Workloads is the number of workloads the leader probes; only the
 	// leader exports it.
 	Workloads leader.Gauge
@@ -45,6 +49,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ipledger_endpoints_ready_condition_writes_total",
 			Help: "ExternalWorkload Ready condition writes, by result (success, conflict, error).",
 		}, []string{"result"}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipledger_endpoints_probes_refused_total",
+			Help: "Readiness probes of one ExternalWorkload address not sent because the prober may not reach it, by reason (pod-cidr, cloud-metadata, not-allowed, ...; see --probe-allowed-cidrs).",
+		}, []string{"reason"}),
 		Workloads: leader.NewGauge(prometheus.GaugeOpts{
 			Name: "ipledger_endpoints_probed_workloads",
 			Help: "ExternalWorkloads with a readiness probe that this replica probes (exported only while it leads).",
@@ -56,7 +64,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{resultSuccess, resultConflict, resultError} {
 		m.ConditionWrites.WithLabelValues(r)
 	}
-	reg.MustRegister(m.Probes, m.ProbeDuration, m.SlotWait, m.ConditionWrites, m.Workloads)
+	for _, r := range probepolicy.Reasons {
+		m.Refused.WithLabelValues(r)
+	}
+	reg.MustRegister(m.Probes, m.ProbeDuration, m.SlotWait, m.ConditionWrites, m.Refused, m.Workloads)
 	return m
 }
 

@@ -30,15 +30,17 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
-	"github.com/ipledger/ipledger/services/endpoints/internal/planner"
+	"github.com/ipledger/ipledger/services/endpoints/internal/probepolicy"
 	"github.com/ipledger/ipledger/services/endpoints/internal/readiness"
 )
 
@@ -63,6 +65,10 @@ type Config struct {
 	// addresses to loopback listeners: an EndpointSlice cannot hold a
 	// loopback address, so a workload cannot have one.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// Policy says which addresses may be probed (--probe-allowed-cidrs,
+	// --probe-denied-cidrs, --pod-cidrs, --service-cidrs). It is consulted
+	// before every dial, with the workload's address, before Dial.
+	Policy probepolicy.Policy
 }
 
 // Defaults fills the fields left unset (Dial stays nil).
@@ -78,6 +84,24 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	c.Defaults()
 	fs.IntVar(&c.Concurrency, "probe-concurrency", c.Concurrency,
 		"readiness probes of ExternalWorkloads in flight at once on the leader; a probe due while all are taken waits")
+	prefixes := func(dst *[]netip.Prefix) func(string) error {
+		return func(s string) error {
+			ps, err := probepolicy.ParsePrefixes(s)
+			*dst = ps
+			return err
+		}
+	}
+	fs.Func("probe-allowed-cidrs", "comma-separated `CIDRs` of the networks where ExternalWorkloads live: the readiness prober "+
+		"dials only addresses in them (empty, the default: any address not refused otherwise). An entry inside --pod-cidrs, "+
+		"--service-cidrs or --probe-denied-cidrs admits that narrower range. Loopback, link-local, multicast and cloud "+
+		"metadata addresses (169.254.169.254, fd00:ec2::/64, ...) are never probed",
+		prefixes(&c.Policy.Allowed))
+	fs.Func("pod-cidrs", "comma-separated `CIDRs` of the cluster's Pod network (kube-controller-manager's --cluster-cidr): "+
+		"never probed (default none: set it, ipledger cannot always discover it)", prefixes(&c.Policy.PodCIDRs))
+	fs.Func("service-cidrs", "comma-separated `CIDRs` of the cluster's Service network (kube-apiserver's "+
+		"--service-cluster-ip-range): never probed (default none: set it)", prefixes(&c.Policy.ServiceCIDRs))
+	fs.Func("probe-denied-cidrs", "comma-separated `CIDRs` the readiness prober never dials, beside the Pod and Service "+
+		"networks: the nodes' network, the control plane, anything else (default none)", prefixes(&c.Policy.Denied))
 }
 
 // Validate reports a Config that cannot work.
@@ -113,6 +137,7 @@ func (w DynamicWriter) PatchStatus(ctx context.Context, namespace, name string, 
 type Prober struct {
 	cfg    Config
 	writer StatusWriter
+	events record.EventRecorder
 	m      *Metrics
 	log    *slog.Logger
 	now    func() time.Time
@@ -151,6 +176,8 @@ func New(ctx context.Context, cfg Config, w StatusWriter, m *Metrics, log *slog.
 	if p.dial == nil {
 		p.dial = (&net.Dialer{}).DialContext
 	}
+	p.dial = guard(cfg.Policy, p.dial)
+	p.events = &record.FakeRecorder{}
 	m.Workloads.Set(0) // a leader exports it, even with nothing to probe
 	p.http = &http.Client{
 		Transport: &http.Transport{
@@ -167,10 +194,41 @@ func New(ctx context.Context, cfg Config, w StatusWriter, m *Metrics, log *slog.
 			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // see above
 		},
 		// As the kubelet's, a redirect is an answer (3xx is success),
-		// and following it could lead the probe anywhere.
+		// and following it could lead the probe anywhere (were it ever
+		// followed, its dial would still go through the policy's guard).
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return p
+}
+
+// WithEvents has the prober report refused workloads as Events on them
+// (the term's recorder); without it they are only logged and counted.
+func (p *Prober) WithEvents(r record.EventRecorder) *Prober {
+	if p != nil && r != nil {
+		p.events = r
+	}
+	return p
+}
+
+// guard refuses, before dialing, an address the policy refuses: probeOne
+// checks the workload's addresses first and never gets here with a refused
+// one; the guard keeps any other dial (an HTTP redirect, should the client
+// ever follow one) from reaching what the policy forbids.
+func guard(pol probepolicy.Policy, dial func(ctx context.Context, network, address string) (net.Conn, error)) func(ctx context.Context, network, address string) (net.Conn, error) {
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(address)
+		if err != nil {
+			return nil, err
+		}
+		a, err := netip.ParseAddr(host)
+		if err != nil {
+			return nil, fmt.Errorf("%s is not an address: not probed", host)
+		}
+		if r := pol.Check(a); r.Refused() {
+			return nil, fmt.Errorf("not probed: %s", r.Message)
+		}
+		return dial(ctx, network, address)
+	}
 }
 
 // target is one workload the prober looks after: one goroutine that either
@@ -183,6 +241,10 @@ type target struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	wake   chan struct{}
+
+	// reported: the refusal of this target's addresses was logged and
+	// posted as an Event (once per target, not per period).
+	reported bool
 
 	mu  sync.Mutex
 	obj *watcherv1.Object // the newest view: the stream's, or our own write's
@@ -346,10 +408,22 @@ func (p *Prober) probeLoop(ctx context.Context, t *target) {
 	th := readiness.ThresholdsOf(probe)
 	var st readiness.State
 	for {
-		ok, detail := readiness.Combine(p.probeAddresses(ctx, probe, t.spec.GetWorkloadIps()))
+		rs := p.probeAddresses(ctx, probe, t.spec.GetWorkloadIps())
 		if ctx.Err() != nil {
 			return
 		}
+		if refused, why := readiness.Refused(rs); refused {
+			// No address of it is probed: one that may not be probed can
+			// never pass, so the workload cannot be Ready.
+			p.refused(ctx, t, why)
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+			}
+			continue
+		}
+		ok, detail := readiness.Combine(rs)
 		prev := st.Status
 		st = st.Next(ok, th)
 		if st.Status != prev {
@@ -364,6 +438,24 @@ func (p *Prober) probeLoop(ctx context.Context, t *target) {
 			return
 		case <-ticker.C:
 		}
+	}
+}
+
+// refused writes Ready=False (ProbeRefused) for a workload whose addresses
+// the prober may not reach, and reports it once per target: a Warning
+// Event on the workload and a log line, naming what to change.
+func (p *Prober) refused(ctx context.Context, t *target, why string) {
+	obj := t.view()
+	if !t.reported {
+		t.reported = true
+		meta := obj.GetMeta()
+		ref := &corev1.ObjectReference{APIVersion: convert.ExternalWorkloadResource.GroupVersion().String(), Kind: "ExternalWorkload",
+			Namespace: meta.GetNamespace(), Name: meta.GetName(), UID: types.UID(meta.GetUid()), ResourceVersion: meta.GetResourceVersion()}
+		p.events.Eventf(ref, corev1.EventTypeWarning, readiness.ReasonProbeRefused, "Readiness probe not sent, the workload is not Ready: %s", why)
+		p.log.Warn("Readiness probe refused: the workload's address may not be probed", "workload", t.key, "reason", why)
+	}
+	if d := readiness.DecideRefused(readiness.ReadyCondition(obj.GetExternalWorkload()), why); d.Action != readiness.None {
+		_ = p.write(ctx, t, obj, d)
 	}
 }
 
@@ -441,8 +533,19 @@ func (p *Prober) write(ctx context.Context, t *target, obj *watcherv1.Object, d 
 	return err
 }
 
-// probeAddresses probes every address of a workload at once.
+// probeAddresses probes every address of a workload at once, unless the
+// policy refuses one of them: then it returns the refusals and dials
+// nothing, not even the other address (the workload cannot be Ready).
 func (p *Prober) probeAddresses(ctx context.Context, probe *watcherv1.ReadinessProbe, ips []string) []readiness.Result {
+	var refused []readiness.Result
+	for _, ip := range ips {
+		if r, ok := p.refusal(probe, ip); ok {
+			refused = append(refused, r)
+		}
+	}
+	if len(refused) > 0 {
+		return refused
+	}
 	rs := make([]readiness.Result, len(ips))
 	if len(ips) == 1 {
 		rs[0] = p.probeOne(ctx, probe, ips[0])
@@ -454,6 +557,27 @@ func (p *Prober) probeAddresses(ctx context.Context, probe *watcherv1.ReadinessP
 	}
 	wg.Wait()
 	return rs
+}
+
+// refusal checks one address against the policy, with the workload's own
+// address (before any Dial a test or a proxy might put in front), and
+// counts a refusal by reason.
+func (p *Prober) refusal(probe *watcherv1.ReadinessProbe, ip string) (readiness.Result, bool) {
+	var refusal probepolicy.Refusal
+	if addr, err := netip.ParseAddr(ip); err != nil {
+		refusal = probepolicy.Refusal{Reason: probepolicy.ReasonUnspecified, Message: fmt.Sprintf("%q is not an IP address", ip)}
+	} else {
+		refusal = p.cfg.Policy.Check(addr)
+	}
+	if !refusal.Refused() {
+		return readiness.Result{}, false
+	}
+	kind := "TCP"
+	if _, ok := probe.GetAction().(*watcherv1.ReadinessProbe_HttpGet); ok {
+		kind = "HTTP"
+	}
+	p.m.Refused.WithLabelValues(refusal.Reason).Inc()
+	return readiness.Result{Refused: true, Detail: fmt.Sprintf("%s probe of %s not probed: %s", kind, ip, refusal.Message)}, true
 }
 
 // probeOne probes one address once a slot is free.
@@ -471,26 +595,12 @@ func (p *Prober) probeOne(ctx context.Context, probe *watcherv1.ReadinessProbe, 
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var r readiness.Result
-	addr, err := netip.ParseAddr(ip)
-	if err == nil {
-		if why := planner.AddressRefused(addr); why != "" {
-			err = fmt.Errorf("%s is %s", ip, why)
-		}
-	}
 	switch a := probe.GetAction().(type) {
 	case nil:
 		r = readiness.Result{Detail: "the readiness probe has no tcpSocket or httpGet"}
 	case *watcherv1.ReadinessProbe_TcpSocket:
-		if err != nil {
-			r = readiness.Result{Detail: fmt.Sprintf("TCP probe of %s not probed: %v", ip, err)}
-			break
-		}
 		r = p.probeTCP(pctx, net.JoinHostPort(ip, strconv.Itoa(int(a.TcpSocket.GetPort()))), timeout)
 	case *watcherv1.ReadinessProbe_HttpGet:
-		if err != nil {
-			r = readiness.Result{Detail: fmt.Sprintf("HTTP probe of %s not probed: %v", ip, err)}
-			break
-		}
 		r = p.probeHTTP(pctx, ip, a.HttpGet, timeout)
 	}
 	if ctx.Err() != nil {

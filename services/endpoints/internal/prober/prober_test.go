@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,10 +23,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/endpoints/internal/probepolicy"
 	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
 	"github.com/ipledger/ipledger/services/endpoints/internal/readiness"
 )
@@ -514,6 +517,100 @@ func TestRefusedAddressesAreNeverProbed(t *testing.T) {
 	for _, w := range got {
 		if c := ready(t, w); c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "not probed") {
 			t.Errorf("%s: %+v, want False saying the address is not probed", w.key, c)
+		}
+	}
+}
+
+// An address the operator's policy refuses (here the pod CIDR, and cloud
+// metadata over IPv6, which the API server accepts in a slice) is never
+// dialed: the workload is Ready=False with reason ProbeRefused at its first
+// period (no failureThreshold), naming the flag, with one Event however many
+// periods pass, and counted by reason; the allowed workload beside it is
+// probed as before.
+func TestPolicyRefusesBeforeDialing(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	h := &harness{m: m}
+	h.w = &fakeWriter{p: func() *Prober { return h.p }, m: m, objs: map[string]*watcherv1.Object{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	var mu sync.Mutex
+	var dialed []string
+	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
+		mu.Lock()
+		dialed = append(dialed, address)
+		mu.Unlock()
+		return probetest.LoopbackDial(ctx, network, address)
+	}
+	pods, _ := netip.ParsePrefix("192.0.2.4/30")
+	rec := record.NewFakeRecorder(100)
+	h.p = New(ctx, Config{Concurrency: 10, Dial: dial, Policy: probepolicy.Policy{PodCIDRs: []netip.Prefix{pods}}},
+		h.w, m, slog.New(slog.NewTextHandler(io.Discard, nil))).WithEvents(rec)
+	h.p.unit = unit
+	t.Cleanup(func() { h.p.Stop(); cancel() })
+
+	l := probetest.Listen(t)
+	h.w.show(workload("in-pods", tcpProbe(l.Port()), "192.0.2.5"))
+	h.w.show(workload("imds6", tcpProbe(l.Port()), "192.0.2.20", "fd00:ec2::254"))
+	h.w.show(workload("vm", tcpProbe(l.Port()), "192.0.2.1"))
+	h.waitWrites(t, 3)
+	h.waitProbes(t, 5) // several periods of the allowed one
+	byKey := map[string]metav1.Condition{}
+	for _, w := range h.w.written() {
+		byKey[w.key] = ready(t, w)
+	}
+	for key, want := range map[string]string{
+		"ns/in-pods": "TCP probe of 192.0.2.5 not probed: 192.0.2.5 is in the pod CIDR 192.0.2.4/30 (--pod-cidrs); an operator may allow a narrower range with --probe-allowed-cidrs",
+		"ns/imds6":   "TCP probe of fd00:ec2::254 not probed: fd00:ec2::254 is AWS's instance services",
+	} {
+		if c := byKey[key]; c.Status != metav1.ConditionFalse || c.Reason != readiness.ReasonProbeRefused || !strings.HasPrefix(c.Message, want) {
+			t.Errorf("%s: %+v, want False/ProbeRefused %q", key, c, want)
+		}
+	}
+	if c := byKey["ns/vm"]; c.Status != metav1.ConditionTrue {
+		t.Errorf("the allowed workload: %+v", c)
+	}
+	mu.Lock()
+	for _, a := range dialed {
+		if !strings.HasPrefix(a, "192.0.2.1:") {
+			t.Errorf("dialed %s", a)
+		}
+	}
+	mu.Unlock()
+	if n := len(h.w.written()); n != 3 {
+		t.Errorf("%d writes over several periods, want 3 (one per workload)", n)
+	}
+	if got := testutil.ToFloat64(m.Refused.WithLabelValues(probepolicy.ReasonPodCIDR)); got < 2 {
+		t.Errorf("pod-cidr refusals counted %v times over several periods", got)
+	}
+	if got := testutil.ToFloat64(m.Refused.WithLabelValues(probepolicy.ReasonCloudMetadata)); got < 2 {
+		t.Errorf("cloud-metadata refusals counted %v times", got)
+	}
+	close(rec.Events)
+	var events []string
+	for e := range rec.Events {
+		events = append(events, e)
+	}
+	if len(events) != 2 {
+		t.Fatalf("events %q, want one per refused workload", events)
+	}
+	for _, e := range events {
+		if !strings.HasPrefix(e, "Warning ProbeRefused Readiness probe not sent") {
+			t.Errorf("event %q", e)
+		}
+	}
+}
+
+// The guard in front of every dial refuses what the policy refuses,
+// whoever asks for the connection (an HTTP redirect, were one followed).
+func TestGuardRefusesBeforeDialing(t *testing.T) {
+	pods, _ := netip.ParsePrefix("10.244.0.0/16")
+	d := guard(probepolicy.Policy{PodCIDRs: []netip.Prefix{pods}}, func(context.Context, string, string) (net.Conn, error) {
+		t.Fatal("dialed")
+		return nil, nil
+	})
+	for _, a := range []string{"10.244.1.1:80", "169.254.169.254:80", "[fd00:ec2::254]:80", "localhost:80"} {
+		if _, err := d(context.Background(), "tcp", a); err == nil || !strings.Contains(err.Error(), "not probed") {
+			t.Errorf("dial %s: %v", a, err)
 		}
 	}
 }

@@ -25,6 +25,10 @@ const (
 	// of these reasons is removed, and any other is left to its author.
 	ReasonProbeSucceeded = "ProbeSucceeded"
 	ReasonProbeFailed    = "ProbeFailed"
+	// ReasonProbeRefused: the probe was not sent, because the prober may
+	// not reach the address (package probepolicy); the workload is not
+	// Ready, at once, since no later probe can pass.
+	ReasonProbeRefused = "ProbeRefused"
 	// MaxMessageLength caps the condition's message.
 	MaxMessageLength = 1024
 )
@@ -95,6 +99,8 @@ func (s State) Next(ok bool, th Thresholds) State {
 // Result is the outcome of probing one address of a workload.
 type Result struct {
 	OK bool
+	// Refused: the address was not probed (not OK either); Detail says why.
+	Refused bool
 	// Detail says what was probed and what happened, as a sentence a user
 	// reads in the condition's message.
 	Detail string
@@ -152,7 +158,7 @@ type Decision struct {
 // detail is the last probe's combined detail.
 func Decide(hasProbe bool, st State, observed *watcherv1.Condition, detail string) Decision {
 	if !hasProbe {
-		if observed != nil && (observed.GetReason() == ReasonProbeSucceeded || observed.GetReason() == ReasonProbeFailed) {
+		if observed != nil && isProbes(observed.GetReason()) {
 			return Decision{Action: Clear}
 		}
 		return Decision{}
@@ -167,13 +173,50 @@ func Decide(hasProbe bool, st State, observed *watcherv1.Condition, detail strin
 	default:
 		return Decision{}
 	}
-	if observed != nil && observed.GetStatus() == string(d.Status) {
+	// A refusal's message would be wrong once the address is probed (the
+	// operator changed the flags): the first decision of the probes
+	// replaces it, whatever its status.
+	if observed != nil && observed.GetStatus() == string(d.Status) && observed.GetReason() != ReasonProbeRefused {
 		return Decision{}
 	}
+	return truncate(d)
+}
+
+// DecideRefused is the decision for a workload with a probe whose address
+// the prober may not reach: Ready=False, reason ProbeRefused, at once (no
+// failureThreshold: nothing will change until an operator changes a flag or
+// the tenant the address). A condition that already says so, with the same
+// message, is left alone.
+func DecideRefused(observed *watcherv1.Condition, detail string) Decision {
+	d := truncate(Decision{Action: Set, Status: metav1.ConditionFalse, Reason: ReasonProbeRefused, Message: detail})
+	if observed != nil && observed.GetStatus() == string(d.Status) && observed.GetReason() == d.Reason && observed.GetMessage() == d.Message {
+		return Decision{}
+	}
+	return d
+}
+
+// Refused reports whether one of a workload's addresses was refused, and
+// the refusals' details.
+func Refused(rs []Result) (bool, string) {
+	var why []string
+	for _, r := range rs {
+		if r.Refused {
+			why = append(why, r.Detail)
+		}
+	}
+	return len(why) > 0, strings.Join(why, "; ")
+}
+
+func truncate(d Decision) Decision {
 	if len(d.Message) > MaxMessageLength {
 		d.Message = d.Message[:MaxMessageLength-3] + "..."
 	}
 	return d
+}
+
+// isProbes: a Ready condition with this reason was written by the probe.
+func isProbes(reason string) bool {
+	return reason == ReasonProbeSucceeded || reason == ReasonProbeFailed || reason == ReasonProbeRefused
 }
 
 // ReadyCondition returns the workload's Ready condition, nil if it has none.

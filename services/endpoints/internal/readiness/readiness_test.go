@@ -110,6 +110,9 @@ func TestDecide(t *testing.T) {
 		{"no probe, a condition written by hand is the operator's: kept", false, State{}, cond("False", "Maintenance"), None, "", ""},
 		{"no probe any more, the probe's False condition is removed", false, State{}, cond("False", ReasonProbeFailed), Clear, "", ""},
 		{"no probe any more, the probe's True condition is removed", false, State{}, cond("True", ReasonProbeSucceeded), Clear, "", ""},
+		{"no probe any more, the prober's refusal is removed", false, State{}, cond("False", ReasonProbeRefused), Clear, "", ""},
+		{"probed again after a refusal and failing: the refusal's message is replaced", true, State{Status: NotReady}, cond("False", ReasonProbeRefused), Set, metav1.ConditionFalse, ReasonProbeFailed},
+		{"probed again after a refusal, nothing established yet: the refusal stays", true, State{Failures: 1}, cond("False", ReasonProbeRefused), None, "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,6 +136,43 @@ func TestDecideMessage(t *testing.T) {
 	d = Decide(true, State{Status: Ready}, nil, strings.Repeat("x", 5000))
 	if len(d.Message) > MaxMessageLength {
 		t.Fatalf("message of %d bytes, want at most %d", len(d.Message), MaxMessageLength)
+	}
+}
+
+func TestDecideRefused(t *testing.T) {
+	const msg = "TCP probe of fd00:ec2::254 not probed: fd00:ec2::254 is AWS's instance services"
+	withMessage := func(status, reason, m string) *watcherv1.Condition {
+		c := cond(status, reason)
+		c.Message = m
+		return c
+	}
+	for _, tc := range []struct {
+		name     string
+		observed *watcherv1.Condition
+		want     Action
+	}{
+		{"no condition yet: False at once, no threshold", nil, Set},
+		{"True (probed before the flags changed): False", withMessage("True", ReasonProbeSucceeded, "ok"), Set},
+		{"False because probes failed: says why now", withMessage("False", ReasonProbeFailed, "refused"), Set},
+		{"True by hand: the probe owns the condition", withMessage("True", "Manual", ""), Set},
+		{"already refused for another reason: rewritten", withMessage("False", ReasonProbeRefused, "other"), Set},
+		{"already says so: nothing", withMessage("False", ReasonProbeRefused, msg), None},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := DecideRefused(tc.observed, msg)
+			if d.Action != tc.want {
+				t.Fatalf("DecideRefused = %+v, want %v", d, tc.want)
+			}
+			if d.Action == Set && (d.Status != metav1.ConditionFalse || d.Reason != ReasonProbeRefused || d.Message != msg) {
+				t.Fatalf("DecideRefused = %+v", d)
+			}
+		})
+	}
+	if refused, why := Refused([]Result{{OK: true, Detail: "a"}, {Refused: true, Detail: "b"}}); !refused || why != "b" {
+		t.Fatalf("Refused = %v %q", refused, why)
+	}
+	if refused, _ := Refused([]Result{{OK: true}, {Detail: "failed"}}); refused {
+		t.Fatal("a failed probe is not a refusal")
 	}
 }
 
