@@ -10,7 +10,7 @@ MODULES := proto pkg services/watcher services/ipam services/endpoints services/
 PACKAGES := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: help tools proto proto-check vet test test-unit test-cluster cluster-up cluster-down bench images up down run fmt tidy
+.PHONY: help tools proto proto-check vet vulncheck test test-unit test-cluster cluster-up cluster-down bench images up down run fmt tidy
 
 help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -28,7 +28,10 @@ vet: ## go vet every module, and gofmt.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go') | grep -v '\.pb\.go$$' || true)" || { echo "gofmt needed:"; gofmt -l . | grep -v '\.pb\.go$$'; exit 1; }
 	go vet $(PACKAGES) ./test/cluster/...
 
-test: tools proto-check vet ## Everything CI runs: proto checks, vet, unit, integration (real API server), manifests, e2e.
+vulncheck: ## govulncheck over the shipped binaries, offline (a database built from golang.org/x/vulndb); fails on a reachable module vulnerability.
+	hack/vulncheck.sh
+
+test: tools proto-check vet vulncheck ## Everything CI runs: proto checks, vet, govulncheck, unit, integration (real API server), manifests, e2e.
 	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) go test $(GO_TEST_FLAGS) $(PACKAGES)
 
 test-cluster: tools images ## ipledger as pods on a real single-node cluster (root; pkg/cluster): up, install overlays/e2e, scenarios, down.
@@ -64,4 +67,4 @@ fmt: ## gofmt every Go file.
 	gofmt -w $$(find . -name '*.go' -not -name '*.pb.go' -not -path './.dev/*')
 
 tidy: ## go mod tidy in every module (hack/tools too).
-	for m in $(MODULES) test/cluster hack/tools hack/tools/promtool hack/tools/coredns; do (cd $$m && GOWORK=off go mod tidy); done
+	for m in $(MODULES) test/cluster hack/tools hack/tools/promtool hack/tools/coredns hack/tools/vuln; do (cd $$m && GOWORK=off go mod tidy); done
