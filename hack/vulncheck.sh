@@ -77,6 +77,10 @@ locked "$db" build_db
 
 out=$root/.dev/vulncheck/bin
 mkdir -p "$out"
+# One build and scan at a time in a working tree: a second would read a
+# binary while the first writes it.
+exec 8>"$root/.dev/vulncheck/.lock"
+flock 8
 pkgs=(./services/watcher/cmd/ipledger-watcher ./services/ipam/cmd/ipledger-ipam
   ./services/endpoints/cmd/ipledger-endpoints ./services/eipd/cmd/ipledger-eipd
   ./plugin/cmd/kubectl-ipledger)
