@@ -120,3 +120,29 @@ func TestParsePrefixes(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCheck: whatever address a tenant writes and whatever the operator
+// allows, Check never admits an address rule 1 refuses, and a refusal
+// always says why.
+func FuzzCheck(f *testing.F) {
+	for _, s := range []string{"10.20.0.1", "169.254.169.254", "fd00:ec2::254", "::ffff:127.0.0.1", "fe80::1%eth0", "0.0.0.0"} {
+		f.Add(s, "0.0.0.0/0,::/0")
+	}
+	f.Fuzz(func(t *testing.T, addr, allowed string) {
+		a, err := netip.ParseAddr(addr)
+		if err != nil {
+			return
+		}
+		ps, err := ParsePrefixes(allowed)
+		if err != nil {
+			return
+		}
+		r := Policy{Allowed: ps}.Check(a)
+		if r.Refused() && r.Message == "" {
+			t.Fatalf("Check(%s) refused without a message", a)
+		}
+		if b := builtin(a.Unmap().WithZone("")); b.Refused() && r.Reason != b.Reason {
+			t.Fatalf("Check(%s) with %s allowed = %+v, want the built-in refusal %q", a, allowed, r, b.Reason)
+		}
+	})
+}
