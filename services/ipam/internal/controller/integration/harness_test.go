@@ -195,18 +195,7 @@ func (h *harness) service(name string, annotations map[string]string, mutate ...
 
 func (h *harness) setStatus(name string, ips ...string) {
 	h.t.Helper()
-	ctx := context.Background()
-	s, err := h.env.Client.CoreV1().Services(h.ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	s.Status.LoadBalancer.Ingress = nil
-	for _, ip := range ips {
-		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
-	}
-	if _, err := h.env.Client.CoreV1().Services(h.ns).UpdateStatus(ctx, s, metav1.UpdateOptions{}); err != nil {
-		h.t.Fatal(err)
-	}
+	h.setStatusIn(h.ns, name, ips...)
 }
 
 // state is what the Services of the test show: name -> IPs, and name ->
