@@ -3,7 +3,6 @@ package authz
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"os"
 	"strings"
@@ -35,8 +34,8 @@ func PlaintextTokenFromFile(path string) credentials.PerRPCCredentials {
 
 // DialOptions returns the transport and per-RPC credentials of a client of
 // an ipledger gRPC server, consistent with each other: TLS (verified with
-// caFile, or the system roots when it is empty) unless plaintext, and the
-// token from tokenFile when it is not empty.
+// caFile, re-read when it changes, or the system roots when it is empty)
+// unless plaintext, and the token from tokenFile when it is not empty.
 func DialOptions(tokenFile, caFile string, plaintext bool) ([]grpc.DialOption, error) {
 	var opts []grpc.DialOption
 	if plaintext {
@@ -50,18 +49,17 @@ func DialOptions(tokenFile, caFile string, plaintext bool) ([]grpc.DialOption, e
 		return opts, nil
 	}
 	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+	if caFile == "" {
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	} else {
+		// Re-read on change: a rotated CA (kubectl ipledger tls bootstrap,
+		// cert-manager) is trusted by the next connection.
+		creds, err := ReloadingCA(caFile, tlsCfg)
 		if err != nil {
-			return nil, fmt.Errorf("read CA file: %w", err)
+			return nil, err
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("CA file %s holds no PEM certificate", caFile)
-		}
-		tlsCfg.RootCAs = pool
+		opts = append(opts, grpc.WithTransportCredentials(creds))
 	}
-	opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
 	if tokenFile != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(TokenFromFile(tokenFile)))
 	}
