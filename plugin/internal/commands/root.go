@@ -73,6 +73,7 @@ the ServiceAccount whose token the plugin sends.`,
 		newMigrateMetalLBCommand,
 		newPreviewCommand,
 		newLedgerCommand,
+		newTLSCommand,
 	} {
 		root.AddCommand(newCommand(o))
 	}
