@@ -1,5 +1,6 @@
 # One Dockerfile for the four binaries, for users with Docker:
-#   docker build --build-arg SERVICE=ipam -t ipledger/ipam:v0.1.0 .
+#   docker build --build-arg SERVICE=ipam --build-arg VERSION=$(cat VERSION) --build-arg REVISION=$(git rev-parse HEAD) \
+#     -t ghcr.io/ipledger/ipam:v$(cat VERSION) .
 # A static binary on an empty base with the CA bundle, run as 65532:65532.
 # `make images` builds the same images without Docker (pkg/containerimage);
 # its TestDockerfileMatchesSettings fails when this file and it disagree on
@@ -13,6 +14,11 @@ RUN --mount=type=cache,target=/root/.cache/go-build --mount=type=cache,target=/g
     CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags "-s -w" -o /out/ipledger ./services/$SERVICE/cmd/ipledger-$SERVICE
 
 FROM scratch
+ARG SERVICE
+ARG VERSION
+ARG REVISION
+LABEL org.opencontainers.image.revision="$REVISION" org.opencontainers.image.source="https://github.com/ipledger/ipledger" \
+      org.opencontainers.image.title="ipledger-$SERVICE" org.opencontainers.image.version="$VERSION"
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/ipledger /ipledger
 USER 65532:65532

@@ -19,8 +19,13 @@ type Binary struct {
 	Repository string
 }
 
+// Registry is where ipledger's images live: deploy/kustomize/base names
+// <Registry>/<service> at the tag v<VERSION> (fully qualified, so that no
+// runtime resolves it against a registry ipledger does not own).
+const Registry = "ghcr.io/ipledger"
+
 // Binaries are the images ipledger ships: one per service, built from
-// services/<service>/cmd/ipledger-<service> into ipledger/<service> (the
+// services/<service>/cmd/ipledger-<service> into <Registry>/<service> (the
 // Dockerfile's --build-arg SERVICE=<service>).
 var Binaries = []Binary{
 	service("watcher"),
@@ -33,11 +38,11 @@ func service(name string) Binary {
 	return Binary{
 		Name:       "ipledger-" + name,
 		Package:    "./services/" + name + "/cmd/ipledger-" + name,
-		Repository: "ipledger/" + name,
+		Repository: Registry + "/" + name,
 	}
 }
 
-// Ref is the image reference of b at tag, e.g. "ipledger/ipam:dev".
+// Ref is the image reference of b at tag, e.g. "ghcr.io/ipledger/ipam:dev".
 func (b Binary) Ref(tag string) string { return b.Repository + ":" + tag }
 
 // GoBuild builds bins for linux/arch with GoBuildArgs and GoBuildEnv into

@@ -71,6 +71,32 @@ type Contents struct {
 	Architecture string
 	// Title becomes the org.opencontainers.image.title label.
 	Title string
+	// Provenance says what the image was built from (OCI labels).
+	Provenance Provenance
+}
+
+// Source is the repository every image is built from.
+const Source = "https://github.com/ipledger/ipledger"
+
+// Provenance is what an image was built from, written as the OCI labels
+// org.opencontainers.image.version, .revision and .source (`crane config`,
+// `ctr images inspect`, `docker inspect` show them): the release (the
+// repository's VERSION file) and the git commit. Empty fields are left out.
+type Provenance struct {
+	Version  string
+	Revision string
+}
+
+// labels are the image's OCI labels.
+func (c Contents) labels() map[string]string {
+	out := map[string]string{"org.opencontainers.image.title": c.Title, "org.opencontainers.image.source": Source}
+	if v := c.Provenance.Version; v != "" {
+		out["org.opencontainers.image.version"] = v
+	}
+	if r := c.Provenance.Revision; r != "" {
+		out["org.opencontainers.image.revision"] = r
+	}
+	return out
 }
 
 // Build assembles the image of c: one uncompressed layer, the
@@ -100,7 +126,7 @@ func Build(c Contents) (v1.Image, error) {
 		Entrypoint: []string{Entrypoint},
 		User:       strconv.Itoa(UID) + ":" + strconv.Itoa(GID),
 		WorkingDir: "/",
-		Labels:     map[string]string{"org.opencontainers.image.title": c.Title},
+		Labels:     c.labels(),
 	}
 	return mutate.ConfigFile(img, cfg)
 }

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -224,5 +225,30 @@ func TestFullNameIsWhatTheKubeletResolves(t *testing.T) {
 	}
 	if _, err := FullName("Not A Name"); err == nil {
 		t.Error("FullName accepted an invalid reference")
+	}
+}
+
+// TestImagesCarryTheirProvenance: the release and the commit an image was
+// built from are OCI labels of its configuration.
+func TestImagesCarryTheirProvenance(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.WriteFile(bin, []byte("binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	img, err := Build(Contents{Binary: bin, Architecture: "amd64", Title: "ipledger-test", Provenance: Provenance{Version: "0.2.0", Revision: "abc123"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"org.opencontainers.image.title": "ipledger-test", "org.opencontainers.image.source": Source,
+		"org.opencontainers.image.version": "0.2.0", "org.opencontainers.image.revision": "abc123",
+	}
+	if !maps.Equal(cfg.Config.Labels, want) {
+		t.Errorf("labels %v, want %v", cfg.Config.Labels, want)
 	}
 }

@@ -2,6 +2,7 @@ package containerimage
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,15 +31,24 @@ func TestDockerfileMatchesSettings(t *testing.T) {
 		t.Errorf("the build stage has no RUN ending with\n  %s\n(GoBuildEnv and GoBuildArgs); it has:\n  %s", wantBuild, strings.Join(build, "\n  "))
 	}
 	for _, b := range Binaries {
-		service := strings.TrimPrefix(b.Repository, "ipledger/")
+		service := strings.TrimPrefix(b.Repository, Registry+"/")
 		if want := strings.ReplaceAll("./services/$SERVICE/cmd/ipledger-$SERVICE", "$SERVICE", service); b.Package != want {
 			t.Errorf("binary %s builds %s; the Dockerfile with SERVICE=%s builds %s", b.Name, b.Package, service, want)
 		}
 	}
 
 	entrypoint, _ := json.Marshal([]string{Entrypoint})
+	labels := Contents{Title: "ipledger-$SERVICE", Provenance: Provenance{Version: "$VERSION", Revision: "$REVISION"}}.labels()
+	var label []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		label = append(label, k+"="+strconv.Quote(labels[k]))
+	}
 	want := []string{
 		"FROM scratch",
+		"ARG SERVICE",
+		"ARG VERSION",
+		"ARG REVISION",
+		"LABEL " + strings.Join(label, " "),
 		"COPY --from=build " + HostCACertificates + " " + CACertificates,
 		"COPY --from=build /out/ipledger " + Entrypoint,
 		"USER " + strconv.Itoa(UID) + ":" + strconv.Itoa(GID),

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -29,7 +30,8 @@ Each binary (default: all of %s)
 is built static (CGO_ENABLED=0, -trimpath, -ldflags "-s -w") for linux/<arch>,
 put at /ipledger on an empty base with the CA bundle, to run as %d:%d, and
 written as an OCI archive <out>/<binary>.tar naming the image
-ipledger/<service>:<tag>, e.g. docker.io/ipledger/watcher:%s. An archive that
+ghcr.io/ipledger/<service>:<tag>, e.g. ghcr.io/ipledger/watcher:%s, labelled with
+the release (VERSION) and the git commit. An archive that
 already holds the same image is left alone, so a second run with nothing
 changed only checks (a few seconds).
 
@@ -75,13 +77,17 @@ func run(ctx context.Context, out, tag, arch, ca string, names []string) error {
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return err
 	}
+	prov, err := provenance(ctx)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	if err := containerimage.GoBuild(ctx, ".", binDir, arch, bins); err != nil {
 		return err
 	}
 	for _, b := range bins {
 		img, err := containerimage.Build(containerimage.Contents{
-			Binary: filepath.Join(binDir, b.Name), CACertificates: ca, Architecture: arch, Title: b.Name,
+			Binary: filepath.Join(binDir, b.Name), CACertificates: ca, Architecture: arch, Title: b.Name, Provenance: prov,
 		})
 		if err != nil {
 			return fmt.Errorf("%s: %w", b.Name, err)
@@ -107,6 +113,26 @@ func run(ctx context.Context, out, tag, arch, ca string, names []string) error {
 	}
 	fmt.Printf("%d images in %s\n", len(bins), time.Since(start).Round(100*time.Millisecond))
 	return nil
+}
+
+// provenance is what the images are built from: the VERSION file and the
+// git commit of the working tree (with "-dirty" when it has changes not
+// committed), or IPLEDGER_REVISION where there is no git checkout.
+func provenance(ctx context.Context) (containerimage.Provenance, error) {
+	v, err := os.ReadFile("VERSION")
+	if err != nil {
+		return containerimage.Provenance{}, fmt.Errorf("the release version: %w (run from the repository root)", err)
+	}
+	p := containerimage.Provenance{Version: strings.TrimSpace(string(v)), Revision: os.Getenv("IPLEDGER_REVISION")}
+	if p.Revision == "" {
+		if out, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output(); err == nil {
+			p.Revision = strings.TrimSpace(string(out))
+			if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+				p.Revision += "-dirty"
+			}
+		}
+	}
+	return p, nil
 }
 
 // selectBinaries is the binaries named, all when none is.
