@@ -111,6 +111,18 @@ func TestNetworkPoliciesSelectEveryPodAndItsPorts(t *testing.T) {
 			}
 			var toWatcher, toDNS bool
 			for _, r := range egress.Spec.Egress {
+				if len(r.To) == 0 {
+					// Every destination: only DNS may be opened that way
+					// (kube-dns's pods, or a node-local cache on a
+					// link-local address), never the metadata services' 80.
+					for _, pp := range r.Ports {
+						if pp.Port == nil || pp.Port.IntValue() != 53 || pp.EndPort != nil {
+							t.Errorf("policy %s opens %v to every destination; only port 53 (DNS) may be", egress.Name, pp)
+						}
+					}
+					toDNS = toDNS || len(r.Ports) > 0
+					continue
+				}
 				for _, peer := range r.To {
 					if peer.PodSelector != nil && peer.NamespaceSelector == nil && selects(t, *peer.PodSelector, labels.Set(watcher.Spec.Template.Labels)) {
 						for _, pp := range r.Ports {
