@@ -2,19 +2,12 @@ package cluster_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -22,9 +15,10 @@ import (
 )
 
 // TestOverlaysRollOut applies what users apply — components/high-availability
-// on the base, then overlays/production with TLS from a Secret made as
-// components/tls describes (a certificate with only the .svc names it used
-// to list kept every consumer from the watcher) — on top of the e2e
+// on the base, then overlays/production with TLS from the Secrets
+// `kubectl ipledger tls bootstrap` makes (a certificate with only the .svc
+// names components/tls used to list kept every consumer from the watcher;
+// now every server has its own, and endpoints only the CA) — on top of the e2e
 // install, and checks every Deployment rolls out with its replicas, the
 // consumers stream (over TLS in production) and Services get addresses. The
 // e2e install is put back at the end.
@@ -34,7 +28,7 @@ func TestOverlaysRollOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca := e.tlsSecret(t)
+	ca := e.bootstrapTLS(t)
 	t.Cleanup(func() {
 		e.apply(t, filepath.Join(root, "deploy", "kustomize", "overlays", "e2e"))
 		for _, d := range deployments {
@@ -76,68 +70,32 @@ func (e *env) apply(t testing.TB, dir string) {
 	e.kubectl(t, "apply", "--server-side", "--force-conflicts", "-k", dir)
 }
 
-// tlsSecret creates the Secret components/tls expects — ipledger-grpc-tls
-// of type kubernetes.io/tls with ca.crt, for the names its comment lists —
-// from a CA of the test's own, and returns that CA's PEM file.
-func (e *env) tlsSecret(t testing.TB) string {
+// bootstrapTLS makes the Secrets components/tls mounts as an operator
+// does, with `kubectl ipledger tls bootstrap` (the built plugin), and
+// returns the PEM file of the CA it created, which every server's
+// certificate chains to.
+func (e *env) bootstrapTLS(t *testing.T) string {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ipledger-test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "ipledger"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames: []string{
-			"ipledger-watcher.ipledger-system.svc.cluster.local",
-			"ipledger-watcher.ipledger-system.svc",
-			"ipledger-ipam.ipledger-system.svc",
-			"ipledger-eipd.ipledger-system.svc",
-		},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caTmpl, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "ipledger-grpc-tls", Namespace: systemNS},
-		Type:       corev1.SecretTypeTLS,
-		Data: map[string][]byte{
-			"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-			"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-			"ca.crt":  caPEM,
-		},
-	}
+	bin := buildPlugin(t)
 	secrets := e.client.CoreV1().Secrets(systemNS)
-	if _, err := secrets.Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		if err := secrets.Delete(context.Background(), secret.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Error(err)
+		for _, name := range []string{"ipledger-grpc-ca", "ipledger-watcher-tls", "ipledger-ipam-tls", "ipledger-eipd-tls"} {
+			if err := secrets.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Error(err)
+			}
 		}
 	})
+	out, err := exec.Command(bin, "tls", "bootstrap", "--kubeconfig", e.node.KubeconfigPath, "--ipam-namespace", systemNS).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl ipledger tls bootstrap: %v\n%s", err, out)
+	}
+	t.Logf("kubectl ipledger tls bootstrap:\n%s", out)
+	ca, err := secrets.Get(context.Background(), "ipledger-grpc-ca", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	path := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(path, caPEM, 0o600); err != nil {
+	if err := os.WriteFile(path, ca.Data["ca.crt"], 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -32,7 +32,7 @@ import (
 const (
 	DefaultNamespace = "ipledger-system"
 	DefaultLease     = "ipledger-ipam"
-	DefaultTLSSecret = "ipledger-grpc-tls"
+	DefaultTLSSecret = "ipledger-ipam-tls" // components/tls; its ca.crt is the CA that signed ipam's certificate
 	// PodSelector selects ipam's Pods.
 	PodSelector = "app.kubernetes.io/name=ipledger-ipam"
 	// portName is the container port ipam serves gRPC on.
