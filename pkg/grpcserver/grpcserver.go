@@ -300,6 +300,10 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 			return nil, err
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(kp.tlsConfig())))
+		registerOrReuse(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ipledger_grpc_server_certificate_expiry_timestamp_seconds",
+			Help: "When the gRPC serving certificate (--grpc-tls-cert-file, as last loaded) expires, in seconds since the epoch.",
+		}, func() float64 { return float64(kp.notAfter().Unix()) }))
 	}
 
 	metrics := grpcprom.NewServerMetrics(

@@ -50,6 +50,20 @@ func (k *keypairReloader) reload() error {
 }
 
 func (k *keypairReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return k.current(), nil
+}
+
+// notAfter is the end of the serving certificate's validity, checking the
+// files first as a handshake does, so a scrape sees a renewed certificate
+// even while no client connects.
+func (k *keypairReloader) notAfter() time.Time {
+	if leaf := k.current().Leaf; leaf != nil {
+		return leaf.NotAfter
+	}
+	return time.Time{}
+}
+
+func (k *keypairReloader) current() *tls.Certificate {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if time.Since(k.checkedAt) >= reloadCheckInterval {
@@ -60,7 +74,7 @@ func (k *keypairReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate
 			_ = k.reload() // on error keep serving the previous pair
 		}
 	}
-	return k.cert, nil
+	return k.cert
 }
 
 func (k *keypairReloader) tlsConfig() *tls.Config {

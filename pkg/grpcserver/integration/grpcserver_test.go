@@ -356,6 +356,18 @@ func TestTLSAndGracefulStop(t *testing.T) {
 	if _, err := ipamv1grpc.NewIPAMServiceClient(cc).ListPools(context.Background(), &ipamv1.ListPoolsRequest{}); err != nil {
 		t.Fatalf("ListPools over TLS: %v", err)
 	}
+	pemBytes, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(pemBytes)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := testenv.MetricValue(t, f.reg, "ipledger_grpc_server_certificate_expiry_timestamp_seconds", nil); got != float64(cert.NotAfter.Unix()) {
+		t.Errorf("certificate expiry metric = %v, want the certificate's NotAfter %v", got, cert.NotAfter.Unix())
+	}
 	plain := dial(t, f.srv.Addr().String())
 	if _, err := healthpb.NewHealthClient(plain).Check(context.Background(), &healthpb.HealthCheckRequest{}); err == nil {
 		t.Errorf("a plaintext client reached a TLS server")

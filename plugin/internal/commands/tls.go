@@ -80,7 +80,7 @@ A Secret cert-manager manages (components/cert-manager) is never written.`,
 		Example: `  # Before applying overlays/production
   kubectl ipledger tls bootstrap
 
-  # Every few weeks, well before the printed expiry (alert IPLedgerGRPCCertificateExpiringSoon)
+  # Every few weeks, well before the printed expiry (alert IpledgerGRPCCertificateExpiringSoon)
   kubectl ipledger tls bootstrap --renew`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
