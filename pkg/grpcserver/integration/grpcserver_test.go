@@ -106,7 +106,7 @@ type fixture struct {
 }
 
 // start serves ipam and watcher with cfg (Addr defaults to loopback:0).
-func start(t *testing.T, cfg grpcserver.Config) *fixture {
+func start(t testing.TB, cfg grpcserver.Config) *fixture {
 	t.Helper()
 	env := testenv.Get(t)
 	if cfg.Addr == "" {
@@ -133,7 +133,7 @@ func start(t *testing.T, cfg grpcserver.Config) *fixture {
 	return f
 }
 
-func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+func dial(t testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
@@ -148,7 +148,7 @@ func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 
 // viewerTokenFile returns a token file of a ServiceAccount bound to
 // ipledger:viewer, once the API server's authorizer knows the binding.
-func viewerTokenFile(t *testing.T, ns string) string {
+func viewerTokenFile(t testing.TB, ns string) string {
 	t.Helper()
 	env := testenv.Get(t)
 	path := env.TokenFile(t, ns, "viewer")
@@ -448,7 +448,7 @@ func copyFile(t *testing.T, from, to string) {
 	}
 }
 
-func writeSelfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+func writeSelfSigned(t testing.TB, dir string) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
