@@ -143,7 +143,7 @@ func (b *bootstrapper) ensureCA(ctx context.Context) error {
 			return err
 		}
 		s = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: caSecretName, Namespace: b.ns, Labels: labels()},
+			ObjectMeta: metav1.ObjectMeta{Name: caSecretName, Namespace: b.ns, Labels: tlsSecretLabels()},
 			Type:       corev1.SecretTypeOpaque,
 			Data: map[string][]byte{
 				"ca.crt": certPEM,
@@ -253,7 +253,7 @@ func (b *bootstrapper) ensureLeaf(ctx context.Context, server string, renew bool
 		verb = "renewed"
 	} else {
 		s = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.ns, Labels: labels()},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.ns, Labels: tlsSecretLabels()},
 			Type:       corev1.SecretTypeTLS,
 			Data:       data,
 		}
@@ -319,7 +319,7 @@ func (b *bootstrapper) issue(server string, names []string) (certPEM, keyPEM []b
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), notAfter, nil
 }
 
-func labels() map[string]string {
+func tlsSecretLabels() map[string]string {
 	return map[string]string{"app.kubernetes.io/part-of": "ipledger", "app.kubernetes.io/managed-by": "kubectl-ipledger"}
 }
 
