@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,23 +13,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipledger/ipledger/pkg/controlplane"
+	"github.com/ipledger/ipledger/test/e2e/journey"
 )
 
 // TestOverlaysRollOut applies what users apply — components/high-availability
 // on the base, then overlays/production with TLS from the Secrets
 // `kubectl ipledger tls bootstrap` makes (a certificate with only the .svc
 // names components/tls used to list kept every consumer from the watcher;
-// now every server has its own, and endpoints only the CA) — on top of the e2e
-// install, and checks every Deployment rolls out with its replicas, the
-// consumers stream (over TLS in production) and Services get addresses. The
-// e2e install is put back at the end.
+// now every server has its own, and endpoints only the CA) — on top of the
+// e2e install, and checks every Deployment rolls out with its replicas, the
+// consumers stream (over TLS in production), Services get addresses and, in
+// production, kubectl ipledger verifies ipam with the CA of ipledger-ipam-tls.
+// The e2e install is put back at the end.
 func TestOverlaysRollOut(t *testing.T) {
 	e := get(t)
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca := e.bootstrapTLS(t)
+	plugin := buildPlugin(t)
+	ca := e.bootstrapTLS(t, plugin)
 	t.Cleanup(func() {
 		e.apply(t, filepath.Join(root, "deploy", "kustomize", "overlays", "e2e"))
 		for _, d := range deployments {
@@ -59,6 +63,18 @@ func TestOverlaysRollOut(t *testing.T) {
 			l.waitCreated(t, 20)
 			e.ips(t, l.ns, l.stop(t), 2*time.Minute)
 			e.consistent(t, tc.ca)
+			if tc.ca != "" {
+				// The plugin finds ipam serving TLS and verifies it with the
+				// ca.crt of ipledger-ipam-tls, its default.
+				token := filepath.Join(t.TempDir(), "token")
+				if err := os.WriteFile(token, []byte(journey.ViewerToken(t, e.client)), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				out, err := exec.Command(plugin, "pools", "--kubeconfig", e.node.KubeconfigPath, "--token-file", token, "--timeout", "60s").CombinedOutput()
+				if err != nil || !strings.Contains(string(out), "READY") {
+					t.Errorf("kubectl ipledger pools against ipam over TLS: %v\n%s", err, out)
+				}
+			}
 		})
 	}
 }
@@ -71,12 +87,11 @@ func (e *env) apply(t testing.TB, dir string) {
 }
 
 // bootstrapTLS makes the Secrets components/tls mounts as an operator
-// does, with `kubectl ipledger tls bootstrap` (the built plugin), and
+// does, with `kubectl ipledger tls bootstrap` (bin, the built plugin), and
 // returns the PEM file of the CA it created, which every server's
 // certificate chains to.
-func (e *env) bootstrapTLS(t *testing.T) string {
+func (e *env) bootstrapTLS(t *testing.T, bin string) string {
 	t.Helper()
-	bin := buildPlugin(t)
 	secrets := e.client.CoreV1().Secrets(systemNS)
 	t.Cleanup(func() {
 		for _, name := range []string{"ipledger-grpc-ca", "ipledger-watcher-tls", "ipledger-ipam-tls", "ipledger-eipd-tls"} {
