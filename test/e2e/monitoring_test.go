@@ -4,15 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -216,7 +209,7 @@ func TestMonitoringNamesOnlyExportedMetrics(t *testing.T) {
 	sys := StartSystem(t, SystemOptions{Watchers: 1, IPAM: 1, Endpoints: 1, EIPD: 1, EC2Endpoint: proxy.URL(), ClusterID: cluster})
 	// A watcher serving TLS, for the metrics only a TLS server exports
 	// (the serving certificate's expiry); the consumers dial the others.
-	certFile, keyFile := writeServingCert(t)
+	certFile, keyFile := testenv.SelfSignedCert(t, "localhost")
 	tlsWatcher := sys.start("watcher", 1, []string{"--grpc-plaintext=false", "--grpc-tls-cert-file=" + certFile, "--grpc-tls-key-file=" + keyFile})
 	tlsWatcher.WaitReady(t)
 
@@ -557,37 +550,4 @@ func notIn(names []string, set map[string]bool) []string {
 		}
 	}
 	return out
-}
-
-// writeServingCert writes a self-signed serving certificate and its key
-// for a server started with --grpc-tls-cert-file/--grpc-tls-key-file.
-func writeServingCert(t *testing.T) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ipledger-watcher"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames: []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
 }

@@ -67,7 +67,7 @@ func benchServer(b *testing.B, mode string) (string, []grpc.DialOption) {
 	cfg := grpcserver.Config{Plaintext: true}
 	caFile := ""
 	if mode == "tls" {
-		certFile, keyFile := writeSelfSigned(b, b.TempDir())
+		certFile, keyFile := testenv.SelfSignedCert(b, "127.0.0.1")
 		cfg = grpcserver.Config{TLSCertFile: certFile, TLSKeyFile: keyFile}
 		caFile = certFile
 	}

@@ -10,14 +10,7 @@ package integration
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -425,7 +418,7 @@ func TestCommandsAgainstIPAM(t *testing.T) {
 
 	t.Run("TLS, as components/tls serves it", func(t *testing.T) {
 		const name = "ipledger-ipam.ipledger-system.svc"
-		cert, key := writeSelfSigned(t, name)
+		cert, key := testenv.SelfSignedCert(t, name)
 		addr := s.startIPAM(t, "ipam-tls", "--grpc-tls-cert-file", cert, "--grpc-tls-key-file", key)
 		wantAll(t, "pools over TLS", s.ok(t, "pools", "--ipam-address", addr, "--service-account", s.viewer, "--ipam-ca-file", cert, "--ipam-tls-server-name", name), pool+" ")
 		wantAll(t, "pools in plaintext to TLS", s.fails(t, "pools", "--ipam-address", addr, "--service-account", s.viewer, "--timeout", "5s"),
@@ -528,39 +521,6 @@ func TestFindsIPAMAndItsLeader(t *testing.T) {
 	}
 	wantAll(t, "a leader that is not Ready", s.fails(t, append([]string{"release", "10.0.0.1"}, as...)...),
 		"the ipam leader ipam-z (holder of Lease "+home+"/ipledger-ipam) is not Ready")
-}
-
-// writeSelfSigned writes a self-signed certificate for dnsName (its own CA)
-// and its key.
-func writeSelfSigned(t *testing.T, dnsName string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: dnsName}, DNSNames: []string{dnsName},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
 }
 
 func leaseVersion(t *testing.T, s *system, ns string) string {
