@@ -821,7 +821,7 @@ func (a *Allocator) claimRefusal(p *Pool, req Request) string {
 // maxAddressesPerNamespace, "" when it may.
 func (a *Allocator) claimQuotaRefusal(p *Pool, req Request, ip netip.Addr) string {
 	ns := namespaceOf(req.Service)
-	if !a.overQuota(p, ns, ip) {
+	if !a.overQuota(p, ns, ip, 0) {
 		return ""
 	}
 	return quotaMessage(p, ns, a.nsAddrs.count(p.name, ns), 1)

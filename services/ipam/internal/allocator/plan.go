@@ -173,10 +173,7 @@ func (a *Allocator) evaluate(p *Pool, req Request, n need) eval {
 		}
 		return n
 	}
-	overQuota := func(ip netip.Addr) bool {
-		max := p.spec.MaxAddressesPerNamespace
-		return max > 0 && !a.nsAddrs.has(p.name, ns, ip) && a.nsAddrs.count(p.name, ns)+fresh() >= max
-	}
+	overQuota := func(ip netip.Addr) bool { return a.overQuota(p, ns, ip, fresh()) }
 	quota := func() eval {
 		return no(VerdictNamespaceQuota, "%s", quotaMessage(p, ns, a.nsAddrs.count(p.name, ns), fresh()+1))
 	}

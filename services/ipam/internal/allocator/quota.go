@@ -83,12 +83,13 @@ func (a *Allocator) AtQuota(pool string) []NamespaceUse {
 	return out
 }
 
-// overQuota says whether giving ip of pool p to a Service of namespace ns
-// would take the namespace past the pool's maxAddressesPerNamespace: only a
-// new address counts, never one the namespace already holds or requests.
-func (a *Allocator) overQuota(p *Pool, ns string, ip netip.Addr) bool {
+// overQuota says whether giving ip of pool p to a Service of namespace ns,
+// beside fresh other new addresses of the same request, would take the
+// namespace past the pool's maxAddressesPerNamespace: only a new address
+// counts, never one the namespace already holds or requests.
+func (a *Allocator) overQuota(p *Pool, ns string, ip netip.Addr, fresh int) bool {
 	max := p.spec.MaxAddressesPerNamespace
-	return max > 0 && !a.nsAddrs.has(p.name, ns, ip) && a.nsAddrs.count(p.name, ns) >= max
+	return max > 0 && !a.nsAddrs.has(p.name, ns, ip) && a.nsAddrs.count(p.name, ns)+fresh >= max
 }
 
 // recountNamespaces rebuilds the counts from every hold and claim, after

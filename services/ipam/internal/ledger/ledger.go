@@ -59,7 +59,7 @@ func foreignWrites(cm *corev1.ConfigMap) []ForeignWrite {
 	}
 	var out []ForeignWrite
 	for _, f := range cm.ManagedFields {
-		if f.Manager == FieldManager || f.Time == nil || f.Time.Before(&metav1.Time{Time: ours}) {
+		if f.Manager == FieldManager || f.Time == nil || f.Time.Time.Before(ours) {
 			continue
 		}
 		out = append(out, ForeignWrite{Shard: cm.Name, Manager: f.Manager, At: f.Time.Time})
