@@ -175,9 +175,17 @@ func toAny(ss []string) []any {
 
 func (h *harness) service(name string, annotations map[string]string, mutate ...func(*corev1.Service)) *corev1.Service {
 	h.t.Helper()
+	return h.serviceIn(h.ns, name, annotations, mutate...)
+}
+
+// serviceIn creates a LoadBalancer Service of the harness's class in
+// namespace (port 80, then mutate); one outside the test's namespace is
+// deleted at the end of the test (deleteServices covers the test's own).
+func (h *harness) serviceIn(namespace, name string, annotations map[string]string, mutate ...func(*corev1.Service)) *corev1.Service {
+	h.t.Helper()
 	class := h.class
 	s := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns, Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: annotations},
 		Spec: corev1.ServiceSpec{
 			Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
@@ -186,9 +194,14 @@ func (h *harness) service(name string, annotations map[string]string, mutate ...
 	for _, m := range mutate {
 		m(s)
 	}
-	out, err := h.env.Client.CoreV1().Services(h.ns).Create(context.Background(), s, metav1.CreateOptions{})
+	out, err := h.env.Client.CoreV1().Services(namespace).Create(context.Background(), s, metav1.CreateOptions{})
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	if namespace != h.ns {
+		h.t.Cleanup(func() {
+			_ = h.env.Client.CoreV1().Services(namespace).Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
 	}
 	return out
 }

@@ -6,12 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
@@ -216,19 +214,4 @@ func (h *harness) poolIn(name string, namespaces []string, addrs ...string) {
 		_ = h.patchPool(name, `{"metadata":{"finalizers":null}}`)
 		_ = h.env.Dynamic.Resource(controller.PoolGVR).Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
-}
-
-func (h *harness) serviceIn(namespace, name string, annotations map[string]string) {
-	h.t.Helper()
-	class := h.class
-	s := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: annotations},
-		Spec: corev1.ServiceSpec{
-			Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
-			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}},
-		},
-	}
-	if _, err := h.env.Client.CoreV1().Services(namespace).Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
-		h.t.Fatal(err)
-	}
 }

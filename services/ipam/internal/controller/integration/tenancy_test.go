@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -61,23 +62,10 @@ func (h *harness) waitAllocation(namespace, name, reason string) allocation {
 // port, with more annotations.
 func (h *harness) sharingService(namespace, name, key string, port int32, annotations map[string]string) {
 	h.t.Helper()
-	class := h.class
 	ann := map[string]string{"ipledger.io/allow-shared-ip": key}
-	for k, v := range annotations {
-		ann[k] = v
-	}
-	s := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: ann},
-		Spec: corev1.ServiceSpec{
-			Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
-			Ports: []corev1.ServicePort{{Name: "p", Port: port, TargetPort: intstr.FromInt32(port), Protocol: corev1.ProtocolTCP}},
-		},
-	}
-	if _, err := h.env.Client.CoreV1().Services(namespace).Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
-		h.t.Fatal(err)
-	}
-	h.t.Cleanup(func() {
-		_ = h.env.Client.CoreV1().Services(namespace).Delete(context.Background(), name, metav1.DeleteOptions{})
+	maps.Copy(ann, annotations)
+	h.serviceIn(namespace, name, ann, func(s *corev1.Service) {
+		s.Spec.Ports = []corev1.ServicePort{{Name: "p", Port: port, TargetPort: intstr.FromInt32(port), Protocol: corev1.ProtocolTCP}}
 	})
 }
 
