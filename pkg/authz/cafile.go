@@ -53,36 +53,39 @@ type caReloader struct {
 	readAt time.Time
 }
 
+// current is the pool of the CA file, read again if it changed; when the
+// file cannot be read or holds no certificate, the last good pool (an
+// error only before there is one).
 func (r *caReloader) current() (*x509.CertPool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.reloadIfChanged(); err != nil && r.pool == nil {
+		return nil, err
+	}
+	return r.pool, nil
+}
+
+// reloadIfChanged reads the file into r.pool unless it looks unchanged
+// since the last read (within maxCAAge); on error r.pool is untouched.
+func (r *caReloader) reloadIfChanged() error {
 	info, err := os.Stat(r.path)
 	if err != nil {
-		if r.pool != nil {
-			return r.pool, nil
-		}
-		return nil, fmt.Errorf("read CA file: %w", err)
+		return fmt.Errorf("read CA file: %w", err)
 	}
 	if r.pool != nil && os.SameFile(info, r.info) && info.Size() == r.info.Size() &&
 		info.ModTime().Equal(r.info.ModTime()) && time.Since(r.readAt) < maxCAAge {
-		return r.pool, nil
+		return nil
 	}
 	pem, err := os.ReadFile(r.path)
 	if err != nil {
-		if r.pool != nil {
-			return r.pool, nil
-		}
-		return nil, fmt.Errorf("read CA file: %w", err)
+		return fmt.Errorf("read CA file: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		if r.pool != nil {
-			return r.pool, nil
-		}
-		return nil, fmt.Errorf("CA file %s holds no PEM certificate", r.path)
+		return fmt.Errorf("CA file %s holds no PEM certificate", r.path)
 	}
 	r.pool, r.info, r.readAt = pool, info, time.Now()
-	return pool, nil
+	return nil
 }
 
 // reloadingTLS is credentials.NewTLS with RootCAs read per handshake.
