@@ -96,7 +96,7 @@ func TestOpenStreamsAreBounded(t *testing.T) {
 	if _, err := ipamv1grpc.NewIPAMServiceClient(dial(t, f.srv.Addr().String(), opts...)).ListPools(ctx, &ipamv1.ListPoolsRequest{}); err != nil {
 		t.Errorf("an authorized call while the open streams are full: %v", err)
 	}
-	if got := counter(t, f, "ipledger_grpc_server_open_streams_over_limit_total"); got != 2 {
+	if got := testenv.MetricValue(t, f.reg, "ipledger_grpc_server_open_streams_over_limit_total", nil); got != 2 {
 		t.Errorf("ipledger_grpc_server_open_streams_over_limit_total = %v, want 2", got)
 	}
 
@@ -184,23 +184,4 @@ func viewerDialOptions(t *testing.T, tokenFile string) []grpc.DialOption {
 		t.Fatal(err)
 	}
 	return opts
-}
-
-// counter reads a counter without labels from the fixture's registry.
-func counter(t *testing.T, f *fixture, name string) float64 {
-	t.Helper()
-	families, err := f.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range families {
-		if mf.GetName() == name {
-			var sum float64
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-			return sum
-		}
-	}
-	return 0
 }
