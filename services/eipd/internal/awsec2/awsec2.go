@@ -477,12 +477,29 @@ var ErrNoPrimaryInterface = errors.New("instance has no primary network interfac
 // is simply absent instead of failing the whole call.
 func (c *Client) Instances(ctx context.Context, ids []string) (map[string]decide.Instance, error) {
 	out := map[string]decide.Instance{}
-	err := c.describeInstances(ctx, "instance-id", ids, func(inst types.Instance, d decide.Instance) {
-		if slices.Contains(ids, d.ID) { // never more than asked
-			out[d.ID] = d
-		}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	p := ec2.NewDescribeInstancesPaginator(c.ec2, &ec2.DescribeInstancesInput{
+		Filters: []types.Filter{{Name: aws.String("instance-id"), Values: ids}},
 	})
-	return out, err
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return out, fmt.Errorf("describe instances (instance-id %s): %w", strings.Join(ids, ","), err)
+		}
+		for _, r := range page.Reservations {
+			for _, inst := range r.Instances {
+				if d := fromInstance(inst); slices.Contains(ids, d.ID) { // never more than asked
+					out[d.ID] = d
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // InterfaceOwners returns the instances the associated addresses among addrs
@@ -535,30 +552,6 @@ func (c *Client) InterfaceOwners(ctx context.Context, addrs []decide.Address) (m
 		}
 	}
 	return out, nil
-}
-
-func (c *Client) describeInstances(ctx context.Context, filter string, values []string, each func(types.Instance, decide.Instance)) error {
-	if len(values) == 0 {
-		return nil
-	}
-	values = slices.Compact(slices.Sorted(slices.Values(values)))
-	ctx, cancel := c.call(ctx)
-	defer cancel()
-	p := ec2.NewDescribeInstancesPaginator(c.ec2, &ec2.DescribeInstancesInput{
-		Filters: []types.Filter{{Name: aws.String(filter), Values: values}},
-	})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return fmt.Errorf("describe instances (%s %s): %w", filter, strings.Join(values, ","), err)
-		}
-		for _, r := range page.Reservations {
-			for _, inst := range r.Instances {
-				each(inst, fromInstance(inst))
-			}
-		}
-	}
-	return nil
 }
 
 func fromInstance(inst types.Instance) decide.Instance {
