@@ -1,17 +1,12 @@
 package e2e
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"io"
 	"slices"
 	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
 // fences are the ValidatingAdmissionPolicies every install must carry
@@ -31,34 +26,14 @@ func TestEveryInstallShipsTheFences(t *testing.T) {
 			policies := map[string]admissionregistrationv1.ValidatingAdmissionPolicy{}
 			bindings := map[string]admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 			roles := map[string]rbacv1.Role{}
-			dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(rendered), 4096)
-			for {
-				var doc json.RawMessage
-				err := dec.Decode(&doc)
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				var kind struct {
-					Kind string `json:"kind"`
-				}
-				unmarshal(t, doc, &kind)
-				switch kind.Kind {
-				case "ValidatingAdmissionPolicy":
-					var p admissionregistrationv1.ValidatingAdmissionPolicy
-					unmarshal(t, doc, &p)
-					policies[p.Name] = p
-				case "ValidatingAdmissionPolicyBinding":
-					var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
-					unmarshal(t, doc, &b)
-					bindings[b.Name] = b
-				case "Role":
-					var r rbacv1.Role
-					unmarshal(t, doc, &r)
-					roles[r.Name] = r
-				}
+			for _, p := range objectsOf[admissionregistrationv1.ValidatingAdmissionPolicy](t, rendered, "ValidatingAdmissionPolicy") {
+				policies[p.Name] = p
+			}
+			for _, b := range objectsOf[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, rendered, "ValidatingAdmissionPolicyBinding") {
+				bindings[b.Name] = b
+			}
+			for _, r := range objectsOf[rbacv1.Role](t, rendered, "Role") {
+				roles[r.Name] = r
 			}
 			for _, name := range fences {
 				p, ok := policies[name]
@@ -112,12 +87,5 @@ func TestEveryInstallShipsTheFences(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func unmarshal(t *testing.T, doc []byte, into any) {
-	t.Helper()
-	if err := json.Unmarshal(doc, into); err != nil {
-		t.Fatal(err)
 	}
 }

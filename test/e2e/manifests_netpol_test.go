@@ -1,9 +1,6 @@
 package e2e
 
 import (
-	"bytes"
-	"errors"
-	"io"
 	"net/netip"
 	"testing"
 
@@ -11,7 +8,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
 // The namespace labels an operator sets to let a namespace in
@@ -255,19 +251,5 @@ func selects(t *testing.T, sel metav1.LabelSelector, pod labels.Set) bool {
 
 func networkPolicies(t *testing.T, rendered []byte) []networkingv1.NetworkPolicy {
 	t.Helper()
-	var out []networkingv1.NetworkPolicy
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(rendered), 4096)
-	for {
-		var p networkingv1.NetworkPolicy
-		err := dec.Decode(&p)
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Kind == "NetworkPolicy" {
-			out = append(out, p)
-		}
-	}
+	return objectsOf[networkingv1.NetworkPolicy](t, rendered, "NetworkPolicy")
 }

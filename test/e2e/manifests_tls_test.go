@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
 	"maps"
 	"net/url"
 	"path/filepath"
@@ -13,7 +10,6 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
@@ -149,25 +145,14 @@ func TestCertManagerIssuesTheSecretsTLSMounts(t *testing.T) {
 	ds := deployments(t, rendered)
 	issuers := map[string]certificate{}
 	certs := map[string]certificate{} // by secretName
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(rendered), 4096)
-	for {
-		var c certificate
-		err := dec.Decode(&c)
-		if errors.Is(err, io.EOF) {
-			break
+	for _, c := range objectsOf[certificate](t, rendered, "Issuer") {
+		issuers[c.Metadata.Name] = c
+	}
+	for _, c := range objectsOf[certificate](t, rendered, "Certificate") {
+		if c.Metadata.Namespace != "ipledger-system" {
+			t.Errorf("Certificate %s is in namespace %q, want ipledger-system", c.Metadata.Name, c.Metadata.Namespace)
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch c.Kind {
-		case "Issuer":
-			issuers[c.Metadata.Name] = c
-		case "Certificate":
-			if c.Metadata.Namespace != "ipledger-system" {
-				t.Errorf("Certificate %s is in namespace %q, want ipledger-system", c.Metadata.Name, c.Metadata.Namespace)
-			}
-			certs[c.Spec.SecretName] = c
-		}
+		certs[c.Spec.SecretName] = c
 	}
 
 	// Which names each server's certificate must carry.

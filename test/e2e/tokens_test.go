@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -65,20 +66,38 @@ func TestManifestsProjectTokensForIPledger(t *testing.T) {
 
 func deployments(t *testing.T, rendered []byte) []appsv1.Deployment {
 	t.Helper()
-	var out []appsv1.Deployment
+	return objectsOf[appsv1.Deployment](t, rendered, "Deployment")
+}
+
+// objectsOf decodes the objects of kind in rendered, a multi-document YAML
+// stream (a rendered kustomization), in their order.
+func objectsOf[T any](t *testing.T, rendered []byte, kind string) []T {
+	t.Helper()
+	var out []T
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(rendered), 4096)
 	for {
-		var d appsv1.Deployment
-		err := dec.Decode(&d)
+		var doc json.RawMessage
+		err := dec.Decode(&doc)
 		if errors.Is(err, io.EOF) {
 			return out
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Kind == "Deployment" {
-			out = append(out, d)
+		var meta struct {
+			Kind string `json:"kind"`
 		}
+		if err := json.Unmarshal(doc, &meta); err != nil {
+			t.Fatal(err)
+		}
+		if meta.Kind != kind {
+			continue
+		}
+		var obj T
+		if err := json.Unmarshal(doc, &obj); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, obj)
 	}
 }
 
