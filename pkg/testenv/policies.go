@@ -23,13 +23,13 @@ import (
 // probe without a Node; it is applied with the two of base/rbac probed here.
 func (e *Env) waitForFences(ctx context.Context) error {
 	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	endpoints, err := e.impersonate("system:serviceaccount:"+SystemNamespace+":ipledger-endpoints", "system:serviceaccounts", "system:serviceaccounts:"+SystemNamespace)
+	endpoints, err := e.Impersonate("system:serviceaccount:"+SystemNamespace+":ipledger-endpoints", "system:serviceaccounts", "system:serviceaccounts:"+SystemNamespace)
 	if err != nil {
 		return err
 	}
 	// The root CA publisher's bootstrap role may create ConfigMaps in every
 	// namespace; it is none of those the ledger policy lets write the ledger.
-	publisher, err := e.impersonate("system:serviceaccount:kube-system:root-ca-cert-publisher", "system:serviceaccounts", "system:serviceaccounts:kube-system")
+	publisher, err := e.Impersonate("system:serviceaccount:kube-system:root-ca-cert-publisher", "system:serviceaccounts", "system:serviceaccounts:kube-system")
 	if err != nil {
 		return err
 	}
@@ -70,8 +70,10 @@ func (e *Env) waitForFences(ctx context.Context) error {
 	return nil
 }
 
-// impersonate is a client the admin sends as user with groups.
-func (e *Env) impersonate(user string, groups ...string) (kubernetes.Interface, error) {
+// Impersonate is a client the admin sends as user with groups (and
+// system:authenticated): what a request of that user is allowed, RBAC and
+// admission policies alike.
+func (e *Env) Impersonate(user string, groups ...string) (kubernetes.Interface, error) {
 	cfg := rest.CopyConfig(e.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append(groups, "system:authenticated")}
 	return kubernetes.NewForConfig(cfg)

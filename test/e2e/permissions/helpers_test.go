@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
@@ -26,9 +25,7 @@ var dryRun = metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 // authorized and admitted as that user.
 func as(t *testing.T, user string, groups ...string) kubernetes.Interface {
 	t.Helper()
-	cfg := rest.CopyConfig(testenv.Get(t).Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append(groups, "system:authenticated")}
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := testenv.Get(t).Impersonate(user, groups...)
 	if err != nil {
 		t.Fatal(err)
 	}
