@@ -52,6 +52,14 @@ type Inputs struct {
 	Class   objects.Class
 	// Now is when the change would be made (a new pool's creation time).
 	Now time.Time
+	// Overruled are ledger entries not to obey (plan.Inputs.Overruled):
+	// what a term start confirms of the Suspects of a first Rebuild. A
+	// preview from the stream leaves it empty.
+	Overruled []ledger.Allocation
+	// Gone are Services the ledger names that the API server confirmed are
+	// gone: their entries are released in the first pass, as a term start
+	// releases them. A preview from the stream leaves it empty.
+	Gone []string
 }
 
 // ErrNoSuchPool: a delete names a pool that does not exist.
@@ -94,14 +102,12 @@ func Run(in Inputs, c Change) (*ipamv1.PreviewPoolResponse, error) {
 
 	ps := in.PoolSet.Clone()
 	before, invalidBefore := ps.Parse(in.Pools)
-	r := plan.Rebuild(plan.Inputs{Ledger: in.Ledger, Pools: before, Services: slices.Values(in.Services), Namespaces: in.Namespaces,
-		LBClass: in.Class.Name, RequireLBClass: in.Class.Required})
-	a := r.Alloc
+	a := rebuild(in, before).Alloc
 	poolsBefore := poolStates(a, in.Pools, invalidBefore)
 
 	after, invalidAfter := ps.Parse(afterObjs)
 	plan.SetPools(a, after, in.Services, in.Namespaces, in.Class)
-	statuses := settle(a, in)
+	statuses, _ := settle(a, in)
 	poolsAfter := poolStates(a, afterObjs, invalidAfter)
 
 	services := slices.Clone(in.Services)
@@ -144,6 +150,39 @@ func Run(in Inputs, c Change) (*ipamv1.PreviewPoolResponse, error) {
 	}
 	resp.Summary = summary(resp, a)
 	return resp, nil
+}
+
+// Outcome is what a new term would make of in, the world as it stands.
+type Outcome struct {
+	// Statuses is each Service's status as the term would write it, by
+	// key; a Service it would not write keeps its status as it is.
+	Statuses map[string]plan.Status
+	// Ledger is the ledger's allocations by Service key after the term's
+	// passes.
+	Ledger map[string][]ledger.Allocation
+	// Conflicts are what the term start would report (IPConflict Events).
+	Conflicts []plan.Conflict
+	// Suspects are the ledger entries the statuses contradict
+	// (plan.Rebuilt.Suspects); a term start confirms them from the API
+	// server and rebuilds with them Overruled.
+	Suspects []plan.Suspect
+}
+
+// Decide says what a new leader would do at the start of its term with in,
+// pools as they are: the same Rebuild, then every Service decided pass after
+// pass until nothing changes, as Run decides after a pool change. Nothing
+// of in is changed; in.PoolSet is cloned.
+func Decide(in Inputs) Outcome {
+	pools, _ := in.PoolSet.Clone().Parse(in.Pools)
+	r := rebuild(in, pools)
+	statuses, byService := settle(r.Alloc, in)
+	return Outcome{Statuses: statuses, Ledger: byService, Conflicts: r.Conflicts, Suspects: r.Suspects}
+}
+
+// rebuild is the term start's Rebuild of in.
+func rebuild(in Inputs, pools []*allocator.Pool) plan.Rebuilt {
+	return plan.Rebuild(plan.Inputs{Ledger: in.Ledger, Pools: pools, Services: slices.Values(in.Services), Namespaces: in.Namespaces,
+		LBClass: in.Class.Name, RequireLBClass: in.Class.Required, Overruled: in.Overruled})
 }
 
 // apply returns the IPPools as the API server would store them after c, and
@@ -204,8 +243,10 @@ func apply(pools []*watcherv1.Object, c Change, now time.Time) ([]*watcherv1.Obj
 // settle decides every Service, pass after pass, as the leader's worker
 // does after a pool change (every Service marked; Services whose status
 // write removes addresses, or that were released, decided again), and
-// returns each Service's status as it would be written, by key.
-func settle(a *allocator.Allocator, in Inputs) map[string]plan.Status {
+// returns each Service's status as it would be written, by key, and the
+// ledger's allocations by Service key after the passes. The first pass
+// also releases what in.Gone held, as a term start's first pass does.
+func settle(a *allocator.Allocator, in Inputs) (map[string]plan.Status, map[string][]ledger.Allocation) {
 	todo := slices.Clone(in.Services)
 	slices.SortFunc(todo, objects.Less)
 	byKey := map[string]*watcherv1.Object{}
@@ -214,10 +255,15 @@ func settle(a *allocator.Allocator, in Inputs) map[string]plan.Status {
 		k := objkey.Of(s)
 		byKey[k], current[k] = s, plan.StatusOf(s)
 	}
+	// The ledger as stored, overruled entries included: the passes release
+	// them, as the leader's do.
 	ledgerBySvc := objects.ByService(in.Ledger.Allocations)
 	pending := map[string]bool{}
-	for pass := 0; len(todo) > 0 && pass < maxPasses; pass++ {
-		p := plan.Decide(a, plan.Batch{Services: todo, Current: current, Namespaces: in.Namespaces, Ledger: ledgerBySvc, Class: in.Class, Now: in.Now})
+	gone := in.Gone
+	for pass := 0; (len(todo) > 0 || len(gone) > 0) && pass < maxPasses; pass++ {
+		p := plan.Decide(a, plan.Batch{Services: todo, Current: current, Namespaces: in.Namespaces, Ledger: ledgerBySvc, Class: in.Class, Now: in.Now,
+			Gone: gone, Absent: gone})
+		gone = nil
 		plan.Commit(ledgerBySvc, p.Change)
 		for _, k := range p.Settled {
 			delete(pending, k)
@@ -251,7 +297,7 @@ func settle(a *allocator.Allocator, in Inputs) map[string]plan.Status {
 		}
 		slices.SortFunc(todo, objects.Less)
 	}
-	return current
+	return current, ledgerBySvc
 }
 
 // servicePreview compares a Service's status now with after; changed is
