@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -38,7 +39,8 @@ allocated-from-pool (Pool), other ledger entries (Ledger), and ledger entries
 of Services that are gone (LedgerReleased). Conflicts and ledger entries the
 statuses contradict are reported as the term start would report them.
 
-Give it the same --namespace, --lb-class and --require-lb-class as your ipam
+Outside a Pod it uses --kubeconfig, else $KUBECONFIG, else ~/.kube/config;
+in a Pod, its ServiceAccount. Give it the same --namespace, --lb-class and --require-lb-class as your ipam
 Deployment runs with. It needs list on services, namespaces and
 ippools.ipledger.io, and list on configmaps in --namespace.
 
@@ -92,6 +94,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	common.Logger() // client-go's messages in the chosen format, on stderr
+	if common.Kubeconfig == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+		// Run by hand outside a Pod: kubectl's default kubeconfig.
+		if home, err := os.UserHomeDir(); err == nil {
+			if p := filepath.Join(home, ".kube", "config"); fileExists(p) {
+				common.Kubeconfig = p
+			}
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -189,4 +199,9 @@ func orNone(s string) string {
 		return "(none)"
 	}
 	return s
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
 }

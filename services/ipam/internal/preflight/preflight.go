@@ -145,7 +145,7 @@ func Check(in preview.Inputs) *Report {
 		if !ok {
 			after = plan.StatusOf(obj)
 		}
-		c, rewrite := compare(obj, ours, after, ips(ledgerBefore[k]), ips(out.Ledger[k]))
+		c, rewrite := compare(obj, ours, after, ips(ledgerBefore[k]), ips(out.Ledger[k]), out.Unfit[k])
 		switch {
 		case c != nil:
 			r.Changes = append(r.Changes, *c)
@@ -173,7 +173,7 @@ func Check(in preview.Inputs) *Report {
 // compare says how one Service's treatment would change: c is nil when it
 // would not, and then rewrite says whether its status or ledger entries
 // would be written again all the same.
-func compare(obj *watcherv1.Object, ours bool, after plan.Status, ledgerBefore, ledgerAfter []string) (c *Change, rewrite bool) {
+func compare(obj *watcherv1.Object, ours bool, after plan.Status, ledgerBefore, ledgerAfter []string, unfit string) (c *Change, rewrite bool) {
 	before := plan.StatusOf(obj)
 	c = &Change{
 		Namespace: obj.GetMeta().GetNamespace(), Name: obj.GetMeta().GetName(), UID: obj.GetMeta().GetUid(),
@@ -206,13 +206,13 @@ func compare(obj *watcherv1.Object, ours bool, after plan.Status, ledgerBefore, 
 	default:
 		return nil, !before.Equal(after) || !slices.Equal(ledgerBefore, ledgerAfter)
 	}
-	c.Why = why(c, lost, gained, ours, statusAfter)
+	c.Why = why(c, lost, gained, ours, statusAfter, unfit)
 	return c, false
 }
 
 // why words a change: what happens to the addresses, then to the
 // condition.
-func why(c *Change, lost, gained []string, ours bool, statusAfter string) string {
+func why(c *Change, lost, gained []string, ours bool, statusAfter, unfit string) string {
 	var parts []string
 	switch {
 	case len(lost) > 0 && len(gained) > 0:
@@ -223,6 +223,9 @@ func why(c *Change, lost, gained []string, ours bool, statusAfter string) string
 		parts = append(parts, fmt.Sprintf("pending now, would get %s", strings.Join(gained, ", ")))
 	case len(gained) > 0:
 		parts = append(parts, fmt.Sprintf("would also get %s", strings.Join(gained, ", ")))
+	}
+	if unfit != "" {
+		parts = append(parts, "what it holds no longer fits it: "+unfit)
 	}
 	for _, f := range []string{"IPv4", "IPv6"} {
 		had, has := hasFamily(c.IPsBefore, f), hasFamily(c.IPsAfter, f)

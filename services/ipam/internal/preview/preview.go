@@ -107,7 +107,7 @@ func Run(in Inputs, c Change) (*ipamv1.PreviewPoolResponse, error) {
 
 	after, invalidAfter := ps.Parse(afterObjs)
 	plan.SetPools(a, after, in.Services, in.Namespaces, in.Class)
-	statuses, _ := settle(a, in)
+	statuses, _, _ := settle(a, in)
 	poolsAfter := poolStates(a, afterObjs, invalidAfter)
 
 	services := slices.Clone(in.Services)
@@ -160,6 +160,9 @@ type Outcome struct {
 	// Ledger is the ledger's allocations by Service key after the term's
 	// passes.
 	Ledger map[string][]ledger.Allocation
+	// Unfit says, by Service key, why an address a Service held no longer
+	// fit it (plan.Unfit): its status cleared, the address released.
+	Unfit map[string]string
 	// Conflicts are what the term start would report (IPConflict Events).
 	Conflicts []plan.Conflict
 	// Suspects are the ledger entries the statuses contradict
@@ -175,8 +178,8 @@ type Outcome struct {
 func Decide(in Inputs) Outcome {
 	pools, _ := in.PoolSet.Clone().Parse(in.Pools)
 	r := rebuild(in, pools)
-	statuses, byService := settle(r.Alloc, in)
-	return Outcome{Statuses: statuses, Ledger: byService, Conflicts: r.Conflicts, Suspects: r.Suspects}
+	statuses, byService, unfit := settle(r.Alloc, in)
+	return Outcome{Statuses: statuses, Ledger: byService, Unfit: unfit, Conflicts: r.Conflicts, Suspects: r.Suspects}
 }
 
 // rebuild is the term start's Rebuild of in.
@@ -244,9 +247,10 @@ func apply(pools []*watcherv1.Object, c Change, now time.Time) ([]*watcherv1.Obj
 // does after a pool change (every Service marked; Services whose status
 // write removes addresses, or that were released, decided again), and
 // returns each Service's status as it would be written, by key, and the
-// ledger's allocations by Service key after the passes. The first pass
+// ledger's allocations by Service key after the passes, and why each
+// Service whose held address no longer fits lost it. The first pass
 // also releases what in.Gone held, as a term start's first pass does.
-func settle(a *allocator.Allocator, in Inputs) (map[string]plan.Status, map[string][]ledger.Allocation) {
+func settle(a *allocator.Allocator, in Inputs) (map[string]plan.Status, map[string][]ledger.Allocation, map[string]string) {
 	todo := slices.Clone(in.Services)
 	slices.SortFunc(todo, objects.Less)
 	byKey := map[string]*watcherv1.Object{}
@@ -259,12 +263,19 @@ func settle(a *allocator.Allocator, in Inputs) (map[string]plan.Status, map[stri
 	// them, as the leader's do.
 	ledgerBySvc := objects.ByService(in.Ledger.Allocations)
 	pending := map[string]bool{}
+	var unfit map[string]string
 	gone := in.Gone
 	for pass := 0; (len(todo) > 0 || len(gone) > 0) && pass < maxPasses; pass++ {
 		p := plan.Decide(a, plan.Batch{Services: todo, Current: current, Namespaces: in.Namespaces, Ledger: ledgerBySvc, Class: in.Class, Now: in.Now,
 			Gone: gone, Absent: gone})
 		gone = nil
 		plan.Commit(ledgerBySvc, p.Change)
+		for _, u := range p.Unfit {
+			if unfit == nil {
+				unfit = map[string]string{}
+			}
+			unfit[u.Service] = u.Reason
+		}
 		for _, k := range p.Settled {
 			delete(pending, k)
 		}
@@ -297,7 +308,7 @@ func settle(a *allocator.Allocator, in Inputs) (map[string]plan.Status, map[stri
 		}
 		slices.SortFunc(todo, objects.Less)
 	}
-	return current, ledgerBySvc
+	return current, ledgerBySvc, unfit
 }
 
 // servicePreview compares a Service's status now with after; changed is

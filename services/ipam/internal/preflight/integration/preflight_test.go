@@ -258,6 +258,9 @@ func TestPreflight(t *testing.T) {
 		if c.Why == "" {
 			t.Errorf("%s: no reason given", c.Name)
 		}
+		if c.Name == "moved" && !strings.Contains(c.Why, "no longer fits") {
+			t.Errorf("moved: the reason does not say why it moves: %s", c.Why)
+		}
 	}
 
 	// The text form names the same Services.
