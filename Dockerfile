@@ -7,11 +7,13 @@
 # the build flags, the base, the files, the user or the entrypoint.
 FROM golang:1.26 AS build
 ARG SERVICE
+ARG VERSION=0.0.0-unstamped
+ARG REVISION=unknown
 WORKDIR /src
 COPY . .
 RUN test -n "$SERVICE" || (echo "set --build-arg SERVICE=watcher|ipam|endpoints|eipd" && false)
 RUN --mount=type=cache,target=/root/.cache/go-build --mount=type=cache,target=/go/pkg/mod \
-    CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags "-s -w" -o /out/ipledger ./services/$SERVICE/cmd/ipledger-$SERVICE
+    CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags "-s -w -X github.com/ipledger/ipledger/pkg/version.version=${VERSION} -X github.com/ipledger/ipledger/pkg/version.revision=${REVISION}" -o /out/ipledger ./services/$SERVICE/cmd/ipledger-$SERVICE
 
 FROM scratch
 ARG SERVICE

@@ -86,8 +86,14 @@ pkgs=(./services/watcher/cmd/ipledger-watcher ./services/ipam/cmd/ipledger-ipam
   ./plugin/cmd/kubectl-ipledger)
 start=$SECONDS
 # The arguments of pkg/containerimage.GoBuildArgs and GoBuildEnv: the
-# binaries of the images, whose build tags decide what is linked in.
-(cd "$root" && CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags "-s -w" -o "$out/" "${pkgs[@]}")
+# binaries of the images, whose build tags decide what is linked in, stamped
+# as ReadProvenance stamps them (so `make images` links nothing again).
+version=$(tr -d '[:space:]' <"$root/VERSION")
+revision=${IPLEDGER_REVISION:-$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)}
+if [ -z "${IPLEDGER_REVISION:-}" ] && [ "$revision" != unknown ] && [ -n "$(git -C "$root" status --porcelain --untracked-files=no)" ]; then
+  revision=$revision-dirty
+fi
+(cd "$root" && CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags "-s -w -X github.com/ipledger/ipledger/pkg/version.version=$version -X github.com/ipledger/ipledger/pkg/version.revision=$revision" -o "$out/" "${pkgs[@]}")
 built=$((SECONDS - start))
 start=$SECONDS
 status=0

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
+
+	"github.com/ipledger/ipledger/pkg/version"
 )
 
 // DefaultNamespace is where ipledger runs and keeps its Leases and ledger.
@@ -113,12 +115,15 @@ func ParseLevel(s string) (slog.Level, error) {
 
 // Logger returns the process logger (built once, on stderr). It also becomes
 // slog's default and klog's backend, so client-go's own messages (leader
-// election, reflectors) come out in the same format.
+// election, reflectors) come out in the same format. Its first line names
+// the binary and the release it was built from (pkg/version).
 func (c *Common) Logger() *slog.Logger {
 	if c.logger == nil {
 		c.logger = NewLogger(os.Stderr, c.LogLevel, c.LogFormat)
 		slog.SetDefault(c.logger)
 		klog.SetSlogLogger(c.logger)
+		v := version.Get()
+		c.logger.Info("Starting "+binary+" "+v.Version, append([]any{"binary", binary}, v.LogAttrs()...)...)
 	}
 	return c.logger
 }
@@ -180,16 +185,23 @@ func ClientConfigs(base *rest.Config) (typed, dyn *rest.Config) {
 	return typed, dyn
 }
 
-// Main parses os.Args[1:] into fs, runs run with a context cancelled on
-// SIGINT or SIGTERM, and exits: 0 when run returns nil (or on -h), 2 on a
-// flag error, 1 when run fails. A second signal kills the process at once.
-// It is the only place an ipledger binary exits (besides pkg/leader's stop
-// bound).
+// binary is the name Main was given: the process's one binary, named in
+// the logger's first line.
+var binary = "ipledger"
+
+// Main parses os.Args[1:] into fs (with --version added), runs run with a
+// context cancelled on SIGINT or SIGTERM, and exits: 0 when run returns nil
+// (or on -h, or --version, which prints the release and revision the binary
+// was built from), 2 on a flag error, 1 when run fails. A second signal kills
+// the process at once. It is the only place an ipledger binary exits
+// (besides pkg/leader's stop bound).
 func Main(name string, fs *flag.FlagSet, run func(ctx context.Context) error) {
-	os.Exit(main(name, fs, os.Args[1:], run))
+	os.Exit(main(name, fs, os.Args[1:], os.Stdout, run))
 }
 
-func main(name string, fs *flag.FlagSet, args []string, run func(ctx context.Context) error) int {
+func main(name string, fs *flag.FlagSet, args []string, stdout io.Writer, run func(ctx context.Context) error) int {
+	binary = name
+	showVersion := fs.Bool("version", false, "print the release (VERSION) and git revision this binary was built from, and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -200,6 +212,10 @@ func main(name string, fs *flag.FlagSet, args []string, run func(ctx context.Con
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "%s: unexpected arguments %q\n", name, fs.Args())
 		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, name, version.Get())
+		return 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/ipledger/ipledger/pkg/version"
 )
 
 func TestFlags(t *testing.T) {
@@ -85,16 +87,31 @@ func TestMainExitCodes(t *testing.T) {
 		{"bad flag", []string{"--nope"}, nil, 2},
 		{"stray argument", []string{"extra"}, nil, 2},
 		{"help", []string{"-h"}, nil, 0},
+		{"version, run not called", []string{"--version"}, errors.New("run was called"), 0},
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("x", flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
-			got := main("x", fs, tt.args, func(ctx context.Context) error { return tt.run })
+			got := main("x", fs, tt.args, io.Discard, func(ctx context.Context) error { return tt.run })
 			if got != tt.want {
 				t.Errorf("exit code = %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestVersionFlag: --version prints the binary, its release and revision on
+// stdout, and the process logger's first line carries them too.
+func TestVersionFlag(t *testing.T) {
+	fs := flag.NewFlagSet("ipledger-x", flag.ContinueOnError)
+	var out bytes.Buffer
+	if code := main("ipledger-x", fs, []string{"--version"}, &out, func(context.Context) error { return nil }); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	v := version.Get()
+	if want := "ipledger-x " + v.String() + "\n"; out.String() != want {
+		t.Errorf("--version printed %q, want %q", out.String(), want)
 	}
 }

@@ -45,11 +45,11 @@ func service(name string) Binary {
 // Ref is the image reference of b at tag, e.g. "ghcr.io/ipledger/ipam:dev".
 func (b Binary) Ref(tag string) string { return b.Repository + ":" + tag }
 
-// GoBuild builds bins for linux/arch with GoBuildArgs and GoBuildEnv into
-// outDir (one `go build`, so packages compile in parallel and a binary that
-// is up to date is not linked again), run in the Go workspace at root.
-func GoBuild(ctx context.Context, root, outDir, arch string, bins []Binary) error {
-	args := append([]string{"build"}, GoBuildArgs...)
+// GoBuild builds bins for linux/arch with GoBuildArgs(p) and GoBuildEnv
+// into outDir (one `go build`, so packages compile in parallel and a binary
+// that is up to date is not linked again), run in the Go workspace at root.
+func GoBuild(ctx context.Context, root, outDir, arch string, p Provenance, bins []Binary) error {
+	args := append([]string{"build"}, GoBuildArgs(p)...)
 	args = append(args, "-o", outDir+string(filepath.Separator))
 	for _, b := range bins {
 		args = append(args, b.Package)

@@ -10,10 +10,14 @@ package containerimage
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -21,6 +25,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/ipledger/ipledger/pkg/version"
 )
 
 // The settings every ipledger image is built with.
@@ -42,7 +48,9 @@ const (
 )
 
 // GoBuildArgs are the `go build` arguments every binary is built with, and
-// GoBuildEnv its environment: a static, reproducible, stripped binary.
+// GoBuildEnv its environment: a static, reproducible, stripped binary that
+// knows its release (pkg/version: --version, the startup log line,
+// ipledger_build_info).
 //
 // The grpcnotrace tag keeps grpc-go from importing golang.org/x/net/trace,
 // which nothing here uses. That package brings in text/template, whose
@@ -51,10 +59,12 @@ const (
 // among them): without the tag ipam's binary is 52 MB instead of 34, eipd's
 // 85 instead of 36, and a running ipam has 11–14 MB more of it resident
 // (BENCHMARKS.md, ipam's session 7).
-var (
-	GoBuildArgs = []string{"-trimpath", "-tags", "grpcnotrace", "-ldflags", "-s -w"}
-	GoBuildEnv  = []string{"CGO_ENABLED=0"}
-)
+func GoBuildArgs(p Provenance) []string {
+	return []string{"-trimpath", "-tags", "grpcnotrace", "-ldflags", "-s -w " + version.Stamp(p.Version, p.Revision)}
+}
+
+// GoBuildEnv is the environment of GoBuildArgs' build.
+var GoBuildEnv = []string{"CGO_ENABLED=0"}
 
 // epoch stamps every file and the image itself, so that the same binary
 // always gives the same image digest.
@@ -78,13 +88,41 @@ type Contents struct {
 // Source is the repository every image is built from.
 const Source = "https://github.com/ipledger/ipledger"
 
-// Provenance is what an image was built from, written as the OCI labels
-// org.opencontainers.image.version, .revision and .source (`crane config`,
-// `ctr images inspect`, `docker inspect` show them): the release (the
-// repository's VERSION file) and the git commit. Empty fields are left out.
+// Provenance is what an image and its binary were built from, written as
+// the OCI labels org.opencontainers.image.version, .revision and .source
+// (`crane config`, `ctr images inspect`, `docker inspect` show them) and
+// stamped into the binary (GoBuildArgs): the release (the repository's
+// VERSION file) and the git commit. Empty label fields are left out.
 type Provenance struct {
 	Version  string
 	Revision string
+}
+
+// ReadProvenance is the Provenance of the work tree at root: its VERSION
+// file, and $IPLEDGER_REVISION or else the git commit (with "-dirty" when
+// tracked files have changes; "unknown" outside a git work tree).
+func ReadProvenance(ctx context.Context, root string) (Provenance, error) {
+	v, err := os.ReadFile(filepath.Join(root, "VERSION"))
+	if err != nil {
+		return Provenance{}, fmt.Errorf("the release version: %w (run from the repository root)", err)
+	}
+	p := Provenance{Version: strings.TrimSpace(string(v)), Revision: os.Getenv("IPLEDGER_REVISION")}
+	if p.Revision != "" {
+		return p, nil
+	}
+	p.Revision = "unknown"
+	git := func(args ...string) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, "git", args...)
+		cmd.Dir = root
+		return cmd.Output()
+	}
+	if out, err := git("rev-parse", "HEAD"); err == nil {
+		p.Revision = strings.TrimSpace(string(out))
+		if st, err := git("status", "--porcelain", "--untracked-files=no"); err == nil && len(st) > 0 {
+			p.Revision += "-dirty"
+		}
+	}
+	return p, nil
 }
 
 // labels are the image's OCI labels.

@@ -26,7 +26,7 @@ func TestDockerfileMatchesSettings(t *testing.T) {
 	}
 	build, image := stages[0], stages[1]
 
-	wantBuild := strings.Join(GoBuildEnv, " ") + " go build " + shellJoin(GoBuildArgs) + " -o /out/ipledger ./services/$SERVICE/cmd/ipledger-$SERVICE"
+	wantBuild := strings.Join(GoBuildEnv, " ") + " go build " + shellJoin(GoBuildArgs(Provenance{Version: "${VERSION}", Revision: "${REVISION}"})) + " -o /out/ipledger ./services/$SERVICE/cmd/ipledger-$SERVICE"
 	if !slices.ContainsFunc(build, func(in string) bool { return strings.HasPrefix(in, "RUN ") && strings.HasSuffix(in, wantBuild) }) {
 		t.Errorf("the build stage has no RUN ending with\n  %s\n(GoBuildEnv and GoBuildArgs); it has:\n  %s", wantBuild, strings.Join(build, "\n  "))
 	}

@@ -17,7 +17,7 @@ func TestVulncheckScansTheImagesBinaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	script := string(data)
-	wantBuild := strings.Join(GoBuildEnv, " ") + " go build " + shellJoin(GoBuildArgs) + " -o "
+	wantBuild := strings.Join(GoBuildEnv, " ") + " go build " + shellJoin(GoBuildArgs(Provenance{Version: "$version", Revision: "$revision"})) + " -o "
 	if !strings.Contains(script, wantBuild) {
 		t.Errorf("hack/vulncheck.sh has no %q (GoBuildEnv and GoBuildArgs)", wantBuild)
 	}

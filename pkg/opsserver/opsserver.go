@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ipledger/ipledger/pkg/version"
 )
 
 // DefaultAddr is the listen address when --ops-addr is not given.
@@ -58,13 +60,14 @@ type Server struct {
 }
 
 // New builds the server. It registers the Go runtime and process collectors
-// on reg (unless already there); ready reports readiness for /readyz (nil
+// and ipledger_build_info (pkg/version) on reg (unless already there); ready reports readiness for /readyz (nil
 // means always ready).
 func New(cfg Config, reg *prometheus.Registry, ready func() error) *Server {
 	// Registering fails only when the caller already registered these
 	// collectors itself, which is fine.
 	_ = reg.Register(collectors.NewGoCollector())
 	_ = reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	_ = reg.Register(version.Get().Collector())
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -57,6 +57,7 @@ func TestEndpoints(t *testing.T) {
 		{"/readyz", 503, "stream not synced"},
 		{"/metrics", 200, "ipledger_test_things_total 1"},
 		{"/metrics", 200, "go_goroutines"},
+		{"/metrics", 200, "ipledger_build_info{goversion="},
 		{"/debug/pprof/", 200, "goroutine"},
 	}
 	for _, tt := range tests {

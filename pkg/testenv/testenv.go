@@ -293,7 +293,11 @@ func (e *Env) Binary(t testing.TB, service string) string {
 		t.Fatalf("no binary ipledger-%s (containerimage.Binaries)", service)
 	}
 	b := containerimage.Binaries[i]
-	if err := containerimage.GoBuild(context.Background(), e.Root, e.binDir, runtime.GOARCH, []containerimage.Binary{b}); err != nil {
+	prov, err := containerimage.ReadProvenance(context.Background(), e.Root)
+	if err != nil {
+		t.Fatalf("build %s: %v", b.Name, err)
+	}
+	if err := containerimage.GoBuild(context.Background(), e.Root, e.binDir, runtime.GOARCH, prov, []containerimage.Binary{b}); err != nil {
 		t.Fatalf("build %s: %v", b.Name, err)
 	}
 	path := filepath.Join(e.binDir, b.Name)

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ipledger/ipledger/pkg/containerimage"
 	"github.com/ipledger/ipledger/pkg/ec2test"
 	"github.com/ipledger/ipledger/pkg/faultproxy"
 	"github.com/ipledger/ipledger/pkg/testenv"
@@ -264,6 +265,26 @@ func TestMonitoringNamesOnlyExportedMetrics(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Every replica says which release it runs, as --version does.
+	prov, err := containerimage.ReadProvenance(context.Background(), env.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := fmt.Sprintf(`version=%q`, prov.Version)
+	for _, group := range [][]*Service{sys.Watchers, sys.IPAM, sys.Endpoints, sys.EIPD} {
+		for _, svc := range group {
+			if v := svc.Metric(t, "ipledger_build_info", release, fmt.Sprintf(`revision=%q`, prov.Revision)); v != 1 {
+				t.Errorf("%s-%d: ipledger_build_info{%s,revision=%q} = %v, want 1", svc.Component, svc.Replica, release, prov.Revision, v)
+			}
+		}
+	}
+	for _, c := range []string{"watcher", "ipam", "endpoints", "eipd"} {
+		out, err := exec.Command(env.Binary(t, c), "--version").Output()
+		if want := fmt.Sprintf("ipledger-%s %s (revision %s, ", c, prov.Version, prov.Revision); err != nil || !strings.HasPrefix(string(out), want) {
+			t.Errorf("ipledger-%s --version = %q, %v; want it to start with %q", c, out, err, want)
+		}
+	}
 
 	// And docs/metrics.md, the reference, lists every ipledger metric seen.
 	doc, err := os.ReadFile(filepath.Join(env.Root, "docs", "metrics.md"))

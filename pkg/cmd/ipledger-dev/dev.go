@@ -25,7 +25,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/authz"
+	"github.com/ipledger/ipledger/pkg/containerimage"
 	"github.com/ipledger/ipledger/pkg/controlplane"
+	"github.com/ipledger/ipledger/pkg/version"
 )
 
 // components in start order: consumers need the watcher first.
@@ -203,8 +205,14 @@ func (d *Dev) adminConfig() *rest.Config {
 	return (&controlplane.ControlPlane{APIServerURL: d.state.APIServerURL}).RESTConfig()
 }
 
+// buildBinaries builds the four services for this machine, stamped with
+// the work tree's release (--version, ipledger_build_info).
 func (d *Dev) buildBinaries() error {
-	args := []string{"build", "-o", d.path("bin") + "/"}
+	prov, err := containerimage.ReadProvenance(context.Background(), d.root)
+	if err != nil {
+		return err
+	}
+	args := []string{"build", "-ldflags", version.Stamp(prov.Version, prov.Revision), "-o", d.path("bin") + "/"}
 	for _, c := range components {
 		args = append(args, "./services/"+c+"/cmd/ipledger-"+c)
 	}

@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -77,12 +76,12 @@ func run(ctx context.Context, out, tag, arch, ca string, names []string) error {
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return err
 	}
-	prov, err := provenance(ctx)
+	prov, err := containerimage.ReadProvenance(ctx, ".")
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	if err := containerimage.GoBuild(ctx, ".", binDir, arch, bins); err != nil {
+	if err := containerimage.GoBuild(ctx, ".", binDir, arch, prov, bins); err != nil {
 		return err
 	}
 	for _, b := range bins {
@@ -113,26 +112,6 @@ func run(ctx context.Context, out, tag, arch, ca string, names []string) error {
 	}
 	fmt.Printf("%d images in %s\n", len(bins), time.Since(start).Round(100*time.Millisecond))
 	return nil
-}
-
-// provenance is what the images are built from: the VERSION file and the
-// git commit of the working tree (with "-dirty" when it has changes not
-// committed), or IPLEDGER_REVISION where there is no git checkout.
-func provenance(ctx context.Context) (containerimage.Provenance, error) {
-	v, err := os.ReadFile("VERSION")
-	if err != nil {
-		return containerimage.Provenance{}, fmt.Errorf("the release version: %w (run from the repository root)", err)
-	}
-	p := containerimage.Provenance{Version: strings.TrimSpace(string(v)), Revision: os.Getenv("IPLEDGER_REVISION")}
-	if p.Revision == "" {
-		if out, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output(); err == nil {
-			p.Revision = strings.TrimSpace(string(out))
-			if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
-				p.Revision += "-dirty"
-			}
-		}
-	}
-	return p, nil
 }
 
 // selectBinaries is the binaries named, all when none is.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/ipledger/ipledger/pkg/version"
 	"github.com/ipledger/ipledger/plugin/internal/connect"
 	"github.com/ipledger/ipledger/plugin/internal/diagnose"
 )
@@ -54,6 +55,8 @@ the ServiceAccount whose token the plugin sends.`,
   # Every allocation, in every namespace, and the pools' usage
   kubectl ipledger allocations -A
   kubectl ipledger pools -o wide`,
+		// --version: the release and revision the plugin was built from.
+		Version:       version.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
