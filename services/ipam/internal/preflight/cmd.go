@@ -40,7 +40,8 @@ of Services that are gone (LedgerReleased). Conflicts and ledger entries the
 statuses contradict are reported as the term start would report them.
 
 Outside a Pod it uses --kubeconfig, else $KUBECONFIG, else ~/.kube/config;
-in a Pod, its ServiceAccount. Give it the same --namespace, --lb-class and --require-lb-class as your ipam
+in a Pod, its ServiceAccount. Its own logs (client-go's) go to stderr, at warn
+and as text unless --log-level and --log-format say otherwise. Give it the same --namespace, --lb-class and --require-lb-class as your ipam
 Deployment runs with. It needs list on services, namespaces and
 ippools.ipledger.io, and list on configmaps in --namespace.
 

@@ -269,7 +269,7 @@ func summary(r *Report) []string {
 			others++
 		}
 	}
-	out := []string{fmt.Sprintf("%d Services, %d served by this ipam.", r.Services, r.Ours)}
+	out := []string{fmt.Sprintf("%d Services read, %d of them served by this ipam.", r.Services, r.Ours)}
 	switch {
 	case len(r.Changes) == 0:
 		out = append(out, "No Service's treatment would change.")
