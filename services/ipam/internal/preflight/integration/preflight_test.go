@@ -30,27 +30,26 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-const (
-	class      = "preflight.ipledger.io/lb"
-	otherClass = "other.example.com/lb"
-	poolName   = "preflight-a"
-)
+const otherClass = "other.example.com/lb"
 
 // report is the part of `preflight --output json` the test reads.
 type report struct {
-	Changes []struct {
-		Namespace    string   `json:"namespace"`
-		Name         string   `json:"name"`
-		Change       string   `json:"change"`
-		Moves        bool     `json:"moves"`
-		IPsBefore    []string `json:"ipsBefore"`
-		IPsAfter     []string `json:"ipsAfter"`
-		ReasonBefore string   `json:"reasonBefore"`
-		ReasonAfter  string   `json:"reasonAfter"`
-		Why          string   `json:"why"`
-	} `json:"changes"`
+	Changes  []change `json:"changes"`
 	Summary  []string `json:"summary"`
 	ExitCode int      `json:"exitCode"`
+}
+
+type change struct {
+	Namespace    string   `json:"namespace"`
+	Name         string   `json:"name"`
+	Change       string   `json:"change"`
+	Moves        bool     `json:"moves"`
+	IPsBefore    []string `json:"ipsBefore"`
+	IPsAfter     []string `json:"ipsAfter"`
+	ReasonBefore string   `json:"reasonBefore"`
+	ReasonAfter  string   `json:"reasonAfter"`
+	LedgerAfter  []string `json:"ledgerAfter"`
+	Why          string   `json:"why"`
 }
 
 type fixture struct {
@@ -59,6 +58,9 @@ type fixture struct {
 	ns, ns2  string
 	ledgerNS string
 	allocs   []ledger.Allocation
+	// class is the lbClass served, pool the one IPPool, prefix its first
+	// three octets ("10.77.0").
+	class, pool, prefix string
 }
 
 func (f *fixture) service(ns, name, lbClass string, annotations map[string]string, ips []string, reason, message string, mutate ...func(*corev1.Service)) *corev1.Service {
@@ -89,13 +91,13 @@ func (f *fixture) service(ns, name, lbClass string, annotations map[string]strin
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
-	out.Annotations["ipledger.io/allocated-from-pool"] = poolName
+	out.Annotations["ipledger.io/allocated-from-pool"] = f.pool
 	out, err = f.env.Client.CoreV1().Services(ns).UpdateStatus(ctx, out, metav1.UpdateOptions{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	for _, ip := range ips {
-		f.allocs = append(f.allocs, ledger.Allocation{IP: netip.MustParseAddr(ip), Pool: poolName, SharingKey: annotations["ipledger.io/allow-shared-ip"],
+		f.allocs = append(f.allocs, ledger.Allocation{IP: netip.MustParseAddr(ip), Pool: f.pool, SharingKey: annotations["ipledger.io/allow-shared-ip"],
 			Service: ledger.ServiceRef{Namespace: ns, Name: name, UID: string(out.UID)}, AllocatedAt: time.Now().UTC().Add(-time.Hour).Truncate(time.Second)})
 	}
 	return out
@@ -161,7 +163,7 @@ func (f *fixture) preflight(args ...string) (report, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, append([]string{"preflight", "--kubeconfig", f.env.CP.KubeconfigPath, "--namespace", f.ledgerNS,
-		"--lb-class", class, "--require-lb-class"}, args...)...)
+		"--lb-class", f.class, "--require-lb-class"}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -197,43 +199,66 @@ func listed(r report) []string {
 	return out
 }
 
-func TestPreflight(t *testing.T) {
+// setup makes the state: pool f.pool of prefix.0/28, and Services that
+// this version treats as their statuses say (correct), and otherwise.
+func setup(t *testing.T, class, pool, prefix string) *fixture {
 	env := testenv.Get(t)
 	ctx := context.Background()
-	f := &fixture{t: t, env: env, ns: env.Namespace(t, nil), ns2: env.Namespace(t, nil), ledgerNS: env.Namespace(t, nil)}
-
-	pool := &unstructured.Unstructured{Object: map[string]any{
+	f := &fixture{t: t, env: env, ns: env.Namespace(t, nil), ns2: env.Namespace(t, nil), ledgerNS: env.Namespace(t, nil),
+		class: class, pool: pool, prefix: prefix}
+	ip := func(n int) string { return fmt.Sprintf("%s.%d", prefix, n) }
+	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
-		"metadata": map[string]any{"name": poolName, "finalizers": []any{"ipledger.io/pool-protection"}},
-		"spec":     map[string]any{"addresses": []any{"10.77.0.0/28"}},
+		"metadata": map[string]any{"name": pool, "finalizers": []any{"ipledger.io/pool-protection"}},
+		"spec":     map[string]any{"addresses": []any{ip(0) + "/28"}},
 	}}
-	if _, err := env.Dynamic.Resource(convert.IPPoolResource).Create(ctx, pool, metav1.CreateOptions{}); err != nil {
+	if _, err := env.Dynamic.Resource(convert.IPPoolResource).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		pools := env.Dynamic.Resource(convert.IPPoolResource)
-		_, _ = pools.Patch(ctx, poolName, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
-		_ = pools.Delete(ctx, poolName, metav1.DeleteOptions{})
+		_, _ = pools.Patch(ctx, pool, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		_ = pools.Delete(ctx, pool, metav1.DeleteOptions{})
 	})
-
+	// No namespace controller deletes them: a later test (or -count run)
+	// must not find them showing addresses and ipam's condition.
+	t.Cleanup(func() {
+		for _, ns := range []string{f.ns, f.ns2} {
+			svcs, err := env.Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Errorf("cleanup: %v", err)
+				continue
+			}
+			for _, s := range svcs.Items {
+				_ = env.Client.CoreV1().Services(ns).Delete(ctx, s.Name, metav1.DeleteOptions{})
+			}
+		}
+	})
+	from := " from pool " + pool
 	// Already right: listed by nobody.
-	f.service(f.ns, "correct", class, nil, []string{"10.77.0.1"}, "Allocated", "Allocated 10.77.0.1 from pool "+poolName)
+	f.service(f.ns, "correct", class, nil, []string{ip(1)}, "Allocated", "Allocated "+ip(1)+from)
 	// Holds an address the pool no longer covers: keeps it, HeldOutsidePool.
-	f.service(f.ns, "outside", class, nil, []string{"10.99.0.5"}, "Allocated", "Allocated 10.99.0.5 from pool "+poolName)
+	f.service(f.ns, "outside", class, nil, []string{"10.99.0.5"}, "Allocated", "Allocated 10.99.0.5"+from)
 	// Share one address across namespaces (on different ports) without the
 	// opt-in: both keep it, HeldSharedAcrossNamespaces.
 	share := map[string]string{"ipledger.io/allow-shared-ip": "k"}
-	f.service(f.ns, "share-a", class, share, []string{"10.77.0.2"}, "Allocated", "Allocated 10.77.0.2 from pool "+poolName)
-	f.service(f.ns2, "share-b", class, share, []string{"10.77.0.2"}, "Allocated", "Allocated 10.77.0.2 from pool "+poolName,
+	f.service(f.ns, "share-a", class, share, []string{ip(2)}, "Allocated", "Allocated "+ip(2)+from)
+	f.service(f.ns2, "share-b", class, share, []string{ip(2)}, "Allocated", "Allocated "+ip(2)+from,
 		func(s *corev1.Service) { s.Spec.Ports[0].Port = 81 })
-	// Holds 10.77.0.3 but requests 10.77.0.4: moved.
-	f.service(f.ns, "moved", class, map[string]string{"ipledger.io/loadBalancerIPs": "10.77.0.4"}, []string{"10.77.0.3"}, "Allocated", "Allocated 10.77.0.3 from pool "+poolName)
+	// Holds .3 but requests .4: moved.
+	f.service(f.ns, "moved", class, map[string]string{"ipledger.io/loadBalancerIPs": ip(4)}, []string{ip(3)}, "Allocated", "Allocated "+ip(3)+from)
 	// Of another class (not ipam's under --require-lb-class), but shows
 	// ipam's address: its address is taken back.
-	f.service(f.ns, "not-ours", otherClass, nil, []string{"10.77.0.5"}, "Allocated", "Allocated 10.77.0.5 from pool "+poolName)
+	f.service(f.ns, "not-ours", otherClass, nil, []string{ip(5)}, "Allocated", "Allocated "+ip(5)+from)
 	// Pending: would get an address.
 	f.service(f.ns, "pending", class, nil, nil, "", "")
 	f.writeLedger()
+	return f
+}
+
+func TestPreflight(t *testing.T) {
+	f := setup(t, "preflight.ipledger.io/lb", "preflight-a", "10.77.0")
+	env, ctx := f.env, context.Background()
 
 	before := f.versions()
 	r, code := f.preflight("--output", "json")
@@ -303,4 +328,86 @@ func TestPreflight(t *testing.T) {
 	if _, code := f.preflight("--output", "json", "--fail-on", "any"); code != 4 {
 		t.Errorf("--fail-on=any: exit code %d, want 4", code)
 	}
+}
+
+// TestPreflightAgreesWithATerm runs preflight, then the real ipam (binary,
+// behind a real watcher) over the same state, and checks that every
+// Service ends up with the addresses and condition reason preflight said,
+// and the ledger with what it said: preflight and the leader do not drift.
+func TestPreflightAgreesWithATerm(t *testing.T) {
+	f := setup(t, "agree.ipledger.io/lb", "preflight-b", "10.78.0")
+	env, ctx := f.env, context.Background()
+	r, code := f.preflight("--output", "json")
+	r.Changes = slices.DeleteFunc(r.Changes, func(c change) bool { return c.Namespace != f.ns && c.Namespace != f.ns2 })
+	if code != 3 || len(r.Changes) != 6 {
+		t.Fatalf("preflight: exit %d, %d changes; want 3 and the 6 of TestPreflight", code, len(r.Changes))
+	}
+	want := map[string]string{} // ns/name -> "ips reason | ledger ips"
+	for _, ns := range []string{f.ns, f.ns2} {
+		svcs, err := env.Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range svcs.Items {
+			var ips []string
+			for _, in := range s.Status.LoadBalancer.Ingress {
+				ips = append(ips, in.IP)
+			}
+			reason := ""
+			for _, c := range s.Status.Conditions {
+				if c.Type == "ipledger.io/AddressAllocated" {
+					reason = c.Reason
+				}
+			}
+			want[ns+"/"+s.Name] = strings.Join(ips, ",") + " " + reason + " | " + strings.Join(ips, ",")
+		}
+	}
+	for _, c := range r.Changes {
+		want[c.Namespace+"/"+c.Name] = strings.Join(c.IPsAfter, ",") + " " + c.ReasonAfter + " | " + strings.Join(c.LedgerAfter, ",")
+	}
+
+	watcherAddr := testenv.FreeAddr(t)
+	testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
+		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", watcherAddr, "--grpc-plaintext", "--namespace", f.ledgerNS,
+		"--ops-addr", testenv.FreeAddr(t), "--log-format", "text")
+	testenv.StartProcess(t, "ipam", env.Binary(t, "ipam"), nil,
+		"--kubeconfig", env.CP.KubeconfigPath, "--namespace", f.ledgerNS, "--lb-class", f.class, "--require-lb-class", "--log-format", "text",
+		"--watcher-addr", watcherAddr, "--watcher-token-file", env.TokenFile(t, testenv.SystemNamespace, "ipledger-ipam"), "--watcher-plaintext",
+		"--grpc-addr", testenv.FreeAddr(t), "--grpc-plaintext", "--ops-addr", testenv.FreeAddr(t), "--leader-elect-identity", "ipam-0")
+	testenv.Eventually(t, time.Minute, func() error {
+		st, err := ledger.Read(ctx, env.Client, f.ledgerNS)
+		if err != nil {
+			return err
+		}
+		byService := map[string][]string{}
+		for _, a := range st.Allocations {
+			byService[a.Service.Key()] = append(byService[a.Service.Key()], a.IP.String())
+		}
+		var diffs []string
+		for key, w := range want {
+			ns, name, _ := strings.Cut(key, "/")
+			s, err := env.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			var ips []string
+			for _, in := range s.Status.LoadBalancer.Ingress {
+				ips = append(ips, in.IP)
+			}
+			reason := ""
+			for _, c := range s.Status.Conditions {
+				if c.Type == "ipledger.io/AddressAllocated" {
+					reason = c.Reason
+				}
+			}
+			if got := strings.Join(ips, ",") + " " + reason + " | " + strings.Join(byService[key], ","); got != w {
+				diffs = append(diffs, fmt.Sprintf("%s: %q, preflight said %q", name, got, w))
+			}
+		}
+		sort.Strings(diffs)
+		if len(diffs) > 0 {
+			return errors.New(strings.Join(diffs, "; "))
+		}
+		return nil
+	})
 }
