@@ -165,7 +165,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ConsistencyTimeout, "ec2-consistency-timeout", c.ConsistencyTimeout, "how long EC2 may take to list an address eipd allocated or tagged before eipd stops waiting for it")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "Nodes reconciled in parallel")
 	fs.StringVar(&c.LegacyOptIn, "legacy-opt-in", c.LegacyOptIn, "whether the deprecated label "+LabelAutoAssign+"=true, which a kubelet can set on its own Node, still asks for an Elastic IP: "+
-		"accept (default in this release, logged as deprecated) or ignore (only "+LabelOptIn+"=true, which only an operator can set, counts). The default becomes ignore in the next release")
+		"accept (default in this release, logged as deprecated) or ignore (only "+LabelOptIn+"=true, which only an operator can set, counts). The default becomes ignore in 0.4.0")
 	fs.StringVar(&c.InstanceClusterTag, "instance-cluster-tag", c.InstanceClusterTag, "EC2 tag key=value an instance must carry before eipd associates an Elastic IP with it (default "+decide.TagCluster+"=<cluster-id>; e.g. kubernetes.io/cluster/<name>=owned)")
 	fs.StringVar(&c.VPCID, "vpc-id", c.VPCID, "when set, eipd associates Elastic IPs only with instances in this VPC")
 }
@@ -226,7 +226,7 @@ func New(cfg Config, ec2 EC2, store Store, kube kubernetes.Interface, log *slog.
 		legacy = true
 		log.Warn("Deprecated: Nodes labelled "+LabelAutoAssign+"=true get an Elastic IP, and a kubelet can set that label on its own Node. "+
 			"Label the Nodes that should have one "+LabelOptIn+"=true (only an operator can), then run with --legacy-opt-in=ignore: "+
-			"it becomes the default in the next release", "flag", "--legacy-opt-in="+cfg.LegacyOptIn)
+			"it becomes the default in 0.4.0", "flag", "--legacy-opt-in="+cfg.LegacyOptIn)
 	case LegacyOptInIgnore:
 	default:
 		return nil, fmt.Errorf("--legacy-opt-in=%q: want %s or %s", cfg.LegacyOptIn, LegacyOptInAccept, LegacyOptInIgnore)
