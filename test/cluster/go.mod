@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/ipledger/ipledger/pkg v0.0.0
+	github.com/ipledger/ipledger/proto v0.0.0
 	github.com/ipledger/ipledger/test/e2e v0.0.0
 	github.com/prometheus/common v0.72.0
 	google.golang.org/grpc v1.85.0
@@ -44,7 +45,6 @@ require (
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/go-containerregistry v0.22.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/ipledger/ipledger/proto v0.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect

@@ -49,7 +49,7 @@ var shared *env
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) (code int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	opts := cluster.Options{Log: logf}
@@ -121,6 +121,10 @@ func install(ctx context.Context, node *cluster.Cluster, logf func(string, ...an
 		return e, err
 	}
 	overlay := filepath.Join(root, "deploy", "kustomize", "overlays", "e2e")
+	// The previous release first, upgraded to overlay (upgrade_test.go).
+	if err := e.throughPreviousRelease(ctx, root, overlay, logf); err != nil {
+		return e, err
+	}
 	if _, err := node.Kubectl(ctx, nil, "apply", "--server-side", "-k", overlay); err != nil {
 		return e, err
 	}

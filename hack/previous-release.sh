@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds the previous release's images (hack/previous-release) from its own
+# source: a git worktree of its commit, where its own pkg/cmd/ipledger-images
+# runs with --tag v<version>, so that its images (ghcr.io/ipledger/<service>:v<version>)
+# sit on the test node beside today's :dev ones. Everything is cached by
+# commit under ${IPLEDGER_RELEASES_CACHE:-~/.cache/ipledger-releases}/<commit>:
+#   src/      the worktree (its deploy/kustomize is what the test installs)
+#   images/   the OCI archives
+#   overlay/  overlays/e2e of the release with its images re-tagged v<version>
+# GOCACHE is the usual one, so a cold build costs little more than linking.
+# Prints the cache folder on stdout; progress goes to stderr.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+file=$root/hack/previous-release
+version=$(awk '$1 == "version" {print $2}' "$file")
+commit=$(awk '$1 == "commit" {print $2}' "$file")
+if [ -z "$version" ] || [ ${#commit} -ne 40 ]; then
+  echo "previous-release.sh: $file names no version and full commit" >&2
+  exit 1
+fi
+dir=${IPLEDGER_RELEASES_CACHE:-$HOME/.cache/ipledger-releases}/$commit
+if [ -f "$dir/.complete" ]; then
+  echo "$dir"
+  exit 0
+fi
+mkdir -p "$dir"
+exec 9>"$dir/.lock"
+flock 9
+if [ -f "$dir/.complete" ]; then
+  echo "$dir"
+  exit 0
+fi
+start=$(date +%s)
+git -C "$root" worktree prune
+if [ ! -e "$dir/src/.git" ]; then
+  rm -rf "$dir/src"
+  git -C "$root" worktree add --detach "$dir/src" "$commit" >&2
+fi
+if [ "$(git -C "$dir/src" rev-parse HEAD)" != "$commit" ]; then
+  echo "previous-release.sh: $dir/src is not at $commit" >&2
+  exit 1
+fi
+echo "previous-release.sh: building the images of $version ($commit) in $dir/src" >&2
+(cd "$dir/src" && GOFLAGS=-buildvcs=false go run ./pkg/cmd/ipledger-images --tag "v$version" --out "$dir/images") >&2
+mkdir -p "$dir/overlay"
+{
+  echo "# Written by hack/previous-release.sh: overlays/e2e of $version, running its own images."
+  echo "apiVersion: kustomize.config.k8s.io/v1beta1"
+  echo "kind: Kustomization"
+  echo "resources: [../src/deploy/kustomize/overlays/e2e]"
+  echo "images:"
+  for svc in watcher ipam endpoints eipd; do
+    echo "  - {name: ghcr.io/ipledger/$svc, newTag: v$version}"
+  done
+} >"$dir/overlay/kustomization.yaml"
+echo "$version" >"$dir/version"
+touch "$dir/.complete"
+echo "previous-release.sh: $version built in $(($(date +%s) - start))s" >&2
+echo "$dir"
