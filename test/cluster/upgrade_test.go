@@ -118,7 +118,12 @@ func (e *env) throughPreviousRelease(ctx context.Context, root, overlay string, 
 
 	start = time.Now()
 	var w *workload
-	if !s.run(func() { w = e.allocate(ctx, s) }) {
+	current, err := os.ReadFile(filepath.Join(root, "VERSION"))
+	if err != nil {
+		return err
+	}
+	versions := map[string]string{"dev": strings.TrimSpace(string(current)), old: strings.TrimSpace(string(version))}
+	if !s.run(func() { w = e.allocate(ctx, s, versions) }) {
 		return fmt.Errorf("allocating under %s failed: %s", old, strings.Join(s.findings, "; "))
 	}
 	phase("allocations under "+old, start)
@@ -208,12 +213,13 @@ type workload struct {
 	slice         []string
 	operatorToken string
 	services      []string
-	extra         sync.Mutex
-	extraServices []string
+	// versions are the releases by image tag: VERSION for dev, the
+	// previous release's for its tag.
+	versions map[string]string
 }
 
-func (e *env) allocate(ctx context.Context, s *stage) *workload {
-	w := &workload{}
+func (e *env) allocate(ctx context.Context, s *stage, versions map[string]string) *workload {
+	w := &workload{versions: versions}
 	ns, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "upgrade-"}}, metav1.CreateOptions{})
 	if err != nil {
 		s.Fatal(err)
@@ -618,7 +624,39 @@ func (e *env) roll(ctx context.Context, s *stage, w *workload, name, overlay, fr
 	e.ips(s, w.ns, []string{after}, 2*time.Minute)
 	e.consistent(s, "")
 	e.stillReserved(ctx, s, w)
+	rep.lines = append(rep.lines, e.buildInfo(ctx, s, w.versions[to]))
 	return rep
+}
+
+// buildInfo checks what docs/upgrading.md says every replica reports of its
+// release: ipledger_build_info{version} from 0.3.0 on, nothing before (a
+// downgrade to 0.2.0 takes the metric away).
+func (e *env) buildInfo(ctx context.Context, s *stage, version string) string {
+	since := version != "0.2.0" && !strings.HasPrefix(version, "0.1.")
+	var seen []string
+	for _, d := range deployments {
+		for _, p := range e.pods(s, d) {
+			m, err := e.metrics(ctx, p.Name)
+			if err != nil {
+				s.Error(err)
+				continue
+			}
+			var info []string
+			for key := range m {
+				if strings.HasPrefix(key, "ipledger_build_info") {
+					info = append(info, key)
+				}
+			}
+			switch {
+			case since && (len(info) != 1 || !strings.Contains(info[0], "version="+version)):
+				s.Errorf("%s runs %s and should export one ipledger_build_info{version=%q}: %v", p.Name, version, version, info)
+			case !since && len(info) > 0:
+				s.Errorf("%s runs %s, which predates ipledger_build_info, and exports %v", p.Name, version, info)
+			}
+			seen = append(seen, fmt.Sprintf("%s=%d", d, len(info)))
+		}
+	}
+	return fmt.Sprintf("ipledger_build_info series per pod (release %s): %s", version, strings.Join(seen, " "))
 }
 
 func mapValues[K comparable, V any](m map[K]V) []V {
