@@ -10,7 +10,7 @@ MODULES := proto pkg services/watcher services/ipam services/endpoints services/
 PACKAGES := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: help tools proto proto-check vet vulncheck test test-unit test-cluster cluster-up cluster-down bench images up down run fmt tidy
+.PHONY: help tools proto proto-check vet vulncheck test test-unit test-cluster cluster-up cluster-down bench images release up down run fmt tidy
 
 help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -50,8 +50,11 @@ test-unit: ## The fast layer only: every package with tests and no TestMain (no 
 bench: tools ## Benchmarks (BENCHMARKS.md): hack/bench.sh [micro watcher ipam endpoints eipd anchors]; results in .dev/bench/.
 	hack/bench.sh $(SUITES)
 
-images: ## Build the container images without Docker: OCI archives .dev/images/ipledger-<service>.tar of ipledger/<service>:dev.
+images: ## Build the container images without Docker: OCI archives .dev/images/ipledger-<service>.tar of ghcr.io/ipledger/<service>:dev.
 	go run ./pkg/cmd/ipledger-images
+
+release: tools ## One release's artifacts in .dev/release/v<VERSION>: install manifests, amd64+arm64 images, kubectl-ipledger builds, SHA256SUMS (CHANGELOG.md).
+	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) go run ./pkg/cmd/ipledger-release $(RELEASE_FLAGS)
 
 up: tools ## Start the local system (etcd, kube-apiserver, moto, the four services) in the background.
 	go run ./pkg/cmd/ipledger-dev up

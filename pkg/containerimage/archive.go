@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -46,12 +48,76 @@ func parseRef(ref string) (full, tag string, err error) {
 // WriteArchive writes img to path as an OCI image layout archive that names
 // it ref (e.g. "ipledger/watcher:dev"), through a temporary file renamed into
 // place so that an interrupted build never leaves half an archive.
-func WriteArchive(path, ref string, img v1.Image) (err error) {
-	full, tag, err := parseRef(ref)
+func WriteArchive(path, ref string, img v1.Image) error {
+	desc, err := descriptor(img)
 	if err != nil {
 		return err
 	}
-	desc, err := descriptor(img)
+	return writeLayout(path, ref, desc, func(tw *tar.Writer) error { return writeBlobs(tw, img, map[v1.Hash]bool{}) })
+}
+
+// Index is the OCI image index of one image per architecture (linux/<arch>),
+// in the order of archs: what a registry serves for a multi-architecture
+// image, and what `make release` archives.
+func Index(archs []string, images map[string]v1.Image) (v1.ImageIndex, error) {
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for _, arch := range archs {
+		img, ok := images[arch]
+		if !ok {
+			return nil, fmt.Errorf("no image for %s", arch)
+		}
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{
+			Add:        img,
+			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: arch}},
+		})
+	}
+	return idx, nil
+}
+
+// WriteIndexArchive writes idx and its images to path as an OCI image
+// layout archive naming it ref, as WriteArchive does for one image. ctr
+// imports the platform of the machine from it (--all-platforms, all);
+// `crane push` or `skopeo copy oci-archive:` push every architecture.
+func WriteIndexArchive(path, ref string, idx v1.ImageIndex) error {
+	digest, err := idx.Digest()
+	if err != nil {
+		return err
+	}
+	size, err := idx.Size()
+	if err != nil {
+		return err
+	}
+	manifest, err := idx.IndexManifest()
+	if err != nil {
+		return err
+	}
+	desc := v1.Descriptor{MediaType: types.OCIImageIndex, Size: size, Digest: digest}
+	return writeLayout(path, ref, desc, func(tw *tar.Writer) error {
+		raw, err := idx.RawManifest()
+		if err != nil {
+			return err
+		}
+		if err := writeEntry(tw, blobPath(digest), raw); err != nil {
+			return err
+		}
+		seen := map[v1.Hash]bool{}
+		for _, m := range manifest.Manifests {
+			img, err := idx.Image(m.Digest)
+			if err != nil {
+				return err
+			}
+			if err := writeBlobs(tw, img, seen); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// writeLayout writes the archive at path: the layout marker, index.json
+// naming desc as ref, and the blobs blobs writes.
+func writeLayout(path, ref string, desc v1.Descriptor, blobs func(*tar.Writer) error) (err error) {
+	full, tag, err := parseRef(ref)
 	if err != nil {
 		return err
 	}
@@ -82,7 +148,7 @@ func WriteArchive(path, ref string, img v1.Image) (err error) {
 	if err := writeEntry(tw, "index.json", index); err != nil {
 		return err
 	}
-	if err := writeBlobs(tw, img); err != nil {
+	if err := blobs(tw); err != nil {
 		return err
 	}
 	if err := tw.Close(); err != nil {
@@ -114,8 +180,15 @@ func descriptor(img v1.Image) (v1.Descriptor, error) {
 }
 
 // writeBlobs writes the manifest, the configuration and every layer under
-// blobs/sha256/.
-func writeBlobs(tw *tar.Writer, img v1.Image) error {
+// blobs/sha256/, each blob only once (seen holds those already written).
+func writeBlobs(tw *tar.Writer, img v1.Image, seen map[v1.Hash]bool) error {
+	entry := func(h v1.Hash, data []byte) error {
+		if seen[h] {
+			return nil
+		}
+		seen[h] = true
+		return writeEntry(tw, blobPath(h), data)
+	}
 	manifest, err := img.RawManifest()
 	if err != nil {
 		return err
@@ -124,7 +197,7 @@ func writeBlobs(tw *tar.Writer, img v1.Image) error {
 	if err != nil {
 		return err
 	}
-	if err := writeEntry(tw, blobPath(digest), manifest); err != nil {
+	if err := entry(digest, manifest); err != nil {
 		return err
 	}
 	config, err := img.RawConfigFile()
@@ -135,7 +208,7 @@ func writeBlobs(tw *tar.Writer, img v1.Image) error {
 	if err != nil {
 		return err
 	}
-	if err := writeEntry(tw, blobPath(configName), config); err != nil {
+	if err := entry(configName, config); err != nil {
 		return err
 	}
 	layers, err := img.Layers()
@@ -147,6 +220,10 @@ func writeBlobs(tw *tar.Writer, img v1.Image) error {
 		if err != nil {
 			return err
 		}
+		if seen[digest] {
+			continue
+		}
+		seen[digest] = true
 		size, err := l.Size()
 		if err != nil {
 			return err

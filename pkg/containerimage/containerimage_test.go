@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -250,5 +251,69 @@ func TestImagesCarryTheirProvenance(t *testing.T) {
 	}
 	if !maps.Equal(cfg.Config.Labels, want) {
 		t.Errorf("labels %v, want %v", cfg.Config.Labels, want)
+	}
+}
+
+// TestWriteIndexArchiveHoldsEveryArchitecture: a release archive names one
+// image index whose manifests are the images of amd64 and arm64, each valid
+// and marked with its platform, as a registry would serve them.
+func TestWriteIndexArchiveHoldsEveryArchitecture(t *testing.T) {
+	images := map[string]v1.Image{}
+	for _, arch := range []string{"amd64", "arm64"} {
+		c := contents(t, "binary for "+arch)
+		c.Architecture = arch
+		img, err := Build(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		images[arch] = img
+	}
+	idx, err := Index([]string{"amd64", "arm64"}, images)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ipledger-test.tar")
+	if err := WriteIndexArchive(path, "ghcr.io/ipledger/test:v0.3.0", idx); err != nil {
+		t.Fatal(err)
+	}
+	top, err := layout.ImageIndexFromPath(untar(t, path))
+	if err != nil {
+		t.Fatalf("not an OCI layout: %v", err)
+	}
+	m, err := top.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Manifests) != 1 || m.Manifests[0].Annotations[annotationImageName] != "ghcr.io/ipledger/test:v0.3.0" {
+		t.Fatalf("index.json names %+v, want one index named ghcr.io/ipledger/test:v0.3.0", m.Manifests)
+	}
+	inner, err := top.ImageIndex(m.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Index(inner, validate.Fast); err != nil {
+		t.Errorf("archived index is invalid: %v", err)
+	}
+	im, err := inner.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range im.Manifests {
+		got = append(got, d.Platform.OS+"/"+d.Platform.Architecture)
+		img, err := inner.Image(d.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := img.ConfigFile()
+		if err != nil || cfg.Architecture != d.Platform.Architecture {
+			t.Errorf("image for %s has architecture %q (%v)", d.Platform.Architecture, cfg.Architecture, err)
+		}
+	}
+	if want := []string{"linux/amd64", "linux/arm64"}; !slices.Equal(got, want) {
+		t.Errorf("index platforms %v, want %v", got, want)
+	}
+	if _, err := Index([]string{"amd64", "riscv64"}, images); err == nil {
+		t.Error("Index with an architecture it has no image for did not fail")
 	}
 }
