@@ -63,6 +63,23 @@ func runClient(t *testing.T, cfg stream.Config, reg prometheus.Registerer) *stre
 	return c
 }
 
+// testContext is the context of a test's API calls: it ends with the test,
+// or a little before the test binary's -timeout would end it, so that a call
+// that hangs fails with its own error and the cleanups still run. Not a fixed
+// budget from the test's start: that would count the first build of the
+// watcher binary (env.Binary, minutes on a cold cache beside the rest of
+// `make test`), which no API call is waiting for. Each wait of the test has
+// its own bound, on its own condition.
+func testContext(t *testing.T) context.Context {
+	ctx := t.Context()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(time.Minute, time.Until(d)/4)))
+		t.Cleanup(cancel)
+	}
+	return ctx
+}
+
 // versions is name -> resourceVersion of the Services of one namespace.
 type versions map[string]string
 
@@ -136,8 +153,7 @@ func (r *recorder) reset() {
 // world. Once B catches up, the consumer follows it as usual.
 func TestFailoverToLaggingReplicaNeverGoesBack(t *testing.T) {
 	env := testenv.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := testContext(t)
 	ns := env.Namespace(t, nil)
 	services := env.Client.CoreV1().Services(ns)
 	create := func(name string) *corev1.Service {
@@ -156,8 +172,15 @@ func TestFailoverToLaggingReplicaNeverGoesBack(t *testing.T) {
 	addrA, addrB := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	a := startWatcher(t, env, "watcher-a", env.CP.APIServerURL, addrA)
 	token := env.TokenFile(t, system, "ipledger-ipam")
+	// The grace is longer than the test can last: what is under test is
+	// what the client does while a replica is behind, within the grace (its
+	// expiry is lag_test.go's, on a fake clock). With the default minute, a
+	// slow enough machine between A's delete of "gone" and B's snapshot, or
+	// between the hold on "born" and B's catching up, would turn "behind"
+	// into "believed".
 	cfg := stream.Config{Plaintext: true, TokenFile: token, Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE},
-		Namespaces: []string{ns}, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
+		Namespaces: []string{ns}, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		LagGrace: time.Hour}
 	// B is not listening yet: round robin puts the consumer on A.
 	consumerCfg := cfg
 	consumerCfg.Target = "static:///" + addrA + "," + addrB
