@@ -81,14 +81,14 @@ func (c *Common) Flags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.KubeAPIQPS, "kube-api-qps", c.KubeAPIQPS,
 		"client-side rate limit (queries per second) of the Kubernetes clients; client-go's default of 5 would throttle the writes of a cold start")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "client-side burst of the Kubernetes clients (client-go's default is 10)")
-	fs.Func("log-level", "log level: debug, info, warn or error (default info)", func(s string) error {
+	fs.Func("log-level", "log level: debug, info, warn or error (default "+c.LogLevel+")", func(s string) error {
 		if _, err := ParseLevel(s); err != nil {
 			return err
 		}
 		c.LogLevel = s
 		return nil
 	})
-	fs.Func("log-format", "log format: json or text (default json)", func(s string) error {
+	fs.Func("log-format", "log format: json or text (default "+c.LogFormat+")", func(s string) error {
 		if s != "json" && s != "text" {
 			return fmt.Errorf("log format %q: want json or text", s)
 		}
