@@ -32,6 +32,10 @@ if [ -f "$dir/.complete" ]; then
 fi
 start=$(date +%s)
 git -C "$root" worktree prune
+if ! git -C "$root" cat-file -e "$commit^{commit}" 2>/dev/null; then
+  echo "previous-release.sh: commit $commit ($version) is not in this clone (shallow?): git fetch origin $commit, or --unshallow" >&2
+  exit 1
+fi
 if [ ! -e "$dir/src/.git" ]; then
   rm -rf "$dir/src"
   git -C "$root" worktree add --detach "$dir/src" "$commit" >&2
