@@ -15,18 +15,8 @@ module=$root/hack/tools/metallb
 recipe=1
 key=$( (echo "$recipe"; cat "$module/go.mod" "$module/go.sum") | sha256sum | cut -c1-16)
 dir=${IPLEDGER_TOOLS_CACHE:-$HOME/.cache/ipledger-tools}/metallb-$key
-if [ -f "$dir/.complete" ]; then
-  echo "$dir"
-  exit 0
-fi
-mkdir -p "$dir"
-# One build at a time: several benchmark runs may ask at once.
-exec 9>"$dir/.lock"
-flock 9
-if [ -f "$dir/.complete" ]; then
-  echo "$dir"
-  exit 0
-fi
+. "$root/hack/lib/cached.sh"
+build_metallb() {
 export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
 cd "$module"
 version=$(go list -m -f '{{.Version}}' go.universe.tf/metallb)
@@ -38,5 +28,6 @@ cp -r "$(go list -m -f '{{.Dir}}' go.universe.tf/metallb)/config/crd/bases" "$di
 chmod -R u+w "$dir/crd"
 echo "$version" >"$dir/version"
 echo "build-metallb: built in $((SECONDS - start))s" >&2
-touch "$dir/.complete"
+}
+cached "$dir" build_metallb
 echo "$dir"

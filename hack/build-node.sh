@@ -28,18 +28,9 @@ key_kube=$( (echo 1; cat "$tools/go.mod" "$tools/go.sum") | hash)
 key=$(echo "$key_pause $key_coredns $key_kube" | hash)
 dir=$cache/$key
 bin=$dir/bin
-if [ -f "$dir/.complete" ]; then
-  echo "$bin"
-  exit 0
-fi
+. "$root/hack/lib/cached.sh"
+build_node() {
 mkdir -p "$bin" "$cache/parts"
-# One build at a time: tests and `make cluster-up` may ask at once.
-exec 9>"$cache/.lock"
-flock 9
-if [ -f "$dir/.complete" ]; then
-  echo "$bin"
-  exit 0
-fi
 export GOWORK=off CGO_ENABLED=0
 kver=$(cd "$tools" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$kver" | cut -d. -f2) -X k8s.io/component-base/version.gitTreeState=clean"
@@ -50,8 +41,8 @@ build() { # name key module package [go build flags...]
   if [ ! -f "$part" ]; then
     local start=$SECONDS
     echo "build-node: building $name (cache $part)" >&2
-    (cd "$module" && go build -trimpath "$@" -o "$part.tmp" "$pkg")
-    mv "$part.tmp" "$part"
+    (cd "$module" && go build -trimpath "$@" -o "$part.tmp.$$" "$pkg")
+    mv "$part.tmp.$$" "$part"
     echo "build-node: $name built in $((SECONDS - start))s" >&2
   fi
   ln -f "$part" "$bin/$name"
@@ -61,5 +52,6 @@ build coredns "$key_coredns" "$tools/coredns" ./cmd/coredns -ldflags "-s -w"
 for name in kubelet kube-proxy kube-scheduler kube-controller-manager; do
   build "$name" "$key_kube" "$tools" "k8s.io/kubernetes/cmd/$name" -mod=mod -modfile="$cache/parts/mod-$key_kube/go.mod" -ldflags "$ldflags"
 done
-touch "$dir/.complete"
+}
+cached "$dir" build_node
 echo "$bin"

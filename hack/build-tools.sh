@@ -16,18 +16,9 @@ recipe=1
 key=$( (echo "$recipe"; cat "$tools/go.mod" "$tools/go.sum" "$tools/etcd/main.go" "$tools/promtool/go.mod" "$tools/promtool/go.sum") | sha256sum | cut -c1-16)
 dir=${IPLEDGER_TOOLS_CACHE:-$HOME/.cache/ipledger-tools}/$key
 bin=$dir/bin
-if [ -f "$dir/.complete" ]; then
-  echo "$bin"
-  exit 0
-fi
+. "$root/hack/lib/cached.sh"
+build_tools() {
 mkdir -p "$bin"
-# One build at a time: tests of several packages may ask at once.
-exec 9>"$dir/.lock"
-flock 9
-if [ -f "$dir/.complete" ]; then
-  echo "$bin"
-  exit 0
-fi
 export GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
 kver=$(cd "$tools" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$kver" | cut -d. -f2) -X k8s.io/component-base/version.gitTreeState=clean"
@@ -46,5 +37,6 @@ build grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl
 build kubectl k8s.io/kubernetes/cmd/kubectl
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 module=$tools/promtool build promtool github.com/prometheus/prometheus/cmd/promtool
-touch "$dir/.complete"
+}
+cached "$dir" build_tools
 echo "$bin"

@@ -19,17 +19,8 @@ if [ -z "$version" ] || [ ${#commit} -ne 40 ]; then
   exit 1
 fi
 dir=${IPLEDGER_RELEASES_CACHE:-$HOME/.cache/ipledger-releases}/$commit
-if [ -f "$dir/.complete" ]; then
-  echo "$dir"
-  exit 0
-fi
-mkdir -p "$dir"
-exec 9>"$dir/.lock"
-flock 9
-if [ -f "$dir/.complete" ]; then
-  echo "$dir"
-  exit 0
-fi
+. "$root/hack/lib/cached.sh"
+build_release() {
 start=$(date +%s)
 git -C "$root" worktree prune
 if ! git -C "$root" cat-file -e "$commit^{commit}" 2>/dev/null; then
@@ -58,6 +49,7 @@ mkdir -p "$dir/overlay"
   done
 } >"$dir/overlay/kustomization.yaml"
 echo "$version" >"$dir/version"
-touch "$dir/.complete"
 echo "previous-release.sh: $version built in $(($(date +%s) - start))s" >&2
+}
+cached "$dir" build_release
 echo "$dir"

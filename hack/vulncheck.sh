@@ -30,20 +30,7 @@ cache=${IPLEDGER_VULN_CACHE:-$HOME/.cache/ipledger-vuln}
 # Bump recipe when the build steps below change in a way that changes the outputs.
 recipe=1
 
-# locked DIR CMD...: run CMD once into DIR, one caller at a time, unless DIR
-# is complete.
-locked() {
-  local dir=$1; shift
-  [ -f "$dir/.complete" ] && return 0
-  mkdir -p "$dir"
-  exec 9>"$dir/.lock"
-  flock 9
-  if [ ! -f "$dir/.complete" ]; then
-    "$@"
-    touch "$dir/.complete"
-  fi
-  exec 9>&-
-}
+. "$root/hack/lib/cached.sh"
 
 key=$( (echo "$recipe"; cat "$module/go.mod" "$module/go.sum" "$module"/vulncheck/*.go) | sha256sum | cut -c1-16)
 tools=$cache/tools-$key
@@ -58,7 +45,7 @@ build_tools() {
     go build -trimpath -o "$tools/bin/vulncheck" ./vulncheck)
   echo "vulncheck: tools built in $((SECONDS - start))s" >&2
 }
-locked "$tools" build_tools
+cached "$tools" build_tools
 
 dbkey=$( (echo "$recipe"; cat "$module/vulncheck/db.go") | sha256sum | cut -c1-8)
 db=$cache/db-$vulndb-$dbkey
@@ -73,7 +60,7 @@ build_db() {
   "$tools/bin/vulncheck" db -osv "$src/data/osv" -out "$db" -time "$at"
   echo "vulncheck: database built in $((SECONDS - start))s" >&2
 }
-locked "$db" build_db
+cached "$db" build_db
 
 out=$root/.dev/vulncheck/bin
 mkdir -p "$out"
