@@ -349,16 +349,7 @@ func TestPreflightAgreesWithATerm(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, s := range svcs.Items {
-			var ips []string
-			for _, in := range s.Status.LoadBalancer.Ingress {
-				ips = append(ips, in.IP)
-			}
-			reason := ""
-			for _, c := range s.Status.Conditions {
-				if c.Type == "ipledger.io/AddressAllocated" {
-					reason = c.Reason
-				}
-			}
+			ips, reason := treatment(&s)
 			want[ns+"/"+s.Name] = strings.Join(ips, ",") + " " + reason + " | " + strings.Join(ips, ",")
 		}
 	}
@@ -390,16 +381,7 @@ func TestPreflightAgreesWithATerm(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			var ips []string
-			for _, in := range s.Status.LoadBalancer.Ingress {
-				ips = append(ips, in.IP)
-			}
-			reason := ""
-			for _, c := range s.Status.Conditions {
-				if c.Type == "ipledger.io/AddressAllocated" {
-					reason = c.Reason
-				}
-			}
+			ips, reason := treatment(s)
 			if got := strings.Join(ips, ",") + " " + reason + " | " + strings.Join(byService[key], ","); got != w {
 				diffs = append(diffs, fmt.Sprintf("%s: %q, preflight said %q", name, got, w))
 			}
@@ -410,4 +392,18 @@ func TestPreflightAgreesWithATerm(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// treatment is what a Service's status shows: its ingress addresses and the
+// reason of its ipledger.io/AddressAllocated condition.
+func treatment(s *corev1.Service) (ips []string, reason string) {
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		ips = append(ips, in.IP)
+	}
+	for _, c := range s.Status.Conditions {
+		if c.Type == "ipledger.io/AddressAllocated" {
+			reason = c.Reason
+		}
+	}
+	return ips, reason
 }
