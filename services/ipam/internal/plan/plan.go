@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
@@ -194,6 +195,7 @@ func (p *Plan) decide(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
 	want.Ingress = ingressOf(held)
 	want.Pool = poolOf(held)
 	p.condition(&want, cur, res, err)
+	p.reaskAcross(a, key, cur, want, held)
 	if len(held) == 0 {
 		p.Pending = append(p.Pending, pendingOf(key, cur, want.Cond, b.Now))
 	} else {
@@ -210,6 +212,27 @@ func (p *Plan) decide(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
 	}
 	if !cur.Equal(want) {
 		p.Writes = append(p.Writes, Write{Service: obj, Key: key, Want: want, Event: eventOf(cur, want)})
+	}
+}
+
+// reaskAcross decides again the holders in other namespaces of the
+// addresses key holds when key enters or leaves HeldSharedAcrossNamespaces:
+// a share across namespaces is decided from both ends, and the opt-in of the
+// second Service ends the first one's hold too, though nothing of the first
+// changed. It converges: a holder whose reason stays asks nobody.
+func (p *Plan) reaskAcross(a *allocator.Allocator, key string, cur, want Status, held []allocator.Allocation) {
+	across := string(allocator.ReasonHeldSharedAcrossNamespaces)
+	was := cur.Cond != nil && cur.Cond.Reason == across
+	if was == (want.Cond.Reason == across) {
+		return
+	}
+	ns, _, _ := strings.Cut(key, "/")
+	for _, h := range held {
+		for _, other := range a.Holders(h.IP) {
+			if o, _, _ := strings.Cut(other.Service, "/"); o != ns && !slices.Contains(p.Reask, other.Service) {
+				p.Reask = append(p.Reask, other.Service)
+			}
+		}
 	}
 }
 
