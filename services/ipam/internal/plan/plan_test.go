@@ -288,3 +288,45 @@ func TestDecideForgetsForeignAddressesOfAbsentServices(t *testing.T) {
 		t.Fatalf("after MetalLB's Service left the stream: %+v", got)
 	}
 }
+
+// TestOptInOfTheSecondEndsTheFirstsHold: a share across namespaces is
+// decided from both ends. When the second Service's opt-in ends its
+// HeldSharedAcrossNamespaces, the first (opted in earlier, decided then
+// and unchanged since) is asked again, or it would stay held; a Service
+// whose reason stays asks nobody.
+func TestOptInOfTheSecondEndsTheFirstsHold(t *testing.T) {
+	ip := netip.MustParseAddr("10.0.0.2")
+	in := func(ns string, o *watcherv1.Object) *watcherv1.Object { o.Meta.Namespace = ns; return o }
+	held := Status{Ingress: []string{ip.String()}, Pool: "one", Cond: &Condition{Status: "True", Reason: string(allocator.ReasonHeldSharedAcrossNamespaces)}}
+	for _, tc := range []struct {
+		name      string
+		decide    *watcherv1.Object
+		wantReask []string
+	}{{
+		name: "the second opts in: both now share, the first is decided again",
+		decide: in("b", svc("old", 2, withAnnotation(allocator.AnnotationAllowSharedIP, "shared"),
+			withAnnotation(allocator.AnnotationSharingCrossNamespace, "a"))),
+		wantReask: []string{"a/web"},
+	}, {
+		name:   "the second has not opted in: it stays held and asks nobody",
+		decide: in("b", svc("old", 2, withAnnotation(allocator.AnnotationAllowSharedIP, "shared"))),
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := allocator.New()
+			a.SetPools([]*allocator.Pool{pool(t, "one", "10.0.0.0/30")})
+			if err := a.Assign("a/web", []netip.Addr{ip}, allocator.Sharing{Key: "shared", CrossNamespace: []string{"b"}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Assign("b/old", []netip.Addr{ip}, allocator.Sharing{Key: "shared"}); err != nil {
+				t.Fatal(err)
+			}
+			p := Decide(a, Batch{
+				Services: []*watcherv1.Object{tc.decide}, Current: map[string]Status{"b/old": held},
+				Class: objects.Class{Name: objects.DefaultLBClass}, Now: time.Unix(1000, 0),
+			})
+			if !slices.Equal(p.Reask, tc.wantReask) {
+				t.Errorf("Reask = %v, want %v (plan %+v)", p.Reask, tc.wantReask, summarize(p))
+			}
+		})
+	}
+}
