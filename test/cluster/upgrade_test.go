@@ -10,6 +10,7 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,9 +22,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -233,7 +232,7 @@ func (e *env) allocate(ctx context.Context, s *stage, versions map[string]string
 	}
 	cidr := pool.Object["spec"].(map[string]any)["addresses"].([]any)[0].(string)
 	w.prefix = cidr[:strings.LastIndex(cidr, ".")+1]
-	w.operatorToken = e.operatorToken(ctx, s)
+	w.operatorToken = e.operatorToken(s)
 
 	// Reservations go to the leader (the holder of the Lease ipledger-ipam).
 	leader := e.ipamConn(ctx, s, w.operatorToken, true)
@@ -335,26 +334,8 @@ func (e *env) cleanupWorkload(ctx context.Context, s *stage, w *workload) {
 
 // operatorToken is a token of ServiceAccount upgrade-operator, bound to
 // ipledger:operator, for ipam (reservations).
-func (e *env) operatorToken(ctx context.Context, s *stage) string {
-	const sa = "upgrade-operator"
-	if _, err := e.client.CoreV1().ServiceAccounts(systemNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		s.Fatal(err)
-	}
-	if _, err := e.client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "test-cluster-" + sa},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "ipledger:operator"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: systemNS}},
-	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		s.Fatal(err)
-	}
-	expiry := int64(3600)
-	tr, err := e.client.CoreV1().ServiceAccounts(systemNS).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry, Audiences: []string{authz.IPAMAudience}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		s.Fatal(err)
-	}
-	return tr.Status.Token
+func (e *env) operatorToken(s *stage) string {
+	return journey.RoleToken(s, e.client, "upgrade-operator", "ipledger:operator", authz.IPAMAudience)
 }
 
 // ipamConn connects with token to the ipam leader's pod (leader) or to the
@@ -588,7 +569,7 @@ func (e *env) roll(ctx context.Context, s *stage, w *workload, name, overlay, fr
 			if n.deploy != d || n.version != to || n.readyAt.IsZero() {
 				continue
 			}
-			if slices.ContainsFunc(mapValues(pods), func(o *podSeen) bool {
+			if slices.ContainsFunc(slices.Collect(maps.Values(pods)), func(o *podSeen) bool {
 				return o.deploy == d && o.version == from && !o.deletedAt.IsZero() && !n.readyAt.After(o.deletedAt)
 			}) {
 				overlap = append(overlap, d)
@@ -657,14 +638,6 @@ func (e *env) buildInfo(ctx context.Context, s *stage, version string) string {
 		}
 	}
 	return fmt.Sprintf("ipledger_build_info series per pod (release %s): %s", version, strings.Join(seen, " "))
-}
-
-func mapValues[K comparable, V any](m map[K]V) []V {
-	out := make([]V, 0, len(m))
-	for _, v := range m {
-		out = append(out, v)
-	}
-	return out
 }
 
 // stage is the testing.TB TestMain's install gives the scenario helpers

@@ -294,25 +294,33 @@ func CreateNode(t testing.TB, c kubernetes.Interface, node *corev1.Node) {
 // role an operator's grpcurl uses.
 func ViewerToken(t testing.TB, c kubernetes.Interface) string {
 	t.Helper()
+	return RoleToken(t, c, "e2e-viewer", "ipledger:viewer", authz.IPAMAudience, authz.EIPDAudience)
+}
+
+// RoleToken returns an hour's token for audiences of ServiceAccount
+// serviceAccount of ipledger-system, which it creates (if need be) and binds
+// to clusterRole with a ClusterRoleBinding of the same name.
+func RoleToken(t testing.TB, c kubernetes.Interface, serviceAccount, clusterRole string, audiences ...string) string {
+	t.Helper()
 	ctx := context.Background()
 	_, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-viewer"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "ipledger:viewer"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "e2e-viewer", Namespace: SystemNamespace}},
+		ObjectMeta: metav1.ObjectMeta{Name: serviceAccount},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: clusterRole},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: serviceAccount, Namespace: SystemNamespace}},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	_, err = c.CoreV1().ServiceAccounts(SystemNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "e2e-viewer"}}, metav1.CreateOptions{})
+	_, err = c.CoreV1().ServiceAccounts(SystemNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: serviceAccount}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	expiry := int64(3600)
-	tr, err := c.CoreV1().ServiceAccounts(SystemNamespace).CreateToken(ctx, "e2e-viewer", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry, Audiences: []string{authz.IPAMAudience, authz.EIPDAudience}},
+	tr, err := c.CoreV1().ServiceAccounts(SystemNamespace).CreateToken(ctx, serviceAccount, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry, Audiences: audiences},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("token for %s/e2e-viewer: %v", SystemNamespace, err)
+		t.Fatalf("token for %s/%s: %v", SystemNamespace, serviceAccount, err)
 	}
 	return tr.Status.Token
 }
