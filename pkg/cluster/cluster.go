@@ -262,6 +262,10 @@ func (c *Cluster) up(ctx context.Context, opts Options) error {
 	if err := os.WriteFile(markerFile, []byte(c.Dir), 0o644); err != nil {
 		return err
 	}
+	// Before anything can allocate or send: test addresses stay here.
+	if err := makeTestRangesUnreachable(before); err != nil {
+		return err
+	}
 	if err := c.writeFiles(); err != nil {
 		return err
 	}
@@ -581,8 +585,9 @@ func killContainers(l layout) error {
 
 // cleanHost removes what the node left on the host: mounts (pod volumes,
 // container root filesystems, network namespaces), cgroups, the bridge,
-// iptables chains, nftables tables and paths that did not exist before, and
-// restores the sysctls. The node's processes are gone by now.
+// iptables chains, nftables tables, the unreachable routes of TestRanges and
+// paths that did not exist before, and restores the sysctls. The node's
+// processes are gone by now.
 func cleanHost(l layout, before HostState) error {
 	var errs []error
 	info, err := os.ReadFile("/proc/self/mountinfo")
@@ -612,6 +617,7 @@ func cleanHost(l layout, before HostState) error {
 	for _, tool := range []string{"iptables", "ip6tables"} {
 		errs = append(errs, cleanIPTables(tool))
 	}
+	errs = append(errs, removeTestRoutes(before))
 	if out, err := exec.Command("nft", "list", "tables").Output(); err == nil {
 		for _, t := range nftTables(string(out)) {
 			if !slices.Contains(before.NFTables, t) {

@@ -54,6 +54,17 @@ var hostPaths = []string{
 	"/etc/cni",
 }
 
+// TestRanges are the addresses test/cluster hands out — IPPools of
+// journey.CreatePool (10.<100+n>) and of the scenarios (10.<200+n>), and
+// ExternalWorkloads (10.21) — which nothing on this machine owns. A packet to
+// one that no kube-proxy rule rewrites (the LoadBalancer address of a Service
+// without endpoints, a workload behind an EndpointSlice) would follow the
+// default route off the machine. Up gives each an unreachable route before it
+// starts anything, so such a packet is refused here; Down removes them. The
+// node's own networks stay reachable: the bridge's route to PodCIDR is more
+// specific, and ServiceCIDR is apart.
+var TestRanges = []string{"10.21.0.0/16", "10.100.0.0/14", "10.104.0.0/13", "10.112.0.0/12", "10.128.0.0/9"}
+
 // cgroupName is the cgroup the kubelet puts every pod under, in each
 // hierarchy.
 const cgroupName = "kubepods"
@@ -70,6 +81,8 @@ type HostState struct {
 	Cgroups  []string          `json:"cgroups"`
 	Netns    []string          `json:"netns"`
 	Mounts   []string          `json:"mounts"`
+	// Unreachable are the destinations of the machine's unreachable routes.
+	Unreachable []string `json:"unreachable"`
 }
 
 // Snapshot reads the host state that the node may change; mounts are those
@@ -116,7 +129,56 @@ func Snapshot(dir string) (HostState, error) {
 		return s, err
 	}
 	s.Mounts = mountsUnder(string(info), dir)
+	out, err := exec.Command("ip", "route", "show", "type", "unreachable").Output()
+	if err != nil {
+		return s, fmt.Errorf("ip route show type unreachable: %w", err)
+	}
+	s.Unreachable = routeDestinations(string(out))
 	return s, nil
+}
+
+// routeDestinations lists the destinations of `ip route show type X`
+// output ("10.21.0.0/16" of "unreachable 10.21.0.0/16 metric 1024").
+func routeDestinations(out string) []string {
+	var dsts []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 {
+			dsts = append(dsts, f[1])
+		}
+	}
+	return dsts
+}
+
+// makeTestRangesUnreachable adds an unreachable route for each of
+// TestRanges the machine does not have one for.
+func makeTestRangesUnreachable(before HostState) error {
+	for _, r := range TestRanges {
+		if slices.Contains(before.Unreachable, r) {
+			continue
+		}
+		if out, err := exec.Command("ip", "route", "add", "unreachable", r).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip route add unreachable %s: %w: %s", r, err, out)
+		}
+	}
+	return nil
+}
+
+// removeTestRoutes deletes the unreachable routes of TestRanges that Up
+// added (those before did not have).
+func removeTestRoutes(before HostState) error {
+	out, err := exec.Command("ip", "route", "show", "type", "unreachable").Output()
+	if err != nil {
+		return fmt.Errorf("ip route show type unreachable: %w", err)
+	}
+	var errs []error
+	for _, r := range routeDestinations(string(out)) {
+		if slices.Contains(TestRanges, r) && !slices.Contains(before.Unreachable, r) {
+			if out, err := exec.Command("ip", "route", "del", "unreachable", r).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("ip route del unreachable %s: %w: %s", r, err, out))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Diff says what of after differs from before, one line each; empty when
@@ -147,6 +209,7 @@ func (before HostState) Diff(after HostState) []string {
 	list("cgroup", before.Cgroups, after.Cgroups)
 	list("network namespace", before.Netns, after.Netns)
 	list("mount", before.Mounts, after.Mounts)
+	list("unreachable route", before.Unreachable, after.Unreachable)
 	return out
 }
 

@@ -91,6 +91,13 @@ func TestNFTables(t *testing.T) {
 	}
 }
 
+func TestRouteDestinations(t *testing.T) {
+	got := routeDestinations("unreachable 10.21.0.0/16 \nunreachable 10.128.0.0/9 metric 1024\n\n")
+	if want := []string{"10.21.0.0/16", "10.128.0.0/9"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("routeDestinations = %q, want %q", got, want)
+	}
+}
+
 func TestHostStateDiff(t *testing.T) {
 	before := HostState{
 		Sysctls: map[string]string{"net/ipv4/ip_forward": "0", "vm/panic_on_oom": "0"},
@@ -99,11 +106,12 @@ func TestHostStateDiff(t *testing.T) {
 		Chains:  []string{"iptables filter CNI-OLD"},
 	}
 	after := HostState{
-		Sysctls: map[string]string{"net/ipv4/ip_forward": "1", "vm/panic_on_oom": "0"},
-		Paths:   []string{"/etc/cni", "/run/containerd"},
-		Links:   []string{"lo", "eth0", "ipledger0"},
-		Chains:  []string{"iptables nat KUBE-SERVICES"},
-		Cgroups: []string{"/sys/fs/cgroup/memory/kubepods"},
+		Sysctls:     map[string]string{"net/ipv4/ip_forward": "1", "vm/panic_on_oom": "0"},
+		Paths:       []string{"/etc/cni", "/run/containerd"},
+		Links:       []string{"lo", "eth0", "ipledger0"},
+		Chains:      []string{"iptables nat KUBE-SERVICES"},
+		Cgroups:     []string{"/sys/fs/cgroup/memory/kubepods"},
+		Unreachable: []string{"10.21.0.0/16"},
 	}
 	want := []string{
 		"sysctl net/ipv4/ip_forward is 1, was 0",
@@ -111,6 +119,7 @@ func TestHostStateDiff(t *testing.T) {
 		"iptables chain iptables nat KUBE-SERVICES left behind",
 		"network link ipledger0 left behind",
 		"cgroup /sys/fs/cgroup/memory/kubepods left behind",
+		"unreachable route 10.21.0.0/16 left behind",
 	}
 	if got := before.Diff(after); !reflect.DeepEqual(got, want) {
 		t.Errorf("Diff =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
