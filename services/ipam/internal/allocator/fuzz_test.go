@@ -20,24 +20,48 @@ func FuzzParsePool(f *testing.F) {
 		"10.0.0.250-10.0.1.5\n10.0.0.0/24", "::/0", "0.0.0.0/0", "fe80::1%eth0-fe80::2", "1.2.3.4-5.6.7.8-9",
 		"::ffff:1.2.3.4/128", "10.0.0.9-10.0.0.1", " 10.0.0.0/31 ", "255.255.255.255/32\n::/128",
 	} {
-		f.Add(s, false)
-		f.Add(s, true)
+		f.Add(s, false, "", false)
+		f.Add(s, true, "", true)
 	}
-	f.Fuzz(func(t *testing.T, addresses string, avoidBuggy bool) {
-		spec := PoolSpec{Addresses: strings.Split(addresses, "\n"), AvoidBuggyIPs: avoidBuggy}
+	f.Add("10.0.0.0/24", true, "10.0.0.1\n10.0.0.240-10.0.0.250\n10.0.0.128/28", true)
+	f.Add("10.0.0.10-10.0.0.20\n2001:db8::/120", false, "10.0.0.0/28\n2001:db8::/126", true)
+	f.Add("10.0.0.0/24", false, "10.0.1.1", false)
+	f.Fuzz(func(t *testing.T, addresses string, avoidBuggy bool, exclude string, skipFirstLast bool) {
+		spec := PoolSpec{Addresses: strings.Split(addresses, "\n"), AvoidBuggyIPs: avoidBuggy, SkipFirstLastIPs: skipFirstLast}
+		if exclude != "" {
+			spec.Exclude = strings.Split(exclude, "\n")
+		}
 		p, err := ParsePool("p", spec)
 		if err != nil {
-			if !strings.HasPrefix(err.Error(), "spec.addresses") {
+			if !strings.HasPrefix(err.Error(), "spec.addresses") && !strings.HasPrefix(err.Error(), "spec.exclude") {
 				t.Fatalf("error does not name the field: %v", err)
 			}
 			return
 		}
 		total := [2]*big.Int{new(big.Int), new(big.Int)}
-		anycast := map[netip.Addr]bool{}
+		anycast := map[netip.Addr]bool{} // and the first and last addresses skipFirstLastIPs skips
 		for _, e := range spec.Addresses {
-			if pfx, err := netip.ParsePrefix(strings.TrimSpace(e)); err == nil && pfx.Addr().Is6() && pfx.Bits() < 127 {
+			pfx, err := netip.ParsePrefix(strings.TrimSpace(e))
+			if err != nil {
+				continue
+			}
+			if pfx.Addr().Is6() && pfx.Bits() < 127 {
 				anycast[pfx.Addr()] = true
 			}
+			if skipFirstLast && pfx.Bits() < pfx.Addr().BitLen()-1 {
+				anycast[pfx.Addr()], anycast[lastOf(pfx)] = true, true
+			}
+		}
+		var excluded []addrRange
+		for _, e := range spec.Exclude {
+			r, err := parseExcludeEntry(e)
+			if err != nil {
+				t.Fatalf("ParsePool accepted exclusion %q: %v", e, err)
+			}
+			excluded = append(excluded, r)
+		}
+		skipped := func(a netip.Addr) bool {
+			return anycast[a] || slices.ContainsFunc(excluded, func(r addrRange) bool { return r.contains(a) })
 		}
 		for i, r := range p.ranges {
 			if !r.first.IsValid() || r.first.Compare(r.last) > 0 || r.first.Is4() != r.last.Is4() || r.first.Zone() != "" {
@@ -60,7 +84,7 @@ func FuzzParsePool(f *testing.F) {
 				// brute force
 				var c int64
 				for a := r.first; ; a = a.Next() {
-					if !(avoidBuggy && buggy(a)) && unusableKind(a) == "" && !anycast[a] {
+					if !(avoidBuggy && buggy(a)) && unusableKind(a) == "" && !skipped(a) {
 						c++
 					}
 					if a == r.last {
@@ -79,7 +103,7 @@ func FuzzParsePool(f *testing.F) {
 				}
 				for _, u := range p.unusable {
 					if r.contains(u.first) {
-						if !r.contains(u.last) || unusableKind(u.first) == "" && !anycast[u.first] {
+						if !r.contains(u.last) || unusableKind(u.first) == "" && !skipped(u.first) {
 							t.Fatalf("unusable range %v is not inside %v or not unusable", u, r)
 						}
 						n.Sub(n, u.size())

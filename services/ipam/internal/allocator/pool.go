@@ -17,8 +17,15 @@ type PoolSpec struct {
 	// or inclusive ranges of one family ("10.0.0.10-10.0.0.20").
 	Addresses     []string
 	AutoAssign    bool
-	AvoidBuggyIPs bool  // skip IPv4 addresses ending in .0 or .255
-	Priority      int32 // lower first; 0 = unset, after every set one
+	AvoidBuggyIPs bool // skip IPv4 addresses ending in .0 or .255
+	// Exclude are addresses ("10.0.0.1"), CIDRs or ranges of the pool that
+	// are never handed out: gateways, routers, addresses used elsewhere.
+	Exclude []string
+	// SkipFirstLastIPs skips the first and last address of each CIDR entry
+	// of Addresses (its network and broadcast addresses), except /31 and
+	// /32 (IPv6 /127 and /128), which have none.
+	SkipFirstLastIPs bool
+	Priority         int32 // lower first; 0 = unset, after every set one
 	// Namespaces OR NamespaceSelectors restrict the namespaces served (both
 	// empty = every namespace); ServiceSelectors restrict the Services (any
 	// one matching is enough; empty = every Service).
@@ -42,9 +49,13 @@ type Pool struct {
 	spec   PoolSpec
 	ranges []addrRange // sorted, disjoint, not adjacent; IPv4 before IPv6
 	// unusable are the addresses of ranges that are never handed out (see
-	// unusableBlocks and subnetRouterAnycast): sorted, disjoint.
+	// unusableBlocks, skipped): sorted, disjoint.
 	unusable []addrRange
-	total    [2]*big.Int // allocatable IPv4, IPv6
+	// skipped are the pool's own addresses it never hands out, with why:
+	// spec.exclude, then Subnet-Router anycast addresses, then the first and
+	// last addresses spec.skipFirstLastIPs skips; each inside ranges.
+	skipped []skippedRange
+	total   [2]*big.Int // allocatable IPv4, IPv6
 }
 
 func famIdx(f Family) int {
@@ -70,7 +81,8 @@ func ParsePool(name string, spec PoolSpec) (*Pool, error) {
 	if spec.MaxAddressesPerNamespace < 0 {
 		return nil, fmt.Errorf("spec.allocation.maxAddressesPerNamespace: %d is negative; use a positive number, or leave it out for no cap", spec.MaxAddressesPerNamespace)
 	}
-	var ranges, anycast []addrRange
+	var ranges []addrRange
+	var anycast, firstLast []skippedRange
 	for i, s := range spec.Addresses {
 		r, err := parseAddressEntry(s)
 		if err != nil {
@@ -78,7 +90,26 @@ func ParsePool(name string, spec PoolSpec) (*Pool, error) {
 		}
 		ranges = append(ranges, r)
 		if a, ok := subnetRouterAnycast(s); ok {
-			anycast = append(anycast, addrRange{a, a})
+			anycast = append(anycast, skippedRange{addrRange{a, a}, "the Subnet-Router anycast address of its prefix"})
+		}
+		if spec.SkipFirstLastIPs {
+			firstLast = append(firstLast, firstAndLast(s)...)
+		}
+	}
+	merged := mergeRanges(slices.Clone(ranges))
+	var excluded []skippedRange
+	for i, s := range spec.Exclude {
+		r, err := parseExcludeEntry(s)
+		if err != nil {
+			return nil, fmt.Errorf("spec.exclude[%d] %q: %w", i, s, err)
+		}
+		in := clip(r, merged)
+		if len(in) == 0 {
+			return nil, fmt.Errorf("spec.exclude[%d] %q: outside every entry of spec.addresses (%s); exclude addresses of this pool, or remove the entry",
+				i, s, strings.Join(trimmed(spec.Addresses), ", "))
+		}
+		for _, c := range in {
+			excluded = append(excluded, skippedRange{c, fmt.Sprintf("excluded by spec.exclude[%d] %q", i, s)})
 		}
 	}
 	for i, ns := range spec.Namespaces {
@@ -96,8 +127,9 @@ func ParsePool(name string, spec PoolSpec) (*Pool, error) {
 			return nil, err
 		}
 	}
-	p := &Pool{name: name, spec: clonePoolSpec(spec), ranges: mergeRanges(ranges)}
-	p.unusable = unusableIn(p.ranges, anycast)
+	p := &Pool{name: name, spec: clonePoolSpec(spec), ranges: merged}
+	p.skipped = slices.Concat(excluded, anycast, firstLast)
+	p.unusable = unusableIn(p.ranges, p.skipped)
 	p.total = [2]*big.Int{new(big.Int), new(big.Int)}
 	for _, r := range p.ranges {
 		n := r.size()
@@ -122,6 +154,7 @@ func ParsePool(name string, spec PoolSpec) (*Pool, error) {
 
 func clonePoolSpec(s PoolSpec) PoolSpec {
 	s.Addresses = slices.Clone(s.Addresses)
+	s.Exclude = slices.Clone(s.Exclude)
 	s.Namespaces = slices.Clone(s.Namespaces)
 	s.NamespaceSelectors = slices.Clone(s.NamespaceSelectors)
 	s.ServiceSelectors = slices.Clone(s.ServiceSelectors)
@@ -162,6 +195,67 @@ func parseAddressEntry(s string) (addrRange, error) {
 		return addrRange{}, fmt.Errorf("host bits set; the CIDR is %s", m)
 	}
 	return addrRange{pfx.Addr(), lastOf(pfx)}, nil
+}
+
+// parseExcludeEntry parses an entry of spec.exclude: what an entry of
+// spec.addresses may be, or one address ("10.0.0.1").
+func parseExcludeEntry(s string) (addrRange, error) {
+	t := strings.TrimSpace(s)
+	if strings.ContainsAny(t, "-/") {
+		return parseAddressEntry(t)
+	}
+	if _, err := netip.ParseAddr(t); err != nil {
+		return addrRange{}, fmt.Errorf("neither an address, a CIDR nor a range; write 10.0.0.1, 10.0.0.128/28 or 10.0.0.240-10.0.0.250")
+	}
+	a, err := parsePoolAddr(t)
+	if err != nil {
+		return addrRange{}, err
+	}
+	return addrRange{a, a}, nil
+}
+
+// clip returns the parts of r inside ranges (sorted, disjoint).
+func clip(r addrRange, ranges []addrRange) []addrRange {
+	var out []addrRange
+	for _, p := range ranges {
+		if !r.overlaps(p) {
+			continue
+		}
+		c := p
+		if r.first.Compare(c.first) > 0 {
+			c.first = r.first
+		}
+		if r.last.Compare(c.last) < 0 {
+			c.last = r.last
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// firstAndLast returns the first and last address of a CIDR entry, which
+// spec.skipFirstLastIPs skips: its network and broadcast addresses. A range
+// is skipped nothing (its ends are the operator's choice), nor an IPv4 /31
+// or /32 or an IPv6 /127 or /128, which have neither (RFC 3021, RFC 6164).
+func firstAndLast(entry string) []skippedRange {
+	pfx, err := netip.ParsePrefix(strings.TrimSpace(entry))
+	if err != nil || pfx.Bits() >= pfx.Addr().BitLen()-1 {
+		return nil
+	}
+	pfx = pfx.Masked()
+	first, last := pfx.Addr(), lastOf(pfx)
+	return []skippedRange{
+		{addrRange{first, first}, fmt.Sprintf("the first address of %s (spec.skipFirstLastIPs)", pfx)},
+		{addrRange{last, last}, fmt.Sprintf("the last address of %s (spec.skipFirstLastIPs)", pfx)},
+	}
+}
+
+func trimmed(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strings.TrimSpace(s)
+	}
+	return out
 }
 
 func parsePoolAddr(s string) (netip.Addr, error) {

@@ -3,7 +3,6 @@ package allocator
 import (
 	"net/netip"
 	"regexp"
-	"slices"
 	"strings"
 )
 
@@ -32,7 +31,7 @@ func block(first, last, kind string) unusableBlock {
 }
 
 // unusableKind says why ip is never handed out, "" when it may be (the
-// subnet-router anycast address depends on the pool; see Pool.unusableWhy).
+// addresses a pool skips of its own depend on the pool; see Pool.unusableWhy).
 func unusableKind(ip netip.Addr) string {
 	for _, b := range unusableBlocks {
 		if b.r.contains(ip) {
@@ -53,10 +52,20 @@ func subnetRouterAnycast(entry string) (netip.Addr, bool) {
 	return pfx.Masked().Addr(), true
 }
 
+// skippedRange is a part of a pool that the pool itself never hands out,
+// and why (for the Service's condition).
+type skippedRange struct {
+	r   addrRange
+	why string
+}
+
 // unusableIn returns the parts of ranges (sorted, disjoint) that are never
-// handed out: the unusable blocks and the given anycast addresses, merged.
-func unusableIn(ranges, anycast []addrRange) []addrRange {
-	out := slices.Clone(anycast)
+// handed out: the unusable blocks and the skipped ranges, merged.
+func unusableIn(ranges []addrRange, skipped []skippedRange) []addrRange {
+	var out []addrRange
+	for _, s := range skipped {
+		out = append(out, s.r)
+	}
 	for _, r := range ranges {
 		for _, b := range unusableBlocks {
 			if !r.overlaps(b.r) {
@@ -83,7 +92,12 @@ func (p *Pool) unusableWhy(ip netip.Addr) string {
 	if k := unusableKind(ip); k != "" {
 		return k
 	}
-	return "the Subnet-Router anycast address of its prefix"
+	for _, s := range p.skipped {
+		if s.r.contains(ip) {
+			return s.why
+		}
+	}
+	return "never handed out" // unreachable: unusable is made of the two above
 }
 
 // dnsLabel is a namespace name (RFC 1123 label), as the API server checks it
