@@ -179,9 +179,12 @@ func Service(s *corev1.Service) *watcherv1.Object {
 
 // Node converts a core/v1 Node.
 func Node(n *corev1.Node) *watcherv1.Object {
-	body := &watcherv1.Node{ProviderId: n.Spec.ProviderID}
+	body := &watcherv1.Node{ProviderId: n.Spec.ProviderID, Unschedulable: n.Spec.Unschedulable}
 	for _, a := range n.Status.Addresses {
 		body.Addresses = append(body.Addresses, &watcherv1.NodeAddress{Type: string(a.Type), Address: a.Address})
+	}
+	for _, t := range n.Spec.Taints {
+		body.TaintKeys = append(body.TaintKeys, t.Key)
 	}
 	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_NODE, Meta: Meta(n), Body: &watcherv1.Object_Node{Node: body}}
 }

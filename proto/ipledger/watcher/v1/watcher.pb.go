@@ -1312,8 +1312,13 @@ func (x *LoadBalancerIngress) GetIpMode() string {
 type Node struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// provider_id is spec.providerID, e.g. aws:///us-east-1a/i-0123.
-	ProviderId    string         `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
-	Addresses     []*NodeAddress `protobuf:"bytes,2,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	ProviderId string         `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	Addresses  []*NodeAddress `protobuf:"bytes,2,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// unschedulable is spec.unschedulable: the Node is cordoned.
+	Unschedulable bool `protobuf:"varint,3,opt,name=unschedulable,proto3" json:"unschedulable,omitempty"`
+	// taint_keys are the keys of spec.taints, in order (eipd lifts its startup
+	// taint by key).
+	TaintKeys     []string `protobuf:"bytes,4,rep,name=taint_keys,json=taintKeys,proto3" json:"taint_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1358,6 +1363,20 @@ func (x *Node) GetProviderId() string {
 func (x *Node) GetAddresses() []*NodeAddress {
 	if x != nil {
 		return x.Addresses
+	}
+	return nil
+}
+
+func (x *Node) GetUnschedulable() bool {
+	if x != nil {
+		return x.Unschedulable
+	}
+	return false
+}
+
+func (x *Node) GetTaintKeys() []string {
+	if x != nil {
+		return x.TaintKeys
 	}
 	return nil
 }
@@ -1779,8 +1798,14 @@ type IPPool struct {
 	AvoidBuggyIps bool              `protobuf:"varint,3,opt,name=avoid_buggy_ips,json=avoidBuggyIps,proto3" json:"avoid_buggy_ips,omitempty"`
 	Allocation    *IPPoolAllocation `protobuf:"bytes,4,opt,name=allocation,proto3" json:"allocation,omitempty"`
 	Conditions    []*Condition      `protobuf:"bytes,5,rep,name=conditions,proto3" json:"conditions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// exclude are addresses, CIDRs or `first-last` ranges of the pool that it
+	// never hands out (spec.exclude).
+	Exclude []string `protobuf:"bytes,6,rep,name=exclude,proto3" json:"exclude,omitempty"`
+	// skip_first_last_ips skips the first and last address of each CIDR of
+	// addresses (spec.skipFirstLastIPs).
+	SkipFirstLastIps bool `protobuf:"varint,7,opt,name=skip_first_last_ips,json=skipFirstLastIps,proto3" json:"skip_first_last_ips,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *IPPool) Reset() {
@@ -1846,6 +1871,20 @@ func (x *IPPool) GetConditions() []*Condition {
 		return x.Conditions
 	}
 	return nil
+}
+
+func (x *IPPool) GetExclude() []string {
+	if x != nil {
+		return x.Exclude
+	}
+	return nil
+}
+
+func (x *IPPool) GetSkipFirstLastIps() bool {
+	if x != nil {
+		return x.SkipFirstLastIps
+	}
+	return false
 }
 
 // IPPoolAllocation restricts which Services a pool serves.
@@ -2464,11 +2503,14 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x13LoadBalancerIngress\x12\x0e\n" +
 	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x17\n" +
-	"\aip_mode\x18\x03 \x01(\tR\x06ipMode\"g\n" +
+	"\aip_mode\x18\x03 \x01(\tR\x06ipMode\"\xac\x01\n" +
 	"\x04Node\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12>\n" +
-	"\taddresses\x18\x02 \x03(\v2 .ipledger.watcher.v1.NodeAddressR\taddresses\";\n" +
+	"\taddresses\x18\x02 \x03(\v2 .ipledger.watcher.v1.NodeAddressR\taddresses\x12$\n" +
+	"\runschedulable\x18\x03 \x01(\bR\runschedulable\x12\x1d\n" +
+	"\n" +
+	"taint_keys\x18\x04 \x03(\tR\ttaintKeys\";\n" +
 	"\vNodeAddress\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"!\n" +
@@ -2498,7 +2540,7 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x0ftarget_ref_name\x18\b \x01(\tR\rtargetRefName\x120\n" +
 	"\x14target_ref_namespace\x18\t \x01(\tR\x12targetRefNamespace\x12$\n" +
 	"\x0etarget_ref_uid\x18\n" +
-	" \x01(\tR\ftargetRefUid\"\xf6\x01\n" +
+	" \x01(\tR\ftargetRefUid\"\xbf\x02\n" +
 	"\x06IPPool\x12\x1c\n" +
 	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x1f\n" +
 	"\vauto_assign\x18\x02 \x01(\bR\n" +
@@ -2509,7 +2551,9 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"allocation\x12>\n" +
 	"\n" +
 	"conditions\x18\x05 \x03(\v2\x1e.ipledger.watcher.v1.ConditionR\n" +
-	"conditions\"\xb3\x02\n" +
+	"conditions\x12\x18\n" +
+	"\aexclude\x18\x06 \x03(\tR\aexclude\x12-\n" +
+	"\x13skip_first_last_ips\x18\a \x01(\bR\x10skipFirstLastIps\"\xb3\x02\n" +
 	"\x10IPPoolAllocation\x12\x1a\n" +
 	"\bpriority\x18\x01 \x01(\x05R\bpriority\x12\x1e\n" +
 	"\n" +
