@@ -72,6 +72,16 @@ func TestObject(t *testing.T) {
 				  conditions {type: "Ready" status: "True" reason: "OK" observed_generation: 2 last_transition_time: 1767225600000000000}}`,
 		},
 		{
+			name: "ippool exclusions",
+			in: &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool", "metadata": map[string]any{"name": "p2"},
+				"spec": map[string]any{"addresses": []any{"10.0.0.0/24"}, "autoAssign": true, "avoidBuggyIPs": true,
+					"exclude": []any{"10.0.0.1", "10.0.0.240-10.0.0.250"}, "skipFirstLastIPs": true},
+			}},
+			want: `kind: KIND_IP_POOL meta: {name: "p2"}
+				ip_pool: {addresses: "10.0.0.0/24" auto_assign: true avoid_buggy_ips: true exclude: ["10.0.0.1", "10.0.0.240-10.0.0.250"] skip_first_last_ips: true}`,
+		},
+		{
 			name: "externalworkload from unstructured, protocol defaulted",
 			in: &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "ipledger.io/v1alpha1", "kind": "ExternalWorkload", "metadata": map[string]any{"namespace": "ns", "name": "vm1"},

@@ -14,10 +14,12 @@ import (
 // the unstructured content is decoded into them so a field of the wrong type is
 // an error, not a silent zero.
 type ipPoolSpec struct {
-	Addresses     []string `json:"addresses"`
-	AutoAssign    *bool    `json:"autoAssign"`
-	AvoidBuggyIPs bool     `json:"avoidBuggyIPs"`
-	Allocation    *struct {
+	Addresses        []string `json:"addresses"`
+	AutoAssign       *bool    `json:"autoAssign"`
+	AvoidBuggyIPs    bool     `json:"avoidBuggyIPs"`
+	Exclude          []string `json:"exclude"`
+	SkipFirstLastIPs bool     `json:"skipFirstLastIPs"`
+	Allocation       *struct {
 		Priority           int32                  `json:"priority"`
 		Namespaces         []string               `json:"namespaces"`
 		NamespaceSelectors []metav1.LabelSelector `json:"namespaceSelectors"`
@@ -117,10 +119,12 @@ func IPPool(u *unstructured.Unstructured) (*watcherv1.Object, error) {
 		return nil, fmt.Errorf("convert IPPool %s: %w", u.GetName(), err)
 	}
 	body := &watcherv1.IPPool{
-		Addresses:     p.Spec.Addresses,
-		AutoAssign:    p.Spec.AutoAssign == nil || *p.Spec.AutoAssign, // the CRD defaults it to true
-		AvoidBuggyIps: p.Spec.AvoidBuggyIPs,
-		Conditions:    Conditions(p.Status.Conditions),
+		Addresses:        p.Spec.Addresses,
+		AutoAssign:       p.Spec.AutoAssign == nil || *p.Spec.AutoAssign, // the CRD defaults it to true
+		AvoidBuggyIps:    p.Spec.AvoidBuggyIPs,
+		Exclude:          p.Spec.Exclude,
+		SkipFirstLastIps: p.Spec.SkipFirstLastIPs,
+		Conditions:       Conditions(p.Status.Conditions),
 	}
 	if a := p.Spec.Allocation; a != nil {
 		body.Allocation = &watcherv1.IPPoolAllocation{Priority: a.Priority, Namespaces: a.Namespaces, MaxAddressesPerNamespace: a.MaxAddressesPerNamespace}

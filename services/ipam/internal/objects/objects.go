@@ -158,6 +158,8 @@ func PoolSpec(obj *watcherv1.Object) allocator.PoolSpec {
 		Addresses:                slices.Clone(p.GetAddresses()),
 		AutoAssign:               p.GetAutoAssign(),
 		AvoidBuggyIPs:            p.GetAvoidBuggyIps(),
+		Exclude:                  slices.Clone(p.GetExclude()),
+		SkipFirstLastIPs:         p.GetSkipFirstLastIps(),
 		Priority:                 a.GetPriority(),
 		Namespaces:               slices.Clone(a.GetNamespaces()),
 		MaxAddressesPerNamespace: int(a.GetMaxAddressesPerNamespace()),
