@@ -75,6 +75,29 @@ func TestCRDAndParserAgree(t *testing.T) {
 		{"zone", addr("fe80::1%eth0-fe80::9"), "spec.addresses[0]"},
 		{"IPv4-mapped", addr("::ffff:10.0.0.1-::ffff:10.0.0.9"), "spec.addresses[0]"},
 		{"leading zeros", addr("010.0.0.1-10.0.0.9"), "spec.addresses[0]"},
+		{"exclude an address, a CIDR and a range", excl(addr("10.0.0.0/24"), "10.0.0.1", "10.0.0.128/28", "10.0.0.240-10.0.0.250"), ""},
+		{"exclude IPv6", excl(addr("2001:db8::/64", "10.0.0.0/24"), "2001:db8::1", "2001:db8::ff00-2001:db8::ffff", " 2001:db8::100/120 "), ""},
+		{"exclude part of a range entry", excl(addr("10.0.0.10-10.0.0.20"), "10.0.0.0/28"), ""},
+		{"exclude reaching over a range entry", excl(addr("10.0.0.10-10.0.0.20"), "10.0.0.0-10.0.0.30"), ""},
+		{"exclude inside a range entry", excl(addr("10.0.0.10-10.0.0.20"), "10.0.0.15"), ""},
+		{"exclude the ends of a range entry", excl(addr("10.0.0.10-10.0.0.20"), "10.0.0.10", "10.0.0.20"), ""},
+		{"exclude a CIDR over the end of a range entry", excl(addr("10.0.0.20-10.0.0.40"), "10.0.0.16/29"), ""},
+		{"exclude across octets", excl(addr("10.0.0.250-10.0.1.5"), "10.0.1.0-10.0.1.2"), ""},
+		{"exclude IPv6 inside a range entry", excl(addr("2001:db8::ffff-2001:db8::1:ff"), "2001:db8::1:0"), ""},
+		{"skipFirstLastIPs", with(addr("10.0.0.0/24"), "skipFirstLastIPs", true), ""},
+		{"exclude not an address", excl(addr("10.0.0.0/24"), "gateway"), "spec.exclude[0]"},
+		{"exclude host bits", excl(addr("10.0.0.0/24"), "10.0.0.1/28"), "spec.exclude[0]"},
+		{"exclude range across families", excl(addr("10.0.0.0/24"), "10.0.0.1-2001:db8::1"), "spec.exclude[0]"},
+		{"exclude zone", excl(addr("fe80::/64"), "fe80::1%eth0"), "spec.exclude[0]"},
+		{"exclude IPv4-mapped", excl(addr("10.0.0.0/24"), "::ffff:10.0.0.1"), "spec.exclude[0]"},
+		{"exclude reversed", excl(addr("10.0.0.0/24"), "10.0.0.1", "10.0.0.9-10.0.0.5"), "spec.exclude[1]"},
+		{"exclude outside the pool", excl(addr("10.0.0.0/24", "10.0.2.0/24"), "10.0.1.1"), "spec.exclude[0]"},
+		{"exclude outside, second entry", excl(addr("10.0.0.0/24"), "10.0.0.1", "10.0.1.0/28"), "spec.exclude[1]"},
+		{"exclude just below a range entry", excl(addr("10.0.0.10-10.0.0.20"), "10.0.0.9"), "spec.exclude[0]"},
+		{"exclude just above a range entry", excl(addr("10.0.0.10-10.0.0.20"), "10.0.0.21-10.0.0.30"), "spec.exclude[0]"},
+		{"exclude a CIDR beside a range entry", excl(addr("10.0.0.10-10.0.0.20"), "10.0.0.0/29"), "spec.exclude[0]"},
+		{"exclude the other family", excl(addr("10.0.0.0/24"), "2001:db8::1"), "spec.exclude[0]"},
+		{"exclude IPv6 outside a range entry", excl(addr("2001:db8::ffff-2001:db8::1:ff"), "2001:db8::1:100"), "spec.exclude[0]"},
 		{"empty list", map[string]any{"addresses": []any{}}, "spec.addresses"},
 		{"negative priority", with(addr("10.0.0.0/24"), "allocation", map[string]any{"priority": int64(-1)}), "spec.allocation.priority"},
 		{"namespace names", with(addr("10.0.0.0/24"), "allocation", map[string]any{"namespaces": []any{"team-a", "b2"}}), ""},
@@ -125,6 +148,15 @@ func addr(entries ...string) map[string]any {
 	return map[string]any{"addresses": list}
 }
 
+func excl(spec map[string]any, entries ...string) map[string]any {
+	var list []any
+	for _, e := range entries {
+		list = append(list, e)
+	}
+	spec["exclude"] = list
+	return spec
+}
+
 func with(spec map[string]any, key string, v any) map[string]any {
 	spec[key] = v
 	return spec
@@ -171,5 +203,33 @@ func TestRangesPolicyRatchets(t *testing.T) {
 	}
 	if _, err := pools.Patch(ctx, "ratchet", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestExclusionsFitTheCostBudget: the largest spec the CRD admits (64
+// IPv6 ranges, 64 exclusions each in the last of them) is decided by
+// ipledger-ippool-ranges within the API server's CEL cost budget, and one
+// exclusion outside them is refused by name.
+func TestExclusionsFitTheCostBudget(t *testing.T) {
+	env := testenv.Get(t)
+	var addresses, exclude []string
+	for i := range 64 {
+		addresses = append(addresses, fmt.Sprintf("2001:db8:%x::1-2001:db8:%x::ffff", i, i))
+		exclude = append(exclude, fmt.Sprintf("2001:db8:3f::%x-2001:db8:3f::%x", i+2, i+2))
+	}
+	create := func(exclude []string) error {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
+			"metadata": map[string]any{"name": "budget"}, "spec": excl(addr(addresses...), exclude...),
+		}}
+		_, err := env.Dynamic.Resource(poolsGVR).Create(context.Background(), u, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	if err := create(exclude); err != nil {
+		t.Fatalf("the largest valid spec was refused: %v", err)
+	}
+	exclude[63] = "2001:db8:ffff::1"
+	if err := create(exclude); err == nil || !strings.Contains(err.Error(), `spec.exclude[63] "2001:db8:ffff::1": outside every entry of spec.addresses`) {
+		t.Fatalf("an exclusion outside the pool: err = %v", err)
 	}
 }
