@@ -140,6 +140,18 @@ func TestRun(t *testing.T) {
 			pools: "q Serving 0/4 -> Absent 0/0 held 0->0", summary: "Pool q would be removed",
 		},
 		{
+			name: "an exclusion over a held address leaves it with its Service", in: world("10.0.0.0/30"),
+			yaml:   "apiVersion: ipledger.io/v1alpha1\nkind: IPPool\nmetadata: {name: p}\nspec: {addresses: [10.0.0.0/30], exclude: [10.0.0.2-10.0.0.3]}\n",
+			change: Update, heldOutside: "c 10.0.0.2 HeldOutsidePool", pools: "p Serving 3/4 -> Serving 2/2 held 0->1",
+			summary: "1 Service would keep its addresses outside its pool (HeldOutsidePool; nothing is moved): web/c 10.0.0.2",
+		},
+		{
+			name: "skipFirstLastIPs over a held first address leaves it with its Service", in: world("10.0.0.0/30"),
+			yaml:   "apiVersion: ipledger.io/v1alpha1\nkind: IPPool\nmetadata: {name: p}\nspec: {addresses: [10.0.0.0/30], skipFirstLastIPs: true}\n",
+			change: Update, heldOutside: "a 10.0.0.0 HeldOutsidePool", pools: "p Serving 3/4 -> Serving 2/2 held 0->1",
+			summary: "web/a 10.0.0.0",
+		},
+		{
 			name: "the same spec changes nothing", in: world("10.0.0.0-10.0.0.2"), change: NoChange,
 			yaml:  "apiVersion: ipledger.io/v1alpha1\nkind: IPPool\nmetadata: {name: p}\nspec: {addresses: [10.0.0.0-10.0.0.2]}\n",
 			pools: "p Serving 3/3 -> Serving 3/3 held 0->0", summary: "Nothing would change",
@@ -188,6 +200,18 @@ func TestRunSaysWhatTheLeaderWrites(t *testing.T) {
 	}
 }
 
+// A Service whose address an exclusion would cover is told which entry.
+func TestRunSaysWhichExclusionHoldsAnAddress(t *testing.T) {
+	resp, err := Run(world("10.0.0.0/30"), manifest(t, "apiVersion: ipledger.io/v1alpha1\nkind: IPPool\nmetadata: {name: p}\nspec: {addresses: [10.0.0.0/30], exclude: [10.0.0.3, 10.0.0.1]}\n", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := resp.GetHeldOutside()
+	if len(held) != 1 || !strings.Contains(held[0].GetMessageAfter(), `10.0.0.1 is in pool p, which no longer hands it out (it is excluded by spec.exclude[1] "10.0.0.1")`) {
+		t.Errorf("held outside: %v", held)
+	}
+}
+
 // A preview never becomes a pool's last valid spec: the server's PoolSet
 // is cloned, never written.
 func TestRunLeavesThePoolSetAlone(t *testing.T) {
@@ -214,6 +238,8 @@ func TestRunRefusesWhatTheAPIServerRefuses(t *testing.T) {
 		{"apiVersion: ipledger.io/v1alpha1\nkind: IPPool\nmetadata: {name: Pool_1}\nspec: {addresses: [10.0.0.0/24]}\n",
 			`metadata.name: Invalid value: "Pool_1"`},
 		{"apiVersion: ipledger.io/v1alpha1\nkind: IPPool\nmetadata: {name: p}\nspec: {}\n", "spec.addresses"},
+		{"apiVersion: ipledger.io/v1alpha1\nkind: IPPool\nmetadata: {name: p}\nspec: {addresses: [10.0.0.0/24], exclude: [10.0.0.1, 10.0.1.1]}\n",
+			`spec.exclude[1] "10.0.1.1": outside every entry of spec.addresses (10.0.0.0/24); exclude addresses of this pool, or remove the entry`},
 	} {
 		resp, err := Run(world("10.0.0.0/30"), manifest(t, tc.yaml, false))
 		if err != nil {

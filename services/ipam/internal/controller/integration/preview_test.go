@@ -51,6 +51,18 @@ func TestPreviewAgreesWithApply(t *testing.T) {
 			t.Errorf("pool held outside: %v", p)
 		}
 	})
+	t.Run("an exclusion over allocated Services holds them outside their pool", func(t *testing.T) {
+		h, r := previewWorld(t, "10.79.6.0/29", 4)
+		pool := h.poolName("main")
+		h.expect(wait, map[string]string{"s0": "10.79.6.0", "s1": "10.79.6.1", "s2": "10.79.6.2", "s3": "10.79.6.3"})
+		resp := h.previewThenApply(r, withSpec(poolManifest(pool, h.ns, "10.79.6.0/29"), "exclude", []string{"10.79.6.1", "10.79.6.3-10.79.6.4"}), false)
+		if got := previewed(resp.GetHeldOutside()); got != "s1 10.79.6.1 HeldOutsidePool; s3 10.79.6.3 HeldOutsidePool" {
+			t.Errorf("held outside: %s", got)
+		}
+		if p := resp.GetPools()[0]; p.GetHeldOutsideAfter() != 2 || p.GetIpv4After().GetUsed() != "2" || p.GetIpv4After().GetTotal() != "5" {
+			t.Errorf("pool after: %v", p)
+		}
+	})
 	t.Run("a new pool overlapping an older one is Conflicting", func(t *testing.T) {
 		h, r := previewWorld(t, "10.79.3.0/30", 5)
 		h.expect(wait, map[string]string{"s0": "10.79.3.0", "s1": "10.79.3.1", "s2": "10.79.3.2", "s3": "10.79.3.3", "s4": "PoolExhausted"})
@@ -133,6 +145,17 @@ func poolManifest(name, namespace, addrs string) []byte {
 		spec["allocation"] = map[string]any{"namespaces": []string{namespace}}
 	}
 	b, _ := json.Marshal(map[string]any{"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool", "metadata": map[string]any{"name": name}, "spec": spec})
+	return b
+}
+
+// withSpec sets spec.<field> of a manifest from poolManifest.
+func withSpec(manifest []byte, field string, v any) []byte {
+	var m map[string]any
+	if err := json.Unmarshal(manifest, &m); err != nil {
+		panic(err)
+	}
+	m["spec"].(map[string]any)[field] = v
+	b, _ := json.Marshal(m)
 	return b
 }
 
