@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -53,6 +54,8 @@ type Proxy struct {
 	faults map[string]int
 	born   map[string]time.Time // allocation ID -> when the proxy saw it allocated
 	delay  time.Duration
+	// params are the form parameters of every request, by action.
+	params map[string][]url.Values
 }
 
 // Start listens on a free loopback port and proxies to target.
@@ -65,7 +68,7 @@ func Start(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{target: u, ln: ln, counts: map[string]int{}, faults: map[string]int{}, born: map[string]time.Time{}}
+	p := &Proxy{target: u, ln: ln, counts: map[string]int{}, faults: map[string]int{}, born: map[string]time.Time{}, params: map[string][]url.Values{}}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = p.srv.Serve(ln) }()
 	return p, nil
@@ -104,6 +107,15 @@ func (p *Proxy) Count(action string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.counts[action]
+}
+
+// Params returns the form parameters of every request of action that
+// reached the proxy, in order: what a test checks the client sent when the
+// server behind ignores it (moto does not model every parameter).
+func (p *Proxy) Params(action string) []url.Values {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.params[action])
 }
 
 // Faults returns how many requests of action the proxy failed on purpose.
@@ -171,6 +183,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	action := actionOf(r, body)
+	if v, err := url.ParseQuery(string(body)); err == nil {
+		p.mu.Lock()
+		p.params[action] = append(p.params[action], v)
+		p.mu.Unlock()
+	}
 	switch p.takeFault(action) {
 	case Throttle:
 		writeError(w, http.StatusServiceUnavailable, "RequestLimitExceeded", "Request limit exceeded.")

@@ -50,6 +50,9 @@ type Config struct {
 	MaxBackoff time.Duration
 	// CallTimeout bounds each call including its retries.
 	CallTimeout time.Duration
+	// PublicIPv4Pool, when set, is the public IPv4 address pool (BYOIP,
+	// ipv4pool-ec2-…) AllocateAddress takes new addresses from.
+	PublicIPv4Pool string
 }
 
 // Defaults fills the fields left unset.
@@ -71,6 +74,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxAttempts, "ec2-max-attempts", c.MaxAttempts, "attempts per EC2 call with adaptive retry (AllocateAddress is never retried)")
 	fs.DurationVar(&c.MaxBackoff, "ec2-max-backoff", c.MaxBackoff, "longest delay between retries of an EC2 call")
 	fs.DurationVar(&c.CallTimeout, "ec2-call-timeout", c.CallTimeout, "deadline of one EC2 call including its retries")
+	fs.StringVar(&c.PublicIPv4Pool, "public-ipv4-pool", c.PublicIPv4Pool, "allocate new Elastic IPs from this public IPv4 pool (bring your own IP: ipv4pool-ec2-…) instead of Amazon's")
 }
 
 // API is every EC2 action eipd calls, and the only way Client reaches EC2:
@@ -131,6 +135,9 @@ func ValidateClusterID(id string) error {
 func New(ctx context.Context, clusterID string, cfg Config, reg prometheus.Registerer, optFns ...func(*ec2.Options)) (*Client, error) {
 	if err := ValidateClusterID(clusterID); err != nil {
 		return nil, err
+	}
+	if p := cfg.PublicIPv4Pool; p != "" && !strings.HasPrefix(p, "ipv4pool-ec2-") {
+		return nil, fmt.Errorf("--public-ipv4-pool %q: want a public IPv4 pool ID, ipv4pool-ec2-… (aws ec2 describe-public-ipv4-pools lists yours)", p)
 	}
 	cfg.Defaults()
 	awsCfg, err := config.LoadDefaultConfig(ctx, config.WithRetryer(func() aws.Retryer {
@@ -307,8 +314,10 @@ func fromEC2(a types.Address) decide.Address {
 		InstanceID:         aws.ToString(a.InstanceId),
 		NetworkInterfaceID: aws.ToString(a.NetworkInterfaceId),
 		PrivateIP:          aws.ToString(a.PrivateIpAddress),
+		Tags:               make(map[string]string, len(a.Tags)),
 	}
 	for _, t := range a.Tags {
+		out.Tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
 		switch aws.ToString(t.Key) {
 		case decide.TagNode:
 			out.Node = aws.ToString(t.Value)
@@ -337,8 +346,13 @@ func (c *Client) Allocate(ctx context.Context, node string, skip map[string]bool
 	now := time.Now().UTC()
 	callCtx, cancel := c.call(ctx)
 	defer cancel()
+	var pool *string
+	if c.cfg.PublicIPv4Pool != "" {
+		pool = aws.String(c.cfg.PublicIPv4Pool)
+	}
 	out, err := c.ec2.AllocateAddress(callCtx, &ec2.AllocateAddressInput{
-		Domain: types.DomainTypeVpc,
+		Domain:         types.DomainTypeVpc,
+		PublicIpv4Pool: pool,
 		TagSpecifications: []types.TagSpecification{{
 			ResourceType: types.ResourceTypeElasticIp,
 			Tags: []types.Tag{
@@ -557,6 +571,9 @@ func (c *Client) InterfaceOwners(ctx context.Context, addrs []decide.Address) (m
 func fromInstance(inst types.Instance) decide.Instance {
 	id := aws.ToString(inst.InstanceId)
 	out := decide.Instance{ID: id, VPCID: aws.ToString(inst.VpcId), Tags: map[string]string{}}
+	if inst.Placement != nil {
+		out.Zone = aws.ToString(inst.Placement.AvailabilityZone)
+	}
 	for _, t := range inst.Tags {
 		out.Tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
 	}

@@ -78,7 +78,17 @@ const (
 	ReasonHeldOutside = "EIPHeldOutsideCluster"
 	// ReasonDeprecatedOptIn: the Node asks only through the legacy label.
 	ReasonDeprecatedOptIn = "DeprecatedOptInLabel"
+	// ReasonWaiting: nothing the Node may take is free and eipd may not
+	// allocate (a reserved set, or otherNodes: none).
+	ReasonWaiting = "EIPWaiting"
+	// ReasonTaintLifted: the Node's address is associated and published;
+	// eipd removed its startup taint.
+	ReasonTaintLifted = "EIPStartupTaintRemoved"
 )
+
+// DefaultStartupTaint is the key of the taint eipd removes from a Node
+// once its Elastic IP is associated and published (--startup-taint).
+const DefaultStartupTaint = "ipledger.io/eip-not-ready"
 
 // Values of --legacy-opt-in.
 const (
@@ -115,6 +125,12 @@ type Config struct {
 	VPCID string
 	// ClusterID is eipd's --cluster-id (set by the app, not a flag here).
 	ClusterID string
+	// ReservedSets is the path of the --reserved-sets file ("" for none):
+	// the sets of pre-allocated addresses Nodes take (decide.Reservations).
+	ReservedSets string
+	// StartupTaint is the key of the taint eipd removes from a Node that
+	// wants an address once it is associated and published ("" for none).
+	StartupTaint string
 }
 
 // Defaults fills the fields left unset.
@@ -136,6 +152,9 @@ func (c *Config) Defaults() {
 	}
 	if c.LegacyOptIn == "" {
 		c.LegacyOptIn = LegacyOptInAccept
+	}
+	if c.StartupTaint == "" {
+		c.StartupTaint = DefaultStartupTaint
 	}
 }
 
@@ -168,6 +187,10 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 		"accept (default in this release, logged as deprecated) or ignore (only "+LabelOptIn+"=true, which only an operator can set, counts). The default becomes ignore in 0.4.0")
 	fs.StringVar(&c.InstanceClusterTag, "instance-cluster-tag", c.InstanceClusterTag, "EC2 tag key=value an instance must carry before eipd associates an Elastic IP with it (default "+decide.TagCluster+"=<cluster-id>; e.g. kubernetes.io/cluster/<name>=owned)")
 	fs.StringVar(&c.VPCID, "vpc-id", c.VPCID, "when set, eipd associates Elastic IPs only with instances in this VPC")
+	fs.StringVar(&c.ReservedSets, "reserved-sets", c.ReservedSets, "YAML file of reserved sets: Elastic IPs allocated beforehand (a partner's allowlist) that the Nodes of chosen instances take, in order, waiting when none is free; eipd never allocates for them nor releases them. "+
+		"With a file, Nodes no set serves get an orphan or nothing unless it says otherNodes: allocate (docs/eipd.md#reserved-sets). Read at start")
+	fs.StringVar(&c.StartupTaint, "startup-taint", c.StartupTaint, "key of the taint eipd removes from a Node once its Elastic IP is associated and the Node's "+LabelExternalIP+" label shows it: "+
+		"give it to new Nodes (node group, Karpenter NodePool startupTaints) so that nothing is scheduled on them before their address is on; \"\" turns it off")
 }
 
 // EC2 is what the controller needs from EC2 (implemented by *awsec2.Client).
@@ -212,6 +235,8 @@ type Controller struct {
 	status  *StatusBook
 	member  decide.Membership
 	legacy  bool
+	// reserved are the reserved sets (zero: no --reserved-sets file).
+	reserved decide.Reservations
 }
 
 // New returns a controller. Its Events go through each Run's recorder.
@@ -235,11 +260,19 @@ func New(cfg Config, ec2 EC2, store Store, kube kubernetes.Interface, log *slog.
 	if err != nil {
 		return nil, err
 	}
+	var reserved decide.Reservations
+	if cfg.ReservedSets != "" {
+		if reserved, err = decide.LoadReservations(cfg.ReservedSets); err != nil {
+			return nil, err
+		}
+		log.Info("Reserved sets: Nodes they serve take only their addresses; eipd never releases them",
+			"sets", reserved.SetNames(), "otherNodes", reserved.OtherNodes, "file", cfg.ReservedSets)
+	}
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	return &Controller{cfg: cfg, ec2: ec2, store: store, kube: kube, log: log, metrics: m, status: NewStatusBook(), member: member, legacy: legacy}, nil
+	return &Controller{cfg: cfg, ec2: ec2, store: store, kube: kube, log: log, metrics: m, status: NewStatusBook(), member: member, legacy: legacy, reserved: reserved}, nil
 }
 
 // Config returns the controller's effective configuration.
@@ -272,13 +305,20 @@ type Run struct {
 	lastSync map[string]time.Time
 	// warned are the Nodes told this term that their opt-in is deprecated.
 	warned map[string]bool
+	// served holds, for each admitted Node a reserved set serves, the set.
+	served map[string]string
+	// waiters are the Nodes waiting for an address, by the set they wait
+	// on ("" for Nodes no set serves).
+	waiters map[string]string
 }
 
 // NewRun starts a term's state on a fresh queue; events is the term's
 // recorder (nil: no Events).
 func (c *Controller) NewRun(queue Queue, events record.EventRecorder) *Run {
 	c.status.Reset() // the last term's outcomes say nothing about this one
-	return &Run{c: c, queue: queue, events: events, exp: expect.New(c.cfg.ConsistencyTimeout, nil), lastSync: map[string]time.Time{}, warned: map[string]bool{}}
+	c.metrics.setWaiting(nil, c.reserved.SetNames())
+	return &Run{c: c, queue: queue, events: events, exp: expect.New(c.cfg.ConsistencyTimeout, nil), lastSync: map[string]time.Time{}, warned: map[string]bool{},
+		served: map[string]string{}, waiters: map[string]string{}}
 }
 
 // Handler enqueues the Nodes whose Elastic IP may need work. Pods are read
@@ -350,7 +390,8 @@ func (r *Run) Sweep(ctx context.Context) error {
 		return err
 	}
 	view, _ = r.exp.Apply(view)
-	r.c.metrics.observe(view)
+	r.c.metrics.observe(view, r.c.reserved)
+	r.wakeWhereFree(view)
 	var candidates []string
 	for _, a := range decide.Stale(view, func(node string) bool {
 		o, ok := r.c.store.Get(watcherv1.Kind_KIND_NODE, "", node)
@@ -412,7 +453,7 @@ func (r *Run) sync(ctx context.Context, log *slog.Logger, node string, obj *watc
 		return err
 	}
 	view, waiting := r.exp.Apply(view)
-	r.c.metrics.observe(view)
+	r.c.metrics.observe(view, r.c.reserved)
 	return r.reconcile(ctx, log, node, obj, exists, view, waiting, false)
 }
 
@@ -477,13 +518,31 @@ func (r *Run) reconcile(ctx context.Context, log *slog.Logger, node string, obj 
 	if view, err = r.withoutHeldOutside(ctx, log, obj, node, view, map[string]decide.Instance{target.NetworkInterfaceID: inst}, held); err != nil {
 		return err
 	}
+	set := r.c.reserved.InstanceSet(inst)
+	r.serve(node, set)
+	tagged := taggedNodes(view)
+	if !tagged[node] && obj.GetNode().GetUnschedulable() {
+		// A Node being drained (a spot interruption, a scale-in) must not
+		// take a scarce address; one it already has, it keeps.
+		r.stopWaiting(node)
+		r.c.status.Set(node, StatePending, "cordoned (spec.unschedulable): a Node being drained takes no new Elastic IP; uncordon it to get one")
+		return nil
+	}
 	plan := decide.Choose(decide.Input{
 		Node:                node,
 		Target:              target,
 		CurrentAllocationID: obj.GetMeta().GetAnnotations()[AnnotationAllocationID],
 		Addresses:           view,
 		PodRefs:             r.podRefs(),
+		Reservations:        r.c.reserved,
+		Set:                 set,
+		Ahead:               r.ahead(obj, set, tagged),
 	})
+	if plan.Action == decide.Wait {
+		r.wait(log, obj, set, plan.Reason)
+		return nil
+	}
+	r.stopWaiting(node)
 	if (decide.Intent{Duplicates: len(plan.Release)}).Destroys() && !confirmed {
 		// Which duplicate stays depends on the Node's annotation: the
 		// view's may be old.
@@ -496,7 +555,7 @@ func (r *Run) reconcile(ctx context.Context, log *slog.Logger, node string, obj 
 		r.c.metrics.duplicates.Inc()
 		log.Info("Released a duplicate Elastic IP", "allocationID", dup.AllocationID, "ip", dup.PublicIP, "kept", plan.Address.AllocationID)
 		r.event(obj, corev1.EventTypeWarning, ReasonDuplicateReleased, "Node had %d Elastic IPs; kept %s (%s), %s %s (%s)",
-			len(plan.Release)+1, plan.Address.PublicIP, plan.Address.AllocationID, r.releaseVerb(), dup.PublicIP, dup.AllocationID)
+			len(plan.Release)+1, plan.Address.PublicIP, plan.Address.AllocationID, r.releaseVerb(dup), dup.PublicIP, dup.AllocationID)
 	}
 	addr := plan.Address
 	switch plan.Action {
@@ -510,6 +569,11 @@ func (r *Run) reconcile(ctx context.Context, log *slog.Logger, node string, obj 
 			return err
 		}
 		addr.Node = node
+		if set != "" {
+			log.Info("Took an Elastic IP of its reserved set", "allocationID", addr.AllocationID, "ip", addr.PublicIP, "reservedSet", set)
+			r.event(obj, corev1.EventTypeNormal, ReasonClaimed, "Took Elastic IP %s (%s) of reserved set %s", addr.PublicIP, addr.AllocationID, set)
+			break
+		}
 		log.Info("Reusing an orphan Elastic IP", "allocationID", addr.AllocationID, "ip", addr.PublicIP)
 		r.event(obj, corev1.EventTypeNormal, ReasonClaimed, "Reusing orphan Elastic IP %s (%s)", addr.PublicIP, addr.AllocationID)
 	case decide.Allocate:
@@ -541,7 +605,10 @@ func (r *Run) reconcile(ctx context.Context, log *slog.Logger, node string, obj 
 	}
 	r.c.status.Set(node, StateAssociated, "")
 	r.queue.AddAfter(node, r.c.cfg.RequeueInterval)
-	return nil
+	// Seen: EC2 listed the address associated with the instance before this
+	// sync did anything, not only because eipd just asked for it.
+	seen := plan.Action == decide.UseTagged && plan.Address.AssociatedWith(target)
+	return r.liftStartupTaint(ctx, log, obj, addr, seen)
 }
 
 // giveBack handles a Node that should have no address: it disassociates
@@ -561,8 +628,8 @@ func (r *Run) giveBack(ctx context.Context, log *slog.Logger, node string, obj *
 		if err := r.giveBackOne(ctx, a); err != nil {
 			return err
 		}
-		log.Info("Gave back an Elastic IP", "allocationID", a.AllocationID, "ip", a.PublicIP, "kept", r.c.cfg.PreventEIPDeallocation)
-		if r.c.cfg.PreventEIPDeallocation {
+		log.Info("Gave back an Elastic IP", "allocationID", a.AllocationID, "ip", a.PublicIP, "kept", r.keeps(a))
+		if r.keeps(a) {
 			r.event(nodeRef(node, obj), corev1.EventTypeNormal, ReasonKept, "Disassociated Elastic IP %s (%s) and kept it for reuse", a.PublicIP, a.AllocationID)
 		} else {
 			r.event(nodeRef(node, obj), corev1.EventTypeNormal, ReasonReleased, "Released Elastic IP %s (%s)", a.PublicIP, a.AllocationID)
@@ -582,25 +649,32 @@ func (r *Run) giveBack(ctx context.Context, log *slog.Logger, node string, obj *
 		r.exp.Forget(node)
 	}
 	r.c.status.Forget(node)
+	r.stopWaiting(node)
 	r.mu.Lock()
 	delete(r.lastSync, node)
+	delete(r.served, node)
 	r.mu.Unlock()
 	return nil
 }
 
-// giveBackOne disassociates an address, then releases it, or with
-// --prevent-eip-deallocation removes its Node tag so it becomes an orphan.
+// giveBackOne disassociates an address, then releases it, or — with
+// --prevent-eip-deallocation, or for an address of a reserved set — removes
+// its Node tag so it becomes an orphan; the Nodes waiting on its set are
+// woken.
 func (r *Run) giveBackOne(ctx context.Context, a decide.Address) error {
 	if a.Associated() {
 		if err := r.c.ec2.Disassociate(ctx, a.AssociationID); err != nil {
 			return err
 		}
 	}
-	if r.c.cfg.PreventEIPDeallocation {
+	if r.keeps(a) {
 		if err := r.c.ec2.UntagNode(ctx, a.AllocationID); err != nil {
 			return err
 		}
 		r.exp.Orphaned(a.AllocationID)
+		if set := r.c.reserved.AddressSet(a); set != "" {
+			r.wake(set)
+		}
 		return nil
 	}
 	if err := r.c.ec2.Release(ctx, a.AllocationID); err != nil {
@@ -610,8 +684,13 @@ func (r *Run) giveBackOne(ctx context.Context, a decide.Address) error {
 	return nil
 }
 
-func (r *Run) releaseVerb() string {
-	if r.c.cfg.PreventEIPDeallocation {
+// keeps reports whether an address given back stays, as an orphan.
+func (r *Run) keeps(a decide.Address) bool {
+	return r.c.cfg.PreventEIPDeallocation || r.c.reserved.NeverReleased(a)
+}
+
+func (r *Run) releaseVerb(a decide.Address) string {
+	if r.keeps(a) {
 		return "kept as an orphan"
 	}
 	return "released"

@@ -20,6 +20,10 @@ type metrics struct {
 	refusedAssociations           *prometheus.CounterVec
 	heldOutside                   prometheus.Counter
 	legacyOptIns                  prometheus.Counter
+	// reserved and waiting are per term, like managed: reset when it ends.
+	reserved      *prometheus.GaugeVec
+	waiting       *prometheus.GaugeVec
+	taintsRemoved prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -67,6 +71,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "ipledger_eipd_legacy_opt_ins_total",
 			Help: "Nodes (once per term each) that asked for an Elastic IP only through the deprecated label ipledger.io/externalip-auto-assign, honoured with --legacy-opt-in=accept.",
 		}),
+		reserved: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ipledger_eipd_reserved_addresses",
+			Help: "Elastic IPs of each reserved set (--reserved-sets) at the last listing, by state: free (a Node may take it) or taken.",
+		}, []string{"reserved_set", "state"}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ipledger_eipd_nodes_waiting",
+			Help: "Nodes that want an Elastic IP and wait because nothing they may take is free and eipd may not allocate, by the reserved set they wait on (empty: Nodes no set serves, with otherNodes: none).",
+		}, []string{"reserved_set"}),
+		taintsRemoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ipledger_eipd_startup_taints_removed_total",
+			Help: "Startup taints (--startup-taint) removed from Nodes whose Elastic IP EC2 listed associated and the Node showed published.",
+		}),
 	}
 	for _, reason := range decide.RefusalReasons {
 		m.refusedAssociations.WithLabelValues(reason)
@@ -77,7 +93,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.refused.WithLabelValues(source)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.managed, m.associated, m.orphaned, m.duplicates, m.syncs, m.refused, m.liveReads, m.liveReadSeconds, m.sweeps, m.refusedAssociations, m.heldOutside, m.legacyOptIns} {
+		for _, c := range []prometheus.Collector{m.managed, m.associated, m.orphaned, m.duplicates, m.syncs, m.refused, m.liveReads, m.liveReadSeconds, m.sweeps, m.refusedAssociations, m.heldOutside, m.legacyOptIns, m.reserved, m.waiting, m.taintsRemoved} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register controller metrics: %w", err)
 			}
@@ -86,7 +102,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) observe(view []decide.Address) {
+func (m *metrics) observe(view []decide.Address, reserved decide.Reservations) {
 	var associated, orphaned int
 	for _, a := range view {
 		switch {
@@ -99,6 +115,28 @@ func (m *metrics) observe(view []decide.Address) {
 	m.managed.Set(float64(len(view)))
 	m.associated.Set(float64(associated))
 	m.orphaned.Set(float64(orphaned))
+	free, taken := map[string]int{}, map[string]int{}
+	for _, a := range view {
+		switch set := reserved.AddressSet(a); {
+		case set == "":
+		case a.Node == "" && !a.Associated():
+			free[set]++
+		default:
+			taken[set]++
+		}
+	}
+	for _, set := range reserved.SetNames() {
+		m.reserved.WithLabelValues(set, "free").Set(float64(free[set]))
+		m.reserved.WithLabelValues(set, "taken").Set(float64(taken[set]))
+	}
+}
+
+// setWaiting exports the waiting Nodes by set, every set (and "") at zero
+// when none waits.
+func (m *metrics) setWaiting(counts map[string]int, sets []string) {
+	for _, set := range append([]string{""}, sets...) {
+		m.waiting.WithLabelValues(set).Set(float64(counts[set]))
+	}
 }
 
 // forgetLeaderGauges stops exporting the address counts of the last listing
@@ -107,4 +145,6 @@ func (m *metrics) forgetLeaderGauges() {
 	m.managed.Forget()
 	m.associated.Forget()
 	m.orphaned.Forget()
+	m.reserved.Reset()
+	m.waiting.Reset()
 }

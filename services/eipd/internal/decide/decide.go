@@ -36,6 +36,8 @@ type Address struct {
 	// AllocatedAt comes from the ipledger.io/allocated-at tag; zero when
 	// unknown (an address allocated by hand and adopted).
 	AllocatedAt time.Time
+	// Tags are all the address's EC2 tags (reserved sets select by them).
+	Tags map[string]string
 }
 
 // Associated reports whether the address is associated with anything.
@@ -65,6 +67,9 @@ const (
 	ClaimOrphan
 	// Allocate allocates a new address tagged for the Node.
 	Allocate
+	// Wait: nothing the Node may take is free, and eipd may not allocate
+	// (a reserved set, or otherNodes: none). Plan.Reason says why.
+	Wait
 )
 
 func (a Action) String() string {
@@ -75,6 +80,8 @@ func (a Action) String() string {
 		return "ClaimOrphan"
 	case Allocate:
 		return "Allocate"
+	case Wait:
+		return "Wait"
 	}
 	return fmt.Sprintf("Action(%d)", int(a))
 }
@@ -95,6 +102,13 @@ type Input struct {
 	// Unavailable are allocation IDs that must not be claimed: orphans another
 	// Node is about to take, or addresses being released.
 	Unavailable map[string]bool
+	// Reservations are the reserved sets (zero: none configured).
+	Reservations Reservations
+	// Set is the reserved set serving the Node's instance ("" for none).
+	Set string
+	// Ahead counts the Nodes waiting for an address of Set that are served
+	// before this one (Ahead): the Node takes the free address at that rank.
+	Ahead int
 }
 
 // Plan is what Choose decided for one Node.
@@ -104,12 +118,16 @@ type Plan struct {
 	Address Address
 	// Release are further addresses tagged for the Node: duplicates.
 	Release []Address
+	// Reason says why the Node waits (Wait).
+	Reason string
 }
 
 // Choose decides which Elastic IP a Node gets. Among the addresses tagged for
-// the Node it keeps one and returns the others as duplicates; with none, it
-// picks the orphan (managed, untagged for any Node, unassociated) most
-// referenced by Pods; with no orphan, it asks for an allocation. Every tie is
+// the Node it keeps one and returns the others as duplicates. With none, a
+// Node a reserved set serves takes the set's free address at its rank among
+// the set's waiters (Ahead), or waits; any other Node takes the orphan
+// (managed, tagged for no Node, unassociated, in no set) most referenced by
+// Pods, else a new address if eipd may allocate, else waits. Every tie is
 // broken deterministically, so two replicas (or two passes) agree.
 func Choose(in Input) Plan {
 	var tagged, orphans []Address
@@ -117,13 +135,21 @@ func Choose(in Input) Plan {
 		switch {
 		case a.Node == in.Node:
 			tagged = append(tagged, a)
-		case a.Node == "" && !a.Associated() && !in.Unavailable[a.AllocationID]:
+		case a.Node == "" && !a.Associated() && !in.Unavailable[a.AllocationID] && in.Reservations.AddressSet(a) == "":
 			orphans = append(orphans, a)
 		}
 	}
 	if len(tagged) > 0 {
 		slices.SortFunc(tagged, func(x, y Address) int { return keepOrder(in, x, y) })
 		return Plan{Action: UseTagged, Address: tagged[0], Release: tagged[1:]}
+	}
+	if in.Set != "" {
+		free := in.Reservations.Free(in.Set, in.Addresses, in.Unavailable)
+		if in.Ahead < len(free) {
+			return Plan{Action: ClaimOrphan, Address: free[in.Ahead]}
+		}
+		return Plan{Action: Wait, Reason: fmt.Sprintf("no address of reserved set %s is free (%d free, %d Node(s) ahead): "+
+			"waiting until one is given back or the operator adds one (eipd never allocates for a reserved set)", in.Set, len(free), in.Ahead)}
 	}
 	if len(orphans) > 0 {
 		best := slices.MinFunc(orphans, func(x, y Address) int {
@@ -134,7 +160,11 @@ func Choose(in Input) Plan {
 		})
 		return Plan{Action: ClaimOrphan, Address: best}
 	}
-	return Plan{Action: Allocate}
+	if in.Reservations.MayAllocate() {
+		return Plan{Action: Allocate}
+	}
+	return Plan{Action: Wait, Reason: "no reserved set serves the Node's instance and no orphan is free; " +
+		"--reserved-sets says otherNodes: none, so eipd allocates nothing: waiting for an orphan"}
 }
 
 // keepOrder ranks the addresses tagged for one Node, the one to keep first:
@@ -275,6 +305,8 @@ func NodeOptIn(labels map[string]string, acceptLegacy bool) OptIn {
 type Instance struct {
 	ID    string
 	VPCID string
+	// Zone is the instance's availability zone (reserved sets select by it).
+	Zone string
 	// Tags are the instance's EC2 tags: set by whoever launched it (the node
 	// group's launch template, Karpenter), not by the node itself.
 	Tags map[string]string

@@ -58,7 +58,27 @@ type mirror struct {
 	mu      sync.RWMutex
 	objs    map[watcherv1.Kind]map[string]*watcherv1.Object
 	pinned  map[watcherv1.Kind]map[string]*watcherv1.Object // nil value: the view lacks it
-	handler stream.Handler
+	handler stream.Handler                                  // the current Run's; swapped under mu
+}
+
+// setHandler makes h the view's subscriber and replays every object the
+// view shows to it as an add.
+func (s *mirror) setHandler(h stream.Handler) {
+	s.mu.Lock()
+	s.handler = h
+	s.mu.Unlock()
+	for _, kind := range []watcherv1.Kind{watcherv1.Kind_KIND_NODE, watcherv1.Kind_KIND_POD} {
+		for _, o := range s.List(kind) {
+			h.OnAdd(o)
+		}
+	}
+}
+
+// sub returns the current subscriber.
+func (s *mirror) sub() stream.Handler {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.handler
 }
 
 func (s *mirror) Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool) {
@@ -111,11 +131,11 @@ func (s *mirror) pin(kind watcherv1.Kind, key string, o *watcherv1.Object, quiet
 	switch {
 	case quiet:
 	case o == nil && had:
-		s.handler.OnDelete(old)
+		s.sub().OnDelete(old)
 	case o != nil && had:
-		s.handler.OnUpdate(old, o)
+		s.sub().OnUpdate(old, o)
 	case o != nil:
-		s.handler.OnAdd(o)
+		s.sub().OnAdd(o)
 	}
 }
 
@@ -158,38 +178,44 @@ func (s *mirror) handlers() cache.ResourceEventHandlerFuncs {
 			switch old, pinned := s.put(o); {
 			case pinned:
 			case old != nil:
-				s.handler.OnUpdate(old, o)
+				s.sub().OnUpdate(old, o)
 			default:
-				s.handler.OnAdd(o)
+				s.sub().OnAdd(o)
 			}
 		},
 		UpdateFunc: func(_, obj any) {
 			o := conv(obj)
 			if old, pinned := s.put(o); !pinned {
-				s.handler.OnUpdate(old, o)
+				s.sub().OnUpdate(old, o)
 			}
 		},
 		DeleteFunc: func(obj any) {
 			o := conv(obj)
 			if !s.remove(o) {
-				s.handler.OnDelete(o)
+				s.sub().OnDelete(o)
 			}
 		},
 	}
 }
 
 type harness struct {
-	t       *testing.T
-	env     *testenv.Env
-	moto    *ec2test.Moto
-	proxy   *faultproxy.Proxy
-	cluster string
-	label   string // every Node of the test carries eipd-test=<label>
-	reg     *prometheus.Registry
-	ctrl    *controller.Controller
-	run     *controller.Run
-	store   *mirror
-	ns      string
+	t        *testing.T
+	env      *testenv.Env
+	moto     *ec2test.Moto
+	proxy    *faultproxy.Proxy
+	cluster  string
+	label    string // every Node of the test carries eipd-test=<label>
+	reg      *prometheus.Registry
+	ctrl     *controller.Controller
+	run      *controller.Run
+	store    *mirror
+	ns       string
+	opts     options
+	kube     kubernetes.Interface
+	recorder record.EventRecorder
+	log      *slog.Logger
+	// stop ends the current run's workers (restart starts another).
+	stop func()
 	// nodeGets counts GETs of single Nodes the controller sent to the API
 	// server; while failNodeGets is set they fail without reaching it.
 	nodeGets     atomic.Int64
@@ -212,6 +238,8 @@ func (q *addTap) Add(item string) {
 type options struct {
 	cfg         controller.Config
 	maxAttempts int
+	// publicIPv4Pool is awsec2.Config.PublicIPv4Pool.
+	publicIPv4Pool string
 }
 
 func newHarness(t *testing.T, opts options) *harness {
@@ -232,65 +260,73 @@ func newHarness(t *testing.T, opts options) *harness {
 	if opts.maxAttempts == 0 {
 		opts.maxAttempts = 4
 	}
-	ec2c, err := awsec2.New(context.Background(), h.cluster,
-		awsec2.Config{MaxAttempts: opts.maxAttempts, MaxBackoff: 200 * time.Millisecond, CallTimeout: 20 * time.Second}, h.reg,
-		func(o *ec2.Options) { o.BaseEndpoint = aws.String(proxy.URL()) })
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: env.Client.CoreV1().Events("")})
 	t.Cleanup(broadcaster.Shutdown)
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ipledger-eipd"})
+	h.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "ipledger-eipd"})
 
-	store := &mirror{objs: map[watcherv1.Kind]map[string]*watcherv1.Object{}, pinned: map[watcherv1.Kind]map[string]*watcherv1.Object{}}
-	h.store = store
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cfg := opts.cfg
-	if cfg.ClusterID == "" {
-		cfg.ClusterID = h.cluster
+	h.store = &mirror{objs: map[watcherv1.Kind]map[string]*watcherv1.Object{}, pinned: map[watcherv1.Kind]map[string]*watcherv1.Object{}}
+	h.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if opts.cfg.ClusterID == "" {
+		opts.cfg.ClusterID = h.cluster
 	}
-	if cfg.PendingPoll == 0 {
-		cfg.PendingPoll = 200 * time.Millisecond
+	if opts.cfg.PendingPoll == 0 {
+		opts.cfg.PendingPoll = 200 * time.Millisecond
 	}
-	if cfg.ConsistencyTimeout == 0 {
-		cfg.ConsistencyTimeout = 30 * time.Second
+	if opts.cfg.ConsistencyTimeout == 0 {
+		opts.cfg.ConsistencyTimeout = 30 * time.Second
 	}
+	h.opts = opts
 	// The controller's own client counts (and can fail) its GETs of Nodes.
 	kubeCfg := rest.CopyConfig(env.Config)
 	kubeCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &nodeGetTap{rt: rt, h: h} })
-	kube, err := kubernetes.NewForConfig(kubeCfg)
-	if err != nil {
+	if h.kube, err = kubernetes.NewForConfig(kubeCfg); err != nil {
 		t.Fatal(err)
 	}
-	h.ctrl, err = controller.New(cfg, ec2c, store, kube, log, h.reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 2*time.Second))
-	t.Cleanup(queue.ShutDown)
-	run := h.ctrl.NewRun(&addTap{Queue: queue, h: h}, recorder)
-	h.run = run
-	store.handler = run.Handler()
+	h.startRun()
 
 	h.ns = env.Namespace(t, nil)
 	factory := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = "eipd-test=" + h.label
 	}))
-	factory.Core().V1().Nodes().Informer().AddEventHandler(store.handlers())
+	factory.Core().V1().Nodes().Informer().AddEventHandler(h.store.handlers())
 	podFactory := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithNamespace(h.ns))
-	podFactory.Core().V1().Pods().Informer().AddEventHandler(store.handlers())
+	podFactory.Core().V1().Pods().Informer().AddEventHandler(h.store.handlers())
 	factory.Start(ctx.Done())
 	podFactory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 	podFactory.WaitForCacheSync(ctx.Done())
+	t.Cleanup(func() { h.stop() })
+	return h
+}
+
+// startRun starts what one eipd process runs: a controller with its own
+// EC2 client and metrics, and a Run whose workers sync the queue. The view
+// replays what it holds to the new Run's handler, as the watcher stream
+// replays its store to a new subscriber.
+func (h *harness) startRun() {
+	t := h.t
+	h.reg = prometheus.NewRegistry()
+	ec2c, err := awsec2.New(context.Background(), h.cluster,
+		awsec2.Config{MaxAttempts: h.opts.maxAttempts, MaxBackoff: 200 * time.Millisecond, CallTimeout: 20 * time.Second, PublicIPv4Pool: h.opts.publicIPv4Pool}, h.reg,
+		func(o *ec2.Options) { o.BaseEndpoint = aws.String(h.proxy.URL()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.ctrl, err = controller.New(h.opts.cfg, ec2c, h.store, h.kube, h.log, h.reg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 2*time.Second))
+	run := h.ctrl.NewRun(&addTap{Queue: queue, h: h}, h.recorder)
+	h.run = run
+	h.store.setHandler(run.Handler())
 
 	var wg sync.WaitGroup
-	for range cfg.Workers + 1 {
+	for range h.opts.cfg.Workers + 1 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -308,8 +344,15 @@ func newHarness(t *testing.T, opts options) *harness {
 			}
 		}()
 	}
-	t.Cleanup(func() { cancel(); queue.ShutDown(); wg.Wait() })
-	return h
+	h.stop = func() { cancel(); queue.ShutDown(); wg.Wait() }
+}
+
+// restart stops the current run and starts a fresh one, as a new eipd
+// process (or a new leader) would: empty expectations and status, a new
+// queue fed by the replay of the view.
+func (h *harness) restart() {
+	h.stop()
+	h.startRun()
 }
 
 // nodeGetTap counts GET /api/v1/nodes/<name> and fails them on demand, as
@@ -364,19 +407,28 @@ func (h *harness) createNodeAs(name, providerID string, addrs []corev1.NodeAddre
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	labels["eipd-test"] = h.label
-	n, err := h.env.Client.CoreV1().Nodes().Create(h.ctx(), &corev1.Node{
+	return h.createNodeWith(&corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec:       corev1.NodeSpec{ProviderID: providerID},
 		Status:     corev1.NodeStatus{Addresses: addrs},
-	}, metav1.CreateOptions{})
+	})
+}
+
+// createNodeWith creates n (as the admin) as a Node of this test.
+func (h *harness) createNodeWith(n *corev1.Node) *corev1.Node {
+	h.t.Helper()
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels["eipd-test"] = h.label
+	created, err := h.env.Client.CoreV1().Nodes().Create(h.ctx(), n, metav1.CreateOptions{})
 	if err != nil {
 		h.t.Fatalf("create node: %v", err)
 	}
 	h.t.Cleanup(func() {
-		_ = h.env.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = h.env.Client.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{})
 	})
-	return n
+	return created
 }
 
 func (h *harness) nodeName(suffix string) string {
