@@ -147,7 +147,9 @@ func (r Reservations) Validate() error {
 func (r Reservations) Configured() bool { return r.OtherNodes != "" }
 
 // MayAllocate reports whether eipd may allocate for a Node no set serves.
-func (r Reservations) MayAllocate() bool { return !r.Configured() || r.OtherNodes == OtherNodesAllocate }
+func (r Reservations) MayAllocate() bool {
+	return !r.Configured() || r.OtherNodes == OtherNodesAllocate
+}
 
 // AddressSet returns the set an address belongs to, or "".
 func (r Reservations) AddressSet(a Address) string {
