@@ -79,9 +79,10 @@ type Address struct {
 	InstanceId    string `protobuf:"bytes,5,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	PrivateIp     string `protobuf:"bytes,6,opt,name=private_ip,json=privateIp,proto3" json:"private_ip,omitempty"`
 	// state is Associated, Allocated (not yet associated), Pending (no EIP yet),
-	// Orphaned or Error.
+	// Waiting (nothing the Node may take is free and eipd may not allocate: a
+	// reserved set used up), Orphaned or Error.
 	State string `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
-	// message explains an Error or Pending state.
+	// message explains an Error, Pending or Waiting state.
 	Message       string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
