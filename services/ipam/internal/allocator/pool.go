@@ -234,9 +234,10 @@ func clip(r addrRange, ranges []addrRange) []addrRange {
 }
 
 // firstAndLast returns the first and last address of a CIDR entry, which
-// spec.skipFirstLastIPs skips: its network and broadcast addresses. A range
-// is skipped nothing (its ends are the operator's choice), nor an IPv4 /31
-// or /32 or an IPv6 /127 or /128, which have neither (RFC 3021, RFC 6164).
+// spec.skipFirstLastIPs skips: its network and broadcast addresses. Nothing
+// of a range entry is skipped (its ends are the operator's choice), nor of
+// an IPv4 /31 or /32 or an IPv6 /127 or /128, which have neither (RFC 3021,
+// RFC 6164).
 func firstAndLast(entry string) []skippedRange {
 	pfx, err := netip.ParsePrefix(strings.TrimSpace(entry))
 	if err != nil || pfx.Bits() >= pfx.Addr().BitLen()-1 {
