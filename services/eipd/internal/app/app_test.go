@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -74,6 +75,7 @@ type replicaOpts struct {
 	prevent        bool
 	minInterval    time.Duration
 	requeue        time.Duration // sweep interval; 0 = the default
+	reservedSets   string        // --reserved-sets file; "" = none
 }
 
 // startReplica runs one in-process ipledger-eipd, authenticated as its own
@@ -105,6 +107,7 @@ func startReplica(t testing.TB, env *testenv.Env, watcher, name string, o replic
 	cfg.Controller.PendingPoll = 200 * time.Millisecond
 	cfg.Controller.ConsistencyTimeout = 30 * time.Second
 	cfg.Controller.PreventEIPDeallocation = o.prevent
+	cfg.Controller.ReservedSets = o.reservedSets
 	cfg.EC2 = awsec2.Config{MaxAttempts: 4, MaxBackoff: 200 * time.Millisecond, CallTimeout: 20 * time.Second}
 	cfg.GRPC = grpcserver.Config{Addr: "127.0.0.1:0", Plaintext: true}
 	cfg.ClusterID = o.cluster
@@ -433,5 +436,29 @@ func TestTermStartSweepsAddressesOfVanishedNodes(t *testing.T) {
 	}
 	if n := r.proxy.Count("ReleaseAddress"); n != 1 {
 		t.Errorf("ReleaseAddress sent %d times, want 1", n)
+	}
+}
+
+// TestStartupTaintComesOffThroughTheInstallsPolicy: as its own
+// ServiceAccount, under the install's RBAC and admission policies, eipd
+// removes the startup taint of a Node once its address is on, and leaves
+// the Node's other taints.
+func TestStartupTaintComesOffThroughTheInstallsPolicy(t *testing.T) {
+	env := testenv.Get(t)
+	moto := ec2test.Get(t)
+	cluster, lease, prefix := names(t)
+	inst := moto.RunClusterInstance(t, cluster)
+	watcher := startWatcher(t, env)
+	startReplica(t, env, watcher, "a", replicaOpts{cluster: cluster, lease: lease})
+	node := prefix + "-tainted"
+	createTaintedNode(t, env, node, inst, true)
+	alloc := waitAssigned(t, env, cluster, node, inst, time.Minute)
+	waitUntainted(t, env, []string{node})
+	n, err := env.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Annotations[controller.AnnotationAllocationID] != alloc || !slices.ContainsFunc(n.Spec.Taints, func(tt corev1.Taint) bool { return tt.Key == "example.com/other" }) {
+		t.Fatalf("node %s: allocation %q (want %s), taints %v (example.com/other must stay)", node, n.Annotations[controller.AnnotationAllocationID], alloc, n.Spec.Taints)
 	}
 }

@@ -3,6 +3,9 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -154,4 +157,196 @@ func floorRun(b *testing.B, env *testenv.Env, moto *ec2test.Moto, cluster, prefi
 	close(work)
 	wg.Wait()
 	return time.Since(start)
+}
+
+// BenchmarkReservedSetJoin: eipd leads with a reserved set of N addresses;
+// N Nodes join at once, each with the startup taint, and the clock runs
+// until the last taint is gone. The floor, in the same run, is a plain
+// client with as many workers doing the least the contract allows per
+// Node: list the cluster's addresses, tag one for the Node, describe its
+// instance, associate, publish it on the Node, list again to see the
+// association, then read the Node and remove the taint.
+//
+//	go test ./internal/app -run '^$' -bench ReservedSetJoin -benchtime 1x
+func BenchmarkReservedSetJoin(b *testing.B) {
+	const n = 40
+	env := testenv.Get(b)
+	moto := ec2test.Get(b)
+	path := filepath.Join(b.TempDir(), "reserved-sets.yaml")
+	if err := os.WriteFile(path, []byte("sets:\n- name: bench\n  addresses: {tags: {allowlist: bench}}\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	allowlist := types.Tag{Key: aws.String("allowlist"), Value: aws.String("bench")}
+	for i := range b.N {
+		cluster, lease, prefix := names(b)
+		prefix = fmt.Sprintf("%s-%d", prefix, i)
+		insts := moto.RunInstances(b, 2*n)
+		moto.TagForCluster(b, cluster, insts[:n]...)
+		for range n {
+			moto.AllocateOrphan(b, cluster, allowlist)
+		}
+		watcher := startWatcher(b, env)
+		r := startReplica(b, env, watcher, "bench", replicaOpts{cluster: cluster, lease: lease, reservedSets: path})
+		testenv.Eventually(b, time.Minute, func() error {
+			l, err := env.Client.CoordinationV1().Leases(system).Get(context.Background(), lease, metav1.GetOptions{})
+			if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "bench" {
+				return fmt.Errorf("lease not held yet: %v", err)
+			}
+			return nil
+		})
+		start := time.Now()
+		var names []string
+		for j := range n {
+			name := fmt.Sprintf("%s-r%d", prefix, j)
+			names = append(names, name)
+			createTaintedNode(b, env, name, insts[j], true)
+		}
+		waitUntainted(b, env, names)
+		eipd := time.Since(start)
+		seen := map[string]bool{}
+		for _, name := range names {
+			got := addressesFor(b, cluster, name)
+			if len(got) != 1 || seen[got[0]] {
+				b.Fatalf("node %s has addresses %v (seen %v)", name, got, seen)
+			}
+			seen[got[0]] = true
+		}
+		calls := r.proxy.Counts()
+		r.stop()
+		if calls["AllocateAddress"] != 0 {
+			b.Fatalf("eipd allocated %d addresses with a reserved set", calls["AllocateAddress"])
+		}
+
+		var def controller.Config
+		def.Defaults()
+		floor := reservedFloorRun(b, env, moto, cluster+"-floor", prefix, insts[n:], def.Workers, allowlist)
+		b.ReportMetric(eipd.Seconds(), "eipd-s")
+		b.ReportMetric(floor.Seconds(), "floor-s")
+		b.ReportMetric(eipd.Seconds()/floor.Seconds(), "ratio")
+		b.Logf("%d nodes joining with a reserved set of %d: last taint removed after %s, floor %s; ratio %.2f; eipd's EC2 calls %v",
+			n, n, eipd, floor, eipd.Seconds()/floor.Seconds(), calls)
+	}
+}
+
+func createTaintedNode(b testing.TB, env *testenv.Env, name string, inst ec2test.Instance, optIn bool) {
+	labels := map[string]string{}
+	if optIn {
+		labels[controller.LabelOptIn] = "true"
+	}
+	_, err := env.Client.CoreV1().Nodes().Create(context.Background(), &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.NodeSpec{ProviderID: inst.ProviderID(), Taints: []corev1.Taint{
+			{Key: controller.DefaultStartupTaint, Effect: corev1.TaintEffectNoSchedule},
+			{Key: "example.com/other", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{Addresses: inst.NodeAddresses()},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { deleteNode(b, env, name) })
+}
+
+func waitUntainted(b testing.TB, env *testenv.Env, names []string) {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	testenv.Eventually(b, 5*time.Minute, func() error {
+		nodes, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		left := 0
+		for _, nd := range nodes.Items {
+			if want[nd.Name] && slices.ContainsFunc(nd.Spec.Taints, func(t corev1.Taint) bool { return t.Key == controller.DefaultStartupTaint }) {
+				left++
+			}
+		}
+		if left > 0 {
+			return fmt.Errorf("%d/%d nodes still tainted", left, len(names))
+		}
+		return nil
+	})
+}
+
+func reservedFloorRun(b *testing.B, env *testenv.Env, moto *ec2test.Moto, cluster, prefix string, insts []ec2test.Instance, workers int, allowlist types.Tag) time.Duration {
+	proxy, err := faultproxy.Start(moto.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer proxy.Close()
+	c := ec2.New(ec2.Options{Region: ec2test.Region, BaseEndpoint: aws.String(proxy.URL()), Credentials: moto.Client().Options().Credentials})
+	var addrs []types.Address
+	for range insts {
+		addrs = append(addrs, moto.AllocateOrphan(b, cluster, allowlist))
+	}
+	ctx := context.Background()
+	list := func() error {
+		_, err := c.DescribeAddresses(ctx, &ec2.DescribeAddressesInput{Filters: []types.Filter{
+			{Name: aws.String("tag:" + decide.TagCluster), Values: []string{cluster}},
+		}})
+		return err
+	}
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var names []string
+	for j := range insts {
+		names = append(names, fmt.Sprintf("%s-rf%d", prefix, j))
+	}
+	start := time.Now()
+	for _, name := range names {
+		createTaintedNode(b, env, name, insts[slices.Index(names, name)], false)
+	}
+	for range workers {
+		wg.Go(func() {
+			for j := range work {
+				inst, name, a := insts[j], names[j], addrs[j]
+				steps := []func() error{
+					list,
+					func() error {
+						_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{aws.ToString(a.AllocationId)},
+							Tags: []types.Tag{{Key: aws.String(decide.TagNode), Value: aws.String(name)}}})
+						return err
+					},
+					func() error {
+						_, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{inst.ID}})
+						return err
+					},
+					func() error {
+						_, err := c.AssociateAddress(ctx, &ec2.AssociateAddressInput{AllocationId: a.AllocationId,
+							NetworkInterfaceId: aws.String(inst.NetworkInterfaceID), PrivateIpAddress: aws.String(inst.PrivateIP)})
+						return err
+					},
+					func() error {
+						patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, controller.LabelExternalIP, aws.ToString(a.PublicIp))
+						_, err := env.Client.CoreV1().Nodes().Patch(ctx, name, k8stypes.MergePatchType, []byte(patch), metav1.PatchOptions{})
+						return err
+					},
+					list,
+					func() error {
+						if _, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+							return err
+						}
+						_, err := env.Client.CoreV1().Nodes().Patch(ctx, name, k8stypes.JSONPatchType,
+							[]byte(`[{"op":"remove","path":"/spec/taints/0"}]`), metav1.PatchOptions{})
+						return err
+					},
+				}
+				for _, step := range steps {
+					if err := step(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	for j := range insts {
+		work <- j
+	}
+	close(work)
+	wg.Wait()
+	took := time.Since(start)
+	waitUntainted(b, env, names)
+	return took
 }

@@ -190,7 +190,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ReservedSets, "reserved-sets", c.ReservedSets, "YAML file of reserved sets: Elastic IPs allocated beforehand (a partner's allowlist) that the Nodes of chosen instances take, in order, waiting when none is free; eipd never allocates for them nor releases them. "+
 		"With a file, Nodes no set serves get an orphan or nothing unless it says otherNodes: allocate (docs/eipd.md#reserved-sets). Read at start")
 	fs.StringVar(&c.StartupTaint, "startup-taint", c.StartupTaint, "key of the taint eipd removes from a Node once its Elastic IP is associated and the Node's "+LabelExternalIP+" label shows it: "+
-		"give it to new Nodes (node group, Karpenter NodePool startupTaints) so that nothing is scheduled on them before their address is on; \"\" turns it off")
+		"give it to new Nodes (node group, Karpenter NodePool startupTaints) so that nothing is scheduled on them before their address is on. Must start with ipledger.io/ (the only taints the install's admission policy lets eipd remove)")
 }
 
 // EC2 is what the controller needs from EC2 (implemented by *awsec2.Client).
@@ -259,6 +259,9 @@ func New(cfg Config, ec2 EC2, store Store, kube kubernetes.Interface, log *slog.
 	member, err := cfg.Membership()
 	if err != nil {
 		return nil, err
+	}
+	if !strings.HasPrefix(cfg.StartupTaint, "ipledger.io/") {
+		return nil, fmt.Errorf("--startup-taint=%q: the install's admission policy ipledger-eipd-node-labels lets eipd remove only taints whose key starts with ipledger.io/; use %s (the default) or another ipledger.io/ key", cfg.StartupTaint, DefaultStartupTaint)
 	}
 	var reserved decide.Reservations
 	if cfg.ReservedSets != "" {

@@ -23,7 +23,7 @@ import (
 // leader after a restart decides the same from EC2 and the Node.
 func (r *Run) liftStartupTaint(ctx context.Context, log *slog.Logger, obj *watcherv1.Object, addr decide.Address, seen bool) error {
 	key := r.c.cfg.StartupTaint
-	if key == "" || !slices.Contains(obj.GetNode().GetTaintKeys(), key) {
+	if !slices.Contains(obj.GetNode().GetTaintKeys(), key) {
 		return nil
 	}
 	node := obj.GetMeta().GetName()
