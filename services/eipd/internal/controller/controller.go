@@ -508,6 +508,8 @@ func (r *Run) reconcile(ctx context.Context, log *slog.Logger, node string, obj 
 		Node: node, InstanceID: instanceID, InternalIPs: internalIPs(obj), Rivals: r.rivals(node, instanceID),
 	}, inst, found, r.c.member)
 	if refusal != nil {
+		r.serve(node, "") // a refused Node waits on no set: it must not hold others back
+		r.stopWaiting(node)
 		r.refuse(log, obj, instanceID, refusal)
 		return nil
 	}
