@@ -201,9 +201,10 @@ type Request struct {
 	ServiceLabels   map[string]string
 	// FamilyPolicy and Families come from spec.ipFamilyPolicy and
 	// spec.ipFamilies. SingleStack takes Families[0]; RequireDualStack takes
-	// both; PreferDualStack takes both when a pool offers both (such a pool
-	// wins over better-ranked single-family ones), else Families[0]. Empty
-	// Families defaults to the families of RequestedIPs, else IPv4.
+	// both; PreferDualStack with two families takes what the best-ranked
+	// pool serving it has — both, or either one (a pool offering both wins
+	// only among pools of the same rank). Empty Families defaults to the
+	// families of RequestedIPs, else IPv4.
 	FamilyPolicy FamilyPolicy
 	Families     []Family
 	// RequestedIPs (at most one per family), Pool and Sharing.Key usually come

@@ -289,7 +289,7 @@ func TestDualStack(t *testing.T) {
 		{"empty policy is SingleStack", []*Pool{dual()}, Request{Families: []Family{IPv4, IPv6}}, []string{"10.0.2.0"}, ""},
 		{"RequireDualStack takes the pool with both", []*Pool{v4(), v6(), dual()}, Request{FamilyPolicy: RequireDualStack, Families: []Family{IPv6, IPv4}}, []string{"2001:db8:2::1", "10.0.2.0"}, ""},
 		{"RequireDualStack without such a pool", []*Pool{v4(), v6()}, Request{FamilyPolicy: RequireDualStack, Families: []Family{IPv4, IPv6}}, nil, ReasonNoMatchingPool},
-		{"PreferDualStack prefers a pool with both over a better ranked one", []*Pool{v4(), dual()}, Request{FamilyPolicy: PreferDualStack, Families: []Family{IPv4, IPv6}}, []string{"10.0.2.0", "2001:db8:2::1"}, ""},
+		{"PreferDualStack prefers a pool with both over one of the same rank", []*Pool{v4(), dual()}, Request{FamilyPolicy: PreferDualStack, Families: []Family{IPv4, IPv6}}, []string{"10.0.2.0", "2001:db8:2::1"}, ""},
 		{"PreferDualStack falls back to one family", []*Pool{v4(), v6()}, Request{FamilyPolicy: PreferDualStack, Families: []Family{IPv4, IPv6}}, []string{"10.0.1.0"}, ""},
 		{"PreferDualStack in a single-stack cluster stays single", []*Pool{dual()}, Request{FamilyPolicy: PreferDualStack, Families: []Family{IPv4}}, []string{"10.0.2.0"}, ""},
 		{"requested IPv6 fixes the family, IPv4 auto from the same pool", []*Pool{v4(), dual()}, Request{FamilyPolicy: RequireDualStack, Families: []Family{IPv4, IPv6}, RequestedIPs: addrs("2001:db8:2::9")}, []string{"10.0.2.0", "2001:db8:2::9"}, ""},

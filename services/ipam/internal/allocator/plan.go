@@ -10,15 +10,37 @@ import (
 
 // need is the families a request wants, with the IPs it names.
 type need struct {
-	required  []Family // in the Service's order
-	optional  Family   // 0: none; PreferDualStack's second family
+	order    []Family // the Service's families, first (primary) first
+	required []Family
+	// optional are PreferDualStack's families that no requested IP makes
+	// required, in the Service's order. With nothing required, a pool must
+	// give at least one of them: either family will do.
+	optional  []Family
 	requested map[Family]netip.Addr
 	// held: requested are the addresses the Service already holds (planHeld
 	// checks that its pool still serves it), not addresses it asks for.
 	held bool
 }
 
-func (n need) wants(f Family) bool { return slices.Contains(n.required, f) || n.optional == f }
+func (n need) wants(f Family) bool {
+	return slices.Contains(n.required, f) || slices.Contains(n.optional, f)
+}
+
+// require moves f from optional to required.
+func (n *need) require(f Family) {
+	if i := slices.Index(n.optional, f); i >= 0 {
+		n.optional = slices.Delete(slices.Clone(n.optional), i, i+1)
+		n.required = append(slices.Clone(n.required), f)
+	}
+}
+
+// wanted names the families n asks for, for messages.
+func (n need) wanted() string {
+	if len(n.required) == 0 {
+		return strings.Join(familyNames(n.optional), " or ")
+	}
+	return familyList(n.required)
+}
 
 func otherFamily(f Family) Family {
 	if f == IPv4 {
@@ -61,16 +83,21 @@ func needsOf(req Request) (need, *Error) {
 			fams = []Family{IPv4}
 		}
 	}
+	n.order = fams
 	switch req.FamilyPolicy {
 	case "", SingleStack:
 		n.required = fams[:1]
 	case RequireDualStack:
 		n.required = []Family{fams[0], otherFamily(fams[0])}
+		n.order = n.required
 	case PreferDualStack:
-		n.required = fams[:1]
-		if len(fams) > 1 || !explicit {
-			n.optional = otherFamily(fams[0])
+		// Either family will do: the pool chosen by rank gives what it has.
+		if len(fams) == 1 && explicit {
+			n.required = fams[:1]
+			break
 		}
+		n.optional = []Family{fams[0], otherFamily(fams[0])}
+		n.order = n.optional
 	default:
 		return need{}, invalid("spec.ipFamilyPolicy: unknown policy %q, want SingleStack, PreferDualStack or RequireDualStack", req.FamilyPolicy)
 	}
@@ -78,10 +105,9 @@ func needsOf(req Request) (need, *Error) {
 		f := FamilyOf(ip)
 		switch {
 		case slices.Contains(n.required, f):
-		case n.optional == f:
-			// Asking for an IP of the preferred second family makes it required.
-			n.required = append(n.required, f)
-			n.optional = 0
+		case slices.Contains(n.optional, f):
+			// Asking for an IP of a preferred family makes it required.
+			n.require(f)
 		default:
 			return need{}, invalid("requested IP %s is %s, but the Service's ipFamilies allow only %s (ipFamilyPolicy %s); request an %s address or change spec.ipFamilies",
 				ip, f, familyList(n.required), policyName(req.FamilyPolicy), n.required[0])
@@ -90,12 +116,14 @@ func needsOf(req Request) (need, *Error) {
 	return n, nil
 }
 
-func familyList(fs []Family) string {
+func familyList(fs []Family) string { return strings.Join(familyNames(fs), " and ") }
+
+func familyNames(fs []Family) []string {
 	s := make([]string, len(fs))
 	for i, f := range fs {
 		s[i] = f.String()
 	}
-	return strings.Join(s, " and ")
+	return s
 }
 
 func policyName(p FamilyPolicy) FamilyPolicy {
@@ -109,8 +137,9 @@ func policyName(p FamilyPolicy) FamilyPolicy {
 type eval struct {
 	pool    *Pool
 	verdict Verdict
-	ips     []netip.Addr // required families in order, then the optional one
-	full    bool         // the optional family is included (or there is none)
+	ips     []netip.Addr // in the Service's family order
+	full    bool         // every optional family is included (or there is none)
+	primary bool         // the Service's first family is included
 	err     *Error       // RequestedIPInUse detail
 }
 
@@ -162,6 +191,9 @@ func (a *Allocator) evaluate(p *Pool, req Request, n need) eval {
 			return no(VerdictFamilyMismatch, "pool %s has no %s addresses, and the Service needs %s (ipFamilyPolicy %s)", p.name, f, familyList(n.required), policyName(req.FamilyPolicy))
 		}
 	}
+	if len(n.required) == 0 && !slices.ContainsFunc(n.optional, p.HasFamily) {
+		return no(VerdictFamilyMismatch, "pool %s has no %s addresses (ipFamilyPolicy %s)", p.name, n.wanted(), policyName(req.FamilyPolicy))
+	}
 	// Each new address counts against the namespace's quota in this pool,
 	// those of this request too (a dual-stack Service takes two).
 	fresh := func() int {
@@ -211,15 +243,32 @@ func (a *Allocator) evaluate(p *Pool, req Request, n need) eval {
 		e.ips = append(e.ips, ip)
 	}
 	e.full = true
-	if f := n.optional; f != 0 {
-		e.full = false
+	quotaHit := false
+	for _, f := range n.optional {
+		ip, ok := netip.Addr{}, false
 		if p.HasFamily(f) {
-			if ip, ok := a.pick(p, f, e.ips, req); ok && !overQuota(ip) {
-				e.ips = append(e.ips, ip)
-				e.full = true
-			}
+			ip, ok = a.pick(p, f, e.ips, req)
 		}
+		if ok && overQuota(ip) {
+			ok, quotaHit = false, true
+		}
+		if !ok {
+			e.full = false
+			continue
+		}
+		e.ips = append(e.ips, ip)
 	}
+	if len(e.ips) == 0 {
+		// PreferDualStack with nothing required, and neither family free.
+		if quotaHit {
+			return quota()
+		}
+		return no(VerdictExhausted, "pool %s has no free %s address", p.name, n.wanted())
+	}
+	slices.SortStableFunc(e.ips, func(x, y netip.Addr) int {
+		return slices.Index(n.order, FamilyOf(x)) - slices.Index(n.order, FamilyOf(y))
+	})
+	e.primary = len(n.order) > 0 && FamilyOf(e.ips[0]) == n.order[0]
 	e.verdict.Eligible = true
 	e.verdict.Reason = VerdictSelected
 	return e
@@ -326,9 +375,17 @@ func (a *Allocator) plan(req Request) decision {
 		return a.planHeld(req, n, d)
 	}
 	d.evals = a.evaluateAll(req, n)
+	// The first eligible pool in rank order (pinned, then priority) wins;
+	// among pools of one rank, one giving every family the Service prefers
+	// (PreferDualStack), then its first family. Rank before families: an
+	// operator's pinning and priorities are never defeated by a pool that
+	// happens to offer both families.
 	for i := range d.evals {
 		e := &d.evals[i]
-		if e.verdict.Eligible && (d.chosen == nil || (e.full && !d.chosen.full)) {
+		if !e.verdict.Eligible {
+			continue
+		}
+		if d.chosen == nil || sameRank(e.pool, d.chosen.pool) && e.fit() > d.chosen.fit() {
 			d.chosen = e
 		}
 	}
@@ -338,6 +395,19 @@ func (a *Allocator) plan(req Request) decision {
 	}
 	a.markChosen(&d, "")
 	return d
+}
+
+// fit ranks what an eligible pool gives among pools of one rank: every
+// family the Service asks for, then its first family.
+func (e *eval) fit() int {
+	n := 0
+	if e.full {
+		n += 2
+	}
+	if e.primary {
+		n++
+	}
+	return n
 }
 
 // evaluateAll evaluates every pool: serving pools in rank order, then the
@@ -375,8 +445,10 @@ func (a *Allocator) markChosen(d *decision, selectedMsg string) {
 		switch {
 		case len(d.held) > 0:
 			e.verdict.Message = fmt.Sprintf("pool %s could serve the Service, but it already holds %s from pool %s", e.pool.name, addrList(d.held), c.pool.name)
-		case c.full && !e.full:
-			e.verdict.Message = fmt.Sprintf("pool %s could serve the Service, but pool %s offers both families (ipFamilyPolicy PreferDualStack)", e.pool.name, c.pool.name)
+		case sameRank(c.pool, e.pool) && c.full && !e.full:
+			e.verdict.Message = fmt.Sprintf("pool %s could serve the Service, but pool %s, of the same rank, offers both families (ipFamilyPolicy PreferDualStack)", e.pool.name, c.pool.name)
+		case sameRank(c.pool, e.pool) && c.fit() > e.fit():
+			e.verdict.Message = fmt.Sprintf("pool %s could serve the Service, but pool %s, of the same rank, offers the Service's first family (ipFamilyPolicy PreferDualStack)", e.pool.name, c.pool.name)
 		default:
 			e.verdict.Message = fmt.Sprintf("pool %s could serve the Service, but pool %s ranks first (pinned pools first, then lower priority, then name)", e.pool.name, c.pool.name)
 		}
@@ -422,14 +494,11 @@ func (a *Allocator) planHeld(req Request, n need, d decision) decision {
 	}
 	// Evaluate the holding pool as if the held IPs were requested: that
 	// checks the pool name, namespace, selectors and sharing again.
-	hn := need{required: slices.Clone(n.required), optional: n.optional, requested: map[Family]netip.Addr{}, held: true}
+	hn := need{order: n.order, required: slices.Clone(n.required), optional: slices.Clone(n.optional), requested: map[Family]netip.Addr{}, held: true}
 	for _, ip := range d.held {
 		f := FamilyOf(ip)
 		hn.requested[f] = ip
-		if hn.optional == f {
-			hn.required = append(hn.required, f)
-			hn.optional = 0
-		}
+		hn.require(f)
 	}
 	d.evals = a.evaluateAll(req, hn)
 	fresh := a.evaluateAll(req, n)

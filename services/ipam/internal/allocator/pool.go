@@ -395,6 +395,11 @@ func rankCompare(a, b *Pool) int {
 	return strings.Compare(a.name, b.name)
 }
 
+// sameRank reports whether rankCompare orders a and b by name alone.
+func sameRank(a, b *Pool) bool {
+	return a.Pinned() == b.Pinned() && a.spec.Priority == b.spec.Priority
+}
+
 // ageCompare orders pools oldest first (CreatedAt, then name): the older of
 // two overlapping pools serves.
 func ageCompare(a, b *Pool) int {
