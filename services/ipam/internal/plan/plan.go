@@ -8,8 +8,10 @@
 package plan
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -192,7 +194,7 @@ func (p *Plan) decide(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
 		return
 	}
 	held = a.Allocations(key)
-	want.Ingress = ingressOf(held)
+	want.Ingress = ingressOf(held, req.Families)
 	want.Pool = poolOf(held)
 	p.condition(&want, cur, res, err)
 	p.reaskAcross(a, key, cur, want, held)
@@ -272,7 +274,10 @@ func (p *Plan) condition(want *Status, cur Status, res allocator.Result, err err
 // eventOf is the Event a status write posts: one when the condition's
 // reason or status or the ingress changes, none for a message alone.
 func eventOf(cur, want Status) *Event {
-	if cur.Cond != nil && cur.Cond.Reason == want.Cond.Reason && cur.Cond.Status == want.Cond.Status && slices.Equal(cur.Ingress, want.Ingress) {
+	// The same addresses in another order (an upgrade from ipam before
+	// 0.3.0, which listed IPv4 first) are not news.
+	sameIngress := slices.Equal(sortedCopy(cur.Ingress), sortedCopy(want.Ingress))
+	if cur.Cond != nil && cur.Cond.Reason == want.Cond.Reason && cur.Cond.Status == want.Cond.Status && sameIngress {
 		return nil
 	}
 	typ := "Normal"
@@ -280,6 +285,12 @@ func eventOf(cur, want Status) *Event {
 		typ = "Warning"
 	}
 	return &Event{Type: typ, Reason: want.Cond.Reason, Message: want.Cond.Message}
+}
+
+func sortedCopy(ss []string) []string {
+	out := slices.Clone(ss)
+	slices.Sort(out)
+	return out
 }
 
 // pendingOf is the pending record of a Service that holds no address after
@@ -330,12 +341,29 @@ func ledgerPool(h allocator.Allocation) string {
 	return allocator.NoPool
 }
 
-func ingressOf(held []allocator.Allocation) []string {
+// ingressOf is the ingress list of what a Service holds: its first family
+// (spec.ipFamilies[0], the primary, as spec.clusterIPs orders them) first.
+// held is IPv4 first; families may be empty (an invalid request).
+func ingressOf(held []allocator.Allocation, families []allocator.Family) []string {
+	ordered := slices.Clone(held)
+	if len(families) > 0 && families[0] == allocator.IPv6 {
+		slices.SortStableFunc(ordered, func(x, y allocator.Allocation) int {
+			return cmp.Compare(familyRank(y.IP), familyRank(x.IP))
+		})
+	}
 	var out []string
-	for _, h := range held {
+	for _, h := range ordered {
 		out = append(out, h.IP.String())
 	}
 	return out
+}
+
+// familyRank is 1 for an IPv6 address, 0 for an IPv4 one.
+func familyRank(ip netip.Addr) int {
+	if ip.Is4() {
+		return 0
+	}
+	return 1
 }
 
 // poolOf is the pool the Service's addresses were handed out from

@@ -94,7 +94,7 @@ type Report struct {
 	Changes []Change `json:"changes"`
 	// Rewrites counts the Services whose status would be written again with
 	// the same treatment: a reworded condition message, a new
-	// observedGeneration, a ledger entry restamped.
+	// observedGeneration, a ledger entry restamped, the ingress reordered.
 	Rewrites int `json:"rewrites"`
 	// Conflicts are the IPConflict Events the term start would post.
 	Conflicts []string `json:"conflicts,omitempty"`
@@ -282,7 +282,7 @@ func summary(r *Report) []string {
 		}
 	}
 	if r.Rewrites > 0 {
-		out = append(out, fmt.Sprintf("%d Services would be written again with the same treatment (a reworded condition, observedGeneration, a ledger entry restamped).", r.Rewrites))
+		out = append(out, fmt.Sprintf("%d Services would be written again with the same treatment (a reworded condition, observedGeneration, a ledger entry restamped, the ingress reordered to follow spec.ipFamilies).", r.Rewrites))
 	}
 	if n := len(r.Conflicts); n > 0 {
 		out = append(out, fmt.Sprintf("%d conflicting claims would be reported (IPConflict).", n))
