@@ -20,8 +20,11 @@ import (
 
 // AnnotationPrefixes are the annotation prefixes carried in ObjectMeta; every
 // other annotation is dropped (last-applied-configuration alone can dwarf the
-// rest of an object).
-var AnnotationPrefixes = []string{"ipledger.io/", "metallb.io/", "metallb.universe.tf/", "endpoints.kubernetes.io/"}
+// rest of an object). MetalLB's and Cilium LB-IPAM's are the request and
+// sharing annotations ipam reads for migration (Cilium's older spellings
+// are io.cilium/lb-ipam-*; its other io.cilium/ annotations are dropped).
+var AnnotationPrefixes = []string{"ipledger.io/", "metallb.io/", "metallb.universe.tf/", "lbipam.cilium.io/", "io.cilium/lb-ipam-",
+	"endpoints.kubernetes.io/"}
 
 // GroupVersion of ipledger's CRDs.
 var GroupVersion = schema.GroupVersion{Group: "ipledger.io", Version: "v1alpha1"}

@@ -51,6 +51,19 @@ func TestObject(t *testing.T) {
 				  ports {name: "http" protocol: "TCP" port: 80 target_port_name: "web"} ingress {ip: "10.0.0.1" ip_mode: "VIP"}}`,
 		},
 		{
+			name: "service keeps Cilium LB-IPAM's request and sharing annotations, not Cilium's others",
+			in: &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", Annotations: map[string]string{
+					"lbipam.cilium.io/ips": "10.0.0.2", "lbipam.cilium.io/sharing-key": "k", "io.cilium/lb-ipam-sharing-cross-namespace": "*",
+					"io.cilium/global-service": "true", "service.cilium.io/global": "true"}},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer},
+			},
+			want: `kind: KIND_SERVICE meta: {namespace: "ns" name: "c"
+				  annotations {key: "io.cilium/lb-ipam-sharing-cross-namespace" value: "*"} annotations {key: "lbipam.cilium.io/ips" value: "10.0.0.2"}
+				  annotations {key: "lbipam.cilium.io/sharing-key" value: "k"}}
+				service: {type: "LoadBalancer"}`,
+		},
+		{
 			name: "service without selector",
 			in:   &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ext"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName}},
 			want: `kind: KIND_SERVICE meta: {namespace: "ns" name: "ext"} service: {type: "ExternalName"}`,

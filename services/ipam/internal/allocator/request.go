@@ -8,7 +8,9 @@ import (
 )
 
 // The annotations a Service may carry. Each is also accepted under the two
-// MetalLB prefixes (metallb.io/ and metallb.universe.tf/) for migration.
+// MetalLB prefixes (metallb.io/ and metallb.universe.tf/), and the request
+// and sharing ones under Cilium LB-IPAM's names, for migration
+// (annotationSpellings).
 const (
 	AnnotationLoadBalancerIPs = "ipledger.io/loadBalancerIPs"
 	AnnotationAddressPool     = "ipledger.io/address-pool"
@@ -18,15 +20,28 @@ const (
 	// its allow-shared-ip key. A sharing key joins Services of one namespace
 	// only; two Services of different namespaces share when each lists the
 	// other's namespace, so the owner of an address decides who may join it.
-	// ipledger.io/ only: MetalLB has no such rule (it shares across
-	// namespaces, the CVE-2020-8554 class this closes).
+	// MetalLB has no such rule (it shares across namespaces, the
+	// CVE-2020-8554 class this closes); Cilium LB-IPAM has the same rule
+	// under lbipam.cilium.io/sharing-cross-namespace, read as this one.
 	AnnotationSharingCrossNamespace = "ipledger.io/sharing-cross-namespace"
 	// AnnotationAllocatedFromPool is written by ipam, never read as a request.
 	AnnotationAllocatedFromPool = "ipledger.io/allocated-from-pool"
 )
 
-// annotationPrefixes are the accepted spellings, ours first.
-var annotationPrefixes = []string{"ipledger.io/", "metallb.io/", "metallb.universe.tf/"}
+// annotationSpellings are the accepted keys of each annotation, ours first,
+// then MetalLB's, then Cilium LB-IPAM's (lbipam.cilium.io/ and the older
+// io.cilium/lb-ipam- names it still reads). Cilium has no annotation naming
+// a pool (its pools select Services by label), and MetalLB none for sharing
+// across namespaces.
+var annotationSpellings = map[string][]string{
+	AnnotationLoadBalancerIPs: {AnnotationLoadBalancerIPs, "metallb.io/loadBalancerIPs", "metallb.universe.tf/loadBalancerIPs",
+		"lbipam.cilium.io/ips", "io.cilium/lb-ipam-ips"},
+	AnnotationAddressPool: {AnnotationAddressPool, "metallb.io/address-pool", "metallb.universe.tf/address-pool"},
+	AnnotationAllowSharedIP: {AnnotationAllowSharedIP, "metallb.io/allow-shared-ip", "metallb.universe.tf/allow-shared-ip",
+		"lbipam.cilium.io/sharing-key", "io.cilium/lb-ipam-sharing-key"},
+	AnnotationSharingCrossNamespace: {AnnotationSharingCrossNamespace,
+		"lbipam.cilium.io/sharing-cross-namespace", "io.cilium/lb-ipam-sharing-cross-namespace"},
+}
 
 // ServiceRequest is what a Service's annotations and spec.loadBalancerIP ask for.
 type ServiceRequest struct {
@@ -39,19 +54,21 @@ type ServiceRequest struct {
 }
 
 // ParseServiceRequest reads ipledger.io/loadBalancerIPs (comma list, at most
-// one IP per family), spec.loadBalancerIP, ipledger.io/address-pool and
-// ipledger.io/allow-shared-ip, each also under metallb.io/ and
-// metallb.universe.tf/. An annotation with an empty value counts as absent.
+// one IP per family), spec.loadBalancerIP, ipledger.io/address-pool,
+// ipledger.io/allow-shared-ip and ipledger.io/sharing-cross-namespace, each
+// also under its other spellings (annotationSpellings: MetalLB's and Cilium
+// LB-IPAM's). An annotation with an empty value counts as absent.
 // Several spellings of one annotation are fine when they agree and an error
 // when they differ: there is no silent winner, because a migrated Service
 // whose two annotations disagree would otherwise get an IP its owner did not
-// mean. The loadBalancerIPs annotation together with spec.loadBalancerIP is
+// mean (Cilium itself lets lbipam.cilium.io/ win over io.cilium/ silently).
+// The loadBalancerIPs annotation together with spec.loadBalancerIP is
 // an error even when they agree (Kubernetes deprecated the field; keep one).
 // Errors are *Error with ReasonInvalidRequest naming the field and the fix.
 func ParseServiceRequest(annotations map[string]string, loadBalancerIP string) (ServiceRequest, error) {
 	var out ServiceRequest
 
-	ipsKey, ipsVal, err := oneAnnotation(annotations, "loadBalancerIPs", func(a, b string) bool {
+	ipsKey, ipsVal, err := oneAnnotation(annotations, AnnotationLoadBalancerIPs, func(a, b string) bool {
 		x, errA := parseIPList("", a)
 		y, errB := parseIPList("", b)
 		if errA != nil || errB != nil {
@@ -80,7 +97,7 @@ func ParseServiceRequest(annotations map[string]string, loadBalancerIP string) (
 		out.RequestedIPs = []netip.Addr{a}
 	}
 
-	poolKey, pool, err := oneAnnotation(annotations, "address-pool", nil)
+	poolKey, pool, err := oneAnnotation(annotations, AnnotationAddressPool, nil)
 	if err != nil {
 		return ServiceRequest{}, err
 	}
@@ -91,18 +108,26 @@ func ParseServiceRequest(annotations map[string]string, loadBalancerIP string) (
 		out.Pool = pool
 	}
 
-	if _, out.SharingKey, err = oneAnnotation(annotations, "allow-shared-ip", nil); err != nil {
+	if _, out.SharingKey, err = oneAnnotation(annotations, AnnotationAllowSharedIP, nil); err != nil {
 		return ServiceRequest{}, err
 	}
-	if out.CrossNamespace, err = parseNamespaceList(annotations[AnnotationSharingCrossNamespace]); err != nil {
+	crossKey, cross, err := oneAnnotation(annotations, AnnotationSharingCrossNamespace, func(a, b string) bool {
+		x, errA := parseNamespaceList("", a)
+		y, errB := parseNamespaceList("", b)
+		return errA == nil && errB == nil && slices.Equal(x, y)
+	})
+	if err != nil {
+		return ServiceRequest{}, err
+	}
+	if out.CrossNamespace, err = parseNamespaceList(crossKey, cross); err != nil {
 		return ServiceRequest{}, err
 	}
 	return out, nil
 }
 
-// parseNamespaceList reads AnnotationSharingCrossNamespace: namespace names
-// separated by commas, or "*"; "" is none.
-func parseNamespaceList(s string) ([]string, error) {
+// parseNamespaceList reads AnnotationSharingCrossNamespace (under the
+// spelling key): namespace names separated by commas, or "*"; "" is none.
+func parseNamespaceList(key, s string) ([]string, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
@@ -111,7 +136,7 @@ func parseNamespaceList(s string) ([]string, error) {
 		part = strings.TrimSpace(part)
 		if part != "*" && !isDNSLabel(part) {
 			return nil, invalid("%s: entry %d %q is not a namespace name or \"*\"; write namespaces separated by commas (team-a,team-b), or \"*\" for every namespace",
-				AnnotationSharingCrossNamespace, i, part)
+				key, i, part)
 		}
 		if !slices.Contains(out, part) {
 			out = append(out, part)
@@ -121,13 +146,12 @@ func parseNamespaceList(s string) ([]string, error) {
 	return out, nil
 }
 
-// oneAnnotation returns the key and trimmed value of the one meaning of an
-// annotation across its spellings; same(a, b) compares two values (nil:
-// string equality).
+// oneAnnotation returns the key and trimmed value of the one meaning of the
+// annotation name across its spellings; same(a, b) compares two values
+// (nil: string equality).
 func oneAnnotation(annotations map[string]string, name string, same func(a, b string) bool) (string, string, error) {
 	var key, val string
-	for _, prefix := range annotationPrefixes {
-		k := prefix + name
+	for _, k := range annotationSpellings[name] {
 		v := strings.TrimSpace(annotations[k])
 		if v == "" {
 			continue
