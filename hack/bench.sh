@@ -29,7 +29,7 @@ for s in $suites; do
     endpoints)
       run go test -run XXX -bench . -benchtime 1x -timeout 30m ./services/endpoints/internal/app/ ;;
     eipd)
-      run go test -run XXX -bench ColdStart -benchtime 1x -timeout 30m ./services/eipd/internal/app/ ;;
+      run go test -run XXX -bench 'ColdStart|ReservedSetJoin' -benchtime 1x -count 3 -timeout 30m ./services/eipd/internal/app/ ;;
     anchors)
       export IPLEDGER_METALLB_DIR=${IPLEDGER_METALLB_DIR:-$(hack/build-metallb.sh)}
       run go test -run XXX -bench Anchors -benchtime 1x -timeout 90m ./services/ipam/internal/bench/ ;;

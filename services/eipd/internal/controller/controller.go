@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -334,7 +335,7 @@ func (r *Run) Handler() stream.HandlerFuncs {
 			}
 		},
 		UpdateFunc: func(old, o *watcherv1.Object) {
-			if o.GetKind() == watcherv1.Kind_KIND_NODE && (r.c.Wants(o) || r.c.Wants(old) || hasEIP(o)) && changed(old, o) {
+			if o.GetKind() == watcherv1.Kind_KIND_NODE && (r.c.Wants(o) || r.c.Wants(old) || hasEIP(o)) && changed(old, o, r.c.cfg.StartupTaint) {
 				r.enqueue(o.GetMeta().GetName())
 			}
 		},
@@ -349,8 +350,10 @@ func (r *Run) Handler() stream.HandlerFuncs {
 // changed reports whether an update touches anything eipd reads. Kubelet
 // heartbeats only bump the resourceVersion of the compact Node: syncing on
 // each would cost two EC2 calls per Node every few seconds, and a throttled
-// account. Drift is caught by the periodic requeue instead.
-func changed(old, o *watcherv1.Object) bool {
+// account. Drift is caught by the periodic requeue instead. The startup
+// taint is left out: it only ever goes, and eipd is what removes it (a sync
+// after its own removal would cost the same two calls for nothing).
+func changed(old, o *watcherv1.Object, startupTaint string) bool {
 	if old == nil {
 		return true
 	}
@@ -358,6 +361,9 @@ func changed(old, o *watcherv1.Object) bool {
 		c := proto.Clone(x).(*watcherv1.Object)
 		if c.Meta != nil {
 			c.Meta.ResourceVersion, c.Meta.Generation = "", 0
+		}
+		if n := c.GetNode(); n != nil {
+			n.TaintKeys = slices.DeleteFunc(n.TaintKeys, func(k string) bool { return k == startupTaint })
 		}
 		return c
 	}

@@ -20,6 +20,16 @@ func nodeObj(rv string, labels, annotations map[string]string, providerID string
 		Body: &watcherv1.Object_Node{Node: &watcherv1.Node{ProviderId: providerID}}}
 }
 
+func tainted(o *watcherv1.Object, keys ...string) *watcherv1.Object {
+	o.GetNode().TaintKeys = keys
+	return o
+}
+
+func cordoned(o *watcherv1.Object) *watcherv1.Object {
+	o.GetNode().Unschedulable = true
+	return o
+}
+
 func TestHandlerEnqueuesOnlyWhatMatters(t *testing.T) {
 	want := map[string]string{LabelAutoAssign: "true"}
 	published := map[string]string{AnnotationAllocationID: "e-1"}
@@ -37,6 +47,11 @@ func TestHandlerEnqueuesOnlyWhatMatters(t *testing.T) {
 		{name: "label removed", old: nodeObj("1", want, published, "p"), new: nodeObj("2", nil, published, "p"), enqueued: true},
 		{name: "annotation tampered with", old: nodeObj("1", want, published, "p"), new: nodeObj("2", want, nil, "p"), enqueued: true},
 		{name: "unrelated node changes", old: nodeObj("1", map[string]string{"a": "1"}, nil, "p"), new: nodeObj("2", map[string]string{"a": "2"}, nil, "p")},
+		{name: "eipd removed its startup taint", old: tainted(nodeObj("1", want, published, "p"), "x/other", DefaultStartupTaint),
+			new: tainted(nodeObj("2", want, published, "p"), "x/other")},
+		{name: "another taint removed", old: tainted(nodeObj("1", want, published, "p"), "x/other", DefaultStartupTaint),
+			new: tainted(nodeObj("2", want, published, "p"), DefaultStartupTaint), enqueued: true},
+		{name: "cordoned", old: nodeObj("1", want, published, "p"), new: cordoned(nodeObj("2", want, published, "p")), enqueued: true},
 		{name: "delete of a labelled node", new: nodeObj("1", want, nil, "p"), deleted: true, enqueued: true},
 		{name: "delete of an unlabelled node", new: nodeObj("1", nil, nil, "p"), deleted: true},
 	}
