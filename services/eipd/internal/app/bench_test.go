@@ -112,50 +112,35 @@ func floorRun(b *testing.B, env *testenv.Env, moto *ec2test.Moto, cluster, prefi
 		b.Cleanup(func() { deleteNode(b, env, name) })
 	}
 	ctx := context.Background()
-	work := make(chan int)
-	var wg sync.WaitGroup
 	start := time.Now()
-	for range workers {
-		wg.Go(func() {
-			for j := range work {
-				inst, name := insts[j], names[j]
-				if _, err := c.DescribeAddresses(ctx, &ec2.DescribeAddressesInput{Filters: []types.Filter{
-					{Name: aws.String("tag:" + decide.TagCluster), Values: []string{cluster}},
-					{Name: aws.String("tag:" + decide.TagNode), Values: []string{name}},
-				}}); err != nil {
-					b.Error(err)
-					return
-				}
-				out, err := c.AllocateAddress(ctx, &ec2.AllocateAddressInput{Domain: types.DomainTypeVpc, TagSpecifications: []types.TagSpecification{{
-					ResourceType: types.ResourceTypeElasticIp,
-					Tags:         []types.Tag{{Key: aws.String(decide.TagCluster), Value: aws.String(cluster)}, {Key: aws.String(decide.TagNode), Value: aws.String(name)}},
-				}}})
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if _, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{inst.ID}}); err != nil {
-					b.Error(err)
-					return
-				}
-				if _, err := c.AssociateAddress(ctx, &ec2.AssociateAddressInput{AllocationId: out.AllocationId,
-					NetworkInterfaceId: aws.String(inst.NetworkInterfaceID), PrivateIpAddress: aws.String(inst.PrivateIP)}); err != nil {
-					b.Error(err)
-					return
-				}
-				patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, controller.LabelExternalIP, aws.ToString(out.PublicIp))
-				if _, err := env.Client.CoreV1().Nodes().Patch(ctx, name, k8stypes.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	for j := range insts {
-		work <- j
-	}
-	close(work)
-	wg.Wait()
+	inParallel(b, workers, len(insts), func(j int) error {
+		inst, name := insts[j], names[j]
+		if _, err := c.DescribeAddresses(ctx, &ec2.DescribeAddressesInput{Filters: []types.Filter{
+			{Name: aws.String("tag:" + decide.TagCluster), Values: []string{cluster}},
+			{Name: aws.String("tag:" + decide.TagNode), Values: []string{name}},
+		}}); err != nil {
+			return err
+		}
+		out, err := c.AllocateAddress(ctx, &ec2.AllocateAddressInput{Domain: types.DomainTypeVpc, TagSpecifications: []types.TagSpecification{{
+			ResourceType: types.ResourceTypeElasticIp,
+			Tags:         []types.Tag{{Key: aws.String(decide.TagCluster), Value: aws.String(cluster)}, {Key: aws.String(decide.TagNode), Value: aws.String(name)}},
+		}}})
+		if err != nil {
+			return err
+		}
+		if _, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{inst.ID}}); err != nil {
+			return err
+		}
+		if _, err := c.AssociateAddress(ctx, &ec2.AssociateAddressInput{AllocationId: out.AllocationId,
+			NetworkInterfaceId: aws.String(inst.NetworkInterfaceID), PrivateIpAddress: aws.String(inst.PrivateIP)}); err != nil {
+			return err
+		}
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, controller.LabelExternalIP, aws.ToString(out.PublicIp))
+		if _, err := env.Client.CoreV1().Nodes().Patch(ctx, name, k8stypes.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		return nil
+	})
 	return time.Since(start)
 }
 
@@ -287,8 +272,6 @@ func reservedFloorRun(b *testing.B, env *testenv.Env, moto *ec2test.Moto, cluste
 		}})
 		return err
 	}
-	work := make(chan int)
-	var wg sync.WaitGroup
 	var names []string
 	for j := range insts {
 		names = append(names, fmt.Sprintf("%s-rf%d", prefix, j))
@@ -297,56 +280,69 @@ func reservedFloorRun(b *testing.B, env *testenv.Env, moto *ec2test.Moto, cluste
 	for _, name := range names {
 		createTaintedNode(b, env, name, insts[slices.Index(names, name)], false)
 	}
+	inParallel(b, workers, len(insts), func(j int) error {
+		inst, name, a := insts[j], names[j], addrs[j]
+		steps := []func() error{
+			list,
+			func() error {
+				_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{aws.ToString(a.AllocationId)},
+					Tags: []types.Tag{{Key: aws.String(decide.TagNode), Value: aws.String(name)}}})
+				return err
+			},
+			func() error {
+				_, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{inst.ID}})
+				return err
+			},
+			func() error {
+				_, err := c.AssociateAddress(ctx, &ec2.AssociateAddressInput{AllocationId: a.AllocationId,
+					NetworkInterfaceId: aws.String(inst.NetworkInterfaceID), PrivateIpAddress: aws.String(inst.PrivateIP)})
+				return err
+			},
+			func() error {
+				patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, controller.LabelExternalIP, aws.ToString(a.PublicIp))
+				_, err := env.Client.CoreV1().Nodes().Patch(ctx, name, k8stypes.MergePatchType, []byte(patch), metav1.PatchOptions{})
+				return err
+			},
+			list,
+			func() error {
+				if _, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+					return err
+				}
+				_, err := env.Client.CoreV1().Nodes().Patch(ctx, name, k8stypes.JSONPatchType,
+					[]byte(`[{"op":"remove","path":"/spec/taints/0"}]`), metav1.PatchOptions{})
+				return err
+			},
+		}
+		for _, step := range steps {
+			if err := step(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	took := time.Since(start)
+	waitUntainted(b, env, names)
+	return took
+}
+
+// inParallel runs do(0..n-1) on workers goroutines, as a floor's plain
+// client spreads its work; the first error fails the benchmark.
+func inParallel(b *testing.B, workers, n int, do func(j int) error) {
+	work := make(chan int)
+	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for j := range work {
-				inst, name, a := insts[j], names[j], addrs[j]
-				steps := []func() error{
-					list,
-					func() error {
-						_, err := c.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{aws.ToString(a.AllocationId)},
-							Tags: []types.Tag{{Key: aws.String(decide.TagNode), Value: aws.String(name)}}})
-						return err
-					},
-					func() error {
-						_, err := c.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{inst.ID}})
-						return err
-					},
-					func() error {
-						_, err := c.AssociateAddress(ctx, &ec2.AssociateAddressInput{AllocationId: a.AllocationId,
-							NetworkInterfaceId: aws.String(inst.NetworkInterfaceID), PrivateIpAddress: aws.String(inst.PrivateIP)})
-						return err
-					},
-					func() error {
-						patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, controller.LabelExternalIP, aws.ToString(a.PublicIp))
-						_, err := env.Client.CoreV1().Nodes().Patch(ctx, name, k8stypes.MergePatchType, []byte(patch), metav1.PatchOptions{})
-						return err
-					},
-					list,
-					func() error {
-						if _, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
-							return err
-						}
-						_, err := env.Client.CoreV1().Nodes().Patch(ctx, name, k8stypes.JSONPatchType,
-							[]byte(`[{"op":"remove","path":"/spec/taints/0"}]`), metav1.PatchOptions{})
-						return err
-					},
-				}
-				for _, step := range steps {
-					if err := step(); err != nil {
-						b.Error(err)
-						return
-					}
+				if err := do(j); err != nil {
+					b.Error(err)
+					return
 				}
 			}
 		})
 	}
-	for j := range insts {
+	for j := range n {
 		work <- j
 	}
 	close(work)
 	wg.Wait()
-	took := time.Since(start)
-	waitUntainted(b, env, names)
-	return took
 }

@@ -285,17 +285,12 @@ func TestStartupTaintRemovedOnlyOnceTheAddressIsOn(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, options{})
 	inst := h.moto.RunInstance(t)
-	h.moto.TagForCluster(t, h.cluster, inst)
 	node := h.nodeName("tainted")
 	h.proxy.Inject("AssociateAddress", faultproxy.ServerError, faultproxy.Forever)
-	h.createNodeWith(&corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{controller.LabelOptIn: "true"}},
-		Spec: corev1.NodeSpec{ProviderID: inst.ProviderID(), Taints: []corev1.Taint{
-			{Key: "example.com/other", Effect: corev1.TaintEffectNoSchedule},
-			{Key: controller.DefaultStartupTaint, Effect: corev1.TaintEffectNoSchedule},
-		}},
-		Status: corev1.NodeStatus{Addresses: inst.NodeAddresses()},
-	})
+	h.createOptedIn(node, inst, corev1.NodeSpec{Taints: []corev1.Taint{
+		{Key: "example.com/other", Effect: corev1.TaintEffectNoSchedule},
+		{Key: controller.DefaultStartupTaint, Effect: corev1.TaintEffectNoSchedule},
+	}})
 	testenv.Eventually(t, 30*time.Second, func() error {
 		if f := h.proxy.Faults("AssociateAddress"); f < 2 {
 			return fmt.Errorf("%d failed associations so far", f)
@@ -342,13 +337,8 @@ func TestCordonedNodeTakesNoNewAddressButKeepsItsOwn(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, options{})
 	inst := h.moto.RunInstance(t)
-	h.moto.TagForCluster(t, h.cluster, inst)
 	node := h.nodeName("cordoned")
-	h.createNodeWith(&corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{controller.LabelOptIn: "true"}},
-		Spec:       corev1.NodeSpec{ProviderID: inst.ProviderID(), Unschedulable: true},
-		Status:     corev1.NodeStatus{Addresses: inst.NodeAddresses()},
-	})
+	h.createOptedIn(node, inst, corev1.NodeSpec{Unschedulable: true})
 	if st := h.waitState(node, controller.StatePending); !strings.Contains(st.Message, "cordoned") {
 		t.Fatalf("state %+v, want Pending: cordoned", st)
 	}
@@ -402,6 +392,19 @@ func TestAllocationNamesThePublicIPv4Pool(t *testing.T) {
 			}
 		}
 		return nil
+	})
+}
+
+// createOptedIn creates a Node the operator opted in, backed by inst (tagged
+// for the cluster), with spec (its providerID set here).
+func (h *harness) createOptedIn(name string, inst ec2test.Instance, spec corev1.NodeSpec) {
+	h.t.Helper()
+	h.moto.TagForCluster(h.t, h.cluster, inst)
+	spec.ProviderID = inst.ProviderID()
+	h.createNodeWith(&corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{controller.LabelOptIn: "true"}},
+		Spec:       spec,
+		Status:     corev1.NodeStatus{Addresses: inst.NodeAddresses()},
 	})
 }
 
