@@ -39,7 +39,7 @@ func TestDualStackRules(t *testing.T) {
 		// 2. Pinning and priority come before the families a pool offers.
 		{"PreferDualStack in a namespace pinned to an IPv4-only pool takes that pool", []*Pool{v4(pinned), dual()},
 			Request{FamilyPolicy: PreferDualStack, Families: v4v6}, []string{"10.0.1.0"}, ""},
-		{"PreferDualStack takes the better priority over both families", []*Pool{v4(prio(1)), dual(prio(2))},
+		{"PreferDualStack takes the better priority over both families", []*Pool{v4(pinned, prio(1)), dual(pinned, prio(2))},
 			Request{FamilyPolicy: PreferDualStack, Families: v4v6}, []string{"10.0.1.0"}, ""},
 		{"PreferDualStack takes a pinned pool's second family over an unpinned first", []*Pool{v4(), v6(pinned)},
 			Request{FamilyPolicy: PreferDualStack, Families: v4v6}, []string{"2001:db8:1::1"}, ""},
@@ -103,6 +103,20 @@ func TestDualStackRulesMoveNoHolder(t *testing.T) {
 	req.Service = "ns/new"
 	if res := mustAllocate(t, a, req); res.Pool != "a-v4" {
 		t.Fatalf("the new Service: %+v, want pool a-v4", res)
+	}
+}
+
+// TestPreferDualStackTakesTheSecondFamilyOfAFullPool: the pool chosen by
+// rank gives PreferDualStack the family it has free, the second one when
+// its first is full, rather than sending it to a lower-ranked pool.
+func TestPreferDualStackTakesTheSecondFamilyOfAFullPool(t *testing.T) {
+	a := newAllocator(t,
+		mustPool(t, "a-dual", modSpec(spec("10.0.2.0/32", "2001:db8:2::/64"), []func(*PoolSpec){func(s *PoolSpec) { s.Priority = 1 }})),
+		mustPool(t, "b-v4", spec("10.0.1.0/24")))
+	mustAllocate(t, a, Request{Service: "ns/first"})
+	res := mustAllocate(t, a, Request{Service: "ns/s", FamilyPolicy: PreferDualStack, Families: []Family{IPv4, IPv6}})
+	if res.Pool != "a-dual" || len(res.IPs) != 1 || res.IPs[0].String() != "2001:db8:2::1" {
+		t.Fatalf("res = %+v, want 2001:db8:2::1 from a-dual", res)
 	}
 }
 

@@ -145,3 +145,30 @@ func mustPool(t testing.TB, name string, spec PoolSpec) *Pool {
 	}
 	return p
 }
+
+// TestOverlapWithinAPoolIsMerged: entries of one pool that overlap (a CIDR
+// listed beside a range inside it, say, after an edit that grew the pool)
+// are merged, not a conflict: the pool serves, counts each address once,
+// and hands each out once. Only overlaps between two pools make one of
+// them Conflicting (docs/pools.md, "Overlapping entries").
+func TestOverlapWithinAPoolIsMerged(t *testing.T) {
+	p := mustPool(t, "a", spec("10.0.0.0/30", "10.0.0.2-10.0.0.3", "10.0.0.3/32"))
+	a := New()
+	if upd := a.SetPools([]*Pool{p}); len(upd.Conflicts) > 0 {
+		t.Fatalf("conflicts: %+v", upd.Conflicts)
+	}
+	if u, _ := a.Usage("a"); u.IPv4.Total.Int64() != 4 {
+		t.Fatalf("total = %s, want 4", u.IPv4.Total)
+	}
+	seen := map[netip.Addr]bool{}
+	for i := range 4 {
+		res := mustAllocate(t, a, Request{Service: "ns/s" + string(rune('a'+i))})
+		if seen[res.IPs[0]] {
+			t.Fatalf("%s handed out twice", res.IPs[0])
+		}
+		seen[res.IPs[0]] = true
+	}
+	if _, err := a.Allocate(Request{Service: "ns/full"}); reasonOf(err) != ReasonPoolExhausted {
+		t.Fatalf("a fifth Service: err = %v, want PoolExhausted", err)
+	}
+}
