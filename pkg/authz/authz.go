@@ -350,14 +350,15 @@ func (a *Authorizer) userResult(e userEntry) (authenticationv1.UserInfo, error) 
 func (a *Authorizer) cachedUser(digest string) (userEntry, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	e, ok := a.users[digest]
-	if !ok {
-		e, ok = a.refused[digest]
+	// A digest is in one map at a time (storeUser moves it), but look in
+	// both for a live answer: an expired entry in one never hides the
+	// other's.
+	for _, m := range []map[string]userEntry{a.users, a.refused} {
+		if e, ok := m[digest]; ok && a.now().Before(e.expires) {
+			return e, true
+		}
 	}
-	if !ok || !a.now().Before(e.expires) {
-		return userEntry{}, false
-	}
-	return e, true
+	return userEntry{}, false
 }
 
 func (a *Authorizer) cachedAccess(key string) (accessEntry, bool) {
@@ -384,6 +385,10 @@ func (a *Authorizer) storeUser(digest string, e userEntry) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// The token's last answer is the only one: a revoked token leaves the
+	// allowed map, a token that came good leaves the refused one.
+	delete(a.users, digest)
+	delete(a.refused, digest)
 	e.expires = a.now().Add(ttl)
 	(*m)[digest] = e
 	if len(*m) > limit {

@@ -280,3 +280,50 @@ func TestPendingReviewsAreBounded(t *testing.T) {
 		t.Errorf("a review once a slot is free: %v, want Unauthenticated", got)
 	}
 }
+
+// TestRevokedTokenRefusalIsCached: a token that authenticated, then was
+// revoked (its Pod deleted, its ServiceAccount gone), is refused once its
+// allowed answer expires — and that refusal is cached like any other, not
+// shadowed by the expired allowed entry (a revoked token repeated must not
+// cost a TokenReview per call).
+func TestRevokedTokenRefusalIsCached(t *testing.T) {
+	var trs atomic.Int32
+	var revoked atomic.Bool
+	c := fake.NewClientset()
+	c.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		trs.Add(1)
+		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview)
+		if revoked.Load() {
+			tr.Status = authenticationv1.TokenReviewStatus{Error: "token has been invalidated"}
+		} else {
+			tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "alice"}, Audiences: tr.Spec.Audiences}
+		}
+		return true, tr, nil
+	})
+	c.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
+		sar.Status.Allowed = true
+		return true, sar, nil
+	})
+	a := New(c, Rules{"/x.S/List": {Verb: "list", Resource: "allocations"}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	now := time.Unix(1000, 0)
+	a.now = func() time.Time { return now }
+	call := func() codes.Code {
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer t"))
+		_, err := a.Authorize(ctx, "/x.S/List")
+		return status.Code(err)
+	}
+	if got := call(); got != codes.OK {
+		t.Fatalf("before the revocation: %v", got)
+	}
+	revoked.Store(true)
+	now = now.Add(DefaultAllowTTL)
+	for i := range 5 {
+		if got := call(); got != codes.Unauthenticated {
+			t.Fatalf("call %d after the revocation: %v, want Unauthenticated", i, got)
+		}
+	}
+	if n := trs.Load(); n != 2 {
+		t.Fatalf("%d TokenReviews, want 2 (one accepted, one refused and cached)", n)
+	}
+}
