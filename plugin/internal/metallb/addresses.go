@@ -27,8 +27,8 @@ func convertAddress(s string) (entry string, notes []string, err error) {
 			notes = append(notes, fmt.Sprintf("%q has host bits set; MetalLB uses the network %s, and so does the IPPool", s, m))
 			pfx = m
 		}
-		lo, hi := pfx.Addr(), lastOf(pfx)
-		notes = append(notes, unusableNotes(lo, hi)...)
+		lo, hi := pfx.Addr(), LastOf(pfx)
+		notes = append(notes, UnusableNotes(lo, hi)...)
 		if lo.Is6() && pfx.Bits() < 127 {
 			notes = append(notes, fmt.Sprintf("ipledger never hands out %s, the Subnet-Router anycast address of %s; "+
 				"a Service that holds it keeps it, held outside its pool (docs/pools.md)", lo, pfx))
@@ -56,7 +56,7 @@ func convertAddress(s string) (entry string, notes []string, err error) {
 	case hi.Less(lo):
 		return "", nil, errors.New("starts after it ends; MetalLB refuses it too (write the lower address first)")
 	}
-	return lo.String() + "-" + hi.String(), append(notes, unusableNotes(lo, hi)...), nil
+	return lo.String() + "-" + hi.String(), append(notes, UnusableNotes(lo, hi)...), nil
 }
 
 // parseRangeEnd parses one end of a range as MetalLB's net.ParseIP does: no
@@ -76,8 +76,8 @@ func mappedHint(pfx netip.Prefix) string {
 	return netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()-96).Masked().String()
 }
 
-// lastOf is the last address of a prefix.
-func lastOf(p netip.Prefix) netip.Addr {
+// LastOf is the last address of a prefix.
+func LastOf(p netip.Prefix) netip.Addr {
 	b := p.Masked().Addr().AsSlice()
 	for i := p.Bits(); i < len(b)*8; i++ {
 		b[i/8] |= 0x80 >> (i % 8)
@@ -104,8 +104,9 @@ var unusable = []struct {
 	{netip.MustParseAddr("ff00::"), netip.MustParseAddr("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), "multicast"},
 }
 
-// unusableNotes says which part of lo-hi ipam never hands out.
-func unusableNotes(lo, hi netip.Addr) []string {
+// UnusableNotes says which part of lo-hi ipam never hands out, as
+// warnings (the Cilium converter writes them too).
+func UnusableNotes(lo, hi netip.Addr) []string {
 	var out []string
 	for _, b := range unusable {
 		if lo.Is4() != b.first.Is4() || hi.Less(b.first) || b.last.Less(lo) {

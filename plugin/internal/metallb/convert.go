@@ -66,12 +66,14 @@ type ObjectMeta struct {
 }
 
 // IPPoolSpec is spec of an IPPool. AutoAssign and AvoidBuggyIPs are always
-// written, so a reviewer sees them.
+// written, so a reviewer sees them; SkipFirstLastIPs (Cilium's
+// allowFirstLastIPs) only when set, as MetalLB has no such field.
 type IPPoolSpec struct {
-	Addresses     []string    `json:"addresses"`
-	AutoAssign    bool        `json:"autoAssign"`
-	AvoidBuggyIPs bool        `json:"avoidBuggyIPs"`
-	Allocation    *Allocation `json:"allocation,omitempty"`
+	Addresses        []string    `json:"addresses"`
+	AutoAssign       bool        `json:"autoAssign"`
+	AvoidBuggyIPs    bool        `json:"avoidBuggyIPs"`
+	SkipFirstLastIPs bool        `json:"skipFirstLastIPs,omitempty"`
+	Allocation       *Allocation `json:"allocation,omitempty"`
 }
 
 // Allocation is spec.allocation of an IPPool: MetalLB's serviceAllocation.
