@@ -1,0 +1,222 @@
+// Package migratetest runs the migration guides (docs/migrating-from-*.md)
+// against a real API server (pkg/testenv): kubectl, the plugin in-process,
+// and the real watcher and ipam binaries started and stopped as the guides
+// switch them. The tests stand in for the controller being replaced (they
+// write the statuses it wrote); the test API server has no kubelet, so the
+// tests run ipam themselves with the flags each kustomization sets.
+package migratetest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/plugin/internal/commands"
+)
+
+// Wait bounds every condition the guides wait for.
+const Wait = 90 * time.Second
+
+// Migration is one run of a guide.
+type Migration struct {
+	T   *testing.T
+	Env *testenv.Env
+	// NS is the namespace of the test's Services; Dir holds its files.
+	NS, Dir string
+
+	watcher, ipamToken, kubeconfig string
+	// IPAM is the ipam started last; IPAMAddr its gRPC address.
+	IPAM     *testenv.Process
+	IPAMAddr string
+	viewer   string
+}
+
+// New starts a run: a namespace for the Services, a directory for the files.
+func New(t *testing.T) *Migration {
+	env := testenv.Get(t)
+	return &Migration{T: t, Env: env, NS: env.Namespace(t, nil), Dir: t.TempDir()}
+}
+
+// Kubectl runs kubectl as the cluster admin; a failure fails the test.
+func (m *Migration) Kubectl(args ...string) string {
+	m.T.Helper()
+	out, err := m.Env.Kubectl(context.Background(), args...)
+	if err != nil {
+		m.T.Fatal(err)
+	}
+	return string(out)
+}
+
+// Plugin runs kubectl-ipledger with args as the cluster admin.
+func (m *Migration) Plugin(stdin string, args ...string) (stdout, stderr string, err error) {
+	var out, errOut bytes.Buffer
+	root := commands.NewRoot(genericiooptions.IOStreams{In: strings.NewReader(stdin), Out: &out, ErrOut: &errOut})
+	root.SetArgs(append(args, "--kubeconfig", m.Env.CP.KubeconfigPath))
+	err = root.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+// StartWatcher runs the watcher (ledger in the system namespace) and gets
+// ipam's token, and a viewer's for kubectl ipledger why.
+func (m *Migration) StartWatcher() {
+	t, env, sysNS := m.T, m.Env, testenv.SystemNamespace
+	m.watcher = testenv.FreeAddr(t)
+	testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
+		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", m.watcher, "--grpc-plaintext", "--namespace", sysNS,
+		"--ops-addr", testenv.FreeAddr(t), "--log-format", "text")
+	token, err := env.ServiceAccountToken(context.Background(), sysNS, "ipledger-ipam")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.kubeconfig, m.ipamToken = env.KubeconfigFor(t, token), env.TokenFile(t, sysNS, "ipledger-ipam")
+	m.viewer = env.TokenFile(t, sysNS, "migration-viewer")
+	if _, err := env.Kubectl(context.Background(), "create", "clusterrolebinding", "migration-viewer", "--clusterrole=ipledger:viewer",
+		"--serviceaccount="+sysNS+":migration-viewer"); err != nil && !strings.Contains(err.Error(), "AlreadyExists") {
+		t.Fatal(err)
+	}
+}
+
+// StartIPAM starts ipam as the Deployment of deploy/kustomize/base runs it
+// (class ipledger.io/lb), with --require-lb-class=requireClass as
+// components/require-lb-class sets it, and waits until it leads.
+func (m *Migration) StartIPAM(id string, requireClass bool) {
+	t := m.T
+	ops, grpcAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	p := testenv.StartProcess(t, id, m.Env.Binary(t, "ipam"), nil,
+		"--kubeconfig", m.kubeconfig, "--namespace", testenv.SystemNamespace, "--lb-class", "ipledger.io/lb",
+		fmt.Sprintf("--require-lb-class=%t", requireClass), "--log-format", "text",
+		"--watcher-addr", m.watcher, "--watcher-token-file", m.ipamToken, "--watcher-plaintext",
+		"--grpc-addr", grpcAddr, "--grpc-plaintext", "--ops-addr", ops,
+		"--leader-elect-identity", id, "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s",
+		"--leader-elect-retry-period", "500ms")
+	testenv.Eventually(t, Wait, func() error {
+		if p.Exited() {
+			t.Fatalf("%s exited: %v\n%s", id, p.Err(), p.Logs())
+		}
+		lease, err := m.Env.Client.CoordinationV1().Leases(testenv.SystemNamespace).Get(context.Background(), "ipledger-ipam", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if h := lease.Spec.HolderIdentity; h == nil || *h != id {
+			return fmt.Errorf("lease holder %v, want %s", h, id)
+		}
+		resp, err := http.Get("http://" + ops + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s /readyz: %s", id, resp.Status)
+		}
+		return nil
+	})
+	m.IPAM, m.IPAMAddr = p, grpcAddr
+}
+
+// StopIPAM stops the ipam started last, as scaling its Deployment to 0 does.
+func (m *Migration) StopIPAM() {
+	m.T.Helper()
+	if err := m.IPAM.Stop(10 * time.Second); err != nil {
+		m.T.Fatal(err)
+	}
+}
+
+// IPAMArgs checks that the ipledger-ipam Deployment, as the last kubectl
+// apply left it, runs with --require-lb-class=true or without it, and with
+// one replica.
+func (m *Migration) IPAMArgs(requireClass bool) {
+	m.T.Helper()
+	out := m.Kubectl("-n", testenv.SystemNamespace, "get", "deploy/ipledger-ipam", "-o", "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].args}")
+	if strings.Contains(out, "--require-lb-class=true") != requireClass || !strings.HasPrefix(out, "1 ") {
+		m.T.Fatalf("ipledger-ipam Deployment: replicas and args %s, want --require-lb-class=true: %t and 1 replica", out, requireClass)
+	}
+}
+
+// Why runs kubectl ipledger why svc/name (against the ipam started last)
+// and checks its answer says want.
+func (m *Migration) Why(name string, want ...string) {
+	m.T.Helper()
+	out, stderr, err := m.Plugin("", "why", "svc/"+name, "-n", m.NS, "--ipam-address", m.IPAMAddr, "--token-file", m.viewer)
+	if err != nil {
+		m.T.Fatalf("why svc/%s: %v\n%s", name, err, stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			m.T.Errorf("why svc/%s does not say %q:\n%s", name, w, out)
+		}
+	}
+}
+
+// ServedService creates a class-less LoadBalancer Service and writes the
+// status the controller being replaced wrote (one ingress per IP).
+func (m *Migration) ServedService(name string, port int32, annotations map[string]string, ips ...string) {
+	t := m.T
+	ctx := context.Background()
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.NS, Annotations: annotations},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name},
+			Ports: []corev1.ServicePort{{Name: "p", Port: port, Protocol: corev1.ProtocolTCP}}},
+	}
+	s, err := m.Env.Client.CoreV1().Services(m.NS).Create(ctx, s, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = m.Env.Client.CoreV1().Services(m.NS).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	for _, ip := range ips {
+		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	if _, err := m.Env.Client.CoreV1().Services(m.NS).UpdateStatus(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Service gets a Service of the test's namespace.
+func (m *Migration) Service(name string) *corev1.Service {
+	s, err := m.Env.Client.CoreV1().Services(m.NS).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		m.T.Fatal(err)
+	}
+	return s
+}
+
+// Ingress is the IPs a Service's status shows.
+func Ingress(s *corev1.Service) []string {
+	var out []string
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		out = append(out, in.IP)
+	}
+	return out
+}
+
+// Condition is ipam's condition on a Service, nil when it wrote none.
+func Condition(s *corev1.Service) *metav1.Condition {
+	for i, c := range s.Status.Conditions {
+		if c.Type == "ipledger.io/AddressAllocated" {
+			return &s.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// WriteFile writes a file of the run and returns its path.
+func (m *Migration) WriteFile(name, content string) string {
+	m.T.Helper()
+	path := filepath.Join(m.Dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		m.T.Fatal(err)
+	}
+	return path
+}
