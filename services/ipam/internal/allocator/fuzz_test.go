@@ -131,12 +131,16 @@ func FuzzParseServiceRequest(f *testing.F) {
 	f.Add("192.0.2.1,192.0.2.2", "", "Bad_Pool", "", "")
 	f.Add("fe80::1%eth0", "x", "", "", "::ffff:1.2.3.4")
 	f.Add(",", " ", "a..b", "k", "0.0.0.0")
+	f.Add("192.0.2.1", "192.0.2.1", "", "k", "")
 	f.Fuzz(func(t *testing.T, ips, legacyIPs, pool, share, lbIP string) {
 		ann := map[string]string{
-			"ipledger.io/loadBalancerIPs":         ips,
-			"metallb.universe.tf/loadBalancerIPs": legacyIPs,
-			"ipledger.io/address-pool":            pool,
-			"metallb.io/allow-shared-ip":          share,
+			"ipledger.io/loadBalancerIPs":              ips,
+			"metallb.universe.tf/loadBalancerIPs":      legacyIPs,
+			"lbipam.cilium.io/ips":                     legacyIPs,
+			"ipledger.io/address-pool":                 pool,
+			"metallb.io/allow-shared-ip":               share,
+			"io.cilium/lb-ipam-sharing-key":            share,
+			"lbipam.cilium.io/sharing-cross-namespace": pool,
 		}
 		req, err := ParseServiceRequest(ann, lbIP)
 		if err != nil {
