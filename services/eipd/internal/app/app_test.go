@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -76,6 +77,7 @@ type replicaOpts struct {
 	minInterval    time.Duration
 	requeue        time.Duration // sweep interval; 0 = the default
 	reservedSets   string        // --reserved-sets file; "" = none
+	stopTimeout    time.Duration // the term's drain bound; 0 = 20s
 }
 
 // startReplica runs one in-process ipledger-eipd, authenticated as its own
@@ -98,7 +100,7 @@ func startReplica(t testing.TB, env *testenv.Env, watcher, name string, o replic
 	cfg.Leader = leader.Config{
 		LeaseName: o.lease, LeaseNamespace: system, Identity: name,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
-		StopTimeout: 20 * time.Second,
+		StopTimeout: cmp.Or(o.stopTimeout, 20*time.Second),
 	}
 	cfg.Controller.MinReconciliationInterval = o.minInterval
 	if o.requeue > 0 {

@@ -144,6 +144,75 @@ func floorRun(b *testing.B, env *testenv.Env, moto *ec2test.Moto, cluster, prefi
 	return time.Since(start)
 }
 
+// BenchmarkJoin200: eipd leads; 200 labelled Nodes join at once (each on
+// its own moto instance) and the clock runs until every Node carries its
+// label. The floor is floorRun's plain client over 200 more instances, in
+// the same run.
+//
+//	go test ./internal/app -run '^$' -bench Join200 -benchtime 1x
+func BenchmarkJoin200(b *testing.B) {
+	const n = 200
+	env := testenv.Get(b)
+	moto := ec2test.Get(b)
+	for i := range b.N {
+		cluster, lease, prefix := names(b)
+		prefix = fmt.Sprintf("%s-%d", prefix, i)
+		insts := moto.RunInstances(b, 2*n)
+		moto.TagForCluster(b, cluster, insts[:n]...)
+		watcher := startWatcher(b, env)
+		// Stopping drains the syncs the Nodes' own updates queued: give it time.
+		r := startReplica(b, env, watcher, "bench", replicaOpts{cluster: cluster, lease: lease, stopTimeout: 5 * time.Minute})
+		testenv.Eventually(b, time.Minute, func() error {
+			l, err := env.Client.CoordinationV1().Leases(system).Get(context.Background(), lease, metav1.GetOptions{})
+			if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "bench" {
+				return fmt.Errorf("lease not held yet: %v", err)
+			}
+			return nil
+		})
+		start := time.Now()
+		var nodes []string
+		for j := range n {
+			name := fmt.Sprintf("%s-j%d", prefix, j)
+			nodes = append(nodes, name)
+			createTaintedNode(b, env, name, insts[j], true)
+		}
+		waitLabelled(b, env, nodes)
+		eipd := time.Since(start)
+		calls := r.proxy.Counts()
+		r.stop()
+		var def controller.Config
+		def.Defaults()
+		floor := floorRun(b, env, moto, cluster+"-floor", prefix, insts[n:], def.Workers)
+		b.ReportMetric(eipd.Seconds(), "eipd-s")
+		b.ReportMetric(floor.Seconds(), "floor-s")
+		b.ReportMetric(eipd.Seconds()/floor.Seconds(), "ratio")
+		b.Logf("%d nodes joining: all labelled after %s, floor %s; ratio %.2f; eipd's EC2 calls %v", n, eipd, floor, eipd.Seconds()/floor.Seconds(), calls)
+	}
+}
+
+func waitLabelled(b testing.TB, env *testenv.Env, names []string) {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	testenv.Eventually(b, 10*time.Minute, func() error {
+		nodes, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		done := 0
+		for _, nd := range nodes.Items {
+			if want[nd.Name] && nd.Labels[controller.LabelExternalIP] != "" {
+				done++
+			}
+		}
+		if done < len(names) {
+			return fmt.Errorf("%d/%d nodes labelled", done, len(names))
+		}
+		return nil
+	})
+}
+
 // BenchmarkReservedSetJoin: eipd leads with a reserved set of N addresses;
 // N Nodes join at once, each with the startup taint, and the clock runs
 // until the last taint is gone. The floor, in the same run, is a plain
