@@ -6,10 +6,8 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,19 +20,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
-	"github.com/ipledger/ipledger/plugin/internal/commands"
 	"github.com/ipledger/ipledger/plugin/internal/metallb"
+	"github.com/ipledger/ipledger/plugin/internal/migratetest"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 var poolsGVR = schema.GroupVersionResource{Group: "ipledger.io", Version: "v1alpha1", Resource: "ippools"}
 
-const wait = 90 * time.Second
+const wait = migratetest.Wait
 
 // TestConvertedPoolsAreValid creates, for real, every IPPool converted from
 // the testdata (MetalLB's own examples): the CRD's validation and the
@@ -87,141 +84,6 @@ func toUnstructured(t *testing.T, p metallb.IPPool) *unstructured.Unstructured {
 	return u
 }
 
-// migration is one run of the guide: MetalLB's objects in metallb-system
-// (the test stands in for MetalLB's controller: it writes the statuses
-// MetalLB would), a watcher, and ipam started and restarted as the guide
-// switches it.
-type migration struct {
-	t          *testing.T
-	env        *testenv.Env
-	ns         string
-	dir        string
-	watcher    string
-	ipamToken  string
-	kubeconfig string
-	ipam       *testenv.Process
-	ipamAddr   string // gRPC
-	viewer     string // token file of a ServiceAccount bound to ipledger:viewer
-}
-
-func (m *migration) kubectl(args ...string) string {
-	m.t.Helper()
-	out, err := m.env.Kubectl(context.Background(), args...)
-	if err != nil {
-		m.t.Fatal(err)
-	}
-	return string(out)
-}
-
-// plugin runs kubectl-ipledger with args as the cluster admin.
-func (m *migration) plugin(stdin string, args ...string) (stdout, stderr string, err error) {
-	var out, errOut bytes.Buffer
-	root := commands.NewRoot(genericiooptions.IOStreams{In: strings.NewReader(stdin), Out: &out, ErrOut: &errOut})
-	root.SetArgs(append(args, "--kubeconfig", m.env.CP.KubeconfigPath))
-	err = root.ExecuteContext(context.Background())
-	return out.String(), errOut.String(), err
-}
-
-// startIPAM starts ipam as the Deployment of deploy/kustomize/base runs it
-// (class ipledger.io/lb), with --require-lb-class=requireClass as
-// components/require-lb-class sets it, and waits until it leads.
-func (m *migration) startIPAM(id string, requireClass bool) {
-	t := m.t
-	ops, grpcAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
-	p := testenv.StartProcess(t, id, m.env.Binary(t, "ipam"), nil,
-		"--kubeconfig", m.kubeconfig, "--namespace", testenv.SystemNamespace, "--lb-class", "ipledger.io/lb",
-		fmt.Sprintf("--require-lb-class=%t", requireClass), "--log-format", "text",
-		"--watcher-addr", m.watcher, "--watcher-token-file", m.ipamToken, "--watcher-plaintext",
-		"--grpc-addr", grpcAddr, "--grpc-plaintext", "--ops-addr", ops,
-		"--leader-elect-identity", id, "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s",
-		"--leader-elect-retry-period", "500ms")
-	testenv.Eventually(t, wait, func() error {
-		if p.Exited() {
-			t.Fatalf("%s exited: %v\n%s", id, p.Err(), p.Logs())
-		}
-		lease, err := m.env.Client.CoordinationV1().Leases(testenv.SystemNamespace).Get(context.Background(), "ipledger-ipam", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if h := lease.Spec.HolderIdentity; h == nil || *h != id {
-			return fmt.Errorf("lease holder %v, want %s", h, id)
-		}
-		resp, err := http.Get("http://" + ops + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s /readyz: %s", id, resp.Status)
-		}
-		return nil
-	})
-	m.ipam, m.ipamAddr = p, grpcAddr
-}
-
-// why runs kubectl ipledger why svc/name (against the ipam started last) and
-// checks its answer says want.
-func (m *migration) why(name string, want ...string) {
-	m.t.Helper()
-	out, stderr, err := m.plugin("", "why", "svc/"+name, "-n", m.ns, "--ipam-address", m.ipamAddr, "--token-file", m.viewer)
-	if err != nil {
-		m.t.Fatalf("why svc/%s: %v\n%s", name, err, stderr)
-	}
-	for _, w := range want {
-		if !strings.Contains(out, w) {
-			m.t.Errorf("why svc/%s does not say %q:\n%s", name, w, out)
-		}
-	}
-}
-
-// metallbService creates a class-less LoadBalancer Service and writes the
-// status and annotations MetalLB's controller would have written.
-func (m *migration) metallbService(name, ip string, port int32, annotations map[string]string) {
-	t := m.t
-	ctx := context.Background()
-	s := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.ns, Annotations: annotations},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": name},
-			Ports: []corev1.ServicePort{{Name: "p", Port: port, Protocol: corev1.ProtocolTCP}}},
-	}
-	s, err := m.env.Client.CoreV1().Services(m.ns).Create(ctx, s, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = m.env.Client.CoreV1().Services(m.ns).Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
-	if _, err := m.env.Client.CoreV1().Services(m.ns).UpdateStatus(ctx, s, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (m *migration) service(name string) *corev1.Service {
-	s, err := m.env.Client.CoreV1().Services(m.ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		m.t.Fatal(err)
-	}
-	return s
-}
-
-func ingress(s *corev1.Service) []string {
-	var out []string
-	for _, in := range s.Status.LoadBalancer.Ingress {
-		out = append(out, in.IP)
-	}
-	return out
-}
-
-func condition(s *corev1.Service) *metav1.Condition {
-	for i, c := range s.Status.Conditions {
-		if c.Type == "ipledger.io/AddressAllocated" {
-			return &s.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 // TestMigrationKeepsMetalLBAddresses runs docs/migrating-from-metallb.md:
 // convert the pools with the plugin, run ipam beside MetalLB with
 // --require-lb-class, switch (MetalLB's controller stopped, the IPPools
@@ -231,16 +93,16 @@ func condition(s *corev1.Service) *metav1.Condition {
 func TestMigrationKeepsMetalLBAddresses(t *testing.T) {
 	env := testenv.Get(t)
 	ctx := context.Background()
-	m := &migration{t: t, env: env, ns: env.Namespace(t, nil), dir: t.TempDir()}
+	m := migratetest.New(t)
 
 	// MetalLB as installed: its CRDs, pools and advertisement, and a stand-in
 	// for its controller Deployment (no kubelet here: it never runs a Pod).
-	m.kubectl("apply", "--server-side", "-f", "../testdata/crds")
-	m.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/ipaddresspools.metallb.io", "crd/l2advertisements.metallb.io")
+	m.Kubectl("apply", "--server-side", "-f", "../testdata/crds")
+	m.Kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/ipaddresspools.metallb.io", "crd/l2advertisements.metallb.io")
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "metallb-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	writeFile(t, m.dir, "metallb.yaml", `apiVersion: metallb.io/v1beta1
+	m.WriteFile("metallb.yaml", `apiVersion: metallb.io/v1beta1
 kind: IPAddressPool
 metadata: {name: mlb-auto, namespace: metallb-system}
 spec:
@@ -268,16 +130,16 @@ spec:
     spec:
       containers: [{name: controller, image: quay.io/metallb/controller:v0.15.2}]
 `)
-	m.kubectl("apply", "-f", filepath.Join(m.dir, "metallb.yaml"))
-	m.metallbService("held", "10.93.0.1", 80, nil)
-	m.metallbService("requested", "10.93.0.5", 80, map[string]string{"metallb.universe.tf/loadBalancerIPs": "10.93.0.5"})
-	m.metallbService("named", "10.93.1.1", 80, map[string]string{"metallb.universe.tf/address-pool": "mlb-named"})
-	m.metallbService("shared-a", "10.93.0.2", 80, map[string]string{"metallb.universe.tf/allow-shared-ip": "web"})
-	m.metallbService("shared-b", "10.93.0.2", 443, map[string]string{"metallb.universe.tf/allow-shared-ip": "web"})
+	m.Kubectl("apply", "-f", filepath.Join(m.Dir, "metallb.yaml"))
+	m.ServedService("held", 80, nil, "10.93.0.1")
+	m.ServedService("requested", 80, map[string]string{"metallb.universe.tf/loadBalancerIPs": "10.93.0.5"}, "10.93.0.5")
+	m.ServedService("named", 80, map[string]string{"metallb.universe.tf/address-pool": "mlb-named"}, "10.93.1.1")
+	m.ServedService("shared-a", 80, map[string]string{"metallb.universe.tf/allow-shared-ip": "web"}, "10.93.0.2")
+	m.ServedService("shared-b", 443, map[string]string{"metallb.universe.tf/allow-shared-ip": "web"}, "10.93.0.2")
 	metallbIPs := map[string]string{"held": "10.93.0.1", "requested": "10.93.0.5", "named": "10.93.1.1", "shared-a": "10.93.0.2", "shared-b": "10.93.0.2"}
 
 	// Step: convert the pools and review them.
-	stdout, stderr, err := m.plugin("", "migrate-metallb")
+	stdout, stderr, err := m.Plugin("", "migrate-metallb")
 	if err != nil {
 		t.Fatalf("migrate-metallb: %v\n%s", err, stderr)
 	}
@@ -285,32 +147,22 @@ spec:
 		t.Errorf("stderr does not name the advertisement:\n%s", stderr)
 	}
 	// The same pools from the file (whose Deployment is only a warning).
-	fromFile, _, err := m.plugin("", "migrate-metallb", "-f", filepath.Join(m.dir, "metallb.yaml"))
+	fromFile, _, err := m.Plugin("", "migrate-metallb", "-f", filepath.Join(m.Dir, "metallb.yaml"))
 	if err != nil || stdout != fromFile {
 		t.Errorf("from the cluster:\n%s\nfrom the file (err %v):\n%s", stdout, err, fromFile)
 	}
-	writeFile(t, m.dir, "ippools.yaml", stdout)
+	m.WriteFile("ippools.yaml", stdout)
 	// And from what kubectl prints (a List), through stdin.
-	listed := m.kubectl("get", "ipaddresspools", "-n", "metallb-system", "-o", "yaml")
-	if fromStdin, stderr, err := m.plugin(listed, "migrate-metallb", "-f", "-"); err != nil || fromStdin != stdout {
+	listed := m.Kubectl("get", "ipaddresspools", "-n", "metallb-system", "-o", "yaml")
+	if fromStdin, stderr, err := m.Plugin(listed, "migrate-metallb", "-f", "-"); err != nil || fromStdin != stdout {
 		t.Errorf("from kubectl get -o yaml | migrate-metallb -f - (err %v, %s):\n%s\nwant\n%s", err, stderr, fromStdin, stdout)
 	}
 
 	// Step: ipam beside MetalLB (components/require-lb-class), with a trial
 	// pool of its own that overlaps none of MetalLB's addresses.
 	sysNS := testenv.SystemNamespace
-	m.watcher = testenv.FreeAddr(t)
-	testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
-		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", m.watcher, "--grpc-plaintext", "--namespace", sysNS,
-		"--ops-addr", testenv.FreeAddr(t), "--log-format", "text")
-	token, err := env.ServiceAccountToken(ctx, sysNS, "ipledger-ipam")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.kubeconfig, m.ipamToken = env.KubeconfigFor(t, token), env.TokenFile(t, sysNS, "ipledger-ipam")
-	m.viewer = env.TokenFile(t, sysNS, "migration-viewer")
-	m.kubectl("create", "clusterrolebinding", "migration-viewer", "--clusterrole=ipledger:viewer", "--serviceaccount="+sysNS+":migration-viewer")
-	writeFile(t, m.dir, "trial.yaml", `apiVersion: ipledger.io/v1alpha1
+	m.StartWatcher()
+	m.WriteFile("trial.yaml", `apiVersion: ipledger.io/v1alpha1
 kind: IPPool
 metadata: {name: trial}
 spec:
@@ -325,46 +177,46 @@ spec:
   selector: {app: trial}
   ports: [{port: 80}]
 `)
-	m.kubectl("apply", "-n", m.ns, "-f", filepath.Join(m.dir, "trial.yaml"))
+	m.Kubectl("apply", "-n", m.NS, "-f", filepath.Join(m.Dir, "trial.yaml"))
 	// The install the guide names (nothing runs it here: the test runs ipam
 	// itself with the flags it sets).
-	m.kubectl("apply", "--server-side", "-k", filepath.Join(env.Root, "deploy/kustomize/overlays/cloud"))
-	m.ipamArgs(true)
-	m.startIPAM("ipam-beside", true)
+	m.Kubectl("apply", "--server-side", "-k", filepath.Join(env.Root, "deploy/kustomize/overlays/cloud"))
+	m.IPAMArgs(true)
+	m.StartIPAM("ipam-beside", true)
 	testenv.Eventually(t, wait, func() error {
-		if got := ingress(m.service("trial")); len(got) != 1 || !strings.HasPrefix(got[0], "10.93.9.") {
+		if got := migratetest.Ingress(m.Service("trial")); len(got) != 1 || !strings.HasPrefix(got[0], "10.93.9.") {
 			return fmt.Errorf("trial Service has %v, want an address of the trial pool", got)
 		}
 		return nil
 	})
-	m.why("trial", "Allocated", "10.93.9.")
+	m.Why("trial", "Allocated", "10.93.9.")
 	for name, ip := range metallbIPs {
-		s := m.service(name)
-		if got := ingress(s); !slices.Equal(got, []string{ip}) || condition(s) != nil {
-			t.Fatalf("beside MetalLB, ipam touched %s: ingress %v, condition %+v", name, got, condition(s))
+		s := m.Service(name)
+		if got := migratetest.Ingress(s); !slices.Equal(got, []string{ip}) || migratetest.Condition(s) != nil {
+			t.Fatalf("beside MetalLB, ipam touched %s: ingress %v, condition %+v", name, got, migratetest.Condition(s))
 		}
 	}
 
 	// Step: switch. MetalLB's controller stops allocating, the IPPools are
 	// applied, ipam serves class-less Services (restarted without
 	// --require-lb-class: a new term, which adopts the addresses in status).
-	m.kubectl("-n", sysNS, "scale", "deploy/ipledger-ipam", "--replicas=0")
-	if err := m.ipam.Stop(10 * time.Second); err != nil {
+	m.Kubectl("-n", sysNS, "scale", "deploy/ipledger-ipam", "--replicas=0")
+	if err := m.IPAM.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	m.kubectl("-n", "metallb-system", "scale", "deploy/controller", "--replicas=0")
-	m.kubectl("apply", "-f", filepath.Join(m.dir, "ippools.yaml"))
-	m.kubectl("apply", "--server-side", "-k", filepath.Join(env.Root, "deploy/kustomize/base"))
-	m.ipamArgs(false)
-	m.startIPAM("ipam-switched", false)
+	m.Kubectl("-n", "metallb-system", "scale", "deploy/controller", "--replicas=0")
+	m.Kubectl("apply", "-f", filepath.Join(m.Dir, "ippools.yaml"))
+	m.Kubectl("apply", "--server-side", "-k", filepath.Join(env.Root, "deploy/kustomize/base"))
+	m.IPAMArgs(false)
+	m.StartIPAM("ipam-switched", false)
 	wantPool := map[string]string{"held": "mlb-auto", "requested": "mlb-auto", "named": "mlb-named", "shared-a": "mlb-auto", "shared-b": "mlb-auto"}
 	testenv.Eventually(t, wait, func() error {
 		for name, ip := range metallbIPs {
-			s := m.service(name)
-			c := condition(s)
+			s := m.Service(name)
+			c := migratetest.Condition(s)
 			switch {
-			case !slices.Equal(ingress(s), []string{ip}):
-				t.Fatalf("%s moved: ingress %v, MetalLB gave %s", name, ingress(s), ip)
+			case !slices.Equal(migratetest.Ingress(s), []string{ip}):
+				t.Fatalf("%s moved: ingress %v, MetalLB gave %s", name, migratetest.Ingress(s), ip)
 			case c == nil || c.Status != "True" || c.Reason != "Allocated":
 				return fmt.Errorf("%s: condition %+v, want True/Allocated", name, c)
 			case s.Annotations["ipledger.io/allocated-from-pool"] != wantPool[name]:
@@ -374,10 +226,10 @@ spec:
 		return nil
 	})
 
-	m.why("named", "Allocated", "10.93.1.1", "mlb-named")
+	m.Why("named", "Allocated", "10.93.1.1", "mlb-named")
 
 	// After the switch, MetalLB's annotations on a new Service are honoured.
-	m.kubectl("apply", "-n", m.ns, "-f", writeFile(t, m.dir, "after.yaml", `apiVersion: v1
+	m.Kubectl("apply", "-n", m.NS, "-f", m.WriteFile("after.yaml", `apiVersion: v1
 kind: Service
 metadata:
   name: after
@@ -388,7 +240,7 @@ spec:
   ports: [{port: 80}]
 `))
 	testenv.Eventually(t, wait, func() error {
-		got := ingress(m.service("after"))
+		got := migratetest.Ingress(m.Service("after"))
 		if len(got) != 1 || !strings.HasPrefix(got[0], "10.93.1.") || got[0] == "10.93.1.1" {
 			return fmt.Errorf("after: ingress %v, want a free address of mlb-named (10.93.1.0-10.93.1.3, not 10.93.1.1)", got)
 		}
@@ -396,43 +248,23 @@ spec:
 	})
 
 	// Rollback: ipam stopped, MetalLB's controller back; the statuses stay.
-	m.kubectl("-n", sysNS, "scale", "deploy/ipledger-ipam", "--replicas=0")
-	if err := m.ipam.Stop(10 * time.Second); err != nil {
+	m.Kubectl("-n", sysNS, "scale", "deploy/ipledger-ipam", "--replicas=0")
+	if err := m.IPAM.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	m.kubectl("-n", "metallb-system", "scale", "deploy/controller", "--replicas=1")
+	m.Kubectl("-n", "metallb-system", "scale", "deploy/controller", "--replicas=1")
 	for name, ip := range metallbIPs {
-		if got := ingress(m.service(name)); !slices.Equal(got, []string{ip}) {
+		if got := migratetest.Ingress(m.Service(name)); !slices.Equal(got, []string{ip}) {
 			t.Errorf("after the rollback %s has %v, want %s", name, got, ip)
 		}
 	}
-	list := m.kubectl("get", "ippools", "-l", "ipledger.io/converted-from=metallb", "-o", "name")
+	list := m.Kubectl("get", "ippools", "-l", "ipledger.io/converted-from=metallb", "-o", "name")
 	if list != "ippool.ipledger.io/mlb-auto\nippool.ipledger.io/mlb-named\n" {
 		t.Errorf("converted pools by label: %q", list)
 	}
 	for _, p := range []string{"mlb-auto", "mlb-named", "trial"} {
-		m.kubectl("patch", "ippool", p, "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
+		m.Kubectl("patch", "ippool", p, "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
 	}
-	m.kubectl("delete", "ippools", "-l", "ipledger.io/converted-from=metallb")
-	m.kubectl("delete", "ippool", "trial")
-}
-
-// ipamArgs checks that the ipledger-ipam Deployment, as the last kubectl
-// apply left it, runs with --require-lb-class=true or without it, and with
-// one replica.
-func (m *migration) ipamArgs(requireClass bool) {
-	m.t.Helper()
-	out := m.kubectl("-n", testenv.SystemNamespace, "get", "deploy/ipledger-ipam", "-o", "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].args}")
-	if strings.Contains(out, "--require-lb-class=true") != requireClass || !strings.HasPrefix(out, "1 ") {
-		m.t.Fatalf("ipledger-ipam Deployment: replicas and args %s, want --require-lb-class=true: %t and 1 replica", out, requireClass)
-	}
-}
-
-func writeFile(t *testing.T, dir, name, content string) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	m.Kubectl("delete", "ippools", "-l", "ipledger.io/converted-from=metallb")
+	m.Kubectl("delete", "ippool", "trial")
 }
