@@ -225,7 +225,7 @@ func (c *converter) pool(o *unstructured.Unstructured) (metallb.IPPool, bool) {
 		out.Spec.AutoAssign = false
 		c.warn(obj, "spec.disabled", "ipledger has no disabled pool; written as autoAssign: false, so ipam gives none of its addresses to a Service "+
 			"automatically, but still to one that requests one of them (ipledger.io/loadBalancerIPs, lbipam.cilium.io/ips) or names the pool "+
-			"(ipledger.io/address-pool), which Cilium refuses; Services holding its addresses keep them in both")
+			"(ipledger.io/address-pool), where Cilium allocates no new address from a disabled pool; Services holding its addresses keep them in both")
 	}
 
 	if sel := spec.ServiceSelector; sel != nil {
