@@ -69,11 +69,14 @@ type ObjectMeta struct {
 // written, so a reviewer sees them; SkipFirstLastIPs (Cilium's
 // allowFirstLastIPs) only when set, as MetalLB has no such field.
 type IPPoolSpec struct {
-	Addresses        []string    `json:"addresses"`
-	AutoAssign       bool        `json:"autoAssign"`
-	AvoidBuggyIPs    bool        `json:"avoidBuggyIPs"`
-	SkipFirstLastIPs bool        `json:"skipFirstLastIPs,omitempty"`
-	Allocation       *Allocation `json:"allocation,omitempty"`
+	Addresses        []string `json:"addresses"`
+	AutoAssign       bool     `json:"autoAssign"`
+	AvoidBuggyIPs    bool     `json:"avoidBuggyIPs"`
+	SkipFirstLastIPs bool     `json:"skipFirstLastIPs,omitempty"`
+	// Exclude is written only by converters whose source skips addresses
+	// that skipFirstLastIPs cannot say (kube-vip's IPv4-only skip-end-ips).
+	Exclude    []string    `json:"exclude,omitempty"`
+	Allocation *Allocation `json:"allocation,omitempty"`
 }
 
 // Allocation is spec.allocation of an IPPool: MetalLB's serviceAllocation.
