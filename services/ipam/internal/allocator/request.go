@@ -35,7 +35,7 @@ const (
 // across namespaces.
 var annotationSpellings = map[string][]string{
 	AnnotationLoadBalancerIPs: {AnnotationLoadBalancerIPs, "metallb.io/loadBalancerIPs", "metallb.universe.tf/loadBalancerIPs",
-		"lbipam.cilium.io/ips", "io.cilium/lb-ipam-ips"},
+		"lbipam.cilium.io/ips", "io.cilium/lb-ipam-ips", AnnotationKubeVIPLoadBalancerIPs},
 	AnnotationAddressPool: {AnnotationAddressPool, "metallb.io/address-pool", "metallb.universe.tf/address-pool"},
 	AnnotationAllowSharedIP: {AnnotationAllowSharedIP, "metallb.io/allow-shared-ip", "metallb.universe.tf/allow-shared-ip",
 		"lbipam.cilium.io/sharing-key", "io.cilium/lb-ipam-sharing-key"},
@@ -67,6 +67,10 @@ type ServiceRequest struct {
 // Errors are *Error with ReasonInvalidRequest naming the field and the fix.
 func ParseServiceRequest(annotations map[string]string, loadBalancerIP string) (ServiceRequest, error) {
 	var out ServiceRequest
+	loadBalancerIP, err := kubeVIPLoadBalancerIP(annotations, loadBalancerIP) // kubevip.go
+	if err != nil {
+		return ServiceRequest{}, err
+	}
 
 	ipsKey, ipsVal, err := oneAnnotation(annotations, AnnotationLoadBalancerIPs, func(a, b string) bool {
 		x, errA := parseIPList("", a)
