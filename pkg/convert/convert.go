@@ -23,8 +23,9 @@ import (
 // rest of an object). MetalLB's and Cilium LB-IPAM's are the request and
 // sharing annotations ipam reads for migration (Cilium's older spellings
 // are io.cilium/lb-ipam-*; its other io.cilium/ annotations are dropped).
+// kube-vip's is its request annotation alone (KubeVIPRequestAnnotation).
 var AnnotationPrefixes = []string{"ipledger.io/", "metallb.io/", "metallb.universe.tf/", "lbipam.cilium.io/", "io.cilium/lb-ipam-",
-	"endpoints.kubernetes.io/"}
+	"endpoints.kubernetes.io/", KubeVIPRequestAnnotation}
 
 // GroupVersion of ipledger's CRDs.
 var GroupVersion = schema.GroupVersion{Group: "ipledger.io", Version: "v1alpha1"}
@@ -86,7 +87,7 @@ func Meta(m metav1.Object) *watcherv1.ObjectMeta {
 		}
 	}
 	for k, v := range m.GetAnnotations() {
-		if !hasAnyPrefix(k, AnnotationPrefixes) {
+		if !Carried(m, k) {
 			continue
 		}
 		if out.Annotations == nil {

@@ -622,7 +622,8 @@ type ObjectMeta struct {
 	Labels map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// annotations holds only those under `ipledger.io/`, `metallb.io/`,
 	// `metallb.universe.tf/`, `lbipam.cilium.io/`, `io.cilium/lb-ipam-` and
-	// `endpoints.kubernetes.io/`.
+	// `endpoints.kubernetes.io/`, and `kube-vip.io/loadbalancerIPs` unless
+	// ipam's field manager (`ipledger-ipam`) manages it.
 	Annotations map[string]string `protobuf:"bytes,7,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// creation_timestamp in Unix nanoseconds.
 	CreationTimestamp int64 `protobuf:"varint,8,opt,name=creation_timestamp,json=creationTimestamp,proto3" json:"creation_timestamp,omitempty"`

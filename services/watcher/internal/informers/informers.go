@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -80,26 +79,27 @@ type metrics struct {
 // compact form carries (such as kubectl's last-applied-configuration, a copy
 // of the whole object). The informers' transform applies it first, so that an
 // object that does not convert, and is cached as it came, is cached small.
+//
+// Annotations are filtered before managedFields go, by convert.Carried: a
+// request annotation ipam itself wrote (kube-vip.io/loadbalancerIPs under
+// ipam's field manager) is dropped here, the last place that can tell.
 func StripManagedFields(obj any) (any, error) {
 	a, ok := obj.(metav1.Object)
 	if !ok {
 		return obj, nil
 	}
-	a.SetManagedFields(nil)
 	if ann := a.GetAnnotations(); len(ann) > 0 {
 		kept := map[string]string{}
 		for k, v := range ann {
-			for _, p := range convert.AnnotationPrefixes {
-				if strings.HasPrefix(k, p) {
-					kept[k] = v
-					break
-				}
+			if convert.Carried(a, k) {
+				kept[k] = v
 			}
 		}
 		if len(kept) != len(ann) {
 			a.SetAnnotations(kept)
 		}
 	}
+	a.SetManagedFields(nil)
 	return obj, nil
 }
 
