@@ -233,7 +233,15 @@ spec:
 	})
 
 	// Step: the Services kube-vip-cloud-provider put on one address get a
-	// common sharing key.
+	// common sharing key: listed by address, then annotated.
+	listed := m.Kubectl("get", "svc", "-A", "-l", "implementation=kube-vip", "-o",
+		`custom-columns=IP:.metadata.annotations.kube-vip\.io/loadbalancerIPs,NAMESPACE:.metadata.namespace,NAME:.metadata.name`,
+		`--sort-by=.metadata.annotations.kube-vip\.io/loadbalancerIPs`)
+	for _, want := range []string{"10.95.0.2   " + m.NS + "   shared-a", "10.95.0.2   " + m.NS + "   shared-b"} {
+		if !strings.Contains(strings.Join(strings.Fields(listed), "   "), strings.Join(strings.Fields(want), "   ")) {
+			t.Errorf("the listing by address does not show %q:\n%s", want, listed)
+		}
+	}
 	m.Kubectl("-n", m.NS, "annotate", "svc", "shared-a", "shared-b", "ipledger.io/allow-shared-ip=10.95.0.2")
 
 	// Step: switch.
