@@ -1,6 +1,8 @@
 package allocator
 
 import (
+	"errors"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -46,4 +48,34 @@ func TestKubeVIPRequest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzKubeVIPRequest: with kube-vip's annotation, any input fails with
+// InvalidRequest or is accepted; spec.loadBalancerIP beside an annotation
+// is accepted only as the copy of kube-vip's first address.
+func FuzzKubeVIPRequest(f *testing.F) {
+	f.Add("192.0.2.1", "", "192.0.2.1")
+	f.Add("192.0.2.1,2001:db8::1", "192.0.2.1,2001:db8::1", "")
+	f.Add("0.0.0.0", "", "0.0.0.0")
+	f.Add(" 2001:db8::1 ,192.0.2.1", "", "2001:db8::1")
+	f.Add("192.0.2.1", "", "192.0.2.2")
+	f.Fuzz(func(t *testing.T, kv, ours, lbIP string) {
+		req, err := ParseServiceRequest(map[string]string{"kube-vip.io/loadbalancerIPs": kv, AnnotationLoadBalancerIPs: ours}, lbIP)
+		if err != nil {
+			var ae *Error
+			if !errors.As(err, &ae) || ae.Reason != ReasonInvalidRequest || ae.Message == "" {
+				t.Fatalf("error is not InvalidRequest: %#v", err)
+			}
+			return
+		}
+		if strings.TrimSpace(lbIP) == "" || strings.TrimSpace(kv) == "" && strings.TrimSpace(ours) == "" {
+			return
+		}
+		first, _, _ := strings.Cut(kv, ",")
+		a, errA := netip.ParseAddr(strings.TrimSpace(first))
+		b, errB := netip.ParseAddr(strings.TrimSpace(lbIP))
+		if errA != nil || errB != nil || a != b || len(req.RequestedIPs) == 0 || req.RequestedIPs[0] != a {
+			t.Fatalf("accepted spec.loadBalancerIP %q beside kube-vip.io/loadbalancerIPs %q (ipledger.io: %q): %v", lbIP, kv, ours, req.RequestedIPs)
+		}
+	})
 }
