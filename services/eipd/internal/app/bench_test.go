@@ -47,30 +47,13 @@ func BenchmarkColdStart(b *testing.B) {
 		watcher := startWatcher(b, env)
 		start := time.Now()
 		r := startReplica(b, env, watcher, "bench", replicaOpts{cluster: cluster, lease: lease, minInterval: 10 * time.Second})
-		testenv.Eventually(b, time.Minute, func() error {
-			l, err := env.Client.CoordinationV1().Leases(system).Get(context.Background(), lease, metav1.GetOptions{})
-			if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "bench" {
-				return fmt.Errorf("lease not held yet: %v", err)
-			}
-			return nil
-		})
+		waitLeading(b, env, lease, "bench")
 		leading := time.Since(start)
-		testenv.Eventually(b, 5*time.Minute, func() error {
-			nodes, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
-			if err != nil {
-				return err
-			}
-			done := 0
-			for _, nd := range nodes.Items {
-				if nd.Labels[controller.LabelExternalIP] != "" && nd.Labels[controller.LabelOptIn] == "true" {
-					done++
-				}
-			}
-			if done < n {
-				return fmt.Errorf("%d/%d nodes labelled", done, n)
-			}
-			return nil
-		})
+		var nodes []string
+		for j := range n {
+			nodes = append(nodes, fmt.Sprintf("%s-e%d", prefix, j))
+		}
+		waitLabelled(b, env, nodes)
 		eipd := time.Since(start)
 		for j := range n {
 			if got := addressesFor(b, cluster, fmt.Sprintf("%s-e%d", prefix, j)); len(got) != 1 {
@@ -162,13 +145,7 @@ func BenchmarkJoin200(b *testing.B) {
 		watcher := startWatcher(b, env)
 		// Stopping drains the syncs the Nodes' own updates queued: give it time.
 		r := startReplica(b, env, watcher, "bench", replicaOpts{cluster: cluster, lease: lease, stopTimeout: 5 * time.Minute})
-		testenv.Eventually(b, time.Minute, func() error {
-			l, err := env.Client.CoordinationV1().Leases(system).Get(context.Background(), lease, metav1.GetOptions{})
-			if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "bench" {
-				return fmt.Errorf("lease not held yet: %v", err)
-			}
-			return nil
-		})
+		waitLeading(b, env, lease, "bench")
 		start := time.Now()
 		var nodes []string
 		for j := range n {
@@ -241,13 +218,7 @@ func BenchmarkReservedSetJoin(b *testing.B) {
 		}
 		watcher := startWatcher(b, env)
 		r := startReplica(b, env, watcher, "bench", replicaOpts{cluster: cluster, lease: lease, reservedSets: path})
-		testenv.Eventually(b, time.Minute, func() error {
-			l, err := env.Client.CoordinationV1().Leases(system).Get(context.Background(), lease, metav1.GetOptions{})
-			if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "bench" {
-				return fmt.Errorf("lease not held yet: %v", err)
-			}
-			return nil
-		})
+		waitLeading(b, env, lease, "bench")
 		start := time.Now()
 		var names []string
 		for j := range n {
@@ -414,4 +385,15 @@ func inParallel(b *testing.B, workers, n int, do func(j int) error) {
 	}
 	close(work)
 	wg.Wait()
+}
+
+// waitLeading waits until identity holds the Lease.
+func waitLeading(b *testing.B, env *testenv.Env, lease, identity string) {
+	testenv.Eventually(b, time.Minute, func() error {
+		l, err := env.Client.CoordinationV1().Leases(system).Get(context.Background(), lease, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != identity {
+			return fmt.Errorf("lease not held by %s yet: %v", identity, err)
+		}
+		return nil
+	})
 }
