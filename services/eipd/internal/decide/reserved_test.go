@@ -196,3 +196,34 @@ func TestAhead(t *testing.T) {
 		}
 	}
 }
+
+// FuzzChooseFromReservations: whatever file parses, Choose for a Node of
+// any of its sets takes only a free address of that set or waits, and
+// never allocates.
+func FuzzChooseFromReservations(f *testing.F) {
+	f.Add("sets:\n- name: a\n  addresses: {tags: {k: v}}\n  order: tag:rank\n", "v", "3", 1)
+	f.Add("sets:\n- name: a\n  addresses: {allocationIDs: [eipalloc-1]}\n- name: b\n  addresses: {tags: {k: v}}\n", "v", "x", 0)
+	f.Fuzz(func(t *testing.T, file, tagValue, rank string, ahead int) {
+		r, err := ParseReservations([]byte(file))
+		if err != nil || len(r.Sets) == 0 || ahead < 0 {
+			return
+		}
+		var addrs []Address
+		for i, node := range []string{"", "", "other", ""} {
+			addrs = append(addrs, Address{AllocationID: "eipalloc-" + string(rune('1'+i)), PublicIP: "192.0.2." + string(rune('1'+i)),
+				Node: node, Tags: map[string]string{"k": tagValue, "rank": rank}})
+		}
+		for _, s := range r.Sets {
+			p := Choose(Input{Node: "n1", Reservations: r, Set: s.Name, Ahead: ahead, Addresses: addrs})
+			switch p.Action {
+			case Wait:
+			case ClaimOrphan:
+				if r.AddressSet(p.Address) != s.Name || p.Address.Node != "" || p.Address.Associated() {
+					t.Fatalf("set %s: took %+v, not a free address of the set", s.Name, p.Address)
+				}
+			default:
+				t.Fatalf("set %s: %v, want ClaimOrphan or Wait", s.Name, p.Action)
+			}
+		}
+	})
+}
