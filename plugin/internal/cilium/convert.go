@@ -19,18 +19,17 @@ package cilium
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/ipledger/ipledger/plugin/internal/conversion"
 	"github.com/ipledger/ipledger/plugin/internal/metallb"
 )
 
@@ -96,7 +95,7 @@ func Convert(objs []*unstructured.Unstructured) Result {
 	from := map[string]string{}
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
-		obj := describe(o)
+		obj := conversion.Describe(o)
 		switch {
 		case gvk.Group == Group && gvk.Kind == Kind:
 			if prev, ok := from[o.GetName()]; ok {
@@ -135,18 +134,9 @@ func (c *converter) warn(obj, field, format string, args ...any) {
 	c.warnings = append(c.warnings, metallb.Warning{Object: obj, Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
-func describe(o *unstructured.Unstructured) string {
-	kind := cmp.Or(o.GetKind(), "object")
-	name := cmp.Or(o.GetName(), "(no name)")
-	if ns := o.GetNamespace(); ns != "" {
-		return kind + " " + ns + "/" + name
-	}
-	return kind + " " + name
-}
-
 // pool converts one CiliumLoadBalancerIPPool; false when it produces no IPPool.
 func (c *converter) pool(o *unstructured.Unstructured) (metallb.IPPool, bool) {
-	obj := describe(o)
+	obj := conversion.Describe(o)
 	if v := o.GroupVersionKind().Version; v != "v2" && v != "v2alpha1" {
 		c.warn(obj, "apiVersion", "not converted: %s/%s is not a version this converter knows; export the pools as cilium.io/v2 or v2alpha1", Group, v)
 		return metallb.IPPool{}, false
@@ -158,7 +148,7 @@ func (c *converter) pool(o *unstructured.Unstructured) (metallb.IPPool, bool) {
 	rawSpec, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec")
 	specMap, _ := rawSpec.(map[string]any)
 	var spec poolSpec
-	if err := decode(specMap, &spec); err != nil {
+	if err := conversion.Decode(specMap, &spec); err != nil {
 		c.warn(obj, "spec", "not converted: %v", err)
 		return metallb.IPPool{}, false
 	}
@@ -173,7 +163,7 @@ func (c *converter) pool(o *unstructured.Unstructured) (metallb.IPPool, bool) {
 		Spec: metallb.IPPoolSpec{AutoAssign: true},
 	}
 	ok := true
-	for _, k := range unknownKeys(specMap, knownSpecFields) {
+	for _, k := range conversion.UnknownKeys(specMap, knownSpecFields) {
 		c.warn(obj, "spec."+k, "not carried over: ipledger's IPPool has no equivalent")
 	}
 
@@ -240,7 +230,7 @@ func (c *converter) pool(o *unstructured.Unstructured) (metallb.IPPool, bool) {
 		c.warn(obj, "status", "Cilium marks this pool conflicting (%s) and gives out none of its addresses; ipam makes the younger of two overlapping IPPools Conflicting as well, so check both before applying", conflict)
 	}
 	if l := o.GetLabels(); len(l) > 0 {
-		c.warn(obj, "metadata.labels", "not carried over (%s): ipam does not read IPPool labels", joinMap(l))
+		c.warn(obj, "metadata.labels", "not carried over (%s): ipam does not read IPPool labels", conversion.JoinMap(l))
 	}
 	var annotations []string
 	for k := range o.GetAnnotations() {
@@ -278,7 +268,7 @@ func (c *converter) overlaps() {
 			for _, x := range spans[j] {
 				for _, y := range spans[i] {
 					if x.lo.Is4() == y.lo.Is4() && !x.hi.Less(y.lo) && !y.hi.Less(x.lo) && shared == "" {
-						shared = later(x.lo, y.lo).String()
+						shared = conversion.Later(x.lo, y.lo).String()
 					}
 				}
 			}
@@ -290,13 +280,6 @@ func (c *converter) overlaps() {
 			}
 		}
 	}
-}
-
-func later(a, b netip.Addr) netip.Addr {
-	if a.Less(b) {
-		return b
-	}
-	return a
 }
 
 // FirstLastIPs maps Cilium's allowFirstLastIPs onto skipFirstLastIPs. Cilium
@@ -494,10 +477,6 @@ func hasExpr(rs []metav1.LabelSelectorRequirement, key string) bool {
 	return n > 1
 }
 
-var namespaceName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-
-func isNamespaceName(s string) bool { return len(s) <= 63 && namespaceName.MatchString(s) }
-
 // Namespaces maps Cilium's requirements on io.kubernetes.service.namespace
 // (ANDed, as in any label selector) onto an IPPool: when every requirement
 // is In, the namespaces in all of them (names, sorted); otherwise a
@@ -519,7 +498,7 @@ func Namespaces(reqs []metav1.LabelSelectorRequirement) (names []string, sel *me
 		for i, r := range reqs {
 			var vals []string
 			for _, v := range r.Values {
-				if isNamespaceName(v) && (i == 0 || slices.Contains(set, v)) && !slices.Contains(vals, v) {
+				if conversion.IsNamespaceName(v) && (i == 0 || slices.Contains(set, v)) && !slices.Contains(vals, v) {
 					vals = append(vals, v)
 				}
 			}
@@ -559,42 +538,4 @@ func poolConflict(o *unstructured.Unstructured) string {
 		}
 	}
 	return ""
-}
-
-func decode(in any, out any) error {
-	if in == nil {
-		return nil
-	}
-	b, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return fmt.Errorf("field %s is a %s, expected %s", te.Field, te.Value, te.Type)
-		}
-		return err
-	}
-	return nil
-}
-
-func unknownKeys(m map[string]any, known []string) []string {
-	var out []string
-	for k := range m {
-		if !slices.Contains(known, k) {
-			out = append(out, k)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-func joinMap(m map[string]string) string {
-	var kv []string
-	for k, v := range m {
-		kv = append(kv, k+"="+v)
-	}
-	slices.Sort(kv)
-	return strings.Join(kv, ", ")
 }

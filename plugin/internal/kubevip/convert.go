@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/ipledger/ipledger/plugin/internal/conversion"
 	"github.com/ipledger/ipledger/plugin/internal/metallb"
 )
 
@@ -108,10 +108,6 @@ func ShareKey(data map[string]string, ns string) (key string, share bool) {
 	return "", false
 }
 
-var namespaceName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-
-func isNamespaceName(s string) bool { return len(s) <= 63 && namespaceName.MatchString(s) }
-
 // Convert converts the kube-vip ConfigMap among objs, and warns about every
 // other object. It converts exactly one ConfigMap: kube-vip-cloud-provider
 // reads one, and two would both claim the kube-vip-* pool names.
@@ -123,7 +119,7 @@ func Convert(objs []*unstructured.Unstructured) Result {
 			cms = append(cms, o)
 			continue
 		}
-		c.warn(describe(o), "", "not converted: not a ConfigMap (kube-vip-cloud-provider's configuration is the %s ConfigMap in %s)", ConfigMapName, ConfigMapNamespace)
+		c.warn(conversion.Describe(o), "", "not converted: not a ConfigMap (kube-vip-cloud-provider's configuration is the %s ConfigMap in %s)", ConfigMapName, ConfigMapNamespace)
 	}
 	switch len(cms) {
 	case 0:
@@ -131,9 +127,9 @@ func Convert(objs []*unstructured.Unstructured) Result {
 		c.configMap(cms[0])
 	default:
 		for _, o := range cms {
-			c.warn(describe(o), "", "not converted: %d ConfigMaps given, and kube-vip-cloud-provider reads one; give only the one it reads (%s/%s by default)",
+			c.warn(conversion.Describe(o), "", "not converted: %d ConfigMaps given, and kube-vip-cloud-provider reads one; give only the one it reads (%s/%s by default)",
 				len(cms), ConfigMapNamespace, ConfigMapName)
-			c.notConverted = append(c.notConverted, describe(o))
+			c.notConverted = append(c.notConverted, conversion.Describe(o))
 		}
 	}
 	slices.SortFunc(c.pools, func(a, b metallb.IPPool) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
@@ -153,19 +149,10 @@ func (c *converter) warn(obj, field, format string, args ...any) {
 	c.warnings = append(c.warnings, metallb.Warning{Object: obj, Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
-func describe(o *unstructured.Unstructured) string {
-	kind := cmp.Or(o.GetKind(), "object")
-	name := cmp.Or(o.GetName(), "(no name)")
-	if ns := o.GetNamespace(); ns != "" {
-		return kind + " " + ns + "/" + name
-	}
-	return kind + " " + name
-}
-
 // configMap converts the keys of one kube-vip ConfigMap. Warnings name the
 // key as their field; the pools are annotated "ConfigMap ns/name: key".
 func (c *converter) configMap(o *unstructured.Unstructured) {
-	obj := describe(o)
+	obj := conversion.Describe(o)
 	data, _, err := unstructured.NestedStringMap(o.Object, "data")
 	if err != nil {
 		c.warn(obj, "data", "not converted: %v", err)
@@ -181,7 +168,7 @@ func (c *converter) configMap(o *unstructured.Unstructured) {
 	for k := range data {
 		for _, p := range []string{prefixCIDR, prefixRange, prefixShare, prefixIface} {
 			if ns, ok := strings.CutPrefix(k, p); ok && ns != Global {
-				if isNamespaceName(ns) {
+				if conversion.IsNamespaceName(ns) {
 					nsSet[ns] = true
 				}
 				break
@@ -254,7 +241,7 @@ func (c *converter) configMap(o *unstructured.Unstructured) {
 // addressKey converts one cidr-* or range-* key, when it serves.
 func (c *converter) addressKey(obj, key, val string, data map[string]string, serves bool, own []string, skipEnds bool) {
 	_, ns, _ := strings.Cut(key, "-")
-	if ns != Global && !isNamespaceName(ns) {
+	if ns != Global && !conversion.IsNamespaceName(ns) {
 		c.warn(obj, key, "not converted: %q is not a namespace name, so no Service's namespace selects this key", ns)
 		return
 	}

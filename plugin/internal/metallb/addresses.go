@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/ipledger/ipledger/plugin/internal/conversion"
 )
 
 // convertAddress reads one entry of an IPAddressPool's spec.addresses the
@@ -112,7 +114,7 @@ func UnusableNotes(lo, hi netip.Addr) []string {
 		if lo.Is4() != b.first.Is4() || hi.Less(b.first) || b.last.Less(lo) {
 			continue
 		}
-		from, to := later(lo, b.first), earlier(hi, b.last)
+		from, to := conversion.Later(lo, b.first), conversion.Earlier(hi, b.last)
 		what := from.String()
 		if from != to {
 			what = from.String() + "-" + to.String()
@@ -120,18 +122,4 @@ func UnusableNotes(lo, hi netip.Addr) []string {
 		out = append(out, fmt.Sprintf("ipledger never hands out %s (%s); a Service that holds such an address keeps it, held outside its pool (docs/pools.md)", what, b.kind))
 	}
 	return out
-}
-
-func later(a, b netip.Addr) netip.Addr {
-	if a.Less(b) {
-		return b
-	}
-	return a
-}
-
-func earlier(a, b netip.Addr) netip.Addr {
-	if a.Less(b) {
-		return a
-	}
-	return b
 }

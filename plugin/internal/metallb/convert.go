@@ -15,17 +15,16 @@ package metallb
 
 import (
 	"cmp"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/ipledger/ipledger/plugin/internal/conversion"
 )
 
 // Group is MetalLB's API group.
@@ -153,7 +152,7 @@ func Convert(objs []*unstructured.Unstructured) Result {
 	from := map[string]string{} // IPPool name -> the object it came from
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
-		obj := describe(o)
+		obj := conversion.Describe(o)
 		switch {
 		case gvk.Group == Group && gvk.Kind == "IPAddressPool":
 			if prev, ok := from[o.GetName()]; ok {
@@ -197,19 +196,9 @@ func (c *converter) warn(obj, field, format string, args ...any) {
 	c.warnings = append(c.warnings, Warning{Object: obj, Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
-// describe names an object as the warnings do: "Kind namespace/name".
-func describe(o *unstructured.Unstructured) string {
-	kind := cmp.Or(o.GetKind(), "object")
-	name := cmp.Or(o.GetName(), "(no name)")
-	if ns := o.GetNamespace(); ns != "" {
-		return kind + " " + ns + "/" + name
-	}
-	return kind + " " + name
-}
-
 // pool converts one IPAddressPool; false when it produces no IPPool.
 func (c *converter) pool(o *unstructured.Unstructured) (IPPool, bool) {
-	obj := describe(o)
+	obj := conversion.Describe(o)
 	if v := o.GroupVersionKind().Version; v != "v1beta1" {
 		c.warn(obj, "apiVersion", "not converted: %s/%s is not a version this converter knows; export the pools as metallb.io/v1beta1", Group, v)
 		return IPPool{}, false
@@ -221,7 +210,7 @@ func (c *converter) pool(o *unstructured.Unstructured) (IPPool, bool) {
 	rawSpec, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec")
 	specMap, _ := rawSpec.(map[string]any)
 	var spec ipAddressPoolSpec
-	if err := decode(specMap, &spec); err != nil {
+	if err := conversion.Decode(specMap, &spec); err != nil {
 		c.warn(obj, "spec", "not converted: %v", err)
 		return IPPool{}, false
 	}
@@ -236,7 +225,7 @@ func (c *converter) pool(o *unstructured.Unstructured) (IPPool, bool) {
 		Spec: IPPoolSpec{AutoAssign: spec.AutoAssign == nil || *spec.AutoAssign, AvoidBuggyIPs: spec.AvoidBuggyIPs},
 	}
 	ok := true
-	for _, k := range unknownKeys(specMap, knownSpecFields) {
+	for _, k := range conversion.UnknownKeys(specMap, knownSpecFields) {
 		c.warn(obj, "spec."+k, "not carried over: ipledger's IPPool has no equivalent")
 	}
 
@@ -272,7 +261,7 @@ func (c *converter) pool(o *unstructured.Unstructured) (IPPool, bool) {
 		alloc, allocOK := c.allocation(obj, sa)
 		rawAlloc, _, _ := unstructured.NestedFieldNoCopy(specMap, "serviceAllocation")
 		allocMap, _ := rawAlloc.(map[string]any)
-		for _, k := range unknownKeys(allocMap, knownAllocationFields) {
+		for _, k := range conversion.UnknownKeys(allocMap, knownAllocationFields) {
 			c.warn(obj, "spec.serviceAllocation."+k, "not carried over: ipledger's IPPool has no equivalent")
 		}
 		ok = ok && allocOK
@@ -282,7 +271,7 @@ func (c *converter) pool(o *unstructured.Unstructured) (IPPool, bool) {
 	}
 
 	if l := o.GetLabels(); len(l) > 0 {
-		c.warn(obj, "metadata.labels", "not carried over (%s): ipam does not read IPPool labels; MetalLB's advertisements select pools by them, and those stay MetalLB's (%s)", joinMap(l), reachabilityDoc)
+		c.warn(obj, "metadata.labels", "not carried over (%s): ipam does not read IPPool labels; MetalLB's advertisements select pools by them, and those stay MetalLB's (%s)", conversion.JoinMap(l), reachabilityDoc)
 	}
 	var annotations []string
 	for k := range o.GetAnnotations() {
@@ -315,7 +304,7 @@ func (c *converter) allocation(obj string, sa *serviceAllocation) (Allocation, b
 	for i, ns := range sa.Namespaces {
 		field := fmt.Sprintf("%snamespaces[%d]", f, i)
 		switch {
-		case !isNamespaceName(ns):
+		case !conversion.IsNamespaceName(ns):
 			c.warn(obj, field, "not carried over: %q cannot name a namespace, so it never matched one in MetalLB either", ns)
 		case seen[ns]:
 			c.warn(obj, field, "%q repeats an earlier entry; written once", ns)
@@ -381,12 +370,12 @@ func (c *converter) selectors(obj, field string, in []metav1.LabelSelector) ([]m
 // advertisement warns, on the advertisement and on each pool it announces,
 // that announcing stays with MetalLB's speakers (or another announcer).
 func (c *converter) advertisement(o *unstructured.Unstructured, pools []*unstructured.Unstructured) {
-	obj := describe(o)
+	obj := conversion.Describe(o)
 	names, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "ipAddressPools")
 	rawSel, _, _ := unstructured.NestedSlice(o.Object, "spec", "ipAddressPoolSelectors")
 	var selectors []metav1.LabelSelector
 	const why = "announcing is reachability, not address management, and ipledger does not announce; keep MetalLB's speakers with this advertisement or pick another announcer"
-	if err := decode(rawSel, &selectors); err != nil {
+	if err := conversion.Decode(rawSel, &selectors); err != nil {
 		c.warn(obj, "spec.ipAddressPoolSelectors", "cannot be read (%v)", err)
 		c.warn(obj, "", "not converted (which IPAddressPools it announces is unknown): %s (%s)", why, reachabilityDoc)
 		return
@@ -404,7 +393,7 @@ func (c *converter) advertisement(o *unstructured.Unstructured, pools []*unstruc
 		}
 		if selected {
 			announced = append(announced, p.GetName())
-			c.warn(describe(p), "", "announced by %s, which is not converted: announcing is reachability, not address management; keep MetalLB's speakers for it or pick another announcer (%s)", obj, reachabilityDoc)
+			c.warn(conversion.Describe(p), "", "announced by %s, which is not converted: announcing is reachability, not address management; keep MetalLB's speakers for it or pick another announcer (%s)", obj, reachabilityDoc)
 		}
 	}
 	for _, n := range names {
@@ -422,48 +411,4 @@ func (c *converter) advertisement(o *unstructured.Unstructured, pools []*unstruc
 		what = "the IPAddressPools its ipAddressPoolSelectors select, none of those given"
 	}
 	c.warn(obj, "", "not converted (it announces %s): %s (%s)", what, why, reachabilityDoc)
-}
-
-// decode converts unstructured data into a typed value through JSON, with
-// an error that names the field whose type is wrong.
-func decode(in any, out any) error {
-	if in == nil {
-		return nil
-	}
-	b, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return fmt.Errorf("field %s is a %s, expected %s", te.Field, te.Value, te.Type)
-		}
-		return err
-	}
-	return nil
-}
-
-func unknownKeys(m map[string]any, known []string) []string {
-	var out []string
-	for k := range m {
-		if !slices.Contains(known, k) {
-			out = append(out, k)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-var namespaceName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-
-func isNamespaceName(s string) bool { return len(s) <= 63 && namespaceName.MatchString(s) }
-
-func joinMap(m map[string]string) string {
-	var kv []string
-	for k, v := range m {
-		kv = append(kv, k+"="+v)
-	}
-	slices.Sort(kv)
-	return strings.Join(kv, ", ")
 }
