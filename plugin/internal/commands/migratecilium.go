@@ -3,7 +3,6 @@ package commands
 import (
 	"context"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -15,7 +14,6 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/ipledger/ipledger/plugin/internal/cilium"
-	"github.com/ipledger/ipledger/plugin/internal/metallb"
 )
 
 // ciliumPools are the versions of CiliumLoadBalancerIPPool migrate-cilium
@@ -71,21 +69,7 @@ Reading the cluster needs list on ciliumloadbalancerippools (cilium.io).`,
 			if err != nil {
 				return err
 			}
-			res := cilium.Convert(objs)
-			if _, err := io.WriteString(o.Streams.ErrOut, metallb.Warnings(res.Warnings)); err != nil {
-				return err
-			}
-			if len(res.Pools) == 0 && len(res.NotConverted) == 0 {
-				_, err := fmt.Fprintf(o.Streams.ErrOut, "No CiliumLoadBalancerIPPools found %s.\n", from)
-				return err
-			}
-			if err := metallb.Write(o.Streams.Out, res.Pools); err != nil {
-				return err
-			}
-			if n := len(res.NotConverted); n > 0 {
-				return fmt.Errorf("%d CiliumLoadBalancerIPPool(s) not converted: %s; the warnings above say why and what to fix", n, strings.Join(res.NotConverted, ", "))
-			}
-			return nil
+			return printConversion(o, cilium.Convert(objs), "No CiliumLoadBalancerIPPools found "+from+".", "CiliumLoadBalancerIPPool(s)")
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "Read Cilium objects from this file instead of the cluster (- for stdin); repeatable.")

@@ -3,8 +3,6 @@ package commands
 import (
 	"context"
 	"fmt"
-	"io"
-	"strings"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,7 +12,6 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/ipledger/ipledger/plugin/internal/kubevip"
-	"github.com/ipledger/ipledger/plugin/internal/metallb"
 )
 
 // configMaps is read as unstructured, as the other converters read their
@@ -68,21 +65,7 @@ Reading the cluster needs get on the ConfigMap.`,
 			if err != nil {
 				return err
 			}
-			res := kubevip.Convert(objs)
-			if _, err := io.WriteString(o.Streams.ErrOut, metallb.Warnings(res.Warnings)); err != nil {
-				return err
-			}
-			if len(res.Pools) == 0 && len(res.NotConverted) == 0 {
-				_, err := fmt.Fprintln(o.Streams.ErrOut, "No address keys (cidr-*, range-*) found, so no IPPools.")
-				return err
-			}
-			if err := metallb.Write(o.Streams.Out, res.Pools); err != nil {
-				return err
-			}
-			if n := len(res.NotConverted); n > 0 {
-				return fmt.Errorf("%d key(s) not converted: %s; the warnings above say why and what to fix", n, strings.Join(res.NotConverted, ", "))
-			}
-			return nil
+			return printConversion(o, kubevip.Convert(objs), "No address keys (cidr-*, range-*) found, so no IPPools.", "key(s)")
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "Read the ConfigMap from this file instead of the cluster (- for stdin); repeatable.")

@@ -88,27 +88,34 @@ those namespaces.`,
 			if err != nil {
 				return err
 			}
-			res := metallb.Convert(objs)
-			if _, err := io.WriteString(o.Streams.ErrOut, metallb.Warnings(res.Warnings)); err != nil {
-				return err
-			}
-			if len(res.Pools) == 0 && len(res.NotConverted) == 0 {
-				_, err := fmt.Fprintf(o.Streams.ErrOut, "No IPAddressPools found %s.\n", from)
-				return err
-			}
-			if err := metallb.Write(o.Streams.Out, res.Pools); err != nil {
-				return err
-			}
-			if n := len(res.NotConverted); n > 0 {
-				return fmt.Errorf("%d IPAddressPool(s) not converted: %s; the warnings above say why and what to fix", n, strings.Join(res.NotConverted, ", "))
-			}
-			return nil
+			return printConversion(o, metallb.Convert(objs), "No IPAddressPools found "+from+".", "IPAddressPool(s)")
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "Read MetalLB objects from this file instead of the cluster (- for stdin); repeatable.")
 	cmd.Flags().StringSliceVar(&namespaces, "metallb-namespace", []string{"metallb-system"}, "The namespace(s) where MetalLB's IPAddressPools live.")
 	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "Read IPAddressPools from every namespace.")
 	return cmd
+}
+
+// printConversion prints what a migrate-* command converted: the warnings
+// on stderr, the IPPools as YAML on stdout, or the line none when nothing was
+// found; what was left out (of kind) makes the command fail after the rest
+// is printed.
+func printConversion(o *Options, res metallb.Result, none, kind string) error {
+	if _, err := io.WriteString(o.Streams.ErrOut, metallb.Warnings(res.Warnings)); err != nil {
+		return err
+	}
+	if len(res.Pools) == 0 && len(res.NotConverted) == 0 {
+		_, err := fmt.Fprintln(o.Streams.ErrOut, none)
+		return err
+	}
+	if err := metallb.Write(o.Streams.Out, res.Pools); err != nil {
+		return err
+	}
+	if n := len(res.NotConverted); n > 0 {
+		return fmt.Errorf("%d %s not converted: %s; the warnings above say why and what to fix", n, kind, strings.Join(res.NotConverted, ", "))
+	}
+	return nil
 }
 
 func readFiles(stdin io.Reader, files []string) ([]*unstructured.Unstructured, error) {
