@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +22,14 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 	"github.com/ipledger/ipledger/plugin/internal/commands"
+	"github.com/ipledger/ipledger/plugin/internal/metallb"
 )
 
 // Wait bounds every condition the guides wait for.
@@ -225,4 +230,130 @@ func (m *Migration) WriteFile(name, content string) string {
 		m.T.Fatal(err)
 	}
 	return path
+}
+
+// PoolsGVR is ipledger's IPPool resource.
+var PoolsGVR = schema.GroupVersionResource{Group: "ipledger.io", Version: "v1alpha1", Resource: "ippools"}
+
+// CreateConverted converts each input file with convert and creates every
+// resulting IPPool in the real API server (then deletes it): the CRD's
+// validation and the admission policies must accept them all. It returns
+// how many were created.
+func CreateConverted(t *testing.T, inputs []string, convert func([]*unstructured.Unstructured) metallb.Result) int {
+	t.Helper()
+	env := testenv.Get(t)
+	ctx := context.Background()
+	created := 0
+	for _, in := range inputs {
+		f, err := os.Open(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := metallb.Decode(f, in)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range convert(objs).Pools {
+			b, err := yaml.Marshal(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal(b, &u.Object); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := env.Dynamic.Resource(PoolsGVR).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+				t.Errorf("%s: IPPool %s refused: %v", in, p.Metadata.Name, err)
+				continue
+			}
+			created++
+			if err := env.Dynamic.Resource(PoolsGVR).Delete(ctx, p.Metadata.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return created
+}
+
+// ServiceAt gets a Service by "name" (the test's namespace) or
+// "namespace/name".
+func (m *Migration) ServiceAt(key string) *corev1.Service {
+	ns, name, ok := strings.Cut(key, "/")
+	if !ok {
+		ns, name = m.NS, key
+	}
+	s, err := m.Env.Client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		m.T.Fatal(err)
+	}
+	return s
+}
+
+// WaitKept waits until ipam, switched in for the controller named from,
+// serves every Service of ips ("name" or "namespace/name" → the address the
+// old controller gave it) as Allocated from the pool pools names, and fails
+// at once if one of them moved.
+func (m *Migration) WaitKept(from string, ips, pools map[string]string) {
+	m.T.Helper()
+	testenv.Eventually(m.T, Wait, func() error {
+		for key, ip := range ips {
+			s := m.ServiceAt(key)
+			c := Condition(s)
+			switch {
+			case !slices.Equal(Ingress(s), []string{ip}):
+				m.T.Fatalf("%s moved: ingress %v, %s gave %s", key, Ingress(s), from, ip)
+			case c == nil || c.Status != "True" || c.Reason != "Allocated":
+				return fmt.Errorf("%s: condition %+v, want True/Allocated", key, c)
+			case s.Annotations["ipledger.io/allocated-from-pool"] != pools[key]:
+				return fmt.Errorf("%s: allocated-from-pool %q, want %q", key, s.Annotations["ipledger.io/allocated-from-pool"], pools[key])
+			}
+		}
+		return nil
+	})
+}
+
+// Statuses is every Service's status in namespaces, as YAML, by
+// "namespace/name": what a rollback must leave as it was.
+func (m *Migration) Statuses(namespaces ...string) map[string]string {
+	m.T.Helper()
+	out := map[string]string{}
+	for _, ns := range namespaces {
+		list, err := m.Env.Client.CoreV1().Services(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			m.T.Fatal(err)
+		}
+		for _, s := range list.Items {
+			b, err := yaml.Marshal(s.Status)
+			if err != nil {
+				m.T.Fatal(err)
+			}
+			out[ns+"/"+s.Name] = string(b)
+		}
+	}
+	return out
+}
+
+// DeleteConverted is the guides' last rollback step: the IPPools labelled
+// ipledger.io/converted-from=from must be exactly want; their finalizers
+// (and those of the other pools named in also) are removed, as ipam is
+// gone, and they are deleted.
+func (m *Migration) DeleteConverted(from string, want []string, also ...string) {
+	m.T.Helper()
+	label := "ipledger.io/converted-from=" + from
+	want = slices.Sorted(slices.Values(want))
+	var names []string
+	for _, p := range want {
+		names = append(names, "ippool.ipledger.io/"+p)
+	}
+	if list := m.Kubectl("get", "ippools.ipledger.io", "-l", label, "-o", "name"); list != strings.Join(names, "\n")+"\n" {
+		m.T.Errorf("converted pools by label: %q, want %q", list, names)
+	}
+	for _, p := range append(want, also...) {
+		m.Kubectl("patch", "ippools.ipledger.io", p, "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
+	}
+	m.Kubectl("delete", "ippools.ipledger.io", "-l", label)
+	for _, p := range also {
+		m.Kubectl("delete", "ippools.ipledger.io", p)
+	}
 }

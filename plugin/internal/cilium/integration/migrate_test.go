@@ -9,7 +9,7 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,61 +17,23 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/yaml"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 	"github.com/ipledger/ipledger/plugin/internal/cilium"
-	"github.com/ipledger/ipledger/plugin/internal/metallb"
 	"github.com/ipledger/ipledger/plugin/internal/migratetest"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-var poolsGVR = schema.GroupVersionResource{Group: "ipledger.io", Version: "v1alpha1", Resource: "ippools"}
-
 // TestConvertedPoolsAreValid creates, for real, every IPPool converted from
 // the testdata (Cilium's documented examples): the CRD's validation and the
 // admission policy accept them all.
 func TestConvertedPoolsAreValid(t *testing.T) {
-	env := testenv.Get(t)
-	ctx := context.Background()
 	inputs, err := filepath.Glob("../testdata/*.yaml")
 	if err != nil || len(inputs) == 0 {
 		t.Fatalf("no testdata: %v", err)
 	}
-	created := 0
-	for _, in := range inputs {
-		f, err := os.Open(in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, err := metallb.Decode(f, in)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range cilium.Convert(objs).Pools {
-			b, err := yaml.Marshal(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			u := &unstructured.Unstructured{}
-			if err := yaml.Unmarshal(b, &u.Object); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := env.Dynamic.Resource(poolsGVR).Create(ctx, u, metav1.CreateOptions{}); err != nil {
-				t.Errorf("%s: IPPool %s refused: %v", in, p.Metadata.Name, err)
-				continue
-			}
-			created++
-			if err := env.Dynamic.Resource(poolsGVR).Delete(ctx, p.Metadata.Name, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if created < 5 {
+	if created := migratetest.CreateConverted(t, inputs, cilium.Convert); created < 5 {
 		t.Errorf("only %d pools created; the testdata should convert to more", created)
 	}
 }
@@ -204,21 +166,7 @@ spec:
 	m.IPAMArgs(false)
 	m.StartIPAM("ipam-switched", false)
 	wantPool := map[string]string{"held": "cil-auto", "requested": "cil-auto", "shared-a": "cil-auto", "shared-b": "cil-auto", "tenant": "cil-tenant"}
-	testenv.Eventually(t, migratetest.Wait, func() error {
-		for name, ip := range ciliumIPs {
-			s := m.Service(name)
-			c := migratetest.Condition(s)
-			switch {
-			case !slices.Equal(migratetest.Ingress(s), []string{ip}):
-				t.Fatalf("%s moved: ingress %v, Cilium gave %s", name, migratetest.Ingress(s), ip)
-			case c == nil || c.Status != "True" || c.Reason != "Allocated":
-				return fmt.Errorf("%s: condition %+v, want True/Allocated", name, c)
-			case s.Annotations["ipledger.io/allocated-from-pool"] != wantPool[name]:
-				return fmt.Errorf("%s: allocated-from-pool %q, want %q", name, s.Annotations["ipledger.io/allocated-from-pool"], wantPool[name])
-			}
-		}
-		return nil
-	})
+	m.WaitKept("Cilium", ciliumIPs, wantPool)
 	m.Why("tenant", "Allocated", "10.94.1.1", "cil-tenant")
 
 	// After the switch, Cilium's annotations on a new Service are honoured,
@@ -255,21 +203,13 @@ spec:
 	})
 
 	// Rollback: ipam stopped, Cilium's LB-IPAM back; every status stays.
-	before := statuses(t, m)
+	before := m.Statuses(m.NS)
 	m.Kubectl("-n", sysNS, "scale", "deploy/ipledger-ipam", "--replicas=0")
 	m.StopIPAM()
 	m.Kubectl("-n", "kube-system", "patch", "configmap", "cilium-config", "--type", "merge", "-p", `{"data":{"enable-lb-ipam":"true"}}`)
 	m.Kubectl("-n", "kube-system", "rollout", "restart", "deploy/cilium-operator")
-	list := m.Kubectl("get", "ippools.ipledger.io", "-l", "ipledger.io/converted-from=cilium", "-o", "name")
-	if list != "ippool.ipledger.io/cil-auto\nippool.ipledger.io/cil-tenant\n" {
-		t.Errorf("converted pools by label: %q", list)
-	}
-	for _, p := range []string{"cil-auto", "cil-tenant", "trial"} {
-		m.Kubectl("patch", "ippools.ipledger.io", p, "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
-	}
-	m.Kubectl("delete", "ippools.ipledger.io", "-l", "ipledger.io/converted-from=cilium")
-	m.Kubectl("delete", "ippools.ipledger.io", "trial")
-	if after := statuses(t, m); !equalStatuses(before, after) {
+	m.DeleteConverted("cilium", []string{"cil-auto", "cil-tenant"}, "trial")
+	if after := m.Statuses(m.NS); !maps.Equal(before, after) {
 		t.Errorf("the rollback changed statuses:\nbefore %v\nafter  %v", before, after)
 	}
 	for name, ip := range ciliumIPs {
@@ -277,40 +217,10 @@ spec:
 			t.Errorf("after the rollback %s has %v, want %s", name, got, ip)
 		}
 	}
-	if _, err := env.Dynamic.Resource(poolsGVR).Get(ctx, "cil-auto", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := env.Dynamic.Resource(migratetest.PoolsGVR).Get(ctx, "cil-auto", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("IPPool cil-auto after the rollback: %v, want it deleted", err)
 	}
 	if n := len(m.Kubectl("get", "ciliumloadbalancerippools", "-o", "name")); n == 0 {
 		t.Error("the rollback removed Cilium's pools; they stay")
 	}
-}
-
-// statuses is every Service's status in the test's namespace, as YAML.
-func statuses(t *testing.T, m *migratetest.Migration) map[string]string {
-	t.Helper()
-	list, err := m.Env.Client.CoreV1().Services(m.NS).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, s := range list.Items {
-		b, err := yaml.Marshal(s.Status)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[s.Name] = string(b)
-	}
-	return out
-}
-
-func equalStatuses(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }

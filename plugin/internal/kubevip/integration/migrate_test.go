@@ -19,63 +19,25 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/yaml"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 	"github.com/ipledger/ipledger/plugin/internal/kubevip"
-	"github.com/ipledger/ipledger/plugin/internal/metallb"
 	"github.com/ipledger/ipledger/plugin/internal/migratetest"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-var poolsGVR = schema.GroupVersionResource{Group: "ipledger.io", Version: "v1alpha1", Resource: "ippools"}
 
 // TestConvertedPoolsAreValid creates, for real, every IPPool converted from
 // the testdata (kube-vip-cloud-provider's documented examples): the CRD's
 // validation and the admission policy accept them all, the global pool's
 // NotIn namespace selector and skip-end-ips' exclusions included.
 func TestConvertedPoolsAreValid(t *testing.T) {
-	env := testenv.Get(t)
-	ctx := context.Background()
 	inputs, err := filepath.Glob("../testdata/*.yaml")
 	if err != nil || len(inputs) == 0 {
 		t.Fatalf("no testdata: %v", err)
 	}
 	inputs = append(inputs, writeConfigMap(t, "  cidr-a: 10.0.0.8/29,2001:db8::/64\n  skip-end-ips-in-cidr: \"true\"\n  range-global: 10.0.1.1-10.0.1.9\n"))
-	created := 0
-	for _, in := range inputs {
-		f, err := os.Open(in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, err := metallb.Decode(f, in)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range kubevip.Convert(objs).Pools {
-			b, err := yaml.Marshal(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			u := &unstructured.Unstructured{}
-			if err := yaml.Unmarshal(b, &u.Object); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := env.Dynamic.Resource(poolsGVR).Create(ctx, u, metav1.CreateOptions{}); err != nil {
-				t.Errorf("%s: IPPool %s refused: %v", in, p.Metadata.Name, err)
-				continue
-			}
-			created++
-			if err := env.Dynamic.Resource(poolsGVR).Delete(ctx, p.Metadata.Name, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if created < 10 {
+	if created := migratetest.CreateConverted(t, inputs, kubevip.Convert); created < 10 {
 		t.Errorf("only %d pools created; the testdata should convert to more", created)
 	}
 }
@@ -127,13 +89,6 @@ func TestMigrationKeepsKubeVIPAddresses(t *testing.T) {
 	ctx := context.Background()
 	sysNS := testenv.SystemNamespace
 	other := env.Namespace(t, nil)
-	get := func(ns, name string) *corev1.Service {
-		s, err := env.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
 
 	// kube-vip-cloud-provider as installed: its ConfigMap and a stand-in
 	// for its Deployment (no kubelet: nothing runs).
@@ -226,7 +181,7 @@ spec:
 		return nil
 	})
 	each(func(ns, name, ip string) {
-		s := get(ns, name)
+		s := m.ServiceAt(ns + "/" + name)
 		if got := migratetest.Ingress(s); !slices.Equal(got, []string{ip}) || migratetest.Condition(s) != nil {
 			t.Fatalf("beside kube-vip, ipam touched %s/%s: ingress %v, condition %+v", ns, name, got, migratetest.Condition(s))
 		}
@@ -252,22 +207,7 @@ spec:
 	m.Kubectl("apply", "--server-side", "-k", filepath.Join(env.Root, "deploy/kustomize/base"))
 	m.IPAMArgs(false)
 	m.StartIPAM("ipam-switched", false)
-	testenv.Eventually(t, migratetest.Wait, func() error {
-		for key, ip := range kubeVIPIPs {
-			ns, name, _ := strings.Cut(key, "/")
-			s := get(ns, name)
-			c := migratetest.Condition(s)
-			switch {
-			case !slices.Equal(migratetest.Ingress(s), []string{ip}):
-				t.Fatalf("%s moved: ingress %v, kube-vip gave %s", key, migratetest.Ingress(s), ip)
-			case c == nil || c.Status != "True" || c.Reason != "Allocated":
-				return fmt.Errorf("%s: condition %+v, want True/Allocated", key, c)
-			case s.Annotations["ipledger.io/allocated-from-pool"] != wantPool[key]:
-				return fmt.Errorf("%s: allocated-from-pool %q, want %q", key, s.Annotations["ipledger.io/allocated-from-pool"], wantPool[key])
-			}
-		}
-		return nil
-	})
+	m.WaitKept("kube-vip", kubeVIPIPs, wantPool)
 	m.Why("plain", "Allocated", "10.95.0.1", "kube-vip-"+m.NS)
 
 	// After the switch, a new Service that writes kube-vip.io/loadbalancerIPs
@@ -290,50 +230,20 @@ spec:
 	})
 
 	// Rollback: ipam stopped, kube-vip-cloud-provider back; every status stays.
-	before := statuses(t, env, m.NS, other)
+	before := m.Statuses(m.NS, other)
 	m.Kubectl("-n", sysNS, "scale", "deploy/ipledger-ipam", "--replicas=0")
 	m.StopIPAM()
 	m.Kubectl("-n", "kube-system", "scale", "deploy/kube-vip-cloud-provider", "--replicas=1")
-	list := m.Kubectl("get", "ippools.ipledger.io", "-l", "ipledger.io/converted-from=kube-vip", "-o", "name")
-	want := []string{"ippool.ipledger.io/kube-vip-" + m.NS, "ippool.ipledger.io/kube-vip-global"}
-	slices.Sort(want)
-	if list != strings.Join(want, "\n")+"\n" {
-		t.Errorf("converted pools by label: %q, want %q", list, want)
-	}
-	for _, p := range []string{"kube-vip-" + m.NS, "kube-vip-global", "trial"} {
-		m.Kubectl("patch", "ippools.ipledger.io", p, "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
-	}
-	m.Kubectl("delete", "ippools.ipledger.io", "-l", "ipledger.io/converted-from=kube-vip")
-	m.Kubectl("delete", "ippools.ipledger.io", "trial")
-	if after := statuses(t, env, m.NS, other); !maps.Equal(before, after) {
+	m.DeleteConverted("kube-vip", []string{"kube-vip-" + m.NS, "kube-vip-global"}, "trial")
+	if after := m.Statuses(m.NS, other); !maps.Equal(before, after) {
 		t.Errorf("the rollback changed statuses:\nbefore %v\nafter  %v", before, after)
 	}
 	each(func(ns, name, ip string) {
-		if got := migratetest.Ingress(get(ns, name)); !slices.Equal(got, []string{ip}) {
+		if got := migratetest.Ingress(m.ServiceAt(ns + "/" + name)); !slices.Equal(got, []string{ip}) {
 			t.Errorf("after the rollback %s/%s has %v, want %s", ns, name, got, ip)
 		}
 	})
-	if _, err := env.Dynamic.Resource(poolsGVR).Get(ctx, "kube-vip-global", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := env.Dynamic.Resource(migratetest.PoolsGVR).Get(ctx, "kube-vip-global", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("IPPool kube-vip-global after the rollback: %v, want it deleted", err)
 	}
-}
-
-// statuses is every Service's status in namespaces, as YAML.
-func statuses(t *testing.T, env *testenv.Env, namespaces ...string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	for _, ns := range namespaces {
-		list, err := env.Client.CoreV1().Services(ns).List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range list.Items {
-			b, err := yaml.Marshal(s.Status)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[ns+"/"+s.Name] = string(b)
-		}
-	}
-	return out
 }

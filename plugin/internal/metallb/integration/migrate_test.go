@@ -8,7 +8,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,9 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/yaml"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 	"github.com/ipledger/ipledger/plugin/internal/metallb"
@@ -29,59 +25,19 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-var poolsGVR = schema.GroupVersionResource{Group: "ipledger.io", Version: "v1alpha1", Resource: "ippools"}
-
 const wait = migratetest.Wait
 
 // TestConvertedPoolsAreValid creates, for real, every IPPool converted from
 // the testdata (MetalLB's own examples): the CRD's validation and the
 // admission policy accept them all.
 func TestConvertedPoolsAreValid(t *testing.T) {
-	env := testenv.Get(t)
-	ctx := context.Background()
 	inputs, err := filepath.Glob("../testdata/*.yaml")
 	if err != nil || len(inputs) == 0 {
 		t.Fatalf("no testdata: %v", err)
 	}
-	created := 0
-	for _, in := range inputs {
-		f, err := os.Open(in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, err := metallb.Decode(f, in)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range metallb.Convert(objs).Pools {
-			u := toUnstructured(t, p)
-			if _, err := env.Dynamic.Resource(poolsGVR).Create(ctx, u, metav1.CreateOptions{}); err != nil {
-				t.Errorf("%s: IPPool %s refused: %v", in, p.Metadata.Name, err)
-				continue
-			}
-			created++
-			if err := env.Dynamic.Resource(poolsGVR).Delete(ctx, p.Metadata.Name, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if created < 10 {
+	if created := migratetest.CreateConverted(t, inputs, metallb.Convert); created < 10 {
 		t.Errorf("only %d pools created; the testdata should convert to more", created)
 	}
-}
-
-func toUnstructured(t *testing.T, p metallb.IPPool) *unstructured.Unstructured {
-	t.Helper()
-	b, err := yaml.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(b, &u.Object); err != nil {
-		t.Fatal(err)
-	}
-	return u
 }
 
 // TestMigrationKeepsMetalLBAddresses runs docs/migrating-from-metallb.md:
@@ -210,21 +166,7 @@ spec:
 	m.IPAMArgs(false)
 	m.StartIPAM("ipam-switched", false)
 	wantPool := map[string]string{"held": "mlb-auto", "requested": "mlb-auto", "named": "mlb-named", "shared-a": "mlb-auto", "shared-b": "mlb-auto"}
-	testenv.Eventually(t, wait, func() error {
-		for name, ip := range metallbIPs {
-			s := m.Service(name)
-			c := migratetest.Condition(s)
-			switch {
-			case !slices.Equal(migratetest.Ingress(s), []string{ip}):
-				t.Fatalf("%s moved: ingress %v, MetalLB gave %s", name, migratetest.Ingress(s), ip)
-			case c == nil || c.Status != "True" || c.Reason != "Allocated":
-				return fmt.Errorf("%s: condition %+v, want True/Allocated", name, c)
-			case s.Annotations["ipledger.io/allocated-from-pool"] != wantPool[name]:
-				return fmt.Errorf("%s: allocated-from-pool %q, want %q", name, s.Annotations["ipledger.io/allocated-from-pool"], wantPool[name])
-			}
-		}
-		return nil
-	})
+	m.WaitKept("MetalLB", metallbIPs, wantPool)
 
 	m.Why("named", "Allocated", "10.93.1.1", "mlb-named")
 
@@ -258,13 +200,5 @@ spec:
 			t.Errorf("after the rollback %s has %v, want %s", name, got, ip)
 		}
 	}
-	list := m.Kubectl("get", "ippools", "-l", "ipledger.io/converted-from=metallb", "-o", "name")
-	if list != "ippool.ipledger.io/mlb-auto\nippool.ipledger.io/mlb-named\n" {
-		t.Errorf("converted pools by label: %q", list)
-	}
-	for _, p := range []string{"mlb-auto", "mlb-named", "trial"} {
-		m.Kubectl("patch", "ippool", p, "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
-	}
-	m.Kubectl("delete", "ippools", "-l", "ipledger.io/converted-from=metallb")
-	m.Kubectl("delete", "ippool", "trial")
+	m.DeleteConverted("metallb", []string{"mlb-auto", "mlb-named"}, "trial")
 }
