@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -356,4 +357,43 @@ func (m *Migration) DeleteConverted(from string, want []string, also ...string) 
 	for _, p := range also {
 		m.Kubectl("delete", "ippools.ipledger.io", p)
 	}
+}
+
+// RunBeside is every guide's first step: ipam beside the old controller
+// (components/require-lb-class, the install the guides name; nothing runs it
+// here, the test runs ipam with the flags it sets), with a trial IPPool of
+// trialCIDR and a Service of class ipledger.io/lb, which gets an address of
+// it.
+func (m *Migration) RunBeside(trialCIDR string) {
+	m.T.Helper()
+	m.StartWatcher()
+	m.Kubectl("apply", "-n", m.NS, "-f", m.WriteFile("trial.yaml", fmt.Sprintf(`apiVersion: ipledger.io/v1alpha1
+kind: IPPool
+metadata: {name: trial}
+spec:
+  addresses: [%q]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: trial}
+spec:
+  type: LoadBalancer
+  loadBalancerClass: ipledger.io/lb
+  selector: {app: trial}
+  ports: [{port: 80}]
+`, trialCIDR)))
+	m.Kubectl("apply", "--server-side", "-k", filepath.Join(m.Env.Root, "deploy/kustomize/overlays/cloud"))
+	m.IPAMArgs(true)
+	m.StartIPAM("ipam-beside", true)
+	trial := netip.MustParsePrefix(trialCIDR)
+	testenv.Eventually(m.T, Wait, func() error {
+		got := Ingress(m.Service("trial"))
+		if len(got) != 1 {
+			return fmt.Errorf("trial Service has %v, want an address of the trial pool %s", got, trialCIDR)
+		}
+		if a, err := netip.ParseAddr(got[0]); err != nil || !trial.Contains(a) {
+			return fmt.Errorf("trial Service has %v, want an address of the trial pool %s", got, trialCIDR)
+		}
+		return nil
+	})
 }

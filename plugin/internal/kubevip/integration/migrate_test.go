@@ -155,31 +155,7 @@ spec:
 
 	// Step: ipam beside kube-vip-cloud-provider (components/require-lb-class),
 	// with a trial pool of its own.
-	m.StartWatcher()
-	m.Kubectl("apply", "-n", m.NS, "-f", m.WriteFile("trial.yaml", `apiVersion: ipledger.io/v1alpha1
-kind: IPPool
-metadata: {name: trial}
-spec:
-  addresses: ["10.95.9.0/30"]
----
-apiVersion: v1
-kind: Service
-metadata: {name: trial}
-spec:
-  type: LoadBalancer
-  loadBalancerClass: ipledger.io/lb
-  selector: {app: trial}
-  ports: [{port: 80}]
-`))
-	m.Kubectl("apply", "--server-side", "-k", filepath.Join(env.Root, "deploy/kustomize/overlays/cloud"))
-	m.IPAMArgs(true)
-	m.StartIPAM("ipam-beside", true)
-	testenv.Eventually(t, migratetest.Wait, func() error {
-		if got := migratetest.Ingress(m.Service("trial")); len(got) != 1 || !strings.HasPrefix(got[0], "10.95.9.") {
-			return fmt.Errorf("trial Service has %v, want an address of the trial pool", got)
-		}
-		return nil
-	})
+	m.RunBeside("10.95.9.0/30")
 	each(func(ns, name, ip string) {
 		s := m.ServiceAt(ns + "/" + name)
 		if got := migratetest.Ingress(s); !slices.Equal(got, []string{ip}) || migratetest.Condition(s) != nil {

@@ -117,34 +117,7 @@ spec:
 	// Step: ipam beside MetalLB (components/require-lb-class), with a trial
 	// pool of its own that overlaps none of MetalLB's addresses.
 	sysNS := testenv.SystemNamespace
-	m.StartWatcher()
-	m.WriteFile("trial.yaml", `apiVersion: ipledger.io/v1alpha1
-kind: IPPool
-metadata: {name: trial}
-spec:
-  addresses: ["10.93.9.0/30"]
----
-apiVersion: v1
-kind: Service
-metadata: {name: trial}
-spec:
-  type: LoadBalancer
-  loadBalancerClass: ipledger.io/lb
-  selector: {app: trial}
-  ports: [{port: 80}]
-`)
-	m.Kubectl("apply", "-n", m.NS, "-f", filepath.Join(m.Dir, "trial.yaml"))
-	// The install the guide names (nothing runs it here: the test runs ipam
-	// itself with the flags it sets).
-	m.Kubectl("apply", "--server-side", "-k", filepath.Join(env.Root, "deploy/kustomize/overlays/cloud"))
-	m.IPAMArgs(true)
-	m.StartIPAM("ipam-beside", true)
-	testenv.Eventually(t, wait, func() error {
-		if got := migratetest.Ingress(m.Service("trial")); len(got) != 1 || !strings.HasPrefix(got[0], "10.93.9.") {
-			return fmt.Errorf("trial Service has %v, want an address of the trial pool", got)
-		}
-		return nil
-	})
+	m.RunBeside("10.93.9.0/30")
 	m.Why("trial", "Allocated", "10.93.9.")
 	for name, ip := range metallbIPs {
 		s := m.Service(name)
