@@ -167,29 +167,6 @@ func BenchmarkJoin200(b *testing.B) {
 	}
 }
 
-func waitLabelled(b testing.TB, env *testenv.Env, names []string) {
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
-	}
-	testenv.Eventually(b, 10*time.Minute, func() error {
-		nodes, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		done := 0
-		for _, nd := range nodes.Items {
-			if want[nd.Name] && nd.Labels[controller.LabelExternalIP] != "" {
-				done++
-			}
-		}
-		if done < len(names) {
-			return fmt.Errorf("%d/%d nodes labelled", done, len(names))
-		}
-		return nil
-	})
-}
-
 // BenchmarkReservedSetJoin: eipd leads with a reserved set of N addresses;
 // N Nodes join at once, each with the startup taint, and the clock runs
 // until the last taint is gone. The floor, in the same run, is a plain
@@ -269,29 +246,6 @@ func createTaintedNode(b testing.TB, env *testenv.Env, name string, inst ec2test
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { deleteNode(b, env, name) })
-}
-
-func waitUntainted(b testing.TB, env *testenv.Env, names []string) {
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
-	}
-	testenv.Eventually(b, 5*time.Minute, func() error {
-		nodes, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		left := 0
-		for _, nd := range nodes.Items {
-			if want[nd.Name] && slices.ContainsFunc(nd.Spec.Taints, func(t corev1.Taint) bool { return t.Key == controller.DefaultStartupTaint }) {
-				left++
-			}
-		}
-		if left > 0 {
-			return fmt.Errorf("%d/%d nodes still tainted", left, len(names))
-		}
-		return nil
-	})
 }
 
 func reservedFloorRun(b *testing.B, env *testenv.Env, moto *ec2test.Moto, cluster, prefix string, insts []ec2test.Instance, workers int, allowlist types.Tag) time.Duration {
@@ -393,6 +347,43 @@ func waitLeading(b *testing.B, env *testenv.Env, lease, identity string) {
 		l, err := env.Client.CoordinationV1().Leases(system).Get(context.Background(), lease, metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != identity {
 			return fmt.Errorf("lease not held by %s yet: %v", identity, err)
+		}
+		return nil
+	})
+}
+
+// waitLabelled waits until every Node of names carries its address label.
+func waitLabelled(b testing.TB, env *testenv.Env, names []string) {
+	waitNodes(b, env, names, "labelled", func(n corev1.Node) bool { return n.Labels[controller.LabelExternalIP] != "" })
+}
+
+// waitUntainted waits until no Node of names carries the startup taint.
+func waitUntainted(b testing.TB, env *testenv.Env, names []string) {
+	waitNodes(b, env, names, "untainted", func(n corev1.Node) bool {
+		return !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == controller.DefaultStartupTaint })
+	})
+}
+
+// waitNodes waits until every Node of names is done, listing all Nodes at
+// once per poll.
+func waitNodes(b testing.TB, env *testenv.Env, names []string, what string, done func(corev1.Node) bool) {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	testenv.Eventually(b, 10*time.Minute, func() error {
+		nodes, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, nd := range nodes.Items {
+			if want[nd.Name] && done(nd) {
+				n++
+			}
+		}
+		if n < len(names) {
+			return fmt.Errorf("%d/%d nodes %s", n, len(names), what)
 		}
 		return nil
 	})
