@@ -7,6 +7,13 @@
 # pin changes. Prints the bin folder on stdout; progress goes to stderr.
 # kube-apiserver, etcd and kubectl come from hack/build-tools.sh.
 #
+# It also builds the root filesystem of the image Kubernetes' e2e specs run
+# (registry.k8s.io/e2e-test-images/agnhost, pkg/cluster.AgnhostImage): agnhost
+# from the same k8s.io/kubernetes, and what the specs run inside it from
+# Debian's packages — busybox-static (sh, nc, wget and the other applets,
+# fetched with `apt-get download`) and the machine's curl with the shared
+# libraries it links. It lands in rootfs/agnhost beside bin/.
+#
 # The Kubernetes binaries are built against a copy of hack/tools/go.mod and
 # go.sum (-modfile): they need go.sum lines that kube-apiserver does not, and
 # hack/tools/go.sum is the key of the tools cache, which must not move.
@@ -25,7 +32,19 @@ hash() { sha256sum | cut -c1-16; }
 key_pause=$( (echo 1; cat "$tools/pause/main.go") | hash)
 key_coredns=$( (echo 2; cat "$tools/coredns/go.mod" "$tools/coredns/go.sum" "$tools/coredns/cmd/coredns/main.go") | hash)
 key_kube=$( (echo 1; cat "$tools/go.mod" "$tools/go.sum") | hash)
-key=$(echo "$key_pause $key_coredns $key_kube" | hash)
+candidate() { apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2}'; }
+busybox_version=$(candidate busybox-static)
+if [ -z "$busybox_version" ] || [ "$busybox_version" = "(none)" ]; then
+  apt-get update -qq >&2 || true
+  busybox_version=$(candidate busybox-static)
+fi
+curl_version=$(dpkg-query -W -f='${Version}' curl 2>/dev/null || true)
+if [ -z "$busybox_version" ] || [ "$busybox_version" = "(none)" ] || [ -z "$curl_version" ]; then
+  echo "build-node: the agnhost image needs Debian's busybox-static (apt-get download) and curl (apt-get install -y curl)" >&2
+  exit 1
+fi
+key_agnhost=$( (echo 1; echo "$key_kube busybox-static=$busybox_version curl=$curl_version") | hash)
+key=$(echo "$key_pause $key_coredns $key_kube $key_agnhost" | hash)
 dir=$cache/$key
 bin=$dir/bin
 . "$root/hack/lib/cached.sh"
@@ -52,6 +71,44 @@ build coredns "$key_coredns" "$tools/coredns" ./cmd/coredns -ldflags "-s -w"
 for name in kubelet kube-proxy kube-scheduler kube-controller-manager; do
   build "$name" "$key_kube" "$tools" "k8s.io/kubernetes/cmd/$name" -mod=mod -modfile="$cache/parts/mod-$key_kube/go.mod" -ldflags "$ldflags"
 done
+build agnhost "$key_kube" "$tools" k8s.io/kubernetes/test/images/agnhost -mod=mod -modfile="$cache/parts/mod-$key_kube/go.mod" -ldflags "-s -w"
+rootfs=$cache/parts/agnhost-rootfs-$key_agnhost
+if [ ! -d "$rootfs" ]; then
+  agnhost_rootfs "$rootfs.tmp.$$"
+  mv "$rootfs.tmp.$$" "$rootfs"
+fi
+mkdir -p "$dir/rootfs"
+ln -sfn "$rootfs" "$dir/rootfs/agnhost"
+}
+# agnhost_rootfs DIR: the agnhost image's files, as its Dockerfile in
+# k8s.io/kubernetes/test/images/agnhost lays them out (/agnhost, /uploads,
+# the user and group the specs look for), with busybox for the shell tools.
+agnhost_rootfs() {
+  local root=$1 deb
+  rm -rf "$root"
+  mkdir -p "$root/bin" "$root/etc" "$root/tmp" "$root/uploads" "$root/usr/bin"
+  chmod 1777 "$root/tmp"
+  cp "$cache/parts/agnhost-$key_kube" "$root/agnhost"
+  ln -s agnhost "$root/agnhost-2"
+  deb=$(mktemp -d)
+  (cd "$deb" && apt-get download -q "busybox-static=$busybox_version" 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2 || true)
+  dpkg-deb -x "$deb"/busybox-static_*.deb "$deb/x"
+  cp "$deb/x/bin/busybox" "$root/bin/busybox"
+  rm -rf "$deb"
+  local applet
+  for applet in $("$root/bin/busybox" --list-full); do
+    [ -e "$root/$applet" ] || { mkdir -p "$root/$(dirname "$applet")"; ln -s /bin/busybox "$root/$applet"; }
+  done
+  rm -f "$root/usr/bin/curl"
+  cp /usr/bin/curl "$root/usr/bin/curl"
+  local lib
+  for lib in $(ldd /usr/bin/curl | grep -o '/[^ ]*'); do
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib"
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n' >"$root/etc/passwd"
+  printf 'root:x:0:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n' >"$root/etc/group"
+  echo "build-node: agnhost's root filesystem in $root (busybox-static $busybox_version, curl $curl_version)" >&2
 }
 cached "$dir" build_node
 echo "$bin"

@@ -27,6 +27,12 @@ const (
 	// binaries; nothing is ever pulled.
 	PauseImage   = "ipledger-node/pause:node"
 	CoreDNSImage = "ipledger-node/coredns:node"
+	// AgnhostImage is the only image Kubernetes' e2e specs run (its
+	// test/utils/image/manifest.go), under the name they ask for: agnhost
+	// of the pinned Kubernetes, with busybox's sh, nc and wget and curl
+	// (hack/build-node.sh's rootfs/agnhost). Tests use it for client and
+	// server pods too (`agnhost netexec`, `agnhost connect`).
+	AgnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
 
 	etcdClientURL = "http://127.0.0.1:12379"
 	etcdPeerURL   = "http://127.0.0.1:12380"

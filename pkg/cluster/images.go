@@ -14,7 +14,7 @@ import (
 
 // importNodeImages builds the images of the pause program and CoreDNS from
 // hack/build-node.sh's binaries, the way `make images` builds ipledger's,
-// and imports them.
+// and AgnhostImage from its root filesystem, and imports them.
 func (c *Cluster) importNodeImages(ctx context.Context) error {
 	dir := c.l.path("images")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -30,6 +30,18 @@ func (c *Cluster) importNodeImages(ctx context.Context) error {
 		if err := containerimage.WriteArchive(filepath.Join(dir, bin+".tar"), ref, img); err != nil {
 			return fmt.Errorf("image %s: %w", ref, err)
 		}
+	}
+	agnhost, err := containerimage.BuildTree(containerimage.Tree{
+		Root:       filepath.Join(filepath.Dir(c.NodeBin), "rootfs", "agnhost"),
+		Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"},
+		Env:          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Architecture: runtime.GOARCH, Title: "agnhost",
+	})
+	if err != nil {
+		return err
+	}
+	if err := containerimage.WriteArchive(filepath.Join(dir, "agnhost.tar"), AgnhostImage, agnhost); err != nil {
+		return fmt.Errorf("image %s: %w", AgnhostImage, err)
 	}
 	return c.ImportImages(ctx, dir)
 }
