@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,7 +63,8 @@ var hostPaths = []string{
 // default route off the machine. Up gives each an unreachable route before it
 // starts anything, so such a packet is refused here; Down removes them. The
 // node's own networks stay reachable: the bridge's route to PodCIDR is more
-// specific, and ServiceCIDR is apart.
+// specific, ServiceCIDR is apart, and the machine's DNS servers are left
+// out of the routes (makeTestRangesUnreachable).
 var TestRanges = []string{"10.21.0.0/16", "10.100.0.0/14", "10.104.0.0/13", "10.112.0.0/12", "10.128.0.0/9"}
 
 // cgroupName is the cgroup the kubelet puts every pod under, in each
@@ -150,9 +152,12 @@ func routeDestinations(out string) []string {
 }
 
 // makeTestRangesUnreachable adds an unreachable route for each of
-// TestRanges the machine does not have one for.
+// TestRanges the machine does not have one for, leaving out the machine's
+// DNS servers (this machine's resolver is 10.255.255.53, inside
+// 10.128.0.0/9: without it nothing running while the node is up — a module
+// download, a package fetch — could resolve a name).
 func makeTestRangesUnreachable(before HostState) error {
-	for _, r := range TestRanges {
+	for _, r := range unreachableRanges(TestRanges, nameservers()) {
 		if slices.Contains(before.Unreachable, r) {
 			continue
 		}
@@ -163,7 +168,77 @@ func makeTestRangesUnreachable(before HostState) error {
 	return nil
 }
 
-// removeTestRoutes deletes the unreachable routes of TestRanges that Up
+// unreachableRanges are ranges without the addresses in keep, as the fewest
+// prefixes: 10.128.0.0/9 without 10.255.255.53 is 23 prefixes, from
+// 10.128.0.0/10 down to 10.255.255.52 (a /32 is written as `ip route`
+// shows it, a bare address).
+func unreachableRanges(ranges []string, keep []netip.Addr) []string {
+	var out []string
+	for _, r := range ranges {
+		parts := []netip.Prefix{netip.MustParsePrefix(r)}
+		for _, a := range keep {
+			var next []netip.Prefix
+			for _, p := range parts {
+				next = append(next, without(p, a)...)
+			}
+			parts = next
+		}
+		for _, p := range parts {
+			if p.IsSingleIP() {
+				out = append(out, p.Addr().String()) // as `ip route` shows it
+			} else {
+				out = append(out, p.String())
+			}
+		}
+	}
+	return out
+}
+
+// without is p less the address a: p itself when a is outside it, else the
+// halves that do not hold a, largest first.
+func without(p netip.Prefix, a netip.Addr) []netip.Prefix {
+	if !p.Contains(a) {
+		return []netip.Prefix{p}
+	}
+	if p.IsSingleIP() {
+		return nil
+	}
+	lo := netip.PrefixFrom(p.Addr(), p.Bits()+1)
+	hi := netip.PrefixFrom(lastAddr(lo).Next(), p.Bits()+1)
+	if lo.Contains(a) {
+		return append([]netip.Prefix{hi}, without(lo, a)...)
+	}
+	return append([]netip.Prefix{lo}, without(hi, a)...)
+}
+
+// lastAddr is the highest address of p (p masked).
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// nameservers are the DNS servers of /etc/resolv.conf.
+func nameservers() []netip.Addr {
+	data, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "nameserver" {
+			if a, err := netip.ParseAddr(f[1]); err == nil {
+				out = append(out, a.Unmap())
+			}
+		}
+	}
+	return out
+}
+
+// removeTestRoutes deletes the unreachable routes inside TestRanges that Up
 // added (those before did not have).
 func removeTestRoutes(before HostState) error {
 	out, err := exec.Command("ip", "route", "show", "type", "unreachable").Output()
@@ -172,13 +247,33 @@ func removeTestRoutes(before HostState) error {
 	}
 	var errs []error
 	for _, r := range routeDestinations(string(out)) {
-		if slices.Contains(TestRanges, r) && !slices.Contains(before.Unreachable, r) {
+		if inTestRanges(r) && !slices.Contains(before.Unreachable, r) {
 			if out, err := exec.Command("ip", "route", "del", "unreachable", r).CombinedOutput(); err != nil {
 				errs = append(errs, fmt.Errorf("ip route del unreachable %s: %w: %s", r, err, out))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// inTestRanges says whether the route destination dst ("10.128.0.0/10",
+// or a bare address for a /32) lies inside one of TestRanges.
+func inTestRanges(dst string) bool {
+	p, err := netip.ParsePrefix(dst)
+	if err != nil {
+		a, err := netip.ParseAddr(dst)
+		if err != nil {
+			return false
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	for _, r := range TestRanges {
+		tr := netip.MustParsePrefix(r)
+		if tr.Bits() <= p.Bits() && tr.Contains(p.Addr()) {
+			return true
+		}
+	}
+	return false
 }
 
 // Diff says what of after differs from before, one line each; empty when

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -126,5 +127,36 @@ func TestHostStateDiff(t *testing.T) {
 	}
 	if got := after.Diff(after); len(got) != 0 {
 		t.Errorf("a state differs from itself: %q", got)
+	}
+}
+
+func TestUnreachableRangesLeaveTheResolverOut(t *testing.T) {
+	resolver := netip.MustParseAddr("10.255.255.53")
+	got := unreachableRanges([]string{"10.21.0.0/16", "10.128.0.0/9"}, []netip.Addr{resolver, netip.MustParseAddr("192.0.2.1")})
+	if got[0] != "10.21.0.0/16" || got[1] != "10.128.0.0/10" || got[len(got)-1] != "10.255.255.52" || len(got) != 1+23 {
+		t.Fatalf("got %v: want 10.21.0.0/16, then 23 prefixes from 10.128.0.0/10 to 10.255.255.52", got)
+	}
+	// Together they are the /9 less one address: no overlap, no gap.
+	var size uint64
+	for _, r := range got[1:] {
+		p, err := netip.ParsePrefix(r)
+		if err != nil {
+			p = netip.PrefixFrom(netip.MustParseAddr(r), 32)
+		}
+		if p.Contains(resolver) {
+			t.Errorf("%s holds the resolver", r)
+		}
+		if !inTestRanges(r) {
+			t.Errorf("inTestRanges(%s) = false", r)
+		}
+		size += 1 << (32 - p.Bits())
+	}
+	if size != 1<<23-1 {
+		t.Errorf("the prefixes cover %d addresses, want 2^23-1", size)
+	}
+	for _, dst := range []string{"10.0.0.0/8", "192.0.2.0/24", "10.20.0.0/16", "default"} {
+		if inTestRanges(dst) {
+			t.Errorf("inTestRanges(%s) = true", dst)
+		}
 	}
 }
