@@ -10,9 +10,10 @@
 # It also builds the root filesystem of the image Kubernetes' e2e specs run
 # (registry.k8s.io/e2e-test-images/agnhost, pkg/cluster.AgnhostImage): agnhost
 # from the same k8s.io/kubernetes, and what the specs run inside it from
-# Debian's packages — busybox-static (sh, nc, wget and the other applets,
-# fetched with `apt-get download`) and the machine's curl with the shared
-# libraries it links. It lands in rootfs/agnhost beside bin/.
+# Debian's packages — busybox-static (sh, wget and the other applets) and
+# netcat-openbsd (the nc the specs call with -v -t -u, as the upstream image
+# has), fetched with `apt-get download`, and the machine's curl, each with
+# the shared libraries it links. It lands in rootfs/agnhost beside bin/.
 #
 # The Kubernetes binaries are built against a copy of hack/tools/go.mod and
 # go.sum (-modfile): they need go.sum lines that kube-apiserver does not, and
@@ -38,12 +39,13 @@ if [ -z "$busybox_version" ] || [ "$busybox_version" = "(none)" ]; then
   apt-get update -qq >&2 || true
   busybox_version=$(candidate busybox-static)
 fi
+netcat_version=$(candidate netcat-openbsd)
 curl_version=$(dpkg-query -W -f='${Version}' curl 2>/dev/null || true)
-if [ -z "$busybox_version" ] || [ "$busybox_version" = "(none)" ] || [ -z "$curl_version" ]; then
-  echo "build-node: the agnhost image needs Debian's busybox-static (apt-get download) and curl (apt-get install -y curl)" >&2
+if [ -z "$busybox_version" ] || [ "$busybox_version" = "(none)" ] || [ -z "$netcat_version" ] || [ -z "$curl_version" ]; then
+  echo "build-node: the agnhost image needs Debian's busybox-static and netcat-openbsd (apt-get download) and curl (apt-get install -y curl)" >&2
   exit 1
 fi
-key_agnhost=$( (echo 1; echo "$key_kube busybox-static=$busybox_version curl=$curl_version") | hash)
+key_agnhost=$( (echo 2; echo "$key_kube busybox-static=$busybox_version netcat-openbsd=$netcat_version curl=$curl_version") | hash)
 key=$(echo "$key_pause $key_coredns $key_kube $key_agnhost" | hash)
 dir=$cache/$key
 bin=$dir/bin
@@ -91,24 +93,35 @@ agnhost_rootfs() {
   cp "$cache/parts/agnhost-$key_kube" "$root/agnhost"
   ln -s agnhost "$root/agnhost-2"
   deb=$(mktemp -d)
-  (cd "$deb" && apt-get download -q "busybox-static=$busybox_version" 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2 || true)
+  (cd "$deb" && apt-get download -q "busybox-static=$busybox_version" "netcat-openbsd=$netcat_version" 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2 || true)
   dpkg-deb -x "$deb"/busybox-static_*.deb "$deb/x"
+  dpkg-deb -x "$deb"/netcat-openbsd_*.deb "$deb/x"
   cp "$deb/x/bin/busybox" "$root/bin/busybox"
-  rm -rf "$deb"
   local applet
   for applet in $("$root/bin/busybox" --list-full); do
     [ -e "$root/$applet" ] || { mkdir -p "$root/$(dirname "$applet")"; ln -s /bin/busybox "$root/$applet"; }
   done
-  rm -f "$root/usr/bin/curl"
-  cp /usr/bin/curl "$root/usr/bin/curl"
-  local lib
-  for lib in $(ldd /usr/bin/curl | grep -o '/[^ ]*'); do
-    mkdir -p "$root$(dirname "$lib")"
-    cp -L "$lib" "$root$lib"
-  done
+  rm -f "$root/bin/nc" "$root/usr/bin/nc" "$root/usr/bin/curl"
+  with_libs "$root" "$deb/x/bin/nc.openbsd" /bin/nc
+  with_libs "$root" /usr/bin/curl /usr/bin/curl
+  rm -rf "$deb"
   printf 'root:x:0:0:root:/root:/bin/sh\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n' >"$root/etc/passwd"
   printf 'root:x:0:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n' >"$root/etc/group"
-  echo "build-node: agnhost's root filesystem in $root (busybox-static $busybox_version, curl $curl_version)" >&2
+  echo "build-node: agnhost's root filesystem in $root (busybox-static $busybox_version, netcat-openbsd $netcat_version, curl $curl_version)" >&2
+}
+# with_libs ROOT BINARY DEST: BINARY at ROOT/DEST, and the shared libraries
+# it links (as the machine's loader resolves them) at their paths in ROOT.
+with_libs() {
+  local root=$1 binary=$2 dest=$3 lib
+  if ldd "$binary" | grep 'not found' >&2; then
+    echo "build-node: $binary links a library this machine lacks (above): install it with apt-get" >&2
+    exit 1
+  fi
+  cp "$binary" "$root$dest"
+  for lib in $(ldd "$binary" | grep -o '/[^ ]*'); do
+    mkdir -p "$root$(dirname "$lib")"
+    [ -e "$root$lib" ] || cp -L "$lib" "$root$lib"
+  done
 }
 cached "$dir" build_node
 echo "$bin"
