@@ -85,6 +85,11 @@ type HostState struct {
 	Mounts   []string          `json:"mounts"`
 	// Unreachable are the destinations of the machine's unreachable routes.
 	Unreachable []string `json:"unreachable"`
+	// IPSets are the names of the kernel's ip sets: nothing of the node
+	// makes one, but a NetworkPolicy enforcer does (kube-router, which
+	// test/cluster runs inside one test and must leave none behind). Empty
+	// where the ipset command is not installed.
+	IPSets []string `json:"ipsets"`
 }
 
 // Snapshot reads the host state that the node may change; mounts are those
@@ -136,7 +141,25 @@ func Snapshot(dir string) (HostState, error) {
 		return s, fmt.Errorf("ip route show type unreachable: %w", err)
 	}
 	s.Unreachable = routeDestinations(string(out))
+	if _, err := exec.LookPath("ipset"); err == nil {
+		out, err := exec.Command("ipset", "list", "-n").Output()
+		if err != nil {
+			return s, fmt.Errorf("ipset list -n: %w", err)
+		}
+		s.IPSets = ipsetNames(string(out))
+	}
 	return s, nil
+}
+
+// ipsetNames lists the sets of `ipset list -n` output, one name a line.
+func ipsetNames(out string) []string {
+	var names []string
+	for _, line := range strings.Split(out, "\n") {
+		if name := strings.TrimSpace(line); name != "" {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // routeDestinations lists the destinations of `ip route show type X`
@@ -305,6 +328,7 @@ func (before HostState) Diff(after HostState) []string {
 	list("network namespace", before.Netns, after.Netns)
 	list("mount", before.Mounts, after.Mounts)
 	list("unreachable route", before.Unreachable, after.Unreachable)
+	list("ip set", before.IPSets, after.IPSets)
 	return out
 }
 

@@ -99,6 +99,16 @@ func TestRouteDestinations(t *testing.T) {
 	}
 }
 
+func TestIPSetNames(t *testing.T) {
+	got := ipsetNames("KUBE-SRC-JCNDK3PZ2M4XZ2BL\nKUBE-DST-G3Y4KQ4J3ZLHK7BS\n\n")
+	if want := []string{"KUBE-SRC-JCNDK3PZ2M4XZ2BL", "KUBE-DST-G3Y4KQ4J3ZLHK7BS"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ipsetNames = %q, want %q", got, want)
+	}
+	if got := ipsetNames(""); len(got) != 0 {
+		t.Errorf("ipsetNames of no sets = %q", got)
+	}
+}
+
 func TestHostStateDiff(t *testing.T) {
 	before := HostState{
 		Sysctls: map[string]string{"net/ipv4/ip_forward": "0", "vm/panic_on_oom": "0"},
@@ -113,6 +123,7 @@ func TestHostStateDiff(t *testing.T) {
 		Chains:      []string{"iptables nat KUBE-SERVICES"},
 		Cgroups:     []string{"/sys/fs/cgroup/memory/kubepods"},
 		Unreachable: []string{"10.21.0.0/16"},
+		IPSets:      []string{"KUBE-DST-G3Y4KQ4J3ZLHK7BS"},
 	}
 	want := []string{
 		"sysctl net/ipv4/ip_forward is 1, was 0",
@@ -121,6 +132,7 @@ func TestHostStateDiff(t *testing.T) {
 		"network link ipledger0 left behind",
 		"cgroup /sys/fs/cgroup/memory/kubepods left behind",
 		"unreachable route 10.21.0.0/16 left behind",
+		"ip set KUBE-DST-G3Y4KQ4J3ZLHK7BS left behind",
 	}
 	if got := before.Diff(after); !reflect.DeepEqual(got, want) {
 		t.Errorf("Diff =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
