@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipledger/ipledger/pkg/convert"
+	"github.com/ipledger/ipledger/pkg/parallel"
+	"github.com/ipledger/ipledger/pkg/quorum"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/eipd/internal/decide"
 )
@@ -29,39 +28,30 @@ type liveNode struct {
 	err    error
 }
 
-// liveNode reads a Node from the API server. An empty resourceVersion makes
-// it a quorum read from etcd: never older than the view, however far behind
-// the watcher replica serving the view is.
+// liveNode reads a Node from the API server with a quorum read
+// (pkg/quorum): never older than the view, however far behind the watcher
+// replica serving the view is.
 func (c *Controller) liveNode(ctx context.Context, name string) liveNode {
 	start := time.Now()
-	n, err := c.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	a := quorum.Get(ctx, c.kube.CoreV1().Nodes().Get, name)
 	c.metrics.liveReadSeconds.Observe(time.Since(start).Seconds())
 	switch {
-	case apierrors.IsNotFound(err):
+	case a.Err != nil:
+		c.metrics.liveReads.WithLabelValues("error").Inc()
+		return liveNode{err: a.Err}
+	case !a.Exists:
 		c.metrics.liveReads.WithLabelValues("absent").Inc()
 		return liveNode{}
-	case err != nil:
-		c.metrics.liveReads.WithLabelValues("error").Inc()
-		return liveNode{err: err}
 	}
 	c.metrics.liveReads.WithLabelValues("found").Inc()
-	return liveNode{obj: convert.Node(n), exists: true}
+	return liveNode{obj: convert.Node(a.Object), exists: true}
 }
 
-// liveNodes reads names from the API server, at most parallel at a time;
+// liveNodes reads names from the API server, at most limit at a time;
 // the results are in the order of names.
-func (c *Controller) liveNodes(ctx context.Context, names []string, parallel int) []liveNode {
+func (c *Controller) liveNodes(ctx context.Context, names []string, limit int) []liveNode {
 	out := make([]liveNode, len(names))
-	sem := make(chan struct{}, max(parallel, 1))
-	var wg sync.WaitGroup
-	for i, name := range names {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			out[i] = c.liveNode(ctx, name)
-		})
-	}
-	wg.Wait()
+	parallel.Each(len(names), limit, func(i int) { out[i] = c.liveNode(ctx, names[i]) })
 	return out
 }
 

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,19 +48,11 @@ func (w *worker) launch(ctx context.Context, writes []*write) {
 	}
 	w.flights = append(w.flights, f)
 	go func() {
-		var wg sync.WaitGroup
-		for i, wr := range writes {
-			w.writers <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-w.writers }()
-				rv, err := w.c.writeService(ctx, wr)
-				f.results[i] = writeResult{rv: rv, err: err}
-				w.c.metrics.statusWrites.WithLabelValues(writeOutcome(err)).Inc()
-			}()
-		}
-		wg.Wait()
+		w.writers.Run(len(writes), func(i int) {
+			rv, err := w.c.writeService(ctx, writes[i])
+			f.results[i] = writeResult{rv: rv, err: err}
+			w.c.metrics.statusWrites.WithLabelValues(writeOutcome(err)).Inc()
+		})
 		close(f.done)
 		select {
 		case w.landed <- struct{}{}:

@@ -11,13 +11,14 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/pkg/parallel"
+	"github.com/ipledger/ipledger/pkg/quorum"
 	"github.com/ipledger/ipledger/pkg/stream"
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -53,7 +54,7 @@ type worker struct {
 	// Status writes under way (flight.go): writers bounds them across
 	// passes, flights are the passes' in launch order, inFlight the
 	// Services they write, held those of them marked dirty meanwhile.
-	writers  chan struct{}
+	writers  *parallel.Limit
 	flights  []*flight
 	inFlight map[string]struct{}
 	held     map[string]struct{}
@@ -78,7 +79,7 @@ func newWorker(c *Controller, term *leader.Term) *worker {
 		expect: map[string]expectation{}, poolWritten: map[string]poolStatus{},
 		retries: map[string]int{}, pending: map[string]pendingService{},
 		dirty: map[string]struct{}{}, wake: make(chan struct{}, 1), mutations: make(chan mutation),
-		writers: make(chan struct{}, max(c.cfg.StatusWorkers, 1)), inFlight: map[string]struct{}{}, held: map[string]struct{}{},
+		writers: parallel.NewLimit(c.cfg.StatusWorkers), inFlight: map[string]struct{}{}, held: map[string]struct{}{},
 		landed: make(chan struct{}, 1),
 	}
 }
@@ -544,30 +545,20 @@ func (w *worker) confirmGone(ctx context.Context, absent []string) []string {
 	if len(ask) == 0 {
 		return nil
 	}
-	type answer struct {
-		gone bool
-		err  error
+	services := func(ctx context.Context, key string, opts metav1.GetOptions) (*corev1.Service, error) {
+		ns, name, _ := strings.Cut(key, "/")
+		return w.c.client.CoreV1().Services(ns).Get(ctx, name, opts)
 	}
-	answers := make([]answer, len(ask))
-	parallel(len(ask), confirmGoneWorkers, func(i int) {
-		ns, name, _ := strings.Cut(ask[i], "/")
-		svc, err := w.c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err) || (err == nil && svc.DeletionTimestamp != nil):
-			answers[i] = answer{gone: true}
-		case err != nil:
-			answers[i] = answer{err: err}
-		}
-	})
+	answers := quorum.GetAll(ctx, services, ask, confirmGoneWorkers)
 	var gone []string
 	for i, key := range ask {
 		switch a := answers[i]; {
-		case a.gone:
+		case a.Gone():
 			w.log.Info("Service is gone; releasing its addresses", "service", key)
 			delete(w.expect, key)
 			gone = append(gone, key)
-		case a.err != nil:
-			w.log.Warn("Cannot confirm that a Service is gone", "service", key, "err", a.err)
+		case a.Err != nil:
+			w.log.Warn("Cannot confirm that a Service is gone", "service", key, "err", a.Err)
 			w.requeue(key, true)
 		default:
 			w.requeue(key, false)
@@ -604,15 +595,4 @@ func (w *worker) setPools() {
 		keys = append(keys, objkey.Of(s))
 	}
 	w.mark(keys...)
-}
-
-// parallel calls do(i) for every i < n, at most limit at a time, and
-// returns when all have returned.
-func parallel(n, limit int, do func(i int)) {
-	var g errgroup.Group
-	g.SetLimit(max(limit, 1))
-	for i := range n {
-		g.Go(func() error { do(i); return nil })
-	}
-	_ = g.Wait()
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/metaonly"
+	"github.com/ipledger/ipledger/pkg/parallel"
 )
 
 // ErrFenced means a later term has fenced the ledger, or this term no longer
@@ -397,12 +397,8 @@ func (l *Ledger) fence(ctx context.Context) error {
 	if err := l.update(ctx, shards[0], nil); err != nil {
 		return err
 	}
-	var g errgroup.Group
-	g.SetLimit(fenceWriters)
-	for _, ls := range shards[1:] {
-		g.Go(func() error { return l.update(ctx, ls, nil) })
-	}
-	if err := g.Wait(); err != nil {
+	rest := shards[1:]
+	if err := parallel.EachErr(len(rest), fenceWriters, func(i int) error { return l.update(ctx, rest[i], nil) }); err != nil {
 		return err
 	}
 	l.shards = shards
