@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-
 	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/parallel"
 	"github.com/ipledger/ipledger/pkg/quorum"
