@@ -1,0 +1,420 @@
+package cluster
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// LAN is a network on this machine standing for the LAN a node sits on, for
+// the tests of an announcer (an ARP/NDP responder on the node, such as
+// MetalLB's speaker): a Linux bridge in the host's network namespace — the
+// node's, where hostNetwork pods run — with an address of its own, and
+// clients, each in a network namespace of its own with a veth on the bridge,
+// as machines on the LAN are. Nothing else is on the bridge, the machine's
+// uplink least of all, so nothing said on the LAN (an announcer's ARP)
+// reaches the real network; and the subnet is inside TestRanges, so no
+// address on it is anyone's off this machine. The clients have no route but
+// the LAN's.
+type LAN struct {
+	// Bridge is the bridge's name: the interface an announcer must be held
+	// to.
+	Bridge string
+	// Subnet is the LAN's, on-link on the bridge and in every client.
+	Subnet netip.Prefix
+	// HostAddr is the bridge's address, the node's own on the LAN: the first
+	// of Subnet.
+	HostAddr netip.Addr
+
+	mu      sync.Mutex
+	clients []*LANClient
+}
+
+// LANClient is a machine on a LAN: a network namespace of its own with one
+// interface on the bridge.
+type LANClient struct {
+	// Netns is its network namespace (`ip netns`).
+	Netns string
+	// Link is its interface inside Netns.
+	Link string
+	// Addr is its address on the LAN.
+	Addr netip.Addr
+
+	hostLink string
+}
+
+// NewLAN creates the bridge name with subnet's first address, up. It
+// refuses a subnet outside TestRanges, and a name that is a link of the
+// machine's already unless it is a LAN's left by a run that was killed
+// (then it is removed first, with its clients' namespaces).
+func NewLAN(name string, subnet netip.Prefix) (*LAN, error) {
+	subnet = subnet.Masked()
+	out, err := exec.Command("ip", "-j", "route", "show").Output()
+	if err != nil {
+		return nil, fmt.Errorf("LAN %s: ip route show: %w", name, err)
+	}
+	var routes []struct {
+		Dst  string `json:"dst"`
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(out, &routes); err != nil {
+		return nil, fmt.Errorf("LAN %s: ip route show: %w: %s", name, err, out)
+	}
+	var onLink []string
+	for _, r := range routes {
+		if r.Type != "unreachable" && r.Dst != "default" {
+			onLink = append(onLink, r.Dst)
+		}
+	}
+	if err := checkLANSubnet(subnet, onLink); err != nil {
+		return nil, fmt.Errorf("LAN %s: %w", name, err)
+	}
+	if len(name) > 10 {
+		return nil, fmt.Errorf("LAN %s: the name is longer than 10 characters (its clients' links add 4)", name)
+	}
+	l := &LAN{Bridge: name, Subnet: subnet, HostAddr: subnet.Addr().Next()}
+	if err := l.removeLeftovers(); err != nil {
+		return nil, err
+	}
+	for _, args := range [][]string{
+		{"link", "add", name, "type", "bridge"},
+		{"addr", "add", netip.PrefixFrom(l.HostAddr, subnet.Bits()).String(), "dev", name},
+		{"link", "set", name, "up"},
+	} {
+		if err := ip(args...); err != nil {
+			return nil, errors.Join(err, l.Close())
+		}
+	}
+	return l, nil
+}
+
+// checkLANSubnet refuses a LAN subnet that is not IPv4 inside TestRanges
+// (an address on it could be someone's off this machine) or that overlaps
+// the node's networks or a route of the machine (routes, other than the
+// unreachable ones of TestRanges).
+func checkLANSubnet(subnet netip.Prefix, routes []string) error {
+	if !subnet.Addr().Is4() || !inTestRanges(subnet.String()) {
+		return fmt.Errorf("subnet %s is not inside cluster.TestRanges %v: an address on it could be someone's off this machine", subnet, TestRanges)
+	}
+	for _, r := range append([]string{PodCIDR, ServiceCIDR}, routes...) {
+		p, err := netip.ParsePrefix(r)
+		if err != nil {
+			a, aerr := netip.ParseAddr(r)
+			if aerr != nil {
+				return fmt.Errorf("route %q: %w", r, err)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if p.Overlaps(subnet) {
+			return fmt.Errorf("subnet %s overlaps %s, which this machine routes already", subnet, r)
+		}
+	}
+	return nil
+}
+
+// removeLeftovers deletes the bridge and the client namespaces of a LAN of
+// the same name that a killed run left.
+func (l *LAN) removeLeftovers() error {
+	var errs []error
+	if entries, err := os.ReadDir("/run/netns"); err == nil {
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), l.Bridge+"-") {
+				errs = append(errs, ip("netns", "delete", e.Name()))
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join("/sys/class/net", l.Bridge)); err == nil {
+		if _, err := os.Stat(filepath.Join("/sys/class/net", l.Bridge, "bridge")); err != nil {
+			return fmt.Errorf("LAN %s: the machine has a link of that name that is not a bridge; not touching it", l.Bridge)
+		}
+		errs = append(errs, ip("link", "delete", l.Bridge))
+	}
+	return errors.Join(errs...)
+}
+
+// MAC is the bridge's hardware address: what an announcer on the node
+// answers ARP with on the LAN.
+func (l *LAN) MAC() (net.HardwareAddr, error) {
+	raw, err := os.ReadFile(filepath.Join("/sys/class/net", l.Bridge, "address"))
+	if err != nil {
+		return nil, err
+	}
+	return net.ParseMAC(strings.TrimSpace(string(raw)))
+}
+
+// AddClient puts a machine on the LAN at addr: namespace <bridge>-c<n>,
+// its interface "lan0" (a veth whose peer <bridge>-c<n> is on the bridge),
+// and no route but the LAN's.
+func (l *LAN) AddClient(addr netip.Addr) (*LANClient, error) {
+	if !l.Subnet.Contains(addr) || addr == l.HostAddr {
+		return nil, fmt.Errorf("LAN %s: client address %s is not a free address of %s", l.Bridge, addr, l.Subnet)
+	}
+	l.mu.Lock()
+	n := len(l.clients) + 1
+	c := &LANClient{Netns: fmt.Sprintf("%s-c%d", l.Bridge, n), Link: "lan0", Addr: addr, hostLink: fmt.Sprintf("%s-c%d", l.Bridge, n)}
+	l.clients = append(l.clients, c)
+	l.mu.Unlock()
+	for _, args := range [][]string{
+		{"netns", "add", c.Netns},
+		{"link", "add", c.hostLink, "type", "veth", "peer", "name", c.Link, "netns", c.Netns},
+		{"link", "set", c.hostLink, "master", l.Bridge, "up"},
+		{"-n", c.Netns, "addr", "add", netip.PrefixFrom(addr, l.Subnet.Bits()).String(), "dev", c.Link},
+		{"-n", c.Netns, "link", "set", "lo", "up"},
+		{"-n", c.Netns, "link", "set", c.Link, "up"},
+	} {
+		if err := ip(args...); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Close removes the clients' namespaces (their veths go with them) and the
+// bridge; what Snapshot reads is then as before NewLAN.
+func (l *LAN) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var errs []error
+	for _, c := range l.clients {
+		if _, err := os.Stat(filepath.Join("/run/netns", c.Netns)); err == nil {
+			errs = append(errs, ip("netns", "delete", c.Netns))
+		}
+	}
+	l.clients = nil
+	if _, err := os.Stat(filepath.Join("/sys/class/net", l.Bridge)); err == nil {
+		errs = append(errs, ip("link", "delete", l.Bridge))
+	}
+	return errors.Join(errs...)
+}
+
+// Command is name with args run inside the client's namespace.
+func (c *LANClient) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", c.Netns, name}, args...)...)
+}
+
+// Neighbour is what the client's neighbour table says of addr: the
+// hardware address ARP found (nil when none) and the entry's state
+// (REACHABLE, STALE, FAILED, INCOMPLETE…; empty when there is no entry).
+func (c *LANClient) Neighbour(addr netip.Addr) (net.HardwareAddr, string, error) {
+	out, err := exec.Command("ip", "-n", c.Netns, "-j", "neigh", "show", "to", addr.String(), "dev", c.Link).Output()
+	if err != nil {
+		return nil, "", fmt.Errorf("ip -n %s neigh show to %s: %w", c.Netns, addr, err)
+	}
+	var entries []struct {
+		Dst    string   `json:"dst"`
+		LLAddr string   `json:"lladdr"`
+		State  []string `json:"state"`
+	}
+	if err := json.Unmarshal(out, &entries); err != nil {
+		return nil, "", fmt.Errorf("ip -n %s neigh show to %s: %w: %s", c.Netns, addr, err, out)
+	}
+	for _, e := range entries {
+		if e.Dst != addr.String() {
+			continue
+		}
+		var mac net.HardwareAddr
+		if e.LLAddr != "" {
+			if mac, err = net.ParseMAC(e.LLAddr); err != nil {
+				return nil, "", err
+			}
+		}
+		return mac, strings.Join(e.State, ","), nil
+	}
+	return nil, "", nil
+}
+
+// ForgetNeighbour deletes the client's neighbour entry for addr, so that
+// its next packet there resolves addr by ARP again.
+func (c *LANClient) ForgetNeighbour(addr netip.Addr) error {
+	return ip("-n", c.Netns, "neigh", "flush", "to", addr.String(), "dev", c.Link)
+}
+
+// Uplinks are the interfaces of the machine's default routes (IPv4 and
+// IPv6): the way to the real network, where no test packet may go.
+func Uplinks() ([]string, error) {
+	var devs []string
+	for _, family := range []string{"-4", "-6"} {
+		out, err := exec.Command("ip", family, "-j", "route", "show", "default").Output()
+		if err != nil {
+			return nil, fmt.Errorf("ip %s route show default: %w", family, err)
+		}
+		var routes []struct {
+			Dev string `json:"dev"`
+		}
+		if err := json.Unmarshal(out, &routes); err != nil {
+			return nil, fmt.Errorf("ip %s route show default: %w: %s", family, err, out)
+		}
+		for _, r := range routes {
+			if r.Dev != "" && !slices.Contains(devs, r.Dev) {
+				devs = append(devs, r.Dev)
+			}
+		}
+	}
+	return devs, nil
+}
+
+// ARPPacket is one ARP packet an ARPCapture saw.
+type ARPPacket struct {
+	// Reply is an ARP reply (operation 2), else a request.
+	Reply bool
+	// Outgoing: this machine sent it (else it came in).
+	Outgoing           bool
+	SenderMAC          net.HardwareAddr
+	SenderIP, TargetIP netip.Addr
+}
+
+func (p ARPPacket) String() string {
+	dir := "in"
+	if p.Outgoing {
+		dir = "out"
+	}
+	if p.Reply {
+		return fmt.Sprintf("ARP reply (%s): %s is at %s, to %s", dir, p.SenderIP, p.SenderMAC, p.TargetIP)
+	}
+	return fmt.Sprintf("ARP request (%s): who has %s, tell %s (%s)", dir, p.TargetIP, p.SenderIP, p.SenderMAC)
+}
+
+// ARPCapture records the ARP packets an interface of the host's network
+// namespace sends and receives, from CaptureARP until Close. It only
+// listens (a packet socket bound to the interface): it sends nothing.
+type ARPCapture struct {
+	Interface string
+
+	fd      int
+	stopped atomic.Bool
+	done    chan struct{}
+	mu      sync.Mutex
+	packets []ARPPacket
+	err     error
+}
+
+const (
+	ethPARP = 0x0806
+	ethPAll = 0x0003
+)
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// arpOnly is a classic BPF program keeping the Ethernet frames of type ARP
+// (ldh [12]; jeq #0x806; ret all; ret none).
+var arpOnly = []syscall.SockFilter{
+	{Code: syscall.BPF_LD | syscall.BPF_H | syscall.BPF_ABS, K: 12},
+	{Code: syscall.BPF_JMP | syscall.BPF_JEQ | syscall.BPF_K, Jt: 0, Jf: 1, K: ethPARP},
+	{Code: syscall.BPF_RET | syscall.BPF_K, K: 0xffff},
+	{Code: syscall.BPF_RET | syscall.BPF_K, K: 0},
+}
+
+// CaptureARP starts recording iface's ARP packets. The socket is of every
+// protocol (ETH_P_ALL) with a filter keeping ARP: one of the ARP protocol
+// would see only what comes in, never what the machine sends.
+func CaptureARP(iface string) (*ARPCapture, error) {
+	ifi, err := net.InterfaceByName(iface)
+	if err != nil {
+		return nil, err
+	}
+	// Protocol 0 until bound, so that nothing arrives before the filter.
+	fd, err := syscall.Socket(syscall.AF_PACKET, syscall.SOCK_RAW|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("capture ARP on %s: %w", iface, err)
+	}
+	fail := func(err error) (*ARPCapture, error) {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("capture ARP on %s: %w", iface, err)
+	}
+	if err := syscall.AttachLsf(fd, arpOnly); err != nil {
+		return fail(err)
+	}
+	// A receive timeout, so that the reader sees Close within 200ms.
+	tv := syscall.NsecToTimeval((200 * time.Millisecond).Nanoseconds())
+	if err := syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv); err != nil {
+		return fail(err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrLinklayer{Protocol: htons(ethPAll), Ifindex: ifi.Index}); err != nil {
+		return fail(err)
+	}
+	c := &ARPCapture{Interface: iface, fd: fd, done: make(chan struct{})}
+	go c.read()
+	return c, nil
+}
+
+func (c *ARPCapture) read() {
+	defer close(c.done)
+	buf := make([]byte, 1600)
+	for !c.stopped.Load() {
+		n, from, err := syscall.Recvfrom(c.fd, buf, 0)
+		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			c.mu.Lock()
+			c.err = err
+			c.mu.Unlock()
+			return
+		}
+		p, ok := parseARP(buf[:n])
+		if !ok {
+			continue
+		}
+		if ll, isLL := from.(*syscall.SockaddrLinklayer); isLL && ll.Pkttype == syscall.PACKET_OUTGOING {
+			p.Outgoing = true
+		}
+		c.mu.Lock()
+		c.packets = append(c.packets, p)
+		c.mu.Unlock()
+	}
+}
+
+// parseARP reads an Ethernet frame carrying IPv4-over-Ethernet ARP.
+func parseARP(frame []byte) (ARPPacket, bool) {
+	const eth = 14
+	if len(frame) < eth+28 || binary.BigEndian.Uint16(frame[12:14]) != ethPARP {
+		return ARPPacket{}, false
+	}
+	a := frame[eth:]
+	if binary.BigEndian.Uint16(a[2:4]) != 0x0800 || a[4] != 6 || a[5] != 4 {
+		return ARPPacket{}, false
+	}
+	return ARPPacket{
+		Reply:     binary.BigEndian.Uint16(a[6:8]) == 2,
+		SenderMAC: slices.Clone(net.HardwareAddr(a[8:14])),
+		SenderIP:  netip.AddrFrom4([4]byte(a[14:18])),
+		TargetIP:  netip.AddrFrom4([4]byte(a[24:28])),
+	}, true
+}
+
+// Packets returns what the capture saw so far, and the error that stopped
+// it early, if one did.
+func (c *ARPCapture) Packets() ([]ARPPacket, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.packets), c.err
+}
+
+// Close stops the capture; idempotent.
+func (c *ARPCapture) Close() error {
+	if c.stopped.Swap(true) {
+		return nil
+	}
+	<-c.done
+	return syscall.Close(c.fd)
+}
+
+func ip(args ...string) error {
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
