@@ -40,6 +40,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/authz"
+	"github.com/ipledger/ipledger/pkg/promreg"
 )
 
 // DefaultShutdownTimeout bounds the graceful stop: long-lived streams
@@ -300,7 +301,7 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 			return nil, err
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(kp.tlsConfig())))
-		registerOrReuse(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		promreg.Reuse(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ipledger_grpc_server_certificate_expiry_timestamp_seconds",
 			Help: "When the gRPC serving certificate (--grpc-tls-cert-file, as last loaded) expires, in seconds since the epoch.",
 		}, func() float64 { return float64(kp.notAfter().Unix()) }))
@@ -313,8 +314,8 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 			grpcprom.WithHistogramBuckets([]float64{.001, .005, .01, .05, .1, .5, 1, 5, 30}),
 		),
 	)
-	metrics = registerOrReuse(reg, metrics)
-	panics := registerOrReuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	metrics = promreg.Reuse(reg, metrics)
+	panics := promreg.Reuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ipledger_grpc_server_panics_recovered_total",
 		Help: "Panics in gRPC handlers turned into codes.Internal.",
 	}))
@@ -325,15 +326,15 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 		log:        log,
 		open:       map[string]int{},
 		openSlots:  make(chan struct{}, cfg.MaxOpenStreams),
-		ended: registerOrReuse(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		ended: promreg.Reuse(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipledger_grpc_server_streams_deauthorized_total",
 			Help: "Open streams ended because a re-authorization refused their caller, by gRPC code.",
 		}, []string{"grpc_code"})),
-		overLimit: registerOrReuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		overLimit: promreg.Reuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ipledger_grpc_server_streams_over_identity_limit_total",
 			Help: "Streams refused with RESOURCE_EXHAUSTED because their caller held --grpc-max-streams-per-identity open streams.",
 		})),
-		overOpenLimit: registerOrReuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		overOpenLimit: promreg.Reuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ipledger_grpc_server_open_streams_over_limit_total",
 			Help: "Streams of methods open without a token (health Watch, reflection) refused with RESOURCE_EXHAUSTED because --grpc-max-open-streams were held.",
 		})),
@@ -392,24 +393,6 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	return s, nil
-}
-
-// registerOrReuse registers c on reg, or returns the equal collector that is
-// already registered.
-func registerOrReuse[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if reg == nil {
-		return c
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		// A conflicting collector of another shape: keep serving, unmeasured.
-	}
-	return c
 }
 
 // Register registers a service implementation; call it before Serve.

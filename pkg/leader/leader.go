@@ -234,6 +234,34 @@ func (f WorkerFunc) Run(term *Term) error { return f(term) }
 // exit ends the process when a term overruns its stop bound; tests replace it.
 var exit = os.Exit
 
+// Source is what a component must have before it campaigns: the
+// watcher stream, whose first SYNCED puts the whole world in its store.
+type Source interface {
+	WaitForSync(ctx context.Context) error
+}
+
+// RunWhenSynced is every component's order of start: wait for src's first
+// SYNCED, call synced (the component starts serving reads), then campaign
+// (Run). A leader acting on a partial snapshot would give back what it has
+// not seen yet — ipam an address, endpoints an endpoint, eipd an Elastic
+// IP — so none campaigns before. It returns nil when ctx ends first.
+func RunWhenSynced(ctx context.Context, src Source, synced func(), client kubernetes.Interface, cfg Config,
+	newWorker func(term *Term) (Worker, error), log *slog.Logger, reg prometheus.Registerer) error {
+	if err := src.WaitForSync(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if synced != nil {
+		synced()
+	}
+	if log != nil {
+		log.Info("Watcher stream synced; campaigning for the Lease", "lease", cfg.LeaseNamespace+"/"+cfg.LeaseName)
+	}
+	return Run(ctx, client, cfg, newWorker, log, reg)
+}
+
 // Run campaigns for the Lease until ctx ends, running a fresh Worker for
 // every term it wins. When ctx ends during a term, the term stops
 // gracefully and the Lease is released. It returns nil after ctx ends, or

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/ipledger/ipledger/pkg/promreg"
 )
 
 // Queue is a typed rate-limited workqueue bound to a term, with workqueue
@@ -153,25 +155,25 @@ func NewMetricsProvider(reg prometheus.Registerer) workqueue.MetricsProvider {
 	buckets := prometheus.ExponentialBuckets(10e-6, 10, 8) // 10µs .. 100s
 	label := []string{"name"}
 	return &workqueueMetrics{
-		depth: registerOrReuse(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		depth: promreg.Reuse(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ipledger_workqueue_depth", Help: "Current depth of the workqueue.",
 		}, label)),
-		adds: registerOrReuse(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		adds: promreg.Reuse(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipledger_workqueue_adds_total", Help: "Adds handled by the workqueue.",
 		}, label)),
-		latency: registerOrReuse(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		latency: promreg.Reuse(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "ipledger_workqueue_queue_duration_seconds", Help: "Time an item stays in the workqueue before being processed.", Buckets: buckets,
 		}, label)),
-		workDuration: registerOrReuse(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		workDuration: promreg.Reuse(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "ipledger_workqueue_work_duration_seconds", Help: "Time processing an item takes.", Buckets: buckets,
 		}, label)),
-		unfinished: registerOrReuse(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		unfinished: promreg.Reuse(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ipledger_workqueue_unfinished_work_seconds", Help: "Seconds of work in progress not yet observed by work_duration (large values suggest stuck workers).",
 		}, label)),
-		longestRunning: registerOrReuse(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		longestRunning: promreg.Reuse(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ipledger_workqueue_longest_running_processor_seconds", Help: "Seconds the longest running processor has been running.",
 		}, label)),
-		retries: registerOrReuse(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		retries: promreg.Reuse(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipledger_workqueue_retries_total", Help: "Retries handled by the workqueue.",
 		}, label)),
 	}

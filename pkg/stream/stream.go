@@ -39,6 +39,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ipledger/ipledger/pkg/authz"
+	"github.com/ipledger/ipledger/pkg/promreg"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 )
@@ -633,13 +634,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		handlers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipledger_stream_handlers",
 			Help: "Handlers registered."}),
 	}
-	if reg != nil {
-		for _, col := range []prometheus.Collector{m.received, m.disconnects, m.syncs, m.syntheticDeletes,
-			m.staleDropped, m.heldBack, m.heldBackExpired, m.heldBackNow, m.objects, m.synced, m.handlers} {
-			if err := reg.Register(col); err != nil {
-				return nil, fmt.Errorf("stream metrics: %w", err)
-			}
-		}
+	if err := promreg.Register(reg, m.received, m.disconnects, m.syncs, m.syntheticDeletes,
+		m.staleDropped, m.heldBack, m.heldBackExpired, m.heldBackNow, m.objects, m.synced, m.handlers); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -663,3 +663,82 @@ func TestHoldsAsksTheLease(t *testing.T) {
 		t.Fatal("an ended Term still holds")
 	}
 }
+
+// gate is a stream source whose first SYNCED arrives when the test says.
+type gate chan struct{}
+
+func (g gate) WaitForSync(ctx context.Context) error {
+	select {
+	case <-g:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// A candidate does not campaign before its stream has synced: its client
+// sends no Lease request until the first SYNCED (checked at every request,
+// while another candidate wins the Lease and leads meanwhile), synced is
+// called before its first term, and a context that ends first is no error.
+func TestRunWhenSyncedCampaignsOnlyAfterTheFirstSynced(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t, nil)
+	var isSynced, early atomic.Bool
+	cfgA := rest.CopyConfig(env.Config)
+	cfgA.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if strings.Contains(r.URL.Path, "/leases") && !isSynced.Load() {
+				early.Store(true)
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	clientA, err := kubernetes.NewForConfig(cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan string, 2)
+	newWorker := func(term *leader.Term) (leader.Worker, error) {
+		return leader.WorkerFunc(func(term *leader.Term) error {
+			started <- term.Identity()
+			<-term.Stopping()
+			return nil
+		}), nil
+	}
+	synced := gate(make(chan struct{}))
+	var servedBeforeTerm atomic.Bool
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- leader.RunWhenSynced(ctx, synced, func() { servedBeforeTerm.Store(len(started) == 0); isSynced.Store(true) },
+			clientA, testConfig(ns, "a"), newWorker, slog.New(slog.DiscardHandler), nil)
+	}()
+	// b, synced, wins the Lease and leads while a waits for its stream.
+	rb := startCandidate(t, env.Client, testConfig(ns, "b"), newWorker)
+	if id := <-started; id != "b" {
+		t.Fatalf("term of %q started while a's stream had not synced", id)
+	}
+	if early.Load() {
+		t.Fatal("a sent a Lease request before its stream synced")
+	}
+	// a's stream syncs and b steps down: a takes the Lease.
+	close(synced)
+	rb.stop(t)
+	if id := <-started; id != "a" {
+		t.Fatalf("term of %q, want a", id)
+	}
+	if early.Load() || !servedBeforeTerm.Load() {
+		t.Errorf("a's Lease request before its SYNCED: %v; synced called before a's term: %v", early.Load(), servedBeforeTerm.Load())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("RunWhenSynced: %v", err)
+	}
+
+	ended, cancelEnded := context.WithCancel(context.Background())
+	cancelEnded()
+	if err := leader.RunWhenSynced(ended, gate(make(chan struct{})), func() { t.Error("synced called without a SYNCED") },
+		clientA, testConfig(ns, "c"), newWorker, slog.New(slog.DiscardHandler), nil); err != nil {
+		t.Errorf("RunWhenSynced with an ended context: %v", err)
+	}
+}

@@ -168,15 +168,8 @@ func (a *App) Run(ctx context.Context) error {
 	g.Go(func() error { return a.grpc.Serve(gctx) })
 	g.Go(func() error { return a.watch.Run(gctx) })
 	g.Go(func() error {
-		// Campaign only with the whole world in the store: a leader that
-		// misses a Node would give its Elastic IP back.
-		if err := a.watch.WaitForSync(gctx); err != nil {
-			return err
-		}
-		a.synced.Store(true)
-		a.grpc.SetServing(true)
-		a.log.Info("Watcher stream synced; campaigning for the Lease", "lease", a.cfg.Leader.LeaseNamespace+"/"+a.cfg.Leader.LeaseName)
-		return leader.Run(gctx, a.client, a.cfg.Leader, a.Controller.NewWorker(a.watch, a.Registry), a.log, a.Registry)
+		return leader.RunWhenSynced(gctx, a.watch, func() { a.synced.Store(true); a.grpc.SetServing(true) },
+			a.client, a.cfg.Leader, a.Controller.NewWorker(a.watch, a.Registry), a.log, a.Registry)
 	})
 	return g.Wait()
 }

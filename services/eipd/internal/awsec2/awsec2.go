@@ -32,6 +32,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ipledger/ipledger/pkg/promreg"
 	"github.com/ipledger/ipledger/services/eipd/internal/decide"
 )
 
@@ -173,12 +174,8 @@ func New(ctx context.Context, clusterID string, cfg Config, reg prometheus.Regis
 				"listed after it): the Node waits up to --ec2-consistency-timeout for an address to appear before eipd allocates again.",
 		}),
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.calls, m.errors, m.uncertain} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("register EC2 metrics: %w", err)
-			}
-		}
+	if err := promreg.Register(reg, m.calls, m.errors, m.uncertain); err != nil {
+		return nil, err
 	}
 	optFns = append([]func(*ec2.Options){func(o *ec2.Options) {
 		o.APIOptions = append(o.APIOptions, m.addMiddleware)

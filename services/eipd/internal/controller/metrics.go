@@ -1,11 +1,10 @@
 package controller
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/pkg/promreg"
 	"github.com/ipledger/ipledger/services/eipd/internal/decide"
 )
 
@@ -92,12 +91,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, source := range []string{"sync", "sweep"} {
 		m.refused.WithLabelValues(source)
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.managed, m.associated, m.orphaned, m.duplicates, m.syncs, m.refused, m.liveReads, m.liveReadSeconds, m.sweeps, m.refusedAssociations, m.heldOutside, m.legacyOptIns, m.reserved, m.waiting, m.taintsRemoved} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("register controller metrics: %w", err)
-			}
-		}
+	if err := promreg.Register(reg, m.managed, m.associated, m.orphaned, m.duplicates, m.syncs, m.refused, m.liveReads, m.liveReadSeconds,
+		m.sweeps, m.refusedAssociations, m.heldOutside, m.legacyOptIns, m.reserved, m.waiting, m.taintsRemoved); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -146,14 +146,8 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { return a.watch.Run(gctx) })
 	g.Go(func() error {
-		// Campaign only with the whole world in the store: a leader acting on
-		// a partial snapshot would remove endpoints it has not seen yet.
-		if err := a.watch.WaitForSync(gctx); err != nil {
-			return err
-		}
-		a.synced.Store(true)
-		a.log.Info("Watcher stream synced; campaigning for the Lease", "lease", a.cfg.Leader.LeaseNamespace+"/"+a.cfg.Leader.LeaseName)
-		return leader.Run(gctx, a.client, a.cfg.Leader, a.Controller.NewWorker, a.log, a.Registry)
+		return leader.RunWhenSynced(gctx, a.watch, func() { a.synced.Store(true) },
+			a.client, a.cfg.Leader, a.Controller.NewWorker, a.log, a.Registry)
 	})
 	return g.Wait()
 }

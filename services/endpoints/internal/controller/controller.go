@@ -234,9 +234,17 @@ func New(cfg Config, client kubernetes.Interface, status prober.StatusWriter, so
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	m, err := NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	probeM, err := prober.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	return &Controller{
 		cfg: cfg, client: client, status: status, source: source, store: store, log: log, reg: reg,
-		Metrics: NewMetrics(reg), ProbeMetrics: prober.NewMetrics(reg), now: time.Now,
+		Metrics: m, ProbeMetrics: probeM, now: time.Now,
 	}, nil
 }
 

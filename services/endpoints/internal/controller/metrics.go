@@ -2,6 +2,8 @@ package controller
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ipledger/ipledger/pkg/promreg"
 )
 
 // Metrics are the controller's process-wide metrics; they outlive terms.
@@ -21,7 +23,7 @@ type Metrics struct {
 }
 
 // NewMetrics registers the controller's metrics on reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		Syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipledger_endpoints_syncs_total",
@@ -53,8 +55,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{resultSuccess, resultError, resultStale} {
 		m.Syncs.WithLabelValues(r)
 	}
-	reg.MustRegister(m.Syncs, m.SliceWrites, m.StaleRetries, m.EndpointsManaged, m.SyncDuration)
-	return m
+	if err := promreg.Register(reg, m.Syncs, m.SliceWrites, m.StaleRetries, m.EndpointsManaged, m.SyncDuration); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 const (

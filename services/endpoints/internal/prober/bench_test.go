@@ -135,7 +135,7 @@ func BenchmarkProbes(b *testing.B) {
 				var before runtime.MemStats
 				runtime.ReadMemStats(&before)
 
-				m := NewMetrics(prometheus.NewRegistry())
+				m := testMetrics(b)
 				h := &harness{m: m}
 				h.w = &fakeWriter{p: func() *Prober { return h.p }, m: m, objs: map[string]*watcherv1.Object{}}
 				ctx, cancel := context.WithCancel(context.Background())

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/pkg/promreg"
 	"github.com/ipledger/ipledger/services/endpoints/internal/probepolicy"
 )
 
@@ -29,7 +30,7 @@ type Metrics struct {
 }
 
 // NewMetrics registers the prober's metrics on reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		Probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipledger_endpoints_probes_total",
@@ -67,8 +68,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range probepolicy.Reasons {
 		m.Refused.WithLabelValues(r)
 	}
-	reg.MustRegister(m.Probes, m.ProbeDuration, m.SlotWait, m.ConditionWrites, m.Refused, m.Workloads)
-	return m
+	if err := promreg.Register(reg, m.Probes, m.ProbeDuration, m.SlotWait, m.ConditionWrites, m.Refused, m.Workloads); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 const (

@@ -127,7 +127,7 @@ type harness struct {
 
 func newHarness(t *testing.T, concurrency int) *harness {
 	t.Helper()
-	m := NewMetrics(prometheus.NewRegistry())
+	m := testMetrics(t)
 	h := &harness{m: m}
 	h.w = &fakeWriter{p: func() *Prober { return h.p }, m: m, objs: map[string]*watcherv1.Object{}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -528,7 +528,7 @@ func TestRefusedAddressesAreNeverProbed(t *testing.T) {
 // periods pass, and counted by reason; the allowed workload beside it is
 // probed as before.
 func TestPolicyRefusesBeforeDialing(t *testing.T) {
-	m := NewMetrics(prometheus.NewRegistry())
+	m := testMetrics(t)
 	h := &harness{m: m}
 	h.w = &fakeWriter{p: func() *Prober { return h.p }, m: m, objs: map[string]*watcherv1.Object{}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -613,4 +613,14 @@ func TestGuardRefusesBeforeDialing(t *testing.T) {
 			t.Errorf("dial %s: %v", a, err)
 		}
 	}
+}
+
+// testMetrics are the prober's metrics on a registry of their own.
+func testMetrics(tb testing.TB) *Metrics {
+	tb.Helper()
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
 }

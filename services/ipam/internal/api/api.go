@@ -106,12 +106,16 @@ type Server struct {
 }
 
 // New builds the server. store returns the stream's store.
-func New(cfg Config, store func() *stream.Store, client kubernetes.Interface, mutator Mutator, log *slog.Logger) *Server {
+func New(cfg Config, store func() *stream.Store, client kubernetes.Interface, mutator Mutator, log *slog.Logger) (*Server, error) {
 	if cfg.LBClass == "" {
 		cfg.LBClass = objects.DefaultLBClass
 	}
-	return &Server{cfg: cfg, store: store, client: client, mutator: mutator, log: log, m: newMetrics(cfg.Registerer),
-		previews: make(chan struct{}, 1)}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, store: store, client: client, mutator: mutator, log: log, m: m,
+		previews: make(chan struct{}, 1)}, nil
 }
 
 const (

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ipledger/ipledger/pkg/promreg"
 )
 
 // Parts of the read state that are built from the stream (the label
@@ -19,7 +21,7 @@ type metrics struct {
 	parses   *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipledger_ipam_api_rebuilds_total",
@@ -41,10 +43,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.rebuilds.WithLabelValues(p)
 		m.duration.WithLabelValues(p)
 	}
-	if reg != nil {
-		reg.MustRegister(m.rebuilds, m.duration, m.parses)
+	if err := promreg.Register(reg, m.rebuilds, m.duration, m.parses); err != nil {
+		return nil, err
 	}
-	return m
+	return m, nil
 }
 
 // rebuilt records one rebuild of part that started at start.

@@ -53,7 +53,10 @@ func BenchmarkReads(b *testing.B) {
 	}
 	w := newWorld(b, allocatedWorld(n, 100)...)
 	reg := prometheus.NewRegistry()
-	served := New(Config{Namespace: worldNS, Registerer: reg}, w.client.Store, nil, nil, slog.New(slog.DiscardHandler))
+	served, err := New(Config{Namespace: worldNS, Registerer: reg}, w.client.Store, nil, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
 
 	// Callers ask about allocated and pending Services alike.
 	var targets []*ipamv1.ServiceRef

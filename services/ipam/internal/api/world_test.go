@@ -133,7 +133,11 @@ func (w *world) put(tb testing.TB, o *watcherv1.Object) {
 }
 
 func (w *world) server() *Server {
-	return New(Config{Namespace: worldNS}, w.client.Store, nil, nil, slog.New(slog.DiscardHandler))
+	s, err := New(Config{Namespace: worldNS}, w.client.Store, nil, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		panic(err) // no registry: nothing to fail on
+	}
+	return s
 }
 
 func poolObj(name string, addrs ...string) *watcherv1.Object {

@@ -119,7 +119,10 @@ func (c *Config) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctrl := controller.New(c.Controller, client, dyn, src, log.With("component", "controller"), reg)
+	ctrl, err := controller.New(c.Controller, client, dyn, src, log.With("component", "controller"), reg)
+	if err != nil {
+		return err
+	}
 
 	c.GRPC.DefaultAudiences(authz.IPAMAudience)
 	reviews, err := c.GRPC.ReviewClient(restCfg)
@@ -130,10 +133,14 @@ func (c *Config) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gs.Register(&ipamv1grpc.IPAMService_ServiceDesc, api.New(api.Config{
+	apiServer, err := api.New(api.Config{
 		Namespace: c.Common.Namespace, LeaseName: c.Leader.LeaseName, LBClass: c.Controller.LBClass,
 		RequireLBClass: c.Controller.RequireLBClass, Registerer: reg,
-	}, src.Store, client, ctrl, log.With("component", "api")))
+	}, src.Store, client, ctrl, log.With("component", "api"))
+	if err != nil {
+		return err
+	}
+	gs.Register(&ipamv1grpc.IPAMService_ServiceDesc, apiServer)
 
 	ops := opsserver.New(c.Ops, reg, func() error {
 		if !src.HasSynced() {
@@ -144,17 +151,10 @@ func (c *Config) Run(ctx context.Context) error {
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return src.Run(ctx) })
-	g.Go(func() error {
-		if err := src.WaitForSync(ctx); err != nil {
-			return nil
-		}
-		gs.SetServing(true)
-		return nil
-	})
 	lc := c.Leader
 	lc.Events, lc.EventComponent = client.CoreV1(), Component
 	g.Go(func() error {
-		return leader.Run(ctx, client, lc, ctrl.NewWorker, log.With("component", "leader"), reg)
+		return leader.RunWhenSynced(ctx, src, func() { gs.SetServing(true) }, client, lc, ctrl.NewWorker, log.With("component", "leader"), reg)
 	})
 	g.Go(func() error { return gs.Serve(ctx) })
 	g.Go(func() error { return ops.Serve(ctx) })

@@ -84,15 +84,23 @@ type Controller struct {
 // New builds the controller. Its Events go through each term's recorder
 // (leader.Term.Recorder).
 func New(cfg Config, client kubernetes.Interface, dyn dynamic.Interface, source Source,
-	log *slog.Logger, reg prometheus.Registerer) *Controller {
+	log *slog.Logger, reg prometheus.Registerer) (*Controller, error) {
 	cfg.Defaults()
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	ledgerM, err := ledger.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	source.Store().AddAttribute(watcherv1.Kind_KIND_SERVICE, attrCreated, func(o *watcherv1.Object) any {
 		return o.GetMeta().GetCreationTimestamp()
 	})
 	return &Controller{
 		cfg: cfg, client: client, dynamic: dyn, source: source, log: log,
-		metrics: newMetrics(reg), ledgerM: ledger.NewMetrics(reg), reg: reg,
-	}
+		metrics: m, ledgerM: ledgerM, reg: reg,
+	}, nil
 }
 
 // attrCreated is the store attribute holding each Service's

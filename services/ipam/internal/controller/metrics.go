@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/pkg/promreg"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 )
@@ -31,7 +32,7 @@ type metrics struct {
 	pendingReasons map[string]bool
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		poolSeries: map[[2]string]bool{}, pendingReasons: map[string]bool{},
 		addresses: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -73,10 +74,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Ledger entries not obeyed at a term start because the Services' statuses, read from the API server, contradict them (the ledger was edited outside ipam).",
 		}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.addresses, m.allocations, m.failures, m.statusWrites, m.pending, m.pendingSince, m.passSeconds, m.ledgerCorrupt, m.ledgerOverruled)
+	if err := promreg.Register(reg, m.addresses, m.allocations, m.failures, m.statusWrites, m.pending, m.pendingSince, m.passSeconds, m.ledgerCorrupt, m.ledgerOverruled); err != nil {
+		return nil, err
 	}
-	return m
+	return m, nil
 }
 
 // forgetLeaderGauges stops exporting what only the leader knows (pool

@@ -20,6 +20,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/metaonly"
 	"github.com/ipledger/ipledger/pkg/parallel"
+	"github.com/ipledger/ipledger/pkg/promreg"
 )
 
 // ErrFenced means a later term has fenced the ledger, or this term no longer
@@ -140,7 +141,7 @@ func (m *Metrics) Forget() {
 }
 
 // NewMetrics registers the ledger metrics on reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipledger_ipam_ledger_writes_total",
@@ -168,10 +169,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Writes to a ledger ConfigMap by a field manager other than ipam's, by shard, counted when a term reads the ledger (a restore, a repair, or an attack).",
 		}, []string{"shard"}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.writes, m.open, m.bytes, m.shards, m.entries, m.foreign)
+	if err := promreg.Register(reg, m.writes, m.open, m.bytes, m.shards, m.entries, m.foreign); err != nil {
+		return nil, err
 	}
-	return m
+	return m, nil
 }
 
 func (m *Metrics) write(result string) {

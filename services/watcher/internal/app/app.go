@@ -24,6 +24,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/cmdmain"
 	"github.com/ipledger/ipledger/pkg/grpcserver"
 	"github.com/ipledger/ipledger/pkg/opsserver"
+	"github.com/ipledger/ipledger/pkg/promreg"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 	"github.com/ipledger/ipledger/services/watcher/internal/informers"
@@ -125,13 +126,19 @@ func New(cfg Config, restCfg *rest.Config, log *slog.Logger, reg *prometheus.Reg
 	w.store.LimitHistoryBytes(cfg.HistoryBytes)
 	revision := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipledger_watcher_revision", Help: "Revision of the watcher's store."})
 	objects := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ipledger_watcher_objects", Help: "Objects in the watcher's store, by kind."}, []string{"kind"})
-	reg.MustRegister(revision, objects)
+	if err := promreg.Register(reg, revision, objects); err != nil {
+		return nil, err
+	}
 	w.store.OnChange(func(rev uint64, kind watcherv1.Kind, n int) {
 		revision.Set(float64(rev))
 		objects.WithLabelValues(kind.String()).Set(float64(n))
 	})
+	serverM, err := server.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	w.srv = server.New(server.Config{HeartbeatInterval: cfg.HeartbeatInterval, QueueSize: cfg.QueueSize, StallTimeout: cfg.StallTimeout}, w.store,
-		w.Synced, log, server.NewMetrics(reg))
+		w.Synced, log, serverM)
 	w.grpc, err = grpcserver.New(cfg.GRPC, authz.New(reviews, Rules, log), log, reg)
 	if err != nil {
 		return nil, err

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ipledger/ipledger/pkg/convert"
+	"github.com/ipledger/ipledger/pkg/promreg"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/watcher/internal/store"
 )
@@ -112,13 +113,8 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 		convertErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipledger_watcher_convert_errors_total",
 			Help: "Objects that could not be converted to the compact form (skipped)."}, []string{"kind"}),
 	}
-	if reg != nil {
-		if err := reg.Register(m.synced); err != nil {
-			return nil, err
-		}
-		if err := reg.Register(m.convertErr); err != nil {
-			return nil, err
-		}
+	if err := promreg.Register(reg, m.synced, m.convertErr); err != nil {
+		return nil, err
 	}
 	s := &Set{log: log, m: m, done: make(chan struct{})}
 

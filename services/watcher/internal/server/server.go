@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/ipledger/ipledger/pkg/promreg"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 	"github.com/ipledger/ipledger/services/watcher/internal/store"
@@ -72,7 +73,7 @@ func New(cfg Config, st *store.Store, synced func() bool, log *slog.Logger, m *M
 		cfg.StallTimeout = DefaultStallTimeout
 	}
 	if m == nil {
-		m = NewMetrics(nil)
+		m, _ = NewMetrics(nil) // registers nothing: cannot fail
 	}
 	return &Server{cfg: cfg, store: st, synced: synced, log: log, m: m, stopping: make(chan struct{})}
 }
@@ -303,7 +304,7 @@ type Metrics struct {
 }
 
 // NewMetrics registers the stream metrics on reg (nil: unregistered).
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		subscribers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipledger_watcher_subscribers",
 			Help: "Watch streams currently open."}),
@@ -320,10 +321,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipledger_watcher_syncs_total",
 			Help: "SYNCED events sent, by whether the stream resumed instead of taking a snapshot."}, []string{"resumed"}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.subscribers, m.queueDepth, m.sent, m.overflows, m.stalls, m.snapshotSeconds, m.syncs)
+	if err := promreg.Register(reg, m.subscribers, m.queueDepth, m.sent, m.overflows, m.stalls, m.snapshotSeconds, m.syncs); err != nil {
+		return nil, err
 	}
-	return m
+	return m, nil
 }
 
 // ErrNotSynced is returned by readiness checks before the informers synced.

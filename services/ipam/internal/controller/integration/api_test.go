@@ -17,7 +17,11 @@ import (
 )
 
 func (h *harness) api(r *ipam) *api.Server {
-	return api.New(api.Config{Namespace: h.ledgerNS, LeaseName: h.lease, LBClass: h.class}, r.src.Store, h.env.Client, r.ctrl, slog.New(slog.DiscardHandler))
+	s, err := api.New(api.Config{Namespace: h.ledgerNS, LeaseName: h.lease, LBClass: h.class}, r.src.Store, h.env.Client, r.ctrl, slog.New(slog.DiscardHandler))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return s
 }
 
 func wantCode(t *testing.T, err error, code codes.Code, field string) {

@@ -117,7 +117,10 @@ func (h *harness) startWith(identity string, client kubernetes.Interface) *ipam 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl := controller.New(controller.Config{Namespace: h.ledgerNS, LBClass: h.class, RequireLBClass: h.requireClass, BatchSize: h.batchSize}, client, h.env.Dynamic, src, log, reg)
+	ctrl, err := controller.New(controller.Config{Namespace: h.ledgerNS, LBClass: h.class, RequireLBClass: h.requireClass, BatchSize: h.batchSize}, client, h.env.Dynamic, src, log, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &ipam{ctrl: ctrl, src: src, reg: reg, cancel: cancel, done: make(chan struct{})}
 	var wg sync.WaitGroup

@@ -493,7 +493,11 @@ func TestOpenFencesEveryShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	next, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "b/2/t", ShardLimit: limit, Metrics: ledger.NewMetrics(reg)})
+	m, err := ledger.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "b/2/t", ShardLimit: limit, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
