@@ -20,7 +20,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/stream"
 	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
-	"github.com/ipledger/ipledger/services/ipam/internal/api"
+	"github.com/ipledger/ipledger/services/ipam/internal/server"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 )
@@ -129,18 +129,18 @@ func (c *Config) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gs, err := grpcserver.New(c.GRPC, authz.New(reviews, api.Rules(), log.With("component", "authz")), log.With("component", "grpc"), reg)
+	gs, err := grpcserver.New(c.GRPC, authz.New(reviews, server.Rules(), log.With("component", "authz")), log.With("component", "grpc"), reg)
 	if err != nil {
 		return err
 	}
-	apiServer, err := api.New(api.Config{
+	ipamServer, err := server.New(server.Config{
 		Namespace: c.Common.Namespace, LeaseName: c.Leader.LeaseName, LBClass: c.Controller.LBClass,
 		RequireLBClass: c.Controller.RequireLBClass, Registerer: reg,
 	}, src.Store, client, ctrl, log.With("component", "api"))
 	if err != nil {
 		return err
 	}
-	gs.Register(&ipamv1grpc.IPAMService_ServiceDesc, apiServer)
+	gs.Register(&ipamv1grpc.IPAMService_ServiceDesc, ipamServer)
 
 	ops := opsserver.New(c.Ops, reg, func() error {
 		if !src.HasSynced() {

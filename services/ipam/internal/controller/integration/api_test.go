@@ -13,11 +13,11 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
-	"github.com/ipledger/ipledger/services/ipam/internal/api"
+	"github.com/ipledger/ipledger/services/ipam/internal/server"
 )
 
-func (h *harness) api(r *ipam) *api.Server {
-	s, err := api.New(api.Config{Namespace: h.ledgerNS, LeaseName: h.lease, LBClass: h.class}, r.src.Store, h.env.Client, r.ctrl, slog.New(slog.DiscardHandler))
+func (h *harness) api(r *ipam) *server.Server {
+	s, err := server.New(server.Config{Namespace: h.ledgerNS, LeaseName: h.lease, LBClass: h.class}, r.src.Store, h.env.Client, r.ctrl, slog.New(slog.DiscardHandler))
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestAPI(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		srv  *api.Server
+		srv  *server.Server
 	}{{"leader", h.api(leaderReplica)}, {"standby", h.api(standby)}} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := tc.srv
