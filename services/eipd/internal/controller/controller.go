@@ -10,7 +10,7 @@
 // whatever would destroy something (disassociate, release, untag, clear a
 // Node's published address) is first confirmed with a GET of the live Node,
 // and done only if the live Node agrees. Everything that writes runs inside
-// one leadership term: a Run is created fresh per term with empty
+// one leadership term: a TermState is created fresh per term with empty
 // expectations.
 package controller
 
@@ -240,7 +240,7 @@ type Controller struct {
 	reserved decide.Reservations
 }
 
-// New returns a controller. Its Events go through each Run's recorder.
+// New returns a controller. Its Events go through each TermState's recorder.
 func New(cfg Config, ec2 EC2, store Store, kube kubernetes.Interface, log *slog.Logger, reg prometheus.Registerer) (*Controller, error) {
 	// A zero MinReconciliationInterval is kept: it means no spacing.
 	minInterval := cfg.MinReconciliationInterval
@@ -298,8 +298,9 @@ func (c *Controller) optIn(node *watcherv1.Object) decide.OptIn {
 	return decide.NodeOptIn(node.GetMeta().GetLabels(), c.legacy)
 }
 
-// Run is one term's work: its queue and its expectations.
-type Run struct {
+// TermState is one term's work: its queue, its expectations and what it
+// has told the Nodes.
+type TermState struct {
 	c      *Controller
 	queue  Queue
 	events record.EventRecorder
@@ -316,18 +317,18 @@ type Run struct {
 	waiters map[string]string
 }
 
-// NewRun starts a term's state on a fresh queue; events is the term's
+// NewTermState starts a term's state on a fresh queue; events is the term's
 // recorder (nil: no Events).
-func (c *Controller) NewRun(queue Queue, events record.EventRecorder) *Run {
+func (c *Controller) NewTermState(queue Queue, events record.EventRecorder) *TermState {
 	c.status.Reset() // the last term's outcomes say nothing about this one
 	c.metrics.setWaiting(nil, c.reserved.SetNames())
-	return &Run{c: c, queue: queue, events: events, exp: expect.New(c.cfg.ConsistencyTimeout, nil), lastSync: map[string]time.Time{}, warned: map[string]bool{},
+	return &TermState{c: c, queue: queue, events: events, exp: expect.New(c.cfg.ConsistencyTimeout, nil), lastSync: map[string]time.Time{}, warned: map[string]bool{},
 		served: map[string]string{}, waiters: map[string]string{}}
 }
 
 // Handler enqueues the Nodes whose Elastic IP may need work. Pods are read
 // from the store when an orphan is chosen; their events need no sync.
-func (r *Run) Handler() stream.HandlerFuncs {
+func (r *TermState) Handler() stream.HandlerFuncs {
 	return stream.HandlerFuncs{
 		AddFunc: func(o *watcherv1.Object) {
 			if o.GetKind() == watcherv1.Kind_KIND_NODE && (r.c.Wants(o) || hasEIP(o)) {
@@ -375,7 +376,7 @@ func hasEIP(node *watcherv1.Object) bool {
 }
 
 // enqueue applies the minimum interval between event-driven syncs of a Node.
-func (r *Run) enqueue(node string) {
+func (r *TermState) enqueue(node string) {
 	r.mu.Lock()
 	last, ok := r.lastSync[node]
 	r.mu.Unlock()
@@ -393,7 +394,7 @@ func (r *Run) enqueue(node string) {
 // API server (GETs, at most sweepConfirmParallelism at a time): a Node that
 // is still labelled is left alone — its address untouched, its own periodic
 // sync goes on — and one that cannot be read waits for the next sweep.
-func (r *Run) Sweep(ctx context.Context) error {
+func (r *TermState) Sweep(ctx context.Context) error {
 	view, err := r.c.ec2.ListManaged(ctx)
 	if err != nil {
 		return err
@@ -437,7 +438,7 @@ func (c *Controller) RetryLimiter() workqueue.TypedRateLimiter[string] {
 
 // Sync brings one Node's Elastic IP to what its labels ask for. It is the
 // queue's sync function: nil ends in Forget, an error in AddRateLimited.
-func (r *Run) Sync(ctx context.Context, node string) error {
+func (r *TermState) Sync(ctx context.Context, node string) error {
 	r.mu.Lock()
 	r.lastSync[node] = time.Now()
 	r.mu.Unlock()
@@ -456,7 +457,7 @@ func (r *Run) Sync(ctx context.Context, node string) error {
 	return err
 }
 
-func (r *Run) sync(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool) error {
+func (r *TermState) sync(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool) error {
 	view, err := r.c.ec2.ListManaged(ctx)
 	if err != nil {
 		return err
@@ -470,7 +471,7 @@ func (r *Run) sync(ctx context.Context, log *slog.Logger, node string, obj *watc
 // just read from the API server. An intent that destroys something is never
 // carried out on the view's word: the live Node is read and reconciled
 // instead.
-func (r *Run) reconcile(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool,
+func (r *TermState) reconcile(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool,
 	view []decide.Address, waiting map[string]bool, confirmed bool) error {
 	if !exists || !r.c.Wants(obj) {
 		intent := decide.Intent{GiveBack: true, Tagged: taggedFor(node, view), Published: exists && published(obj)}
@@ -625,7 +626,7 @@ func (r *Run) reconcile(ctx context.Context, log *slog.Logger, node string, obj 
 // giveBack handles a Node that should have no address: it disassociates
 // and releases (or keeps, as an orphan) every address tagged for it, and
 // clears the Node's label and annotation if the Node still exists.
-func (r *Run) giveBack(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool, view []decide.Address, waiting bool) error {
+func (r *TermState) giveBack(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool, view []decide.Address, waiting bool) error {
 	view, err := r.withoutHeldOutside(ctx, log, obj, node, view, nil, nil)
 	if err != nil {
 		return err
@@ -672,7 +673,7 @@ func (r *Run) giveBack(ctx context.Context, log *slog.Logger, node string, obj *
 // --prevent-eip-deallocation, or for an address of a reserved set — removes
 // its Node tag so it becomes an orphan; the Nodes waiting on its set are
 // woken.
-func (r *Run) giveBackOne(ctx context.Context, a decide.Address) error {
+func (r *TermState) giveBackOne(ctx context.Context, a decide.Address) error {
 	if a.Associated() {
 		if err := r.c.ec2.Disassociate(ctx, a.AssociationID); err != nil {
 			return err
@@ -696,11 +697,11 @@ func (r *Run) giveBackOne(ctx context.Context, a decide.Address) error {
 }
 
 // keeps reports whether an address given back stays, as an orphan.
-func (r *Run) keeps(a decide.Address) bool {
+func (r *TermState) keeps(a decide.Address) bool {
 	return r.c.cfg.PreventEIPDeallocation || r.c.reserved.NeverReleased(a)
 }
 
-func (r *Run) releaseVerb(a decide.Address) string {
+func (r *TermState) releaseVerb(a decide.Address) string {
 	if r.keeps(a) {
 		return "kept as an orphan"
 	}
@@ -708,7 +709,7 @@ func (r *Run) releaseVerb(a decide.Address) string {
 }
 
 // podRefs counts the Pods asking for each public IP.
-func (r *Run) podRefs() map[string]int {
+func (r *TermState) podRefs() map[string]int {
 	refs := map[string]int{}
 	for _, p := range r.c.store.List(watcherv1.Kind_KIND_POD) {
 		if ip := p.GetMeta().GetLabels()[LabelExternalIP]; ip != "" && p.GetMeta().GetDeletionTimestamp() == 0 {
@@ -720,7 +721,7 @@ func (r *Run) podRefs() map[string]int {
 
 // publish writes (or with ip == "" removes) the Node's label and annotation,
 // unless the store already shows them.
-func (r *Run) publish(ctx context.Context, obj *watcherv1.Object, ip, allocationID string) error {
+func (r *TermState) publish(ctx context.Context, obj *watcherv1.Object, ip, allocationID string) error {
 	meta := obj.GetMeta()
 	if meta.GetLabels()[LabelExternalIP] == ip && meta.GetAnnotations()[AnnotationAllocationID] == allocationID {
 		return nil
@@ -745,7 +746,7 @@ func (r *Run) publish(ctx context.Context, obj *watcherv1.Object, ip, allocation
 	return nil
 }
 
-func (r *Run) event(obj any, eventType, reason, format string, args ...any) {
+func (r *TermState) event(obj any, eventType, reason, format string, args ...any) {
 	if r.events == nil {
 		return
 	}

@@ -26,7 +26,7 @@ type Source interface {
 func (c *Controller) NewWorker(src Source, reg prometheus.Registerer) func(term *leader.Term) (leader.Worker, error) {
 	return func(term *leader.Term) (leader.Worker, error) {
 		queue := leader.NewQueue("eipd_nodes", reg, leader.WithRateLimiter(c.RetryLimiter())).WithLogger(c.log)
-		run := c.NewRun(queue, term.Recorder())
+		run := c.NewTermState(queue, term.Recorder())
 		return leader.WorkerFunc(func(term *leader.Term) error {
 			log := c.log.With("term", term.ID())
 			// Never act on a partial view: an absent Node means "give its
@@ -50,7 +50,7 @@ func (c *Controller) NewWorker(src Source, reg prometheus.Registerer) func(term 
 	}
 }
 
-func (r *Run) sweepLoop(term *leader.Term, log *slog.Logger) {
+func (r *TermState) sweepLoop(term *leader.Term, log *slog.Logger) {
 	ticker := time.NewTicker(r.c.cfg.RequeueInterval)
 	defer ticker.Stop()
 	for {
