@@ -145,12 +145,23 @@ func Build(c Contents) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	return assemble(layerTar, c.Architecture, v1.Config{
+		Entrypoint: []string{Entrypoint},
+		User:       strconv.Itoa(UID) + ":" + strconv.Itoa(GID),
+		WorkingDir: "/",
+		Labels:     c.labels(),
+	})
+}
+
+// assemble is the image of one layer and config for linux/arch, with OCI
+// media types, stamped with the Unix epoch.
+func assemble(layerTar []byte, arch string, config v1.Config) (v1.Image, error) {
 	// Uncompressed: the archive is imported on this machine, never pushed,
 	// so gzip would cost seconds per build (and per check that nothing
 	// changed) to save disk in .dev/ only.
 	l := static.NewLayer(layerTar, types.OCIUncompressedLayer)
-	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	if img, err = mutate.AppendLayers(img, l); err != nil {
+	img, err := mutate.AppendLayers(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON), l)
+	if err != nil {
 		return nil, err
 	}
 	cfg, err := img.ConfigFile()
@@ -158,14 +169,9 @@ func Build(c Contents) (v1.Image, error) {
 		return nil, err
 	}
 	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", c.Architecture
+	cfg.OS, cfg.Architecture = "linux", arch
 	cfg.Created = v1.Time{Time: epoch}
-	cfg.Config = v1.Config{
-		Entrypoint: []string{Entrypoint},
-		User:       strconv.Itoa(UID) + ":" + strconv.Itoa(GID),
-		WorkingDir: "/",
-		Labels:     c.labels(),
-	}
+	cfg.Config = config
 	return mutate.ConfigFile(img, cfg)
 }
 

@@ -9,10 +9,6 @@ import (
 	"path/filepath"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/static"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // Tree is an image made of a whole directory: the root filesystem of a
@@ -44,26 +40,14 @@ func BuildTree(t Tree) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image %s from %s: %w", t.Title, t.Root, err)
 	}
-	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	if img, err = mutate.AppendLayers(img, static.NewLayer(layerTar, types.OCIUncompressedLayer)); err != nil {
-		return nil, err
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", t.Architecture
-	cfg.Created = v1.Time{Time: epoch}
-	cfg.Config = v1.Config{
+	return assemble(layerTar, t.Architecture, v1.Config{
 		Entrypoint: t.Entrypoint,
 		Cmd:        t.Cmd,
 		User:       t.User,
 		Env:        t.Env,
 		WorkingDir: "/",
 		Labels:     map[string]string{"org.opencontainers.image.title": t.Title},
-	}
-	return mutate.ConfigFile(img, cfg)
+	})
 }
 
 // treeLayer is root as an uncompressed tar, in lexical order.
