@@ -5,6 +5,7 @@ export GOFLAGS ?= -buildvcs=false
 
 TOOLS_BIN = $(shell hack/build-tools.sh)
 NODE_BIN = $(shell hack/build-node.sh)
+E2E_BIN = $(shell hack/build-e2e.sh)
 MODULES := proto pkg services/watcher services/ipam services/endpoints services/eipd plugin test/e2e
 # go.work patterns do not cross module boundaries (./services/... matches nothing), so name each module.
 PACKAGES := $(addsuffix /...,$(addprefix ./,$(MODULES)))
@@ -35,7 +36,7 @@ test: tools proto-check vet vulncheck ## Everything CI runs: proto checks, vet, 
 	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) go test $(GO_TEST_FLAGS) $(PACKAGES)
 
 test-cluster: tools images ## ipledger as pods on a real single-node cluster (root; pkg/cluster): up, the previous release (hack/previous-release; images built once per commit) rolled to overlays/e2e, down to it and back, scenarios, down.
-	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) go test $(GO_TEST_FLAGS) -v ./test/cluster/...
+	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) IPLEDGER_E2E_BIN=$(E2E_BIN) go test $(GO_TEST_FLAGS) -v ./test/cluster/...
 
 cluster-up: tools ## Start the real single-node cluster (root) and import .dev/images if built; kubeconfig in /var/lib/ipledger-node.
 	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) go run ./pkg/cmd/ipledger-cluster up
