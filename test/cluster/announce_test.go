@@ -1,0 +1,610 @@
+package cluster_test
+
+// The pairing docs/reachability.md promises, proven on the wire: ipam
+// allocates, MetalLB's speaker (layer 2, hack/build-speaker.sh) announces,
+// and a machine on the LAN — a network namespace of its own on a test bridge
+// (cluster.LAN), not the node's own stack, so kube-proxy's OUTPUT rules do
+// not count — resolves the address by ARP and gets its answer from the
+// Service's pod.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ipledger/ipledger/pkg/cluster"
+	"github.com/ipledger/ipledger/pkg/containerimage"
+	"github.com/ipledger/ipledger/pkg/controlplane"
+	"github.com/ipledger/ipledger/pkg/testenv"
+)
+
+const (
+	// speakerNS is testdata/metallb-speaker's namespace.
+	speakerNS = "ipledger-test-metallb"
+	// speakerImage is the name the test imports the speaker's image under.
+	speakerImage = "ipledger.test/metallb-speaker:pinned"
+	// lanBridge is the test LAN's bridge, the only interface the speaker
+	// may announce on.
+	lanBridge = "ipl-lan0"
+)
+
+var (
+	// lanSubnet is the test LAN, inside cluster.TestRanges and apart from
+	// every other test's pools (10.<100+n>, 10.<200+n>, 10.21).
+	lanSubnet = netip.MustParsePrefix("10.190.77.0/24")
+	// announcePool is ipledger's IPPool on the LAN, and MetalLB's
+	// IPAddressPool covering it.
+	announcePool = netip.MustParsePrefix("10.190.77.64/28")
+	clientAddr   = netip.MustParseAddr("10.190.77.2")
+
+	servicel2statusesGVR = schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "servicel2statuses"}
+)
+
+// target is one LoadBalancer Service the LAN client reaches and the pod
+// that must answer.
+type target struct {
+	svc, pod string
+	port     int32
+}
+
+// TestAnnounce: with ipam allocating and only MetalLB's speaker announcing
+// (an IPAddressPool with autoAssign false over ipledger's IPPool, an
+// L2Advertisement held to the test LAN's bridge, no MetalLB controller), a
+// client on the LAN resolves each LoadBalancer address by ARP — answered
+// with the bridge's hardware address, by the speaker: before the speaker
+// runs nobody answers — and gets the HTTP answer of the Service's pod: a
+// Service of its own (externalTrafficPolicy Local: the pod sees the client's
+// own address), two Services sharing one address by ipledger's sharing key on
+// two ports, after an ipam leader failover (and a Service allocated by the
+// new leader) and after a speaker restart, each Service keeping its address
+// throughout. The speaker's ARP stays on the LAN: none naming a LAN address
+// is seen on the machine's uplink, nor on the pods' bridge (the
+// L2Advertisement's interfaces keep the speaker off it).
+func TestAnnounce(t *testing.T) {
+	e := get(t)
+	ctx := context.Background()
+	speakerDir := speakerBuild(t)
+	e.importSpeaker(t, speakerDir)
+	// A run killed midway leaves the speaker's namespace: nothing of it
+	// may answer before this run's speaker does.
+	e.kubectl(t, "delete", "namespace", speakerNS, "--ignore-not-found", "--wait", "--timeout=2m")
+
+	lan, err := cluster.NewLAN(lanBridge, lanSubnet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lan.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	client, err := lan.AddClient(clientAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lanMAC, err := lan.MAC()
+	if err != nil {
+		t.Fatal(err)
+	}
+	uplinks, err := cluster.Uplinks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	onLAN := capture(t, lan.Bridge)
+	var offLAN []*cluster.ARPCapture
+	for _, dev := range append([]string{cluster.Bridge}, uplinks...) {
+		offLAN = append(offLAN, capture(t, dev))
+	}
+
+	ns := e.namespace(t)
+	targets := []target{{"solo", "solo", 80}, {"shared-a", "shared-a", 80}, {"shared-b", "shared-b", 81}}
+	e.announcePool(t, ns)
+	for _, tg := range targets {
+		e.backend(t, ns, tg.pod)
+	}
+	e.announced(t, ns, "solo", "solo", 80, corev1.ServiceExternalTrafficPolicyLocal, nil)
+	shared := map[string]string{"ipledger.io/allow-shared-ip": "announce"}
+	e.announced(t, ns, "shared-a", "shared-a", 80, corev1.ServiceExternalTrafficPolicyCluster, shared)
+	e.announced(t, ns, "shared-b", "shared-b", 81, corev1.ServiceExternalTrafficPolicyCluster, shared)
+	ips := e.ips(t, ns, []string{"solo", "shared-a", "shared-b"}, 2*time.Minute)
+	if ips["shared-a"] != ips["shared-b"] || ips["solo"] == ips["shared-a"] {
+		t.Fatalf("addresses %v: want shared-a and shared-b on one address (their sharing key), solo on another", ips)
+	}
+	for name, ip := range ips {
+		if !announcePool.Contains(netip.MustParseAddr(ip)) {
+			t.Fatalf("%s got %s, outside the announce pool %s", name, ip, announcePool)
+		}
+	}
+	e.waitReady(t, ns, targets)
+
+	// Nobody answers for the address before the speaker runs: the answer
+	// below is the speaker's, not the node's kernel's.
+	solo := netip.MustParseAddr(ips["solo"])
+	if body, mac, err := reach(ctx, client, solo, 80, "hostname"); err == nil {
+		t.Fatalf("before the speaker runs, %s:80 answered %q (ARP: %s): something else announces the LAN's addresses", solo, body, mac)
+	} else {
+		t.Logf("before the speaker: %v", err)
+	}
+	if mac, state, err := client.Neighbour(solo); err != nil || mac != nil {
+		t.Fatalf("before the speaker, the client's ARP found %s for %s (state %s, %v)", mac, solo, state, err)
+	}
+
+	e.startSpeaker(t, speakerDir, uplinks)
+	checkAll := func(when string) {
+		t.Helper()
+		for _, tg := range targets {
+			e.reachPod(t, client, lanMAC, netip.MustParseAddr(ips[tg.svc]), tg, when)
+		}
+	}
+	checkAll("with the speaker")
+	// Local: kube-proxy leaves the source alone, and the pod sees the LAN
+	// client itself.
+	if body, _, err := reach(ctx, client, solo, 80, "clientip"); err != nil || !strings.HasPrefix(body, clientAddr.String()+":") {
+		t.Errorf("solo's pod saw the request from %q (%v), want the LAN client %s", body, err, clientAddr)
+	}
+
+	stable := e.watchAddresses(ns, ips)
+	e.failIPAMLeader(t)
+	late := target{"after-failover", "solo", 82}
+	e.announced(t, ns, late.svc, late.pod, late.port, corev1.ServiceExternalTrafficPolicyCluster, nil)
+	lateIP := e.ips(t, ns, []string{late.svc}, 2*time.Minute)[late.svc]
+	checkAll("after the ipam leader failover")
+	e.reachPod(t, client, lanMAC, netip.MustParseAddr(lateIP), late, "allocated by the new ipam leader")
+
+	e.restartSpeaker(t)
+	checkAll("after the speaker restart")
+	e.reachPod(t, client, lanMAC, netip.MustParseAddr(lateIP), late, "after the speaker restart")
+	stable.check(t, "address changes")
+	got := e.ips(t, ns, []string{"solo", "shared-a", "shared-b"}, time.Minute)
+	delete(got, late.svc)
+	if !maps.Equal(got, ips) {
+		t.Errorf("addresses at the end %v, at the start %v", got, ips)
+	}
+	e.l2Statuses(t, ns, append(targets, late))
+
+	all := append([]string{lateIP}, ips["solo"], ips["shared-a"])
+	seen, err := onLAN.Packets()
+	if err != nil {
+		t.Errorf("capture on %s: %v", onLAN.Interface, err)
+	}
+	for _, ip := range all {
+		if !speakerAnswered(seen, netip.MustParseAddr(ip), lanMAC) {
+			t.Errorf("no ARP reply for %s from %s (%s) seen on %s among %d ARP packets: %v", ip, lanMAC, lan.Bridge, onLAN.Interface, len(seen), seen)
+		}
+	}
+	for _, c := range offLAN {
+		packets, err := c.Packets()
+		if err != nil {
+			t.Errorf("capture on %s: %v", c.Interface, err)
+		}
+		for _, p := range packets {
+			if lanSubnet.Contains(p.SenderIP) || lanSubnet.Contains(p.TargetIP) {
+				t.Errorf("%s off the LAN, on %s: %s", p, c.Interface, "the speaker announced outside the test LAN")
+			}
+		}
+		t.Logf("%s: %d ARP packets, none about the LAN %s", c.Interface, len(packets), lanSubnet)
+	}
+
+	t.Run("IPv6", func(t *testing.T) {
+		// NDP needs an IPv6 address that kube-proxy serves: pkg/cluster's
+		// node is single-stack IPv4 (ServiceCIDR 10.96.0.0/16, PodCIDR
+		// 10.244.0.0/24 on the bridge CNI's host-local IPv4 range), so no
+		// Service can have an IPv6 ClusterIP or ingress address here.
+		t.Skip("the node is single-stack IPv4 (pkg/cluster: ServiceCIDR, PodCIDR): no Service can hold an IPv6 LoadBalancer address for the speaker's NDP to announce")
+	})
+}
+
+// speakerBuild is hack/build-speaker.sh's folder: $IPLEDGER_SPEAKER_DIR,
+// else the script's output (at once when its cache is warm; a cold build
+// takes about two minutes).
+func speakerBuild(t *testing.T) string {
+	t.Helper()
+	if dir := os.Getenv("IPLEDGER_SPEAKER_DIR"); dir != "" {
+		return dir
+	}
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cmd := exec.Command("bash", filepath.Join(root, "hack", "build-speaker.sh"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/build-speaker.sh: %v\n%s", err, stderr.String())
+	}
+	t.Logf("hack/build-speaker.sh in %s", time.Since(start).Round(time.Millisecond))
+	return strings.TrimSpace(string(out))
+}
+
+// importSpeaker builds the speaker's image as pkg/cluster builds the
+// node's (pkg/containerimage) and imports it into the node.
+func (e *env) importSpeaker(t *testing.T, dir string) {
+	t.Helper()
+	img, err := containerimage.Build(containerimage.Contents{
+		Binary: filepath.Join(dir, "metallb-speaker"), Architecture: runtime.GOARCH, Title: "metallb-speaker",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := t.TempDir()
+	if err := containerimage.WriteArchive(filepath.Join(images, "speaker.tar"), speakerImage, img); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.node.ImportImages(context.Background(), images); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// capture records ARP on dev until the test ends.
+func capture(t *testing.T, dev string) *cluster.ARPCapture {
+	t.Helper()
+	c, err := cluster.CaptureARP(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// startSpeaker installs the release's CRDs, testdata/metallb-speaker's
+// RBAC and DaemonSet, and the IPAddressPool and L2Advertisement, and waits
+// for the speaker to be Ready. metallb-excludel2 names the uplinks: the
+// speaker opens no ARP or NDP responder there at all. Everything goes when
+// the test ends.
+func (e *env) startSpeaker(t *testing.T, dir string, uplinks []string) {
+	t.Helper()
+	ctx := context.Background()
+	testdata := filepath.Join("testdata", "metallb-speaker")
+	e.kubectl(t, "apply", "--server-side", "-f", filepath.Join(dir, "crd"))
+	e.kubectl(t, "wait", "--for=condition=Established", "--timeout=1m", "-f", filepath.Join(dir, "crd"))
+	e.kubectl(t, "apply", "--server-side", "-f", filepath.Join(testdata, "rbac.yaml"))
+	t.Cleanup(func() {
+		// The namespace first, while the CRDs its objects need are there.
+		e.kubectl(t, "delete", "--ignore-not-found", "--wait", "--timeout=2m", "-f", filepath.Join(testdata, "rbac.yaml"))
+		e.kubectl(t, "delete", "--ignore-not-found", "--wait", "--timeout=2m", "-f", filepath.Join(dir, "crd"))
+	})
+	var exclude []string
+	for _, dev := range uplinks {
+		exclude = append(exclude, fmt.Sprintf("%q", "^"+regexp.QuoteMeta(dev)+"$"))
+	}
+	if _, err := e.client.CoreV1().ConfigMaps(speakerNS).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "metallb-excludel2"},
+		Data:       map[string]string{"excludel2.yaml": "announcedInterfacesToExclude: [" + strings.Join(exclude, ", ") + "]\n"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.applyTemplate(t, filepath.Join(testdata, "config.yaml"), "POOL", announcePool.String(), "BRIDGE", lanBridge)
+	e.applyTemplate(t, filepath.Join(testdata, "speaker.yaml"), "IMAGE", speakerImage)
+	e.speakerReady(t, "")
+}
+
+// applyTemplate applies a testdata manifest with its placeholders
+// replaced (old, new pairs).
+func (e *env) applyTemplate(t *testing.T, path string, oldnew ...string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := strings.NewReplacer(oldnew...).Replace(string(raw))
+	if out, err := e.node.Kubectl(context.Background(), bytes.NewBufferString(manifest), "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatalf("apply %s: %v\n%s", path, err, out)
+	}
+}
+
+// speakerReady waits for the DaemonSet's pod, other than the pod named
+// not, to be Ready, and returns it.
+func (e *env) speakerReady(t *testing.T, not string) corev1.Pod {
+	t.Helper()
+	var ready corev1.Pod
+	testenv.Eventually(t, 3*time.Minute, func() error {
+		list, err := e.client.CoreV1().Pods(speakerNS).List(context.Background(), metav1.ListOptions{LabelSelector: "component=speaker"})
+		if err != nil {
+			return err
+		}
+		var seen []string
+		for _, p := range list.Items {
+			if p.Name != not && p.DeletionTimestamp == nil && podReady(p) {
+				ready = p
+				return nil
+			}
+			seen = append(seen, fmt.Sprintf("%s (%s)", p.Name, p.Status.Phase))
+		}
+		return fmt.Errorf("no Ready speaker pod yet (other than %q): %v", not, seen)
+	})
+	return ready
+}
+
+// restartSpeaker deletes the speaker's pod, waits until it is gone and the
+// DaemonSet's next one is Ready. It checks the old pod's logs for RBAC
+// denials first: they go with it.
+func (e *env) restartSpeaker(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	old := e.speakerReady(t, "")
+	e.noRBACDenials(t, old)
+	pods := e.client.CoreV1().Pods(speakerNS)
+	if err := pods.Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, func() error {
+		if _, err := pods.Get(ctx, old.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("speaker pod %s is still there (%v)", old.Name, err)
+		}
+		return nil
+	})
+	next := e.speakerReady(t, old.Name)
+	t.Logf("speaker %s replaced by %s", old.Name, next.Name)
+	e.noRBACDenials(t, next)
+}
+
+// announcePool creates ipledger's IPPool over announcePool for ns, and
+// deletes it (and the Services holding its addresses first) when the test
+// ends, waiting until it is gone so that a later run can use the range.
+func (e *env) announcePool(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	pools := e.dynamic.Resource(poolsGVR)
+	pool := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
+		"metadata": map[string]any{"generateName": "announce-"},
+		"spec": map[string]any{
+			"addresses":  []any{announcePool.String()},
+			"allocation": map[string]any{"namespaces": []any{ns}},
+		},
+	}}
+	created, err := pools.Create(ctx, pool, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create IPPool: %v", err)
+	}
+	t.Cleanup(func() {
+		svcs, err := e.client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Error(err)
+		} else {
+			for _, s := range svcs.Items {
+				if err := e.client.CoreV1().Services(ns).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					t.Error(err)
+				}
+			}
+		}
+		if err := pools.Delete(ctx, created.GetName(), metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
+		}
+		testenv.Eventually(t, 2*time.Minute, func() error {
+			if _, err := pools.Get(ctx, created.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("IPPool %s is still there (%v)", created.GetName(), err)
+			}
+			return nil
+		})
+	})
+}
+
+// backend runs agnhost's netexec as pod name (label app=name), answering
+// HTTP on 8080: /hostname is the pod's name, /clientip the peer it saw.
+func (e *env) backend(t *testing.T, ns, name string) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{
+				Name: "agnhost", Image: cluster.AgnhostImage, ImagePullPolicy: corev1.PullNever,
+				Args:  []string{"netexec", "--http-port=8080"},
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/hostname", Port: intstr.FromInt32(8080)}},
+					PeriodSeconds: 1,
+				},
+			}},
+		},
+	}
+	if _, err := e.client.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitReady waits for the targets' pods to be Ready.
+func (e *env) waitReady(t *testing.T, ns string, targets []target) {
+	t.Helper()
+	testenv.Eventually(t, 3*time.Minute, func() error {
+		for _, tg := range targets {
+			p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), tg.pod, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !podReady(*p) {
+				return fmt.Errorf("pod %s is %s, not Ready", p.Name, p.Status.Phase)
+			}
+		}
+		return nil
+	})
+}
+
+// announced creates a class-less LoadBalancer Service (ipam's default
+// mode, and the speaker's without --lb-class) name on port, selecting
+// pod's app label, target port 8080.
+func (e *env) announced(t *testing.T, ns, name, pod string, port int32, policy corev1.ServiceExternalTrafficPolicy, annotations map[string]string) {
+	t.Helper()
+	noNodePorts := false
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+		Spec: corev1.ServiceSpec{
+			Type:                          corev1.ServiceTypeLoadBalancer,
+			AllocateLoadBalancerNodePorts: &noNodePorts,
+			ExternalTrafficPolicy:         policy,
+			Selector:                      map[string]string{"app": pod},
+			Ports:                         []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	if _, err := e.client.CoreV1().Services(ns).Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create Service %s/%s: %v", ns, name, err)
+	}
+}
+
+// reach has the LAN client forget what ARP told it of ip, then GET
+// http://ip:port/path from its own network namespace. It returns the body
+// and what ARP resolved ip to.
+func reach(ctx context.Context, c *cluster.LANClient, ip netip.Addr, port int, path string) (string, net.HardwareAddr, error) {
+	if err := c.ForgetNeighbour(ip); err != nil {
+		return "", nil, err
+	}
+	url := fmt.Sprintf("http://%s/%s", netip.AddrPortFrom(ip, uint16(port)), path)
+	var stderr bytes.Buffer
+	cmd := c.Command(ctx, "curl", "-sS", "--noproxy", "*", "--connect-timeout", "4", "--max-time", "8", url)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	mac, state, nerr := c.Neighbour(ip)
+	if err != nil {
+		return "", mac, fmt.Errorf("GET %s from %s: %v: %s (ARP: %s %s %v)", url, c.Netns, err, strings.TrimSpace(stderr.String()), mac, state, nerr)
+	}
+	return strings.TrimSpace(string(out)), mac, nerr
+}
+
+// reachPod waits until the LAN client, resolving ip afresh by ARP, gets
+// the answer of tg's pod at ip:tg.port, and ARP named the bridge's address
+// (the speaker's answer on the node).
+func (e *env) reachPod(t *testing.T, c *cluster.LANClient, mac net.HardwareAddr, ip netip.Addr, tg target, when string) {
+	t.Helper()
+	start := time.Now()
+	testenv.Eventually(t, 2*time.Minute, func() error {
+		body, got, err := reach(context.Background(), c, ip, int(tg.port), "hostname")
+		if err != nil {
+			return err
+		}
+		if body != tg.pod {
+			return fmt.Errorf("%s:%d answered %q, want pod %s", ip, tg.port, body, tg.pod)
+		}
+		if got.String() != mac.String() {
+			return fmt.Errorf("ARP resolved %s to %s, want the node's %s on the LAN", ip, got, mac)
+		}
+		return nil
+	})
+	t.Logf("%s: %s:%d (%s) answered by pod %s, ARP %s, after %s", when, ip, tg.port, tg.svc, tg.pod, mac, time.Since(start).Round(time.Millisecond))
+}
+
+// watchAddresses samples ns's Services until checked: each of want keeps
+// its address, none loses it.
+func (e *env) watchAddresses(ns string, want map[string]string) *sampler {
+	return sample(func(ctx context.Context) []string {
+		list, err := e.client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil // the API server is not what is tested here
+		}
+		var found []string
+		for _, s := range list.Items {
+			w, ok := want[s.Name]
+			if !ok {
+				continue
+			}
+			var got []string
+			for _, in := range s.Status.LoadBalancer.Ingress {
+				got = append(got, in.IP)
+			}
+			if len(got) != 1 || got[0] != w {
+				found = append(found, fmt.Sprintf("%s shows %v, had %s", s.Name, got, w))
+			}
+		}
+		return found
+	})
+}
+
+// failIPAMLeader runs ipam with two replicas, waits for a synced standby,
+// deletes the leader's pod and waits for another replica to hold the Lease
+// and the Deployment to be whole again (failover_test.go does the same
+// under load).
+func (e *env) failIPAMLeader(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	e.scale(t, "ipledger-ipam", 2)
+	ipams := e.pods(t, "ipledger-ipam")
+	var leader string
+	testenv.Eventually(t, time.Minute, func() error {
+		leader = e.leader(t, "ipledger-ipam")
+		for _, p := range ipams {
+			m, err := e.metrics(ctx, p.Name)
+			if err != nil {
+				return err
+			}
+			if p.Name != leader && m["ipledger_stream_synced"] == 1 {
+				return nil
+			}
+		}
+		return fmt.Errorf("leader %q, no synced standby among the %d ipam pods yet", leader, len(ipams))
+	})
+	e.deletePod(t, podNamed(t, ipams, leader))
+	testenv.Eventually(t, time.Minute, func() error {
+		if s := e.leader(t, "ipledger-ipam"); s == "" || s == leader {
+			return fmt.Errorf("the Lease is held by %q; want a replica other than the deleted leader %s", s, leader)
+		}
+		return nil
+	})
+	t.Logf("ipam leader %s deleted; the Lease went to %s", leader, e.leader(t, "ipledger-ipam"))
+	e.rolledOut(t, "ipledger-ipam")
+	e.consistent(t, "")
+}
+
+// l2Statuses checks the speaker's ServiceL2Status of each target: announced
+// from the node, on the LAN's bridge only.
+func (e *env) l2Statuses(t *testing.T, ns string, targets []target) {
+	t.Helper()
+	testenv.Eventually(t, time.Minute, func() error {
+		list, err := e.dynamic.Resource(servicel2statusesGVR).Namespace(speakerNS).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		got := map[string]string{}
+		for _, s := range list.Items {
+			svcNS, _, _ := unstructured.NestedString(s.Object, "status", "serviceNamespace")
+			svc, _, _ := unstructured.NestedString(s.Object, "status", "serviceName")
+			node, _, _ := unstructured.NestedString(s.Object, "status", "node")
+			ifaces, _, _ := unstructured.NestedSlice(s.Object, "status", "interfaces")
+			var names []string
+			for _, i := range ifaces {
+				if m, ok := i.(map[string]any); ok {
+					names = append(names, fmt.Sprint(m["name"]))
+				}
+			}
+			if svcNS == ns {
+				got[svc] = node + " " + strings.Join(names, ",")
+			}
+		}
+		for _, tg := range targets {
+			if want := cluster.NodeName + " " + lanBridge; got[tg.svc] != want {
+				return fmt.Errorf("ServiceL2Status of %s: %q, want %q (all: %v)", tg.svc, got[tg.svc], want, got)
+			}
+		}
+		return nil
+	})
+}
+
+// speakerAnswered says whether packets hold an ARP reply this machine sent
+// saying ip is at mac.
+func speakerAnswered(packets []cluster.ARPPacket, ip netip.Addr, mac net.HardwareAddr) bool {
+	for _, p := range packets {
+		if p.Reply && p.Outgoing && p.SenderIP == ip && p.SenderMAC.String() == mac.String() {
+			return true
+		}
+	}
+	return false
+}
