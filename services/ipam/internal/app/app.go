@@ -20,9 +20,9 @@ import (
 	"github.com/ipledger/ipledger/pkg/stream"
 	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
-	"github.com/ipledger/ipledger/services/ipam/internal/server"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+	"github.com/ipledger/ipledger/services/ipam/internal/server"
 )
 
 // Defaults of Config.

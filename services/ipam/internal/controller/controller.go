@@ -178,7 +178,7 @@ func (w *worker) Run(term *leader.Term) error {
 	defer w.c.setActive(nil)
 	defer w.c.metrics.forgetLeaderGauges()
 	defer w.c.ledgerM.Forget()
-	defer w.waitFlights()
+	defer w.writes.wait()
 	w.loop(ctx, term)
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/ipledger/ipledger/pkg/parallel"
 )
 
 // maxFlights is how many passes' status writes may be under way at once.
@@ -22,6 +24,9 @@ type flight struct {
 	writes  []*write
 	results []writeResult
 	done    chan struct{}
+	// held are the Services of writes marked dirty while in flight: they
+	// are decided again once the flight has landed.
+	held []string
 }
 
 type writeResult struct {
@@ -29,83 +34,131 @@ type writeResult struct {
 	err error
 }
 
-// launch starts a pass's status writes on the term's writers (at most
-// StatusWorkers at once across every flight) and returns at once. A
-// Service with a write in flight is not decided again until its write
-// has returned (take holds it back): the decision would read a status
-// the write is about to replace.
-func (w *worker) launch(ctx context.Context, writes []*write) {
+// writesInFlight are a term's status writes under way: at most maxFlights
+// passes' flights, at most one Limit of writes at once across them, and
+// the Services they write. A Service with a write in flight is not decided
+// again until its write has returned (hold): the decision would read a
+// status the write is about to replace. Only the loop calls its methods.
+type writesInFlight struct {
+	limit   *parallel.Limit
+	flights []*flight
+	keys    map[string]struct{}
+	held    map[string]struct{}
+	// landed has a value when a flight finished since the loop last looked.
+	landed chan struct{}
+}
+
+func newWritesInFlight(writers int) *writesInFlight {
+	return &writesInFlight{limit: parallel.NewLimit(writers), keys: map[string]struct{}{}, held: map[string]struct{}{},
+		landed: make(chan struct{}, 1)}
+}
+
+// launch starts writes, each by do, and returns at once with the flights
+// that landed meanwhile (oldest first, to be settled): when maxFlights are
+// under way it first waits for the oldest.
+func (f *writesInFlight) launch(writes []*write, do func(*write) writeResult) (landed []*flight) {
 	if len(writes) == 0 {
-		return
+		return nil
 	}
-	for len(w.flights) >= maxFlights {
-		<-w.flights[0].done
-		w.landDone()
+	for len(f.flights) >= maxFlights {
+		<-f.flights[0].done
+		landed = append(landed, f.land()...)
 	}
-	f := &flight{writes: writes, results: make([]writeResult, len(writes)), done: make(chan struct{})}
+	fl := &flight{writes: writes, results: make([]writeResult, len(writes)), done: make(chan struct{})}
 	for _, wr := range writes {
-		w.inFlight[wr.key] = struct{}{}
+		f.keys[wr.key] = struct{}{}
 	}
-	w.flights = append(w.flights, f)
+	f.flights = append(f.flights, fl)
 	go func() {
-		w.writers.Run(len(writes), func(i int) {
-			rv, err := w.c.writeService(ctx, writes[i])
-			f.results[i] = writeResult{rv: rv, err: err}
-			w.c.metrics.statusWrites.WithLabelValues(writeOutcome(err)).Inc()
-		})
-		close(f.done)
+		f.limit.Run(len(writes), func(i int) { fl.results[i] = do(writes[i]) })
+		close(fl.done)
 		select {
-		case w.landed <- struct{}{}:
+		case f.landed <- struct{}{}:
 		default:
 		}
 	}()
+	return landed
 }
 
-// landDone settles every flight that has finished, oldest first, up to the
-// first one still under way.
-func (w *worker) landDone() {
-	for len(w.flights) > 0 {
+// hold says whether key has a write in flight; if so, key is decided
+// again once that write has landed.
+func (f *writesInFlight) hold(key string) bool {
+	if _, ok := f.keys[key]; !ok {
+		return false
+	}
+	f.held[key] = struct{}{}
+	return true
+}
+
+// land returns every flight that has finished, oldest first, up to the
+// first one still under way; their Services are no longer in flight.
+func (f *writesInFlight) land() []*flight {
+	var out []*flight
+	for len(f.flights) > 0 {
 		select {
-		case <-w.flights[0].done:
+		case <-f.flights[0].done:
 		default:
-			return
+			return out
 		}
-		f := w.flights[0]
-		w.flights = w.flights[1:]
-		w.settle(f)
+		fl := f.flights[0]
+		f.flights = f.flights[1:]
+		for _, wr := range fl.writes {
+			delete(f.keys, wr.key)
+			if _, ok := f.held[wr.key]; ok {
+				delete(f.held, wr.key)
+				fl.held = append(fl.held, wr.key)
+			}
+		}
+		out = append(out, fl)
+	}
+	return out
+}
+
+// landAll waits for every flight and returns them, oldest first: before
+// the allocator is rebuilt from the ledger, nothing of the old one may
+// still be written.
+func (f *writesInFlight) landAll() []*flight {
+	var out []*flight
+	for len(f.flights) > 0 {
+		<-f.flights[0].done
+		out = append(out, f.land()...)
+	}
+	return out
+}
+
+// wait waits for the writes still under way when the term ends, so that
+// none outlives the term's loop; their results are not settled.
+func (f *writesInFlight) wait() {
+	for _, fl := range f.flights {
+		<-fl.done
+	}
+	f.flights = nil
+}
+
+// launch starts a pass's status writes (writesInFlight.launch) and
+// settles the flights that landed meanwhile.
+func (w *worker) launch(ctx context.Context, writes []*write) {
+	w.settle(w.writes.launch(writes, func(wr *write) writeResult {
+		rv, err := w.c.writeService(ctx, wr)
+		w.c.metrics.statusWrites.WithLabelValues(writeOutcome(err)).Inc()
+		return writeResult{rv: rv, err: err}
+	})...)
+}
+
+// settle records what landed flights' writes did: the expectation of
+// each write that landed (until the stream shows it), retries for the
+// others, and a new pass for the Services that changed while their write
+// was in flight.
+func (w *worker) settle(flights ...*flight) {
+	for _, f := range flights {
+		w.settleFlight(f)
 	}
 }
 
-// landAll waits for every flight and settles it: before the allocator is
-// rebuilt from the ledger, nothing of the old one may still be written.
-func (w *worker) landAll() {
-	for len(w.flights) > 0 {
-		<-w.flights[0].done
-		w.landDone()
-	}
-}
-
-// waitFlights waits for the writes still under way when the term ends, so
-// that none outlives the term's loop.
-func (w *worker) waitFlights() {
-	for _, f := range w.flights {
-		<-f.done
-	}
-	w.flights = nil
-}
-
-// settle records what a flight's writes did: the expectation of each
-// write that landed (until the stream shows it), retries for the others,
-// and a new pass for the Services that changed while their write was in
-// flight.
-func (w *worker) settle(f *flight) {
+func (w *worker) settleFlight(f *flight) {
+	w.mark(f.held...)
 	for i, wr := range f.writes {
 		key, r := wr.key, f.results[i]
-		delete(w.inFlight, key)
-		if _, ok := w.held[key]; ok {
-			delete(w.held, key)
-			w.mark(key)
-		}
 		switch {
 		case r.err == nil:
 			delete(w.retries, key)

@@ -304,10 +304,7 @@ func (w *worker) retryFinalizers() {
 		select {
 		case <-w.term.Stopping():
 		default:
-			w.mu.Lock()
-			w.finalizersDirty = true
-			w.mu.Unlock()
-			w.poke()
+			w.dirty.markFinalizers()
 		}
 	})
 }

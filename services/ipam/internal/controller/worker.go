@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -17,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipledger/ipledger/pkg/leader"
-	"github.com/ipledger/ipledger/pkg/parallel"
 	"github.com/ipledger/ipledger/pkg/quorum"
 	"github.com/ipledger/ipledger/pkg/stream"
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
@@ -51,25 +48,13 @@ type worker struct {
 	retries     map[string]int
 	pending     map[string]pendingService
 
-	// Status writes under way (flight.go): writers bounds them across
-	// passes, flights are the passes' in launch order, inFlight the
-	// Services they write, held those of them marked dirty meanwhile.
-	writers  *parallel.Limit
-	flights  []*flight
-	inFlight map[string]struct{}
-	held     map[string]struct{}
-	landed   chan struct{}
+	// writes are the status writes under way (flight.go).
+	writes *writesInFlight
 
-	mu         sync.Mutex
-	dirty      map[string]struct{}
-	poolsDirty bool
-	// finalizersDirty: an IPPool's finalizers changed; a pass re-checks them
-	// without deciding any Service again.
-	finalizersDirty bool
+	dirty *dirtySet
 	// finalizerBackoff is the delay before the next retry of a failed
 	// finalizer patch (0 after a success).
 	finalizerBackoff time.Duration
-	wake             chan struct{}
 	mutations        chan mutation
 }
 
@@ -78,9 +63,8 @@ func newWorker(c *Controller, term *leader.Term) *worker {
 		c: c, term: term, log: c.log.With("term", term.ID()),
 		expect: map[string]expectation{}, poolWritten: map[string]poolStatus{},
 		retries: map[string]int{}, pending: map[string]pendingService{},
-		dirty: map[string]struct{}{}, wake: make(chan struct{}, 1), mutations: make(chan mutation),
-		writers: parallel.NewLimit(c.cfg.StatusWorkers), inFlight: map[string]struct{}{}, held: map[string]struct{}{},
-		landed: make(chan struct{}, 1),
+		dirty: newDirtySet(), mutations: make(chan mutation),
+		writes: newWritesInFlight(c.cfg.StatusWorkers),
 	}
 }
 
@@ -93,10 +77,7 @@ func (w *worker) handler() stream.Handler {
 		case watcherv1.Kind_KIND_SERVICE:
 			w.mark(objkey.Of(obj))
 		case watcherv1.Kind_KIND_IP_POOL:
-			w.mu.Lock()
-			w.poolsDirty = true
-			w.mu.Unlock()
-			w.poke()
+			w.dirty.markPools()
 		case watcherv1.Kind_KIND_NAMESPACE:
 			for _, s := range w.store().ListNamespace(watcherv1.Kind_KIND_SERVICE, obj.GetMeta().GetName()) {
 				w.mark(objkey.Of(s))
@@ -111,10 +92,7 @@ func (w *worker) handler() stream.Handler {
 			// every Service be decided again.
 			if n.GetKind() == watcherv1.Kind_KIND_IP_POOL && !poolSpecChanged(o, n) {
 				if !slices.Equal(o.GetMeta().GetFinalizers(), n.GetMeta().GetFinalizers()) {
-					w.mu.Lock()
-					w.finalizersDirty = true
-					w.mu.Unlock()
-					w.poke()
+					w.dirty.markFinalizers()
 				}
 				return
 			}
@@ -138,21 +116,7 @@ func poolSpecChanged(o, n *watcherv1.Object) bool {
 	return !proto.Equal(a, b)
 }
 
-func (w *worker) mark(keys ...string) {
-	w.mu.Lock()
-	for _, k := range keys {
-		w.dirty[k] = struct{}{}
-	}
-	w.mu.Unlock()
-	w.poke()
-}
-
-func (w *worker) poke() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
+func (w *worker) mark(keys ...string) { w.dirty.mark(keys...) }
 
 // requeue marks key dirty again after a backoff that grows with failures.
 func (w *worker) requeue(key string, failed bool) {
@@ -254,9 +218,7 @@ func (w *worker) rebuild(overruled []ledger.Allocation) []plan.Suspect {
 	// that lands while the rebuild runs must leave it set, or that pool
 	// would be ignored until the next pool change (seen in e2e: a pool
 	// created during a slow rebuild served nothing).
-	w.mu.Lock()
-	w.poolsDirty = false
-	w.mu.Unlock()
+	w.dirty.takePools()
 	st := w.ldg.State()
 	pools, invalid := w.c.pools.Parse(w.store().List(watcherv1.Kind_KIND_IP_POOL))
 	// Every Service is marked: those the rebuild reads, those a handler
@@ -301,12 +263,12 @@ func (w *worker) loop(ctx context.Context, term *leader.Term) {
 		select {
 		case <-term.Stopping():
 			return
-		case <-w.wake:
-		case <-w.landed:
+		case <-w.dirty.wake:
+		case <-w.writes.landed:
 		case m := <-w.mutations:
 			m.reply <- w.apply(term.Context(), m)
 		}
-		w.landDone()
+		w.settle(w.writes.land()...)
 		for !w.fenced && w.hasWork() {
 			select {
 			case <-term.Stopping():
@@ -324,15 +286,13 @@ func (w *worker) hasWork() bool {
 	if w.ldg == nil {
 		return time.Now().After(w.reopenAt)
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.dirty) > 0 || w.poolsDirty || w.finalizersDirty
+	return w.dirty.any()
 }
 
 // reopen reads and fences the ledger again after a failed write. Until it
 // succeeds nothing is decided; a corrupt ledger is reported and retried.
 func (w *worker) reopen(ctx context.Context) {
-	w.landAll()
+	w.settle(w.writes.landAll()...)
 	err := w.open(ctx)
 	if err == nil {
 		return
@@ -351,7 +311,7 @@ func (w *worker) reopen(ctx context.Context) {
 		w.log.Error("Cannot re-read the ledger; retrying", "err", err, "retryIn", delay)
 	}
 	w.reopenAt = time.Now().Add(delay)
-	time.AfterFunc(delay, w.poke)
+	time.AfterFunc(delay, w.dirty.poke)
 }
 
 // take returns up to n dirty Services in allocation order, and the dirty
@@ -363,12 +323,7 @@ func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, pool
 		key     string
 		created int64 // 0 when the stream has not shown it (gone, or never seen)
 	}
-	w.mu.Lock()
-	keys := slices.Collect(maps.Keys(w.dirty))
-	clear(w.dirty)
-	poolsChanged, w.poolsDirty = w.poolsDirty, false
-	w.finalizersDirty = false
-	w.mu.Unlock()
+	keys, poolsChanged := w.dirty.take()
 	candidates := make([]candidate, 0, len(keys))
 	for _, k := range keys {
 		created, _ := w.store().Attribute(watcherv1.Kind_KIND_SERVICE, attrCreated, k)
@@ -380,8 +335,7 @@ func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, pool
 	slices.SortFunc(candidates, func(a, b candidate) int { return objects.CompareByAge(a.created, a.key, b.created, b.key) })
 	var rest []string
 	for _, c := range candidates {
-		if _, ok := w.inFlight[c.key]; ok {
-			w.held[c.key] = struct{}{}
+		if w.writes.hold(c.key) {
 			continue
 		}
 		if len(present) == n {

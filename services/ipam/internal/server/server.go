@@ -1,11 +1,11 @@
-// Package api serves ipledger.ipam.v1.IPAMService. Reads are answered on
+// Package server serves ipledger.ipam.v1.IPAMService. Reads are answered on
 // every replica from the ledger as streamed (the ledger ConfigMaps through
 // pkg/stream) and the streamed pools and Services; whatever a read needs
 // that is costly — the parsed ledger, the allocator ExplainService asks, the
 // pools' usage — is built once per change of the ledger or the pools, never
 // per call (readstate.go, docs/ipam-api.md). Reservations are made through
 // the leader's term, and a standby refuses them naming the leader.
-package api
+package server
 
 import (
 	"context"
