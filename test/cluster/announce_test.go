@@ -347,12 +347,7 @@ func (e *env) restartSpeaker(t *testing.T) {
 	if err := pods.Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 2*time.Minute, func() error {
-		if _, err := pods.Get(ctx, old.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("speaker pod %s is still there (%v)", old.Name, err)
-		}
-		return nil
-	})
+	e.podGone(t, speakerNS, old.Name)
 	next := e.speakerReady(t, old.Name)
 	t.Logf("speaker %s replaced by %s", old.Name, next.Name)
 	e.noRBACDenials(t, next)
@@ -560,6 +555,7 @@ func (e *env) failIPAMLeader(t *testing.T) {
 		return nil
 	})
 	t.Logf("ipam leader %s deleted; the Lease went to %s", leader, e.leader(t, "ipledger-ipam"))
+	t.Logf("the deleted leader's pod was gone after %s", e.podGone(t, systemNS, leader).Round(time.Millisecond))
 	e.rolledOut(t, "ipledger-ipam")
 	e.consistent(t, "")
 }

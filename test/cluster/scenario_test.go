@@ -462,6 +462,21 @@ func (e *env) deletePod(t testing.TB, pod corev1.Pod) {
 	}
 }
 
+// podGone waits until the pod ns/name no longer exists (its containers
+// stopped and the kubelet removed it) and says how long that took: a test
+// that deletes a pod leaves no terminating one — never Ready — to the next.
+func (e *env) podGone(t testing.TB, ns, name string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	testenv.Eventually(t, 2*time.Minute, func() error {
+		if _, err := e.client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod %s/%s is still there (%v)", ns, name, err)
+		}
+		return nil
+	})
+	return time.Since(start)
+}
+
 // noRBACDenials fails the test for every line of a pod's logs where the
 // API server refused the binary something: the shipped RBAC lacks a
 // permission the binary uses.
