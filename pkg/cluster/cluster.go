@@ -616,6 +616,18 @@ func cleanHost(l layout, before HostState) error {
 			errs = append(errs, unmount(m), os.Remove(m))
 		}
 	}
+	// A namespace containerd made after that bind has its file in
+	// /run/netns itself (the bind is of the same folder) and its mount on
+	// the bind: with the bind gone, the file is left, an empty file.
+	if entries, err := os.ReadDir("/run/netns"); err == nil {
+		for _, en := range entries {
+			if !slices.Contains(before.Netns, en.Name()) {
+				if err := os.Remove(filepath.Join("/run/netns", en.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
 	for _, cg := range podCgroups() {
 		if !slices.Contains(before.Cgroups, cg) {
 			errs = append(errs, removeCgroup(cg))
