@@ -15,7 +15,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -32,7 +31,6 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/cluster"
 	"github.com/ipledger/ipledger/pkg/containerimage"
-	"github.com/ipledger/ipledger/pkg/controlplane"
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
@@ -213,27 +211,9 @@ func TestAnnounce(t *testing.T) {
 }
 
 // speakerBuild is hack/build-speaker.sh's folder: $IPLEDGER_SPEAKER_DIR,
-// else the script's output (at once when its cache is warm; a cold build
-// takes about two minutes).
+// else the script's output (a cold build takes about two minutes).
 func speakerBuild(t *testing.T) string {
-	t.Helper()
-	if dir := os.Getenv("IPLEDGER_SPEAKER_DIR"); dir != "" {
-		return dir
-	}
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	cmd := exec.Command("bash", filepath.Join(root, "hack", "build-speaker.sh"))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("hack/build-speaker.sh: %v\n%s", err, stderr.String())
-	}
-	t.Logf("hack/build-speaker.sh in %s", time.Since(start).Round(time.Millisecond))
-	return strings.TrimSpace(string(out))
+	return hackBuild(t, "IPLEDGER_SPEAKER_DIR", "build-speaker.sh")
 }
 
 // importSpeaker builds the speaker's image as pkg/cluster builds the

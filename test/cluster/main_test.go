@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -201,4 +202,28 @@ func (e *env) namespace(t *testing.T) string {
 		_ = e.client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
 	return ns.Name
+}
+
+// hackBuild is $env when set, else the path hack/<script> prints: the
+// test-only builds (speaker, NetworkPolicy enforcer, e2e binary) are cached
+// by their scripts, so a warm call returns at once.
+func hackBuild(t *testing.T, env, script string) string {
+	t.Helper()
+	if path := os.Getenv(env); path != "" {
+		return path
+	}
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cmd := exec.Command("bash", filepath.Join(root, "hack", script))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/%s: %v\n%s", script, err, stderr.String())
+	}
+	t.Logf("hack/%s in %s", script, time.Since(start).Round(time.Millisecond))
+	return strings.TrimSpace(string(out))
 }

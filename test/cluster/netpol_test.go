@@ -28,7 +28,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipledger/ipledger/pkg/cluster"
-	"github.com/ipledger/ipledger/pkg/controlplane"
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
@@ -113,27 +112,9 @@ func TestNetworkPoliciesAreEnforced(t *testing.T) {
 }
 
 // netpolBuild is hack/build-netpol.sh's folder: $IPLEDGER_NETPOL_DIR, else
-// the script's output (at once when its cache is warm; a cold build takes
-// about three minutes).
+// the script's output (a cold build takes about three minutes).
 func netpolBuild(t *testing.T) string {
-	t.Helper()
-	if dir := os.Getenv("IPLEDGER_NETPOL_DIR"); dir != "" {
-		return dir
-	}
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	cmd := exec.Command("bash", filepath.Join(root, "hack", "build-netpol.sh"))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("hack/build-netpol.sh: %v\n%s", err, stderr.String())
-	}
-	t.Logf("hack/build-netpol.sh in %s", time.Since(start).Round(time.Millisecond))
-	return strings.TrimSpace(string(out))
+	return hackBuild(t, "IPLEDGER_NETPOL_DIR", "build-netpol.sh")
 }
 
 // netpolClient runs agnhost (pause) in a new namespace with labels, and

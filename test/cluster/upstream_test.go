@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/rand"
 
-	"github.com/ipledger/ipledger/pkg/controlplane"
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
@@ -255,21 +254,7 @@ func skippedByUs(name string) (string, bool) {
 
 // e2eBinary is IPLEDGER_E2E_BIN, or what hack/build-e2e.sh builds (cached).
 func e2eBinary(t *testing.T) string {
-	t.Helper()
-	if bin := os.Getenv("IPLEDGER_E2E_BIN"); bin != "" {
-		return bin
-	}
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(root, "hack", "build-e2e.sh"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("hack/build-e2e.sh: %v", err)
-	}
-	return strings.TrimSpace(string(out))
+	return hackBuild(t, "IPLEDGER_E2E_BIN", "build-e2e.sh")
 }
 
 func kubernetesVersion(bin string) string {
