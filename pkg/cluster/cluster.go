@@ -597,35 +597,11 @@ func cleanHost(l layout, before HostState) error {
 	for _, m := range mountsUnder(string(info), l.dir) {
 		errs = append(errs, unmount(m))
 	}
-	// `ip netns add` (a test's LAN client, lan.go) bind-mounts /run/netns
-	// over itself when it is no mount point yet: the pods' namespaces that
-	// containerd mounted before are then hidden below the bind, neither
-	// unmountable nor removable by their paths. That bind goes first when
-	// the host had no namespace of its own (none is lost with it).
-	if len(before.Netns) == 0 && slices.Contains(mountsUnder(string(info), "/run/netns"), "/run/netns") {
-		if err := unmount("/run/netns"); err != nil {
-			errs = append(errs, err)
-		} else if info, err = os.ReadFile("/proc/self/mountinfo"); err != nil {
-			return err
-		}
-	}
 	// The pods' network namespaces: containerd 1.6 bind-mounts them under
 	// /run/netns whatever its state folder.
 	for _, m := range mountsUnder(string(info), "/run/netns") {
 		if m != "/run/netns" && !slices.Contains(before.Netns, filepath.Base(m)) {
 			errs = append(errs, unmount(m), os.Remove(m))
-		}
-	}
-	// A namespace containerd made after that bind has its file in
-	// /run/netns itself (the bind is of the same folder) and its mount on
-	// the bind: with the bind gone, the file is left, an empty file.
-	if entries, err := os.ReadDir("/run/netns"); err == nil {
-		for _, en := range entries {
-			if !slices.Contains(before.Netns, en.Name()) {
-				if err := os.Remove(filepath.Join("/run/netns", en.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					errs = append(errs, err)
-				}
-			}
 		}
 	}
 	for _, cg := range podCgroups() {

@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,7 +48,7 @@ type LAN struct {
 // LANClient is a machine on a LAN: a network namespace of its own with one
 // interface on the bridge.
 type LANClient struct {
-	// Netns is its network namespace (`ip netns`).
+	// Netns is the file its network namespace is bound to, in lanNetnsDir.
 	Netns string
 	// Link is its interface inside Netns.
 	Link string
@@ -55,6 +57,15 @@ type LANClient struct {
 
 	hostLink string
 }
+
+// lanNetnsDir holds the LAN clients' network namespaces, each bound to a
+// file of its own (`unshare --net=FILE`). Not /run/netns, so not `ip netns
+// add`: that bind-mounts /run/netns over itself, and a pod whose namespace
+// containerd mounted there before can then never be torn down — the
+// kubelet's StopPodSandbox fails on the namespace hidden below the bind, and
+// the deleted pod stays terminating for as long as the bind lives (an ipam
+// leader TestAnnounce deleted did, for minutes).
+const lanNetnsDir = "/run/ipledger-lan"
 
 // NewLAN creates the bridge name with subnet's first address, up. It
 // refuses a subnet outside TestRanges, and a name that is a link of the
@@ -129,10 +140,10 @@ func checkLANSubnet(subnet netip.Prefix, routes []string) error {
 // the same name that a killed run left.
 func (l *LAN) removeLeftovers() error {
 	var errs []error
-	if entries, err := os.ReadDir("/run/netns"); err == nil {
+	if entries, err := os.ReadDir(lanNetnsDir); err == nil {
 		for _, e := range entries {
 			if strings.HasPrefix(e.Name(), l.Bridge+"-") {
-				errs = append(errs, ip("netns", "delete", e.Name()))
+				errs = append(errs, removeNetns(filepath.Join(lanNetnsDir, e.Name())))
 			}
 		}
 	}
@@ -164,22 +175,48 @@ func (l *LAN) AddClient(addr netip.Addr) (*LANClient, error) {
 	}
 	l.mu.Lock()
 	n := len(l.clients) + 1
-	c := &LANClient{Netns: fmt.Sprintf("%s-c%d", l.Bridge, n), Link: "lan0", Addr: addr, hostLink: fmt.Sprintf("%s-c%d", l.Bridge, n)}
+	name := fmt.Sprintf("%s-c%d", l.Bridge, n)
+	c := &LANClient{Netns: filepath.Join(lanNetnsDir, name), Link: "lan0", Addr: addr, hostLink: name}
 	l.clients = append(l.clients, c)
 	l.mu.Unlock()
+	if err := os.MkdirAll(lanNetnsDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(c.Netns, nil, 0o444); err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command("unshare", "--net="+c.Netns, "true").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("unshare --net=%s: %w: %s", c.Netns, err, out)
+	}
+	// The veth is made inside the client and its peer sent to this
+	// process's namespace, the host's: `ip link ... netns` takes a name of
+	// /run/netns or a process, not a file.
 	for _, args := range [][]string{
-		{"netns", "add", c.Netns},
-		{"link", "add", c.hostLink, "type", "veth", "peer", "name", c.Link, "netns", c.Netns},
-		{"link", "set", c.hostLink, "master", l.Bridge, "up"},
-		{"-n", c.Netns, "addr", "add", netip.PrefixFrom(addr, l.Subnet.Bits()).String(), "dev", c.Link},
-		{"-n", c.Netns, "link", "set", "lo", "up"},
-		{"-n", c.Netns, "link", "set", c.Link, "up"},
+		{"link", "add", c.Link, "type", "veth", "peer", "name", c.hostLink, "netns", strconv.Itoa(os.Getpid())},
+		{"addr", "add", netip.PrefixFrom(addr, l.Subnet.Bits()).String(), "dev", c.Link},
+		{"link", "set", "lo", "up"},
+		{"link", "set", c.Link, "up"},
 	} {
-		if err := ip(args...); err != nil {
+		if err := c.ip(args...); err != nil {
 			return nil, err
 		}
 	}
+	if err := ip("link", "set", c.hostLink, "master", l.Bridge, "up"); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// removeNetns unbinds a client's namespace and removes its file: with no
+// process left inside, the namespace goes, and its veth with it.
+func removeNetns(path string) error {
+	if err := syscall.Unmount(path, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // Close removes the clients' namespaces (their veths go with them) and the
@@ -189,11 +226,12 @@ func (l *LAN) Close() error {
 	defer l.mu.Unlock()
 	var errs []error
 	for _, c := range l.clients {
-		if _, err := os.Stat(filepath.Join("/run/netns", c.Netns)); err == nil {
-			errs = append(errs, ip("netns", "delete", c.Netns))
-		}
+		errs = append(errs, removeNetns(c.Netns))
 	}
 	l.clients = nil
+	if err := os.Remove(lanNetnsDir); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) {
+		errs = append(errs, err)
+	}
 	if _, err := os.Stat(filepath.Join("/sys/class/net", l.Bridge)); err == nil {
 		errs = append(errs, ip("link", "delete", l.Bridge))
 	}
@@ -202,16 +240,24 @@ func (l *LAN) Close() error {
 
 // Command is name with args run inside the client's namespace.
 func (c *LANClient) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", c.Netns, name}, args...)...)
+	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + c.Netns, name}, args...)...)
+}
+
+// ip runs ip with args inside the client's namespace.
+func (c *LANClient) ip(args ...string) error {
+	if out, err := c.Command(context.Background(), "ip", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip %s in %s: %w: %s", strings.Join(args, " "), c.Netns, err, out)
+	}
+	return nil
 }
 
 // Neighbour is what the client's neighbour table says of addr: the
 // hardware address ARP found (nil when none) and the entry's state
 // (REACHABLE, STALE, FAILED, INCOMPLETE…; empty when there is no entry).
 func (c *LANClient) Neighbour(addr netip.Addr) (net.HardwareAddr, string, error) {
-	out, err := exec.Command("ip", "-n", c.Netns, "-j", "neigh", "show", "to", addr.String(), "dev", c.Link).Output()
+	out, err := c.Command(context.Background(), "ip", "-j", "neigh", "show", "to", addr.String(), "dev", c.Link).Output()
 	if err != nil {
-		return nil, "", fmt.Errorf("ip -n %s neigh show to %s: %w", c.Netns, addr, err)
+		return nil, "", fmt.Errorf("ip neigh show to %s in %s: %w", addr, c.Netns, err)
 	}
 	var entries []struct {
 		Dst    string   `json:"dst"`
@@ -219,7 +265,7 @@ func (c *LANClient) Neighbour(addr netip.Addr) (net.HardwareAddr, string, error)
 		State  []string `json:"state"`
 	}
 	if err := json.Unmarshal(out, &entries); err != nil {
-		return nil, "", fmt.Errorf("ip -n %s neigh show to %s: %w: %s", c.Netns, addr, err, out)
+		return nil, "", fmt.Errorf("ip neigh show to %s in %s: %w: %s", addr, c.Netns, err, out)
 	}
 	for _, e := range entries {
 		if e.Dst != addr.String() {
@@ -239,7 +285,7 @@ func (c *LANClient) Neighbour(addr netip.Addr) (net.HardwareAddr, string, error)
 // ForgetNeighbour deletes the client's neighbour entry for addr, so that
 // its next packet there resolves addr by ARP again.
 func (c *LANClient) ForgetNeighbour(addr netip.Addr) error {
-	return ip("-n", c.Netns, "neigh", "flush", "to", addr.String(), "dev", c.Link)
+	return c.ip("neigh", "flush", "to", addr.String(), "dev", c.Link)
 }
 
 // Uplinks are the interfaces of the machine's default routes (IPv4 and

@@ -535,6 +535,7 @@ func (e *env) failIPAMLeader(t *testing.T) {
 		return nil
 	})
 	t.Logf("ipam leader %s deleted; the Lease went to %s", leader, e.leader(t, "ipledger-ipam"))
+	t.Logf("the deleted leader's pod was gone after %s", e.podGone(t, systemNS, leader).Round(time.Millisecond))
 	e.rolledOut(t, "ipledger-ipam")
 	e.consistent(t, "")
 }

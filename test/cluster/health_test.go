@@ -34,12 +34,6 @@ func TestEveryPodHealthy(t *testing.T) {
 		t.Fatalf("%d ipledger pods, want at least one per Deployment", len(list.Items))
 	}
 	for _, p := range list.Items {
-		if p.DeletionTimestamp != nil {
-			// Deleted by an earlier test (a leader failover): being
-			// deleted, it is not Ready by design.
-			t.Logf("%s: terminating since %s, not checked", p.Name, p.DeletionTimestamp.Format(time.RFC3339))
-			continue
-		}
 		t.Run(p.Name, func(t *testing.T) {
 			if !podReady(p) {
 				t.Errorf("not Ready: %+v", p.Status.Conditions)
