@@ -10,10 +10,12 @@
 # It also builds the root filesystem of the image Kubernetes' e2e specs run
 # (registry.k8s.io/e2e-test-images/agnhost, pkg/cluster.AgnhostImage): agnhost
 # from the same k8s.io/kubernetes, and what the specs run inside it from
-# Debian's packages — busybox-static (sh, wget and the other applets) and
+# Debian's packages — busybox-static (wget and the other applets) and
 # netcat-openbsd (the nc the specs call with -v -t -u, as the upstream image
-# has), fetched with `apt-get download`, and the machine's curl, each with
-# the shared libraries it links. It lands in rootfs/agnhost beside bin/.
+# has), fetched with `apt-get download`, and the machine's dash (/bin/sh, as
+# in the upstream image: busybox's own sh runs its applets before PATH, so
+# `sh -c 'nc -v …'` would get busybox's nc, which has no -v) and curl, each
+# with the shared libraries it links. It lands in rootfs/agnhost beside bin/.
 #
 # The Kubernetes binaries are built against a copy of hack/tools/go.mod and
 # go.sum (-modfile): they need go.sum lines that kube-apiserver does not, and
@@ -41,11 +43,12 @@ if [ -z "$busybox_version" ] || [ "$busybox_version" = "(none)" ]; then
 fi
 netcat_version=$(candidate netcat-openbsd)
 curl_version=$(dpkg-query -W -f='${Version}' curl 2>/dev/null || true)
-if [ -z "$busybox_version" ] || [ "$busybox_version" = "(none)" ] || [ -z "$netcat_version" ] || [ -z "$curl_version" ]; then
-  echo "build-node: the agnhost image needs Debian's busybox-static and netcat-openbsd (apt-get download) and curl (apt-get install -y curl)" >&2
+dash_version=$(dpkg-query -W -f='${Version}' dash 2>/dev/null || true)
+if [ -z "$busybox_version" ] || [ "$busybox_version" = "(none)" ] || [ -z "$netcat_version" ] || [ -z "$curl_version" ] || [ -z "$dash_version" ]; then
+  echo "build-node: the agnhost image needs Debian's busybox-static and netcat-openbsd (apt-get download), curl and dash (apt-get install -y curl dash)" >&2
   exit 1
 fi
-key_agnhost=$( (echo 2; echo "$key_kube busybox-static=$busybox_version netcat-openbsd=$netcat_version curl=$curl_version") | hash)
+key_agnhost=$( (echo 3; echo "$key_kube busybox-static=$busybox_version netcat-openbsd=$netcat_version curl=$curl_version dash=$dash_version") | hash)
 key=$(echo "$key_pause $key_coredns $key_kube $key_agnhost" | hash)
 dir=$cache/$key
 bin=$dir/bin
@@ -101,13 +104,14 @@ agnhost_rootfs() {
   for applet in $("$root/bin/busybox" --list-full); do
     [ -e "$root/$applet" ] || { mkdir -p "$root/$(dirname "$applet")"; ln -s /bin/busybox "$root/$applet"; }
   done
-  rm -f "$root/bin/nc" "$root/usr/bin/nc" "$root/usr/bin/curl"
+  rm -f "$root/bin/nc" "$root/usr/bin/nc" "$root/usr/bin/curl" "$root/bin/sh"
   with_libs "$root" "$deb/x/bin/nc.openbsd" /bin/nc
+  with_libs "$root" /bin/dash /bin/sh
   with_libs "$root" /usr/bin/curl /usr/bin/curl
   rm -rf "$deb"
   printf 'root:x:0:0:root:/root:/bin/sh\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n' >"$root/etc/passwd"
   printf 'root:x:0:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n' >"$root/etc/group"
-  echo "build-node: agnhost's root filesystem in $root (busybox-static $busybox_version, netcat-openbsd $netcat_version, curl $curl_version)" >&2
+  echo "build-node: agnhost's root filesystem in $root (busybox-static $busybox_version, netcat-openbsd $netcat_version, curl $curl_version, dash $dash_version)" >&2
 }
 # with_libs ROOT BINARY DEST: BINARY at ROOT/DEST, and the shared libraries
 # it links (as the machine's loader resolves them) at their paths in ROOT.
