@@ -1,5 +1,3 @@
-//go:build upstream
-
 package cluster_test
 
 import (
@@ -46,11 +44,9 @@ var upstreamSkipped = map[string]string{
 }
 
 // moreNodes is how the framework's skips of specs needing more than this
-// single node read ("Test requires >= 2 Ready nodes", "requires at least 2
-// schedulable nodes", "Need at least 3 schedulable nodes", "requires
-// multiple schedulable nodes", "requires at least two ready nodes"). Any
+// single node read (TestMoreNodes has those of Kubernetes v1.37.2). Any
 // other skip of a spec this test runs is a failure.
-var moreNodes = regexp.MustCompile(`(?i)(requires?|need)\b.*\b(>= ?[2-9]|at least ([2-9]|two|three)|multiple)\b.*\bnodes\b`)
+var moreNodes = regexp.MustCompile(`(?i)\b(requires?|need)\b.*(>= ?[2-9]|\bat least ([2-9]|two|three)|\bmultiple)\b.*\bnodes\b`)
 
 // upstreamPool is the IPPool of the specs' namespaces: inside
 // cluster.TestRanges (10.128.0.0/9), apart from the journey's 10.<100+n>
@@ -238,6 +234,28 @@ func routeOnTheMachine(t *testing.T, link, prefix string) {
 	for _, args := range [][]string{{"link", "set", link, "up"}, {"route", "add", prefix, "dev", link}} {
 		if err := ip(args...); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestMoreNodes holds moreNodes to the skip messages of Kubernetes
+// v1.37.2's specs that need more than one node, and to the ones it must not
+// take for them.
+func TestMoreNodes(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"Test requires >= 2 Ready nodes, but there are only 1 nodes":                                  true,
+		"Test requires multiple schedulable nodes":                                                    true,
+		"load-balancer rolling update test requires at least 2 schedulable nodes for the DaemonSet":   true,
+		"The test requires at least two ready nodes on skeleton, but found 1":                         true,
+		"Need at least 3 schedulable nodes for this test":                                             true,
+		"Requires at least 2 nodes (not 1)":                                                           true,
+		"Only supported for providers [gce gke] (not skeleton)":                                       false,
+		"Requires at least 1 nodes (not 0)":                                                           false,
+		"no loadbalancer controller for nodes":                                                        false,
+		"Couldn't find the required version of the server, requires v1.30 for nodes with ip families": false,
+	} {
+		if got := moreNodes.MatchString(msg); got != want {
+			t.Errorf("moreNodes.MatchString(%q) = %v, want %v", msg, got, want)
 		}
 	}
 }
