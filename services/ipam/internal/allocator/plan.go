@@ -54,17 +54,11 @@ func needsOf(req Request) (need, *Error) {
 	if err := checkServiceKey(req.Service); err != nil {
 		return need{}, err
 	}
-	n := need{requested: map[Family]netip.Addr{}}
-	for _, ip := range req.RequestedIPs {
-		if !ip.IsValid() || ip.Zone() != "" || ip.Is4In6() || ip.IsUnspecified() {
-			return need{}, invalid("requested IP %q is not a plain IPv4 or IPv6 address", ip)
-		}
-		f := FamilyOf(ip)
-		if prev, ok := n.requested[f]; ok {
-			return need{}, invalid("requested IPs %s and %s are both %s; request at most one IP per family", prev, ip, f)
-		}
-		n.requested[f] = ip
+	requested, err := requestedByFamily(req.RequestedIPs)
+	if err != nil {
+		return need{}, err
 	}
+	n := need{requested: requested}
 	var fams []Family
 	for _, f := range req.Families {
 		if f != IPv4 && f != IPv6 {
@@ -116,6 +110,23 @@ func needsOf(req Request) (need, *Error) {
 	return n, nil
 }
 
+// requestedByFamily checks the requested IPs, at most one plain address
+// per family, and maps each family to its IP.
+func requestedByFamily(ips []netip.Addr) (map[Family]netip.Addr, *Error) {
+	out := map[Family]netip.Addr{}
+	for _, ip := range ips {
+		if !ip.IsValid() || ip.Zone() != "" || ip.Is4In6() || ip.IsUnspecified() {
+			return nil, invalid("requested IP %q is not a plain IPv4 or IPv6 address", ip)
+		}
+		f := FamilyOf(ip)
+		if prev, ok := out[f]; ok {
+			return nil, invalid("requested IPs %s and %s are both %s; request at most one IP per family", prev, ip, f)
+		}
+		out[f] = ip
+	}
+	return out, nil
+}
+
 func familyList(fs []Family) string { return strings.Join(familyNames(fs), " and ") }
 
 func familyNames(fs []Family) []string {
@@ -143,135 +154,202 @@ type eval struct {
 	err     *Error       // RequestedIPInUse detail
 }
 
-// evaluate runs the pool checks, in the order a user would want them
-// explained, and picks the addresses this pool would give.
+// evaluate gives pool p's verdict on req and, when p is eligible, the
+// addresses it would give: first the pool's rules (refusal), then the picks
+// of the required and the optional families (picker).
 func (a *Allocator) evaluate(p *Pool, req Request, n need) eval {
-	e := eval{pool: p, verdict: Verdict{Pool: p.name}}
-	no := func(r VerdictReason, format string, args ...any) eval {
-		e.verdict.Reason = r
-		e.verdict.Message = fmt.Sprintf(format, args...)
-		return e
+	k := picker{eval: eval{pool: p, verdict: Verdict{Pool: p.name}}, a: a, req: req, ns: namespaceOf(req.Service)}
+	if r, msg := a.refusal(p, req, n); r != "" {
+		k.fail(r, msg)
+		return k.eval
 	}
+	if !k.pickRequired(n) || !k.pickOptional(n) {
+		return k.eval
+	}
+	slices.SortStableFunc(k.ips, func(x, y netip.Addr) int {
+		return slices.Index(n.order, FamilyOf(x)) - slices.Index(n.order, FamilyOf(y))
+	})
+	k.primary = len(n.order) > 0 && FamilyOf(k.ips[0]) == n.order[0]
+	k.verdict.Eligible = true
+	k.verdict.Reason = VerdictSelected
+	return k.eval
+}
+
+// refusal says why the rules of pool p keep it from serving req, as a
+// verdict reason and message; "" when they do not. The checks run in the
+// order a user would want them explained.
+func (a *Allocator) refusal(p *Pool, req Request, n need) (VerdictReason, string) {
 	if c, ok := a.conflictOf[p.name]; ok {
-		return no(VerdictConflicting, "pool %s is Conflicting: %s", p.name, c.Message)
+		return ineligible(VerdictConflicting, "pool %s is Conflicting: %s", p.name, c.Message)
 	}
 	if req.Pool != "" && req.Pool != p.name {
-		return no(VerdictNotRequested, "the Service asks for pool %s (%s)", req.Pool, AnnotationAddressPool)
+		return ineligible(VerdictNotRequested, "the Service asks for pool %s (%s)", req.Pool, AnnotationAddressPool)
 	}
+	if msg := requestedRefusal(p, n); msg != "" {
+		return VerdictRequestedIPNotInPool, msg
+	}
+	ns := namespaceOf(req.Service)
+	if !p.servesNamespace(ns, req.NamespaceLabels) {
+		return ineligible(VerdictNamespaceMismatch, "pool %s serves only %s; the Service is in namespace %s", p.name, describeNamespaces(p.spec), ns)
+	}
+	if !p.servesService(req.ServiceLabels) {
+		return ineligible(VerdictServiceSelectorMismatch, "pool %s serves only Services matching its serviceSelectors, and this Service's labels match none", p.name)
+	}
+	if req.Pool == "" && len(n.requested) == 0 && !p.spec.AutoAssign {
+		return ineligible(VerdictAutoAssignOff, "pool %s has autoAssign false: it serves only Services that name it in %s or request one of its IPs", p.name, AnnotationAddressPool)
+	}
+	if p.spec.Terminating && !n.held {
+		return ineligible(VerdictTerminating, "pool %s is being deleted: it hands out no new address", p.name)
+	}
+	for _, f := range n.required {
+		if !p.HasFamily(f) {
+			return ineligible(VerdictFamilyMismatch, "pool %s has no %s addresses, and the Service needs %s (ipFamilyPolicy %s)", p.name, f, familyList(n.required), policyName(req.FamilyPolicy))
+		}
+	}
+	if len(n.required) == 0 && !slices.ContainsFunc(n.optional, p.HasFamily) {
+		return ineligible(VerdictFamilyMismatch, "pool %s has no %s addresses (ipFamilyPolicy %s)", p.name, n.wanted(), policyName(req.FamilyPolicy))
+	}
+	return "", ""
+}
+
+// ineligible is refusal's verdict reason r with its message.
+func ineligible(r VerdictReason, format string, args ...any) (VerdictReason, string) {
+	return r, fmt.Sprintf(format, args...)
+}
+
+// requestedRefusal says why pool p never hands out an IP n requests
+// (VerdictRequestedIPNotInPool); "" when it may.
+func requestedRefusal(p *Pool, n need) string {
 	for _, f := range []Family{IPv4, IPv6} {
 		ip, ok := n.requested[f]
 		if !ok {
 			continue
 		}
 		if !p.Contains(ip) {
-			return no(VerdictRequestedIPNotInPool, "pool %s does not contain the requested IP %s", p.name, ip)
+			return fmt.Sprintf("pool %s does not contain the requested IP %s", p.name, ip)
 		}
-		if p.spec.AvoidBuggyIPs && buggy(ip) && !n.held {
-			return no(VerdictRequestedIPNotInPool, "pool %s has avoidBuggyIPs set, so it never hands out %s (an address ending in .0 or .255); request another IP", p.name, ip)
+		if n.held {
+			continue // what a Service holds it keeps past avoidBuggyIPs and unusable blocks
 		}
-		if why := p.unusableWhy(ip); why != "" && !n.held {
-			return no(VerdictRequestedIPNotInPool, "pool %s never hands out %s: it is %s; request another IP", p.name, ip, why)
+		if p.spec.AvoidBuggyIPs && buggy(ip) {
+			return fmt.Sprintf("pool %s has avoidBuggyIPs set, so it never hands out %s (an address ending in .0 or .255); request another IP", p.name, ip)
 		}
-	}
-	ns, _, _ := strings.Cut(req.Service, "/")
-	if !p.servesNamespace(ns, req.NamespaceLabels) {
-		return no(VerdictNamespaceMismatch, "pool %s serves only %s; the Service is in namespace %s", p.name, describeNamespaces(p.spec), ns)
-	}
-	if !p.servesService(req.ServiceLabels) {
-		return no(VerdictServiceSelectorMismatch, "pool %s serves only Services matching its serviceSelectors, and this Service's labels match none", p.name)
-	}
-	if req.Pool == "" && len(n.requested) == 0 && !p.spec.AutoAssign {
-		return no(VerdictAutoAssignOff, "pool %s has autoAssign false: it serves only Services that name it in %s or request one of its IPs", p.name, AnnotationAddressPool)
-	}
-	if p.spec.Terminating && !n.held {
-		return no(VerdictTerminating, "pool %s is being deleted: it hands out no new address", p.name)
-	}
-	for _, f := range n.required {
-		if !p.HasFamily(f) {
-			return no(VerdictFamilyMismatch, "pool %s has no %s addresses, and the Service needs %s (ipFamilyPolicy %s)", p.name, f, familyList(n.required), policyName(req.FamilyPolicy))
+		if why := p.unusableWhy(ip); why != "" {
+			return fmt.Sprintf("pool %s never hands out %s: it is %s; request another IP", p.name, ip, why)
 		}
 	}
-	if len(n.required) == 0 && !slices.ContainsFunc(n.optional, p.HasFamily) {
-		return no(VerdictFamilyMismatch, "pool %s has no %s addresses (ipFamilyPolicy %s)", p.name, n.wanted(), policyName(req.FamilyPolicy))
-	}
-	// Each new address counts against the namespace's quota in this pool,
-	// those of this request too (a dual-stack Service takes two).
-	fresh := func() int {
-		n := 0
-		for _, c := range e.ips {
-			if !a.nsAddrs.has(p.name, ns, c) {
-				n++
-			}
+	return ""
+}
+
+// picker picks, into its eval, the addresses one pool gives one request.
+// Each new address counts against the namespace's quota in the pool, those
+// of this request too (a dual-stack Service takes two). A pick that fails
+// sets the eval's verdict and reports false.
+type picker struct {
+	eval
+	a   *Allocator
+	req Request
+	ns  string // the Service's namespace, whose quota counts
+}
+
+// fail sets the verdict to reason r with message msg, and reports false.
+func (k *picker) fail(r VerdictReason, msg string) bool {
+	k.verdict.Reason, k.verdict.Message = r, msg
+	return false
+}
+
+// fresh counts the picks so far that are new to the namespace in the pool.
+func (k *picker) fresh() int {
+	n := 0
+	for _, c := range k.ips {
+		if !k.a.nsAddrs.has(k.pool.name, k.ns, c) {
+			n++
 		}
-		return n
 	}
-	overQuota := func(ip netip.Addr) bool { return a.overQuota(p, ns, ip, fresh()) }
-	quota := func() eval {
-		return no(VerdictNamespaceQuota, "%s", quotaMessage(p, ns, a.nsAddrs.count(p.name, ns), fresh()+1))
-	}
+	return n
+}
+
+// overQuota says whether picking ip too takes the namespace past its quota.
+func (k *picker) overQuota(ip netip.Addr) bool { return k.a.overQuota(k.pool, k.ns, ip, k.fresh()) }
+
+// quota fails for the namespace's quota.
+func (k *picker) quota() bool {
+	p := k.pool
+	return k.fail(VerdictNamespaceQuota, quotaMessage(p, k.ns, k.a.nsAddrs.count(p.name, k.ns), k.fresh()+1))
+}
+
+// pickRequired picks an address of each required family: the requested IP
+// when n names one (which must be usable), else pick's choice.
+func (k *picker) pickRequired(n need) bool {
+	p := k.pool
 	for _, f := range n.required {
 		if ip, ok := n.requested[f]; ok {
-			if err := a.usable(ip, req.Service, req.Sharing, n.held); err != nil {
-				e.err = err
-				return no(VerdictRequestedIPInUse, "%s", err.Message)
+			if err := k.a.usable(ip, k.req.Service, k.req.Sharing, n.held); err != nil {
+				k.err = err
+				return k.fail(VerdictRequestedIPInUse, err.Message)
 			}
-			if !n.held && overQuota(ip) {
-				return quota()
+			if !n.held && k.overQuota(ip) {
+				return k.quota()
 			}
-			e.ips = append(e.ips, ip)
+			k.ips = append(k.ips, ip)
 			continue
 		}
-		ip, ok := a.pick(p, f, e.ips, req)
-		if ok && overQuota(ip) {
-			return quota()
+		ip, ok := k.a.pick(p, f, k.ips, k.req)
+		switch {
+		case ok && k.overQuota(ip):
+			return k.quota()
+		case !ok && p.spec.Terminating:
+			return k.fail(VerdictExhausted, fmt.Sprintf("pool %s is being deleted and hands out no new address", p.name))
+		case !ok:
+			return k.fail(VerdictExhausted, k.a.exhaustedMessage(p, f))
 		}
-		if !ok && p.spec.Terminating {
-			return no(VerdictExhausted, "pool %s is being deleted and hands out no new address", p.name)
-		}
-		if !ok {
-			u, _ := a.Usage(p.name)
-			fu := u.IPv4
-			if f == IPv6 {
-				fu = u.IPv6
-			}
-			more := ""
-			if fu.Used.Cmp(fu.Total) < 0 {
-				more = ", the others are requested by other Services"
-			}
-			return no(VerdictExhausted, "pool %s has no free %s address (%s of %s in use%s)", p.name, f, fu.Used, fu.Total, more)
-		}
-		e.ips = append(e.ips, ip)
+		k.ips = append(k.ips, ip)
 	}
-	e.full = true
+	return true
+}
+
+// pickOptional picks an address of each optional family the pool has one
+// free of within the quota, setting full when it got them all. It fails
+// when the request, with nothing required, gets nothing.
+func (k *picker) pickOptional(n need) bool {
+	k.full = true
 	quotaHit := false
 	for _, f := range n.optional {
 		ip, ok := netip.Addr{}, false
-		if p.HasFamily(f) {
-			ip, ok = a.pick(p, f, e.ips, req)
+		if k.pool.HasFamily(f) {
+			ip, ok = k.a.pick(k.pool, f, k.ips, k.req)
 		}
-		if ok && overQuota(ip) {
+		if ok && k.overQuota(ip) {
 			ok, quotaHit = false, true
 		}
 		if !ok {
-			e.full = false
+			k.full = false
 			continue
 		}
-		e.ips = append(e.ips, ip)
+		k.ips = append(k.ips, ip)
 	}
-	if len(e.ips) == 0 {
-		// PreferDualStack with nothing required, and neither family free.
-		if quotaHit {
-			return quota()
-		}
-		return no(VerdictExhausted, "pool %s has no free %s address", p.name, n.wanted())
+	if len(k.ips) > 0 {
+		return true
 	}
-	slices.SortStableFunc(e.ips, func(x, y netip.Addr) int {
-		return slices.Index(n.order, FamilyOf(x)) - slices.Index(n.order, FamilyOf(y))
-	})
-	e.primary = len(n.order) > 0 && FamilyOf(e.ips[0]) == n.order[0]
-	e.verdict.Eligible = true
-	e.verdict.Reason = VerdictSelected
-	return e
+	// PreferDualStack with nothing required, and neither family free.
+	if quotaHit {
+		return k.quota()
+	}
+	return k.fail(VerdictExhausted, fmt.Sprintf("pool %s has no free %s address", k.pool.name, n.wanted()))
+}
+
+// exhaustedMessage says that pool p has no free address of family f.
+func (a *Allocator) exhaustedMessage(p *Pool, f Family) string {
+	u, _ := a.Usage(p.name)
+	fu := u.IPv4
+	if f == IPv6 {
+		fu = u.IPv6
+	}
+	more := ""
+	if fu.Used.Cmp(fu.Total) < 0 {
+		more = ", the others are requested by other Services"
+	}
+	return fmt.Sprintf("pool %s has no free %s address (%s of %s in use%s)", p.name, f, fu.Used, fu.Total, more)
 }
 
 func describeNamespaces(s PoolSpec) string {
@@ -346,55 +424,98 @@ func (a *Allocator) lowestFree(p *Pool, f Family, service string) (netip.Addr, b
 	return netip.Addr{}, false
 }
 
-// decision is the outcome of planning one request.
+// outcomeKind is what the plan of one request settles on. Exactly one kind
+// holds, and each names what Allocate does and what Explain says: no
+// precedence among fields decides it.
+type outcomeKind int
+
+const (
+	// grant: the chosen pool gives the Service its addresses — new ones, or
+	// those it holds, with any family it lacks added from the same pool.
+	// Allocate holds them (outcome.chosen, outcome.across).
+	grant outcomeKind = iota + 1
+	// keepOutside: the Service keeps what it holds though the addresses lie
+	// outside their pool's rules (an operator shrank, deleted or re-selected
+	// the pool); nothing is added and nothing moves (outcome.why,
+	// ReasonHeldOutsidePool).
+	keepOutside
+	// keepShort: the Service keeps what it holds in its pool, but the pool
+	// cannot add what else it asks for (a family: none free, over quota, or
+	// none at all). Allocate fails with outcome.err and changes nothing.
+	keepShort
+	// release: the Service's own request no longer fits what it holds —
+	// other families, other requested IPs, another named pool, or sharing
+	// its address no longer allows — so it moves: ipam releases what it
+	// holds and chooses again. Allocate fails with ErrHeldAddressUnfit
+	// (outcome.why).
+	release
+	// refuse: the Service, holding nothing, gets nothing: its request is
+	// invalid or no pool serves it (outcome.err).
+	refuse
+)
+
+// outcome is what planning one request settles on: its kind, and what that
+// kind needs.
+type outcome struct {
+	kind   outcomeKind
+	chosen *eval        // grant: the giving pool's eval, one of decision.evals
+	across []netip.Addr // grant: held addresses shared across namespaces (Result.Across)
+	why    string       // keepOutside, release: why, in words
+	err    *Error       // keepShort, refuse: the condition
+}
+
+// decision is the plan of one request: every pool's verdict and the outcome.
 type decision struct {
-	evals  []eval
-	chosen *eval
-	held   []netip.Addr // what the Service holds now
-	unfit  string       // why held addresses no longer fit ("" = they fit)
-	// outside says why the held addresses are kept outside their pool's
-	// rules ("" = they are not): the Service keeps them, nothing is added.
-	outside string
-	// across are the held addresses shared with a Service of another
-	// namespace without both agreeing: a share from before sharing was kept
-	// within a namespace, which the Service keeps (see Result.Across).
-	across []netip.Addr
-	err    *Error
+	evals   []eval
+	held    []netip.Addr // what the Service holds now
+	outcome outcome
 }
 
 // plan works out what Allocate would do, changing nothing.
 func (a *Allocator) plan(req Request) decision {
-	var d decision
 	n, err := needsOf(req)
 	if err != nil {
-		d.err = err
-		return d
+		return decision{outcome: outcome{kind: refuse, err: err}}
 	}
-	d.held = slices.Clone(a.bySvc[req.Service])
+	d := decision{held: slices.Clone(a.bySvc[req.Service])}
 	if len(d.held) > 0 {
 		return a.planHeld(req, n, d)
 	}
-	d.evals = a.evaluateAll(req, n)
-	// The first eligible pool in rank order (pinned, then priority) wins;
-	// among pools of one rank, one giving every family the Service prefers
-	// (PreferDualStack), then its first family. Rank before families: an
-	// operator's pinning and priorities are never defeated by a pool that
-	// happens to offer both families.
-	for i := range d.evals {
-		e := &d.evals[i]
+	return a.planFresh(req, n, d)
+}
+
+// planFresh plans for a Service that holds nothing: the best eligible pool
+// gives (best), else failure says why none does.
+func (a *Allocator) planFresh(req Request, n need, d decision) decision {
+	d.evals = a.evaluateAll(req, func(*Pool) need { return n })
+	c := best(d.evals)
+	if c == nil {
+		d.outcome = outcome{kind: refuse, err: a.failure(req, n, d.evals)}
+		return d
+	}
+	d.outcome = outcome{kind: grant, chosen: c}
+	d.markChosen("")
+	return d
+}
+
+// best returns the eligible eval to choose, nil when there is none. The
+// first eligible pool in rank order (pinned, then priority) wins; among
+// pools of one rank, one giving every family the Service prefers
+// (PreferDualStack), then its first family. Rank before families: an
+// operator's pinning and priorities are never defeated by a pool that
+// happens to offer both families.
+func best(evals []eval) *eval {
+	var c *eval
+	for i := range evals {
+		e := &evals[i]
 		if !e.verdict.Eligible {
 			continue
 		}
-		if d.chosen == nil || sameRank(e.pool, d.chosen.pool) && e.fit() > d.chosen.fit() {
-			d.chosen = e
+		if c == nil || sameRank(e.pool, c.pool) && e.fit() > c.fit() {
+			c = e
 		}
 	}
-	if d.chosen == nil {
-		d.err = a.failure(req, n, d.evals)
-		return d
-	}
-	a.markChosen(&d, "")
-	return d
+	return c
 }
 
 // fit ranks what an eligible pool gives among pools of one rank: every
@@ -410,12 +531,12 @@ func (e *eval) fit() int {
 	return n
 }
 
-// evaluateAll evaluates every pool: serving pools in rank order, then the
-// Conflicting ones by name.
-func (a *Allocator) evaluateAll(req Request, n need) []eval {
+// evaluateAll evaluates every pool once, asking each for needOf(pool):
+// serving pools in rank order, then the Conflicting ones by name.
+func (a *Allocator) evaluateAll(req Request, needOf func(*Pool) need) []eval {
 	out := make([]eval, 0, len(a.pools))
 	for _, p := range a.ranked {
-		out = append(out, a.evaluate(p, req, n))
+		out = append(out, a.evaluate(p, req, needOf(p)))
 	}
 	var conflicting []string
 	for name := range a.conflictOf {
@@ -423,15 +544,16 @@ func (a *Allocator) evaluateAll(req Request, n need) []eval {
 	}
 	slices.Sort(conflicting)
 	for _, name := range conflicting {
-		out = append(out, a.evaluate(a.pools[name], req, n))
+		p := a.pools[name]
+		out = append(out, a.evaluate(p, req, needOf(p)))
 	}
 	return out
 }
 
 // markChosen turns the chosen eval's verdict into Selected and every other
 // eligible one into NotChosen.
-func (a *Allocator) markChosen(d *decision, selectedMsg string) {
-	c := d.chosen
+func (d *decision) markChosen(selectedMsg string) {
+	c := d.outcome.chosen
 	if selectedMsg == "" {
 		selectedMsg = fmt.Sprintf("pool %s gives %s", c.pool.name, addrList(c.ips))
 	}
@@ -458,87 +580,136 @@ func (a *Allocator) markChosen(d *decision, selectedMsg string) {
 // planHeld plans for a Service that already holds addresses. An address
 // moves only when the Service itself asks for something else: other
 // families, other requested IPs, another named pool, or sharing its address
-// no longer allows. Whatever an operator does to the pools — shrink, delete,
-// invalidate, re-select, avoidBuggyIPs — the Service keeps what it holds
-// ("held outside its pool", d.outside) and nothing else is handed its IP.
+// no longer allows (release). Whatever an operator does to the pools —
+// shrink, delete, invalidate, re-select, avoidBuggyIPs — the Service keeps
+// what it holds (keepOutside) and nothing else is handed its IP.
+//
+// Each pool is evaluated once: the holding pool as if the held IPs were
+// requested (heldNeed), which checks the pool name, namespace, selectors
+// and sharing again; every other pool as it would serve the Service on its
+// own (asked for the held IPs it would say only that it lacks them).
 func (a *Allocator) planHeld(req Request, n need, d decision) decision {
-	pool := ""
-	for i, ip := range d.held {
+	if why := a.heldUnfit(req, n, d.held); why != "" {
+		d.outcome = outcome{kind: release, why: why}
+		return d
+	}
+	pool, outside := a.heldPool(req, d.held)
+	hn := heldNeed(n, d.held)
+	holds := func(p *Pool) bool { return pool != "" && p.name == pool }
+	d.evals = a.evaluateAll(req, func(p *Pool) need {
+		if holds(p) {
+			return hn
+		}
+		return n
+	})
+	var holding *eval
+	for i := range d.evals {
+		if holds(d.evals[i].pool) {
+			holding = &d.evals[i]
+			break
+		}
+	}
+	d.outcome = heldOutcome(d.held, outside, holding)
+	if d.outcome.kind == grant {
+		d.outcome.across = a.sharedAcross(req.Service, req.Sharing)
+		d.markChosen(fmt.Sprintf("the Service holds %s from pool %s", addrList(holding.ips), pool))
+	}
+	return d
+}
+
+// heldUnfit says why the Service's own request no longer fits an address it
+// holds (the first that does not: other families, another requested IP,
+// another named pool); "" when each fits.
+func (a *Allocator) heldUnfit(req Request, n need, held []netip.Addr) string {
+	for _, ip := range held {
 		f := FamilyOf(ip)
 		st := a.ips[ip]
 		switch {
 		case !n.wants(f):
-			d.unfit = fmt.Sprintf("it holds %s, but it now asks only for %s", ip, familyList(n.required))
+			return fmt.Sprintf("it holds %s, but it now asks only for %s", ip, familyList(n.required))
 		case n.requested[f].IsValid() && n.requested[f] != ip:
-			d.unfit = fmt.Sprintf("it holds %s, but it now requests %s", ip, n.requested[f])
+			return fmt.Sprintf("it holds %s, but it now requests %s", ip, n.requested[f])
 		case req.Pool != "" && st != nil && st.origin != "" && st.origin != req.Pool:
-			d.unfit = fmt.Sprintf("it holds %s from pool %s, but it now asks for pool %s (%s)", ip, st.origin, req.Pool, AnnotationAddressPool)
+			return fmt.Sprintf("it holds %s from pool %s, but it now asks for pool %s (%s)", ip, st.origin, req.Pool, AnnotationAddressPool)
+		}
+	}
+	return ""
+}
+
+// heldPool returns the pool holding the Service's addresses (the first
+// address's serving pool, "" when none is in one) and, when they lie
+// outside that pool's rules, why: the last address in no serving pool, else
+// the first that lies in a pool other than the one the Service names, that
+// its pool no longer hands out, or that is in a second pool.
+func (a *Allocator) heldPool(req Request, held []netip.Addr) (pool, outside string) {
+	for i, ip := range held {
+		st := a.ips[ip]
+		switch {
 		case st == nil || st.pool == "":
-			d.outside = fmt.Sprintf("%s is no longer in any serving IPPool", ip)
-		case req.Pool != "" && st.pool != req.Pool && d.outside == "":
+			outside = fmt.Sprintf("%s is no longer in any serving IPPool", ip)
+		case outside != "":
+			// The first reason stands.
+		case req.Pool != "" && st.pool != req.Pool:
 			// Given by the pool the Service names (or before anyone knew);
 			// a pool edit has put it in another pool since.
-			d.outside = fmt.Sprintf("%s now lies in pool %s, and the Service asks for pool %s", ip, st.pool, req.Pool)
-		case !a.pools[st.pool].allocatable(ip) && d.outside == "":
-			d.outside = fmt.Sprintf("%s is in pool %s, which no longer hands it out (%s)", ip, st.pool, a.whyNotAllocatable(st.pool, ip))
-		case i > 0 && st.pool != pool && d.outside == "":
-			d.outside = fmt.Sprintf("%s is in pool %s and %s in pool %s, and one Service takes its addresses from one pool", d.held[0], pool, ip, st.pool)
-		}
-		if d.unfit != "" {
-			d.outside = "" // the Service's own change wins: it is released
-			return d
+			outside = fmt.Sprintf("%s now lies in pool %s, and the Service asks for pool %s", ip, st.pool, req.Pool)
+		case !a.pools[st.pool].allocatable(ip):
+			outside = fmt.Sprintf("%s is in pool %s, which no longer hands it out (%s)", ip, st.pool, a.whyNotAllocatable(st.pool, ip))
+		case i > 0 && st.pool != pool:
+			outside = fmt.Sprintf("%s is in pool %s and %s in pool %s, and one Service takes its addresses from one pool", held[0], pool, ip, st.pool)
 		}
 		if st != nil && pool == "" {
 			pool = st.pool
 		}
 	}
-	// Evaluate the holding pool as if the held IPs were requested: that
-	// checks the pool name, namespace, selectors and sharing again.
+	return pool, outside
+}
+
+// heldNeed is n asking for the held addresses as requested IPs, their
+// families required: what the holding pool is asked.
+func heldNeed(n need, held []netip.Addr) need {
 	hn := need{order: n.order, required: slices.Clone(n.required), optional: slices.Clone(n.optional), requested: map[Family]netip.Addr{}, held: true}
-	for _, ip := range d.held {
+	for _, ip := range held {
 		f := FamilyOf(ip)
 		hn.requested[f] = ip
 		hn.require(f)
 	}
-	d.evals = a.evaluateAll(req, hn)
-	fresh := a.evaluateAll(req, n)
-	var holding *eval
-	for i := range d.evals {
-		if d.evals[i].pool.name == pool && pool != "" {
-			holding = &d.evals[i]
-			continue
-		}
-		// Evaluated as requested IPs, the other pools said "does not contain
-		// the requested IP"; say instead what they would say on their own.
-		d.evals[i] = fresh[i]
+	return hn
+}
+
+// heldOutcome settles the plan of a Service whose held addresses all fit
+// its own request: outside says why they lie outside their pool's rules
+// ("" when they do not), holding is the holding pool's eval (never nil when
+// outside is ""). A grant's across is the caller's to fill in.
+func heldOutcome(held []netip.Addr, outside string, holding *eval) outcome {
+	if outside != "" {
+		return outcome{kind: keepOutside, why: outside}
 	}
-	if d.outside != "" {
-		return d
+	v := holding.verdict
+	keeps := func(r Reason, more string) outcome {
+		msg := fmt.Sprintf("the Service keeps %s, but %s%s", addrList(held), v.Message, more)
+		return outcome{kind: keepShort, err: &Error{Reason: r, Message: msg}}
 	}
-	switch v := holding.verdict; {
+	switch {
 	case v.Eligible:
-		d.chosen = holding
-		d.across = a.sharedAcross(req.Service, req.Sharing)
-		a.markChosen(&d, fmt.Sprintf("the Service holds %s from pool %s", addrList(d.chosen.ips), pool))
+		return outcome{kind: grant, chosen: holding}
 	case v.Reason == VerdictExhausted:
 		// It keeps what it holds; the missing family waits.
-		d.err = &Error{Reason: ReasonPoolExhausted, Message: fmt.Sprintf("the Service keeps %s, but %s", addrList(d.held), v.Message)}
+		return keeps(ReasonPoolExhausted, "")
 	case v.Reason == VerdictNamespaceQuota:
-		d.err = &Error{Reason: ReasonNamespaceQuotaExceeded, Message: fmt.Sprintf("the Service keeps %s, but %s", addrList(d.held), v.Message)}
+		return keeps(ReasonNamespaceQuotaExceeded, "")
 	case v.Reason == VerdictFamilyMismatch:
 		// The Service wants a family its pool has no addresses of: it asked
 		// for more (dual-stack), or the pool lost a family. Either way it
 		// keeps what it holds, and says how to move.
-		d.err = &Error{Reason: ReasonNoMatchingPool, Message: fmt.Sprintf("the Service keeps %s, but %s; to move to another pool, name it (%s) or request its addresses (%s)",
-			addrList(d.held), v.Message, AnnotationAddressPool, AnnotationLoadBalancerIPs)}
+		return keeps(ReasonNoMatchingPool, fmt.Sprintf("; to move to another pool, name it (%s) or request its addresses (%s)", AnnotationAddressPool, AnnotationLoadBalancerIPs))
 	case v.Reason == VerdictNotRequested || v.Reason == VerdictRequestedIPInUse:
 		// The Service's own request changed: it asked for it.
-		d.unfit = fmt.Sprintf("it holds %s, but %s", addrList(d.held), v.Message)
+		return outcome{kind: release, why: fmt.Sprintf("it holds %s, but %s", addrList(held), v.Message)}
 	default:
 		// The pool changed (selectors, avoidBuggyIPs): never a reason to move.
-		d.outside = v.Message
+		return outcome{kind: keepOutside, why: v.Message}
 	}
-	return d
 }
 
 // sharedAcross returns the addresses service holds together with a Service
@@ -657,16 +828,17 @@ func addrList(ips []netip.Addr) string {
 // is never handed to another Service.
 func (a *Allocator) Allocate(req Request) (Result, error) {
 	d := a.plan(req)
-	if d.unfit != "" {
-		return Result{}, fmt.Errorf("service %s: %s: %w", req.Service, d.unfit, ErrHeldAddressUnfit)
+	switch o := d.outcome; o.kind {
+	case release:
+		return Result{}, fmt.Errorf("service %s: %s: %w", req.Service, o.why, ErrHeldAddressUnfit)
+	case keepOutside:
+		return Result{IPs: slices.Clone(d.held), Outside: o.why}, nil
+	case keepShort, refuse:
+		return Result{}, o.err
 	}
-	if d.outside != "" {
-		return Result{IPs: slices.Clone(d.held), Outside: d.outside}, nil
-	}
-	if d.err != nil {
-		return Result{}, d.err
-	}
-	res := Result{IPs: slices.Clone(d.chosen.ips), Pool: d.chosen.pool.name, Across: d.across}
+	// A grant.
+	c := d.outcome.chosen
+	res := Result{IPs: slices.Clone(c.ips), Pool: c.pool.name, Across: d.outcome.across}
 	for _, ip := range res.IPs {
 		if !slices.Contains(d.held, ip) {
 			res.New = true
@@ -688,34 +860,38 @@ func (a *Allocator) Explain(req Request) Explanation {
 		}
 		x.Verdicts = append(x.Verdicts, v)
 	}
-	switch {
-	case d.outside != "":
-		x.Reason = ReasonHeldOutsidePool
-		x.Decision = fmt.Sprintf("The Service keeps %s, held outside its pool: %s. ipam never moves an address a Service holds; "+
-			"to move it, request an address (%s) or name a pool (%s).", addrList(d.held), d.outside, AnnotationLoadBalancerIPs, AnnotationAddressPool)
-	case d.unfit != "":
-		x.Reason = ReasonAllocated
-		x.Decision = fmt.Sprintf("The Service holds %s, but %s; ipam will release it and choose again.", addrList(d.held), strings.TrimPrefix(d.unfit, "it holds "+addrList(d.held)+", but "))
-	case d.err != nil && len(d.held) > 0:
-		x.Reason = ReasonAllocated
-		x.Decision = capitalize(d.err.Message) + "."
-	case d.err != nil:
-		x.Reason = d.err.Reason
-		x.Decision = fmt.Sprintf("The Service gets no IP (%s): %s.", d.err.Reason, d.err.Message)
-		if d.err.Detail != "" {
-			x.Decision += " For operators: " + d.err.Detail + "."
-		}
-	case len(d.across) > 0:
-		x.Reason = ReasonHeldSharedAcrossNamespaces
-		x.Decision = fmt.Sprintf("The Service holds %s from pool %s; %s.", addrList(d.held), d.chosen.pool.name, AcrossMessage(d.across))
-	case len(d.held) > 0 && slices.Equal(d.held, sortedAddrs(d.chosen.ips)):
-		x.Reason = ReasonAllocated
-		x.Decision = fmt.Sprintf("The Service holds %s from pool %s.", addrList(d.held), d.chosen.pool.name)
-	default:
-		x.Reason = ReasonAllocated
-		x.Decision = fmt.Sprintf("The Service gets %s from pool %s.", addrList(d.chosen.ips), d.chosen.pool.name)
-	}
+	x.Reason, x.Decision = d.explain()
 	return x
+}
+
+// explain says what the plan settles on: the condition reason and the
+// decision in words.
+func (d *decision) explain() (Reason, string) {
+	o, held := d.outcome, addrList(d.held)
+	switch o.kind {
+	case keepOutside:
+		return ReasonHeldOutsidePool, fmt.Sprintf("The Service keeps %s, held outside its pool: %s. ipam never moves an address a Service holds; "+
+			"to move it, request an address (%s) or name a pool (%s).", held, o.why, AnnotationLoadBalancerIPs, AnnotationAddressPool)
+	case release:
+		return ReasonAllocated, fmt.Sprintf("The Service holds %s, but %s; ipam will release it and choose again.", held, strings.TrimPrefix(o.why, "it holds "+held+", but "))
+	case keepShort:
+		return ReasonAllocated, capitalize(o.err.Message) + "."
+	case refuse:
+		s := fmt.Sprintf("The Service gets no IP (%s): %s.", o.err.Reason, o.err.Message)
+		if o.err.Detail != "" {
+			s += " For operators: " + o.err.Detail + "."
+		}
+		return o.err.Reason, s
+	}
+	// A grant.
+	switch c := o.chosen; {
+	case len(o.across) > 0:
+		return ReasonHeldSharedAcrossNamespaces, fmt.Sprintf("The Service holds %s from pool %s; %s.", held, c.pool.name, AcrossMessage(o.across))
+	case len(d.held) > 0 && slices.Equal(d.held, sortedAddrs(c.ips)):
+		return ReasonAllocated, fmt.Sprintf("The Service holds %s from pool %s.", held, c.pool.name)
+	default:
+		return ReasonAllocated, fmt.Sprintf("The Service gets %s from pool %s.", addrList(c.ips), c.pool.name)
+	}
 }
 
 func sortedAddrs(ips []netip.Addr) []netip.Addr {
