@@ -37,7 +37,8 @@ var (
 )
 
 // Object converts any supported object (typed core/discovery objects, or an
-// unstructured IPPool or ExternalWorkload) to its compact form.
+// unstructured IPPool, ExternalWorkload, Gateway or GatewayClass) to its
+// compact form.
 func Object(obj runtime.Object) (*watcherv1.Object, error) {
 	switch o := obj.(type) {
 	case *corev1.Service:
@@ -58,8 +59,16 @@ func Object(obj runtime.Object) (*watcherv1.Object, error) {
 			return IPPool(o)
 		case "ExternalWorkload":
 			return ExternalWorkload(o)
+		case "Gateway":
+			if isGatewayAPI(o) {
+				return Gateway(o)
+			}
+		case "GatewayClass":
+			if isGatewayAPI(o) {
+				return GatewayClass(o)
+			}
 		}
-		return nil, fmt.Errorf("convert: unsupported kind %q", o.GetKind())
+		return nil, fmt.Errorf("convert: unsupported kind %q of %q", o.GetKind(), o.GetAPIVersion())
 	}
 	return nil, fmt.Errorf("convert: unsupported type %T", obj)
 }

@@ -1,6 +1,7 @@
 package convert
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/prototext"
@@ -126,6 +127,32 @@ func TestObject(t *testing.T) {
 				external_workload: {workload_ips: "192.0.2.1" readiness_probe {tcp_socket {port: 22} initial_delay_seconds: 30
 				  period_seconds: 10 timeout_seconds: 2 success_threshold: 2 failure_threshold: 4}}`,
 		},
+		{
+			name: "gateway: address type defaulted to IPAddress, only ipledger annotations carried",
+			in: &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+				"metadata": map[string]any{"namespace": "shop", "name": "gw", "labels": map[string]any{"team": "a"},
+					"annotations": map[string]any{"ipledger.io/address-pool": "p", "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+				"spec": map[string]any{"gatewayClassName": "istio", "addresses": []any{
+					map[string]any{"value": "192.0.2.10"},
+					map[string]any{"type": "IPAddress", "value": "2001:db8::10"},
+					map[string]any{"type": "NamedAddress", "value": "public"},
+					map[string]any{"type": "Hostname", "value": "gw.example.com"}}},
+			}},
+			want: `kind: KIND_GATEWAY meta: {namespace: "shop" name: "gw" labels {key: "team" value: "a"} annotations {key: "ipledger.io/address-pool" value: "p"}}
+				gateway: {gateway_class_name: "istio" addresses {type: "IPAddress" value: "192.0.2.10"} addresses {type: "IPAddress" value: "2001:db8::10"}
+				  addresses {type: "NamedAddress" value: "public"} addresses {type: "Hostname" value: "gw.example.com"}}`,
+		},
+		{
+			name: "gatewayclass",
+			in: &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+				"metadata": map[string]any{"name": "istio", "annotations": map[string]any{"ipledger.io/address-pool": "public"}},
+				"spec":     map[string]any{"controllerName": "istio.io/gateway-controller"},
+			}},
+			want: `kind: KIND_GATEWAY_CLASS meta: {name: "istio" annotations {key: "ipledger.io/address-pool" value: "public"}}
+				gateway_class: {controller_name: "istio.io/gateway-controller"}`,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,5 +172,16 @@ func TestIPPoolWrongTypeIsAnError(t *testing.T) {
 		"metadata": map[string]any{"name": "p"}, "spec": map[string]any{"addresses": "10.0.0.0/24"}}}
 	if _, err := IPPool(u); err == nil {
 		t.Fatal("want an error for spec.addresses as a string")
+	}
+}
+
+// Istio's own Gateway kind (networking.istio.io) shares the name and is not
+// the Gateway API's: it must not be read as one.
+func TestGatewayOfAnotherGroupIsRefused(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "networking.istio.io/v1", "kind": "Gateway",
+		"metadata": map[string]any{"namespace": "ns", "name": "gw"}, "spec": map[string]any{"servers": []any{}}}}
+	_, err := Object(u)
+	if err == nil || !strings.Contains(err.Error(), `"Gateway" of "networking.istio.io/v1"`) {
+		t.Fatalf("got %v, want an error naming the kind and apiVersion", err)
 	}
 }

@@ -112,6 +112,9 @@ func TestServiceAccountsAreLeastPrivileged(t *testing.T) {
 		{"watcher", "list", "", "configmaps", "", "default", false},
 		{"watcher", "patch", "", "services", "status", "default", false},
 		{"watcher", "list", "", "secrets", "", "", false},
+		{"watcher", "watch", "gateway.networking.k8s.io", "gateways", "", "", true},
+		{"watcher", "list", "gateway.networking.k8s.io", "gatewayclasses", "", "", true},
+		{"watcher", "list", "gateway.networking.k8s.io", "httproutes", "", "", false},
 		{"ipam", "patch", "", "services", "status", "default", true},
 		{"ipam", "update", "", "services", "status", "default", false}, // it only patches
 		{"ipam", "update", "ipledger.io", "ippools", "status", "", false},

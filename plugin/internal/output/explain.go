@@ -9,11 +9,14 @@ import (
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
 )
 
-// Explanation writes ExplainService's answer in words: the decision, the
-// IPs held, and each pool's verdict.
+// Explanation writes ExplainService's answer in words: the Gateway the
+// Service serves (if any), the decision, the IPs held, and each pool's verdict.
 func Explanation(w io.Writer, namespace, name string, r *ipamv1.ExplainServiceResponse) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "Service:\t%s/%s\n", namespace, name)
+	if gw := r.GetGateway(); gw != "" {
+		fmt.Fprintf(tw, "Gateway:\t%s (its spec.addresses and GatewayClass are part of the request; docs/gateway-api.md)\n", gw)
+	}
 	fmt.Fprintf(tw, "Decision:\t%s\n", r.GetDecision())
 	if r.GetReason() != "" {
 		fmt.Fprintf(tw, "Reason:\t%s\n", r.GetReason())

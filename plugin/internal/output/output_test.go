@@ -100,6 +100,12 @@ Pools:
   public  not eligible  NamespaceMismatch  namespace shop is not selected
   tiny    not eligible  Exhausted          no free address
 `},
+		{"serving a Gateway", &ipamv1.ExplainServiceResponse{Decision: "Holds it.", Reason: "Allocated", Ips: []string{"10.0.0.9"}, Gateway: "shop/gw"}, `Service:   shop/web
+Gateway:   shop/gw (its spec.addresses and GatewayClass are part of the request; docs/gateway-api.md)
+Decision:  Holds it.
+Reason:    Allocated
+IPs:       10.0.0.9
+`},
 		{"not served", &ipamv1.ExplainServiceResponse{Decision: "ipam does not serve this Service."}, `Service:   shop/web
 Decision:  ipam does not serve this Service.
 IPs:       <none>

@@ -876,8 +876,13 @@ type ExplainServiceResponse struct {
 	// NamespaceQuotaExceeded: its namespace is at every serving pool's cap).
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// ips are the IPs the Service holds now.
-	Ips           []string       `protobuf:"bytes,3,rep,name=ips,proto3" json:"ips,omitempty"`
-	Verdicts      []*PoolVerdict `protobuf:"bytes,4,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
+	Ips      []string       `protobuf:"bytes,3,rep,name=ips,proto3" json:"ips,omitempty"`
+	Verdicts []*PoolVerdict `protobuf:"bytes,4,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
+	// gateway is the Gateway the Service serves ("namespace/name"), empty for
+	// none: its spec.addresses and its GatewayClass's ipledger.io/address-pool
+	// are part of the request, and the pools serving its namespace serve the
+	// Service (docs/gateway-api.md).
+	Gateway       string `protobuf:"bytes,5,opt,name=gateway,proto3" json:"gateway,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -938,6 +943,13 @@ func (x *ExplainServiceResponse) GetVerdicts() []*PoolVerdict {
 		return x.Verdicts
 	}
 	return nil
+}
+
+func (x *ExplainServiceResponse) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
 }
 
 // Reservation holds an IP outside any Service.
@@ -1671,12 +1683,13 @@ const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1a\n" +
 	"\beligible\x18\x02 \x01(\bR\beligible\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\x99\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xb3\x01\n" +
 	"\x16ExplainServiceResponse\x12\x1a\n" +
 	"\bdecision\x18\x01 \x01(\tR\bdecision\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x10\n" +
 	"\x03ips\x18\x03 \x03(\tR\x03ips\x129\n" +
-	"\bverdicts\x18\x04 \x03(\v2\x1d.ipledger.ipam.v1.PoolVerdictR\bverdicts\"\x9a\x01\n" +
+	"\bverdicts\x18\x04 \x03(\v2\x1d.ipledger.ipam.v1.PoolVerdictR\bverdicts\x12\x18\n" +
+	"\agateway\x18\x05 \x01(\tR\agateway\"\x9a\x01\n" +
 	"\vReservation\x12\x0e\n" +
 	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x1d\n" +
 	"\n" +

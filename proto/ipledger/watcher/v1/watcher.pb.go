@@ -45,20 +45,29 @@ const (
 	Kind_KIND_EXTERNAL_WORKLOAD Kind = 7
 	// LEDGER_CONFIG_MAP is a ConfigMap labelled `ipledger.io/ledger=true`.
 	Kind_KIND_LEDGER_CONFIG_MAP Kind = 8
+	// GATEWAY is a gateway.networking.k8s.io/v1 Gateway. Served while the
+	// Gateway API CRDs are installed; without them the kind is empty (and
+	// synced), and it fills when they are installed later.
+	Kind_KIND_GATEWAY Kind = 9
+	// GATEWAY_CLASS is a gateway.networking.k8s.io/v1 GatewayClass, served as
+	// KIND_GATEWAY is.
+	Kind_KIND_GATEWAY_CLASS Kind = 10
 )
 
 // Enum value maps for Kind.
 var (
 	Kind_name = map[int32]string{
-		0: "KIND_UNSPECIFIED",
-		1: "KIND_SERVICE",
-		2: "KIND_NODE",
-		3: "KIND_NAMESPACE",
-		4: "KIND_POD",
-		5: "KIND_ENDPOINT_SLICE",
-		6: "KIND_IP_POOL",
-		7: "KIND_EXTERNAL_WORKLOAD",
-		8: "KIND_LEDGER_CONFIG_MAP",
+		0:  "KIND_UNSPECIFIED",
+		1:  "KIND_SERVICE",
+		2:  "KIND_NODE",
+		3:  "KIND_NAMESPACE",
+		4:  "KIND_POD",
+		5:  "KIND_ENDPOINT_SLICE",
+		6:  "KIND_IP_POOL",
+		7:  "KIND_EXTERNAL_WORKLOAD",
+		8:  "KIND_LEDGER_CONFIG_MAP",
+		9:  "KIND_GATEWAY",
+		10: "KIND_GATEWAY_CLASS",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED":       0,
@@ -70,6 +79,8 @@ var (
 		"KIND_IP_POOL":           6,
 		"KIND_EXTERNAL_WORKLOAD": 7,
 		"KIND_LEDGER_CONFIG_MAP": 8,
+		"KIND_GATEWAY":           9,
+		"KIND_GATEWAY_CLASS":     10,
 	}
 )
 
@@ -430,6 +441,8 @@ type Object struct {
 	//	*Object_IpPool
 	//	*Object_ExternalWorkload
 	//	*Object_ConfigMap
+	//	*Object_Gateway
+	//	*Object_GatewayClass
 	Body          isObject_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -558,6 +571,24 @@ func (x *Object) GetConfigMap() *ConfigMap {
 	return nil
 }
 
+func (x *Object) GetGateway() *Gateway {
+	if x != nil {
+		if x, ok := x.Body.(*Object_Gateway); ok {
+			return x.Gateway
+		}
+	}
+	return nil
+}
+
+func (x *Object) GetGatewayClass() *GatewayClass {
+	if x != nil {
+		if x, ok := x.Body.(*Object_GatewayClass); ok {
+			return x.GatewayClass
+		}
+	}
+	return nil
+}
+
 type isObject_Body interface {
 	isObject_Body()
 }
@@ -594,6 +625,14 @@ type Object_ConfigMap struct {
 	ConfigMap *ConfigMap `protobuf:"bytes,17,opt,name=config_map,json=configMap,proto3,oneof"`
 }
 
+type Object_Gateway struct {
+	Gateway *Gateway `protobuf:"bytes,18,opt,name=gateway,proto3,oneof"`
+}
+
+type Object_GatewayClass struct {
+	GatewayClass *GatewayClass `protobuf:"bytes,19,opt,name=gateway_class,json=gatewayClass,proto3,oneof"`
+}
+
 func (*Object_Service) isObject_Body() {}
 
 func (*Object_Node) isObject_Body() {}
@@ -609,6 +648,10 @@ func (*Object_IpPool) isObject_Body() {}
 func (*Object_ExternalWorkload) isObject_Body() {}
 
 func (*Object_ConfigMap) isObject_Body() {}
+
+func (*Object_Gateway) isObject_Body() {}
+
+func (*Object_GatewayClass) isObject_Body() {}
 
 // ObjectMeta is the subset of Kubernetes metadata consumers need.
 type ObjectMeta struct {
@@ -2385,6 +2428,168 @@ func (x *ConfigMap) GetData() map[string]string {
 	return nil
 }
 
+// Gateway is the part of a Gateway API Gateway that address allocation reads.
+type Gateway struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// gateway_class_name is spec.gatewayClassName.
+	GatewayClassName string `protobuf:"bytes,1,opt,name=gateway_class_name,json=gatewayClassName,proto3" json:"gateway_class_name,omitempty"`
+	// addresses are spec.addresses, in order.
+	Addresses     []*GatewayAddress `protobuf:"bytes,2,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Gateway) Reset() {
+	*x = Gateway{}
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Gateway) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Gateway) ProtoMessage() {}
+
+func (x *Gateway) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Gateway.ProtoReflect.Descriptor instead.
+func (*Gateway) Descriptor() ([]byte, []int) {
+	return file_ipledger_watcher_v1_watcher_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Gateway) GetGatewayClassName() string {
+	if x != nil {
+		return x.GatewayClassName
+	}
+	return ""
+}
+
+func (x *Gateway) GetAddresses() []*GatewayAddress {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+// GatewayAddress is one entry of a Gateway's spec.addresses.
+type GatewayAddress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// type is the entry's type as written: `IPAddress` (also when the entry
+	// leaves it out, the API's default), `Hostname`, `NamedAddress`, or an
+	// implementation's domain-prefixed type.
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// value is the entry's value (empty when the entry asks for any address of
+	// its type).
+	Value         string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GatewayAddress) Reset() {
+	*x = GatewayAddress{}
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GatewayAddress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GatewayAddress) ProtoMessage() {}
+
+func (x *GatewayAddress) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GatewayAddress.ProtoReflect.Descriptor instead.
+func (*GatewayAddress) Descriptor() ([]byte, []int) {
+	return file_ipledger_watcher_v1_watcher_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GatewayAddress) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *GatewayAddress) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+// GatewayClass is the part of a Gateway API GatewayClass that address
+// allocation reads (a default pool is named by its `ipledger.io/` annotations,
+// carried in meta).
+type GatewayClass struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// controller_name is spec.controllerName: which implementation serves the
+	// class.
+	ControllerName string `protobuf:"bytes,1,opt,name=controller_name,json=controllerName,proto3" json:"controller_name,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *GatewayClass) Reset() {
+	*x = GatewayClass{}
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GatewayClass) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GatewayClass) ProtoMessage() {}
+
+func (x *GatewayClass) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GatewayClass.ProtoReflect.Descriptor instead.
+func (*GatewayClass) Descriptor() ([]byte, []int) {
+	return file_ipledger_watcher_v1_watcher_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GatewayClass) GetControllerName() string {
+	if x != nil {
+		return x.ControllerName
+	}
+	return ""
+}
+
 var File_ipledger_watcher_v1_watcher_proto protoreflect.FileDescriptor
 
 const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
@@ -2409,7 +2614,7 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x06object\x18\x05 \x01(\v2\x1b.ipledger.watcher.v1.ObjectR\x06object\x12:\n" +
 	"\n" +
 	"old_object\x18\x06 \x01(\v2\x1b.ipledger.watcher.v1.ObjectR\toldObject\x12\x18\n" +
-	"\aresumed\x18\a \x01(\bR\aresumed\"\xe9\x04\n" +
+	"\aresumed\x18\a \x01(\bR\aresumed\"\xed\x05\n" +
 	"\x06Object\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.ipledger.watcher.v1.KindR\x04kind\x123\n" +
 	"\x04meta\x18\x02 \x01(\v2\x1f.ipledger.watcher.v1.ObjectMetaR\x04meta\x128\n" +
@@ -2422,7 +2627,9 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\aip_pool\x18\x0f \x01(\v2\x1b.ipledger.watcher.v1.IPPoolH\x00R\x06ipPool\x12T\n" +
 	"\x11external_workload\x18\x10 \x01(\v2%.ipledger.watcher.v1.ExternalWorkloadH\x00R\x10externalWorkload\x12?\n" +
 	"\n" +
-	"config_map\x18\x11 \x01(\v2\x1e.ipledger.watcher.v1.ConfigMapH\x00R\tconfigMapB\x06\n" +
+	"config_map\x18\x11 \x01(\v2\x1e.ipledger.watcher.v1.ConfigMapH\x00R\tconfigMap\x128\n" +
+	"\agateway\x18\x12 \x01(\v2\x1c.ipledger.watcher.v1.GatewayH\x00R\agateway\x12H\n" +
+	"\rgateway_class\x18\x13 \x01(\v2!.ipledger.watcher.v1.GatewayClassH\x00R\fgatewayClassB\x06\n" +
 	"\x04body\"\xfd\x04\n" +
 	"\n" +
 	"ObjectMeta\x12\x1c\n" +
@@ -2595,7 +2802,15 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x04data\x18\x01 \x03(\v2(.ipledger.watcher.v1.ConfigMap.DataEntryR\x04data\x1a7\n" +
 	"\tDataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc2\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"z\n" +
+	"\aGateway\x12,\n" +
+	"\x12gateway_class_name\x18\x01 \x01(\tR\x10gatewayClassName\x12A\n" +
+	"\taddresses\x18\x02 \x03(\v2#.ipledger.watcher.v1.GatewayAddressR\taddresses\":\n" +
+	"\x0eGatewayAddress\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"7\n" +
+	"\fGatewayClass\x12'\n" +
+	"\x0fcontroller_name\x18\x01 \x01(\tR\x0econtrollerName*\xec\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKIND_SERVICE\x10\x01\x12\r\n" +
@@ -2605,7 +2820,10 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x13KIND_ENDPOINT_SLICE\x10\x05\x12\x10\n" +
 	"\fKIND_IP_POOL\x10\x06\x12\x1a\n" +
 	"\x16KIND_EXTERNAL_WORKLOAD\x10\a\x12\x1a\n" +
-	"\x16KIND_LEDGER_CONFIG_MAP\x10\b*\x86\x01\n" +
+	"\x16KIND_LEDGER_CONFIG_MAP\x10\b\x12\x10\n" +
+	"\fKIND_GATEWAY\x10\t\x12\x16\n" +
+	"\x12KIND_GATEWAY_CLASS\x10\n" +
+	"*\x86\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11EVENT_TYPE_UPSERT\x10\x01\x12\x15\n" +
@@ -2626,7 +2844,7 @@ func file_ipledger_watcher_v1_watcher_proto_rawDescGZIP() []byte {
 }
 
 var file_ipledger_watcher_v1_watcher_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ipledger_watcher_v1_watcher_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_ipledger_watcher_v1_watcher_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_ipledger_watcher_v1_watcher_proto_goTypes = []any{
 	(Kind)(0),                        // 0: ipledger.watcher.v1.Kind
 	(EventType)(0),                   // 1: ipledger.watcher.v1.EventType
@@ -2657,11 +2875,14 @@ var file_ipledger_watcher_v1_watcher_proto_goTypes = []any{
 	(*HTTPGetAction)(nil),            // 26: ipledger.watcher.v1.HTTPGetAction
 	(*WorkloadPort)(nil),             // 27: ipledger.watcher.v1.WorkloadPort
 	(*ConfigMap)(nil),                // 28: ipledger.watcher.v1.ConfigMap
-	nil,                              // 29: ipledger.watcher.v1.ObjectMeta.LabelsEntry
-	nil,                              // 30: ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
-	nil,                              // 31: ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
-	nil,                              // 32: ipledger.watcher.v1.Service.SelectorEntry
-	nil,                              // 33: ipledger.watcher.v1.ConfigMap.DataEntry
+	(*Gateway)(nil),                  // 29: ipledger.watcher.v1.Gateway
+	(*GatewayAddress)(nil),           // 30: ipledger.watcher.v1.GatewayAddress
+	(*GatewayClass)(nil),             // 31: ipledger.watcher.v1.GatewayClass
+	nil,                              // 32: ipledger.watcher.v1.ObjectMeta.LabelsEntry
+	nil,                              // 33: ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
+	nil,                              // 34: ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
+	nil,                              // 35: ipledger.watcher.v1.Service.SelectorEntry
+	nil,                              // 36: ipledger.watcher.v1.ConfigMap.DataEntry
 }
 var file_ipledger_watcher_v1_watcher_proto_depIdxs = []int32{
 	0,  // 0: ipledger.watcher.v1.WatchRequest.kinds:type_name -> ipledger.watcher.v1.Kind
@@ -2679,33 +2900,36 @@ var file_ipledger_watcher_v1_watcher_proto_depIdxs = []int32{
 	21, // 12: ipledger.watcher.v1.Object.ip_pool:type_name -> ipledger.watcher.v1.IPPool
 	23, // 13: ipledger.watcher.v1.Object.external_workload:type_name -> ipledger.watcher.v1.ExternalWorkload
 	28, // 14: ipledger.watcher.v1.Object.config_map:type_name -> ipledger.watcher.v1.ConfigMap
-	29, // 15: ipledger.watcher.v1.ObjectMeta.labels:type_name -> ipledger.watcher.v1.ObjectMeta.LabelsEntry
-	30, // 16: ipledger.watcher.v1.ObjectMeta.annotations:type_name -> ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
-	7,  // 17: ipledger.watcher.v1.ObjectMeta.owner_references:type_name -> ipledger.watcher.v1.OwnerReference
-	31, // 18: ipledger.watcher.v1.LabelSelector.match_labels:type_name -> ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
-	10, // 19: ipledger.watcher.v1.LabelSelector.match_expressions:type_name -> ipledger.watcher.v1.LabelSelectorRequirement
-	32, // 20: ipledger.watcher.v1.Service.selector:type_name -> ipledger.watcher.v1.Service.SelectorEntry
-	12, // 21: ipledger.watcher.v1.Service.ports:type_name -> ipledger.watcher.v1.ServicePort
-	13, // 22: ipledger.watcher.v1.Service.ingress:type_name -> ipledger.watcher.v1.LoadBalancerIngress
-	8,  // 23: ipledger.watcher.v1.Service.conditions:type_name -> ipledger.watcher.v1.Condition
-	15, // 24: ipledger.watcher.v1.Node.addresses:type_name -> ipledger.watcher.v1.NodeAddress
-	19, // 25: ipledger.watcher.v1.EndpointSlice.ports:type_name -> ipledger.watcher.v1.EndpointPort
-	20, // 26: ipledger.watcher.v1.EndpointSlice.endpoints:type_name -> ipledger.watcher.v1.Endpoint
-	22, // 27: ipledger.watcher.v1.IPPool.allocation:type_name -> ipledger.watcher.v1.IPPoolAllocation
-	8,  // 28: ipledger.watcher.v1.IPPool.conditions:type_name -> ipledger.watcher.v1.Condition
-	9,  // 29: ipledger.watcher.v1.IPPoolAllocation.namespace_selectors:type_name -> ipledger.watcher.v1.LabelSelector
-	9,  // 30: ipledger.watcher.v1.IPPoolAllocation.service_selectors:type_name -> ipledger.watcher.v1.LabelSelector
-	27, // 31: ipledger.watcher.v1.ExternalWorkload.ports:type_name -> ipledger.watcher.v1.WorkloadPort
-	8,  // 32: ipledger.watcher.v1.ExternalWorkload.conditions:type_name -> ipledger.watcher.v1.Condition
-	24, // 33: ipledger.watcher.v1.ExternalWorkload.readiness_probe:type_name -> ipledger.watcher.v1.ReadinessProbe
-	25, // 34: ipledger.watcher.v1.ReadinessProbe.tcp_socket:type_name -> ipledger.watcher.v1.TCPSocketAction
-	26, // 35: ipledger.watcher.v1.ReadinessProbe.http_get:type_name -> ipledger.watcher.v1.HTTPGetAction
-	33, // 36: ipledger.watcher.v1.ConfigMap.data:type_name -> ipledger.watcher.v1.ConfigMap.DataEntry
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	29, // 15: ipledger.watcher.v1.Object.gateway:type_name -> ipledger.watcher.v1.Gateway
+	31, // 16: ipledger.watcher.v1.Object.gateway_class:type_name -> ipledger.watcher.v1.GatewayClass
+	32, // 17: ipledger.watcher.v1.ObjectMeta.labels:type_name -> ipledger.watcher.v1.ObjectMeta.LabelsEntry
+	33, // 18: ipledger.watcher.v1.ObjectMeta.annotations:type_name -> ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
+	7,  // 19: ipledger.watcher.v1.ObjectMeta.owner_references:type_name -> ipledger.watcher.v1.OwnerReference
+	34, // 20: ipledger.watcher.v1.LabelSelector.match_labels:type_name -> ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
+	10, // 21: ipledger.watcher.v1.LabelSelector.match_expressions:type_name -> ipledger.watcher.v1.LabelSelectorRequirement
+	35, // 22: ipledger.watcher.v1.Service.selector:type_name -> ipledger.watcher.v1.Service.SelectorEntry
+	12, // 23: ipledger.watcher.v1.Service.ports:type_name -> ipledger.watcher.v1.ServicePort
+	13, // 24: ipledger.watcher.v1.Service.ingress:type_name -> ipledger.watcher.v1.LoadBalancerIngress
+	8,  // 25: ipledger.watcher.v1.Service.conditions:type_name -> ipledger.watcher.v1.Condition
+	15, // 26: ipledger.watcher.v1.Node.addresses:type_name -> ipledger.watcher.v1.NodeAddress
+	19, // 27: ipledger.watcher.v1.EndpointSlice.ports:type_name -> ipledger.watcher.v1.EndpointPort
+	20, // 28: ipledger.watcher.v1.EndpointSlice.endpoints:type_name -> ipledger.watcher.v1.Endpoint
+	22, // 29: ipledger.watcher.v1.IPPool.allocation:type_name -> ipledger.watcher.v1.IPPoolAllocation
+	8,  // 30: ipledger.watcher.v1.IPPool.conditions:type_name -> ipledger.watcher.v1.Condition
+	9,  // 31: ipledger.watcher.v1.IPPoolAllocation.namespace_selectors:type_name -> ipledger.watcher.v1.LabelSelector
+	9,  // 32: ipledger.watcher.v1.IPPoolAllocation.service_selectors:type_name -> ipledger.watcher.v1.LabelSelector
+	27, // 33: ipledger.watcher.v1.ExternalWorkload.ports:type_name -> ipledger.watcher.v1.WorkloadPort
+	8,  // 34: ipledger.watcher.v1.ExternalWorkload.conditions:type_name -> ipledger.watcher.v1.Condition
+	24, // 35: ipledger.watcher.v1.ExternalWorkload.readiness_probe:type_name -> ipledger.watcher.v1.ReadinessProbe
+	25, // 36: ipledger.watcher.v1.ReadinessProbe.tcp_socket:type_name -> ipledger.watcher.v1.TCPSocketAction
+	26, // 37: ipledger.watcher.v1.ReadinessProbe.http_get:type_name -> ipledger.watcher.v1.HTTPGetAction
+	36, // 38: ipledger.watcher.v1.ConfigMap.data:type_name -> ipledger.watcher.v1.ConfigMap.DataEntry
+	30, // 39: ipledger.watcher.v1.Gateway.addresses:type_name -> ipledger.watcher.v1.GatewayAddress
+	40, // [40:40] is the sub-list for method output_type
+	40, // [40:40] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_ipledger_watcher_v1_watcher_proto_init() }
@@ -2722,6 +2946,8 @@ func file_ipledger_watcher_v1_watcher_proto_init() {
 		(*Object_IpPool)(nil),
 		(*Object_ExternalWorkload)(nil),
 		(*Object_ConfigMap)(nil),
+		(*Object_Gateway)(nil),
+		(*Object_GatewayClass)(nil),
 	}
 	file_ipledger_watcher_v1_watcher_proto_msgTypes[22].OneofWrappers = []any{
 		(*ReadinessProbe_TcpSocket)(nil),
@@ -2733,7 +2959,7 @@ func file_ipledger_watcher_v1_watcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ipledger_watcher_v1_watcher_proto_rawDesc), len(file_ipledger_watcher_v1_watcher_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   32,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

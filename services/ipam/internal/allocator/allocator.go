@@ -196,7 +196,13 @@ func (sh *Sharing) admits(ns string) bool {
 // Request is what one Service asks for.
 type Request struct {
 	// Service is "namespace/name".
-	Service         string
+	Service string
+	// Namespace is the namespace whose pools serve the Service (their
+	// spec.allocation.namespaces and namespaceSelectors): the Service's own,
+	// or the Gateway's it serves; "" is the Service's. NamespaceLabels are
+	// that namespace's labels. Quotas and sharing count by the Service's
+	// own namespace.
+	Namespace       string
 	NamespaceLabels map[string]string
 	ServiceLabels   map[string]string
 	// FamilyPolicy and Families come from spec.ipFamilyPolicy and
@@ -717,6 +723,22 @@ func serviceNames(services []string, ns string) string {
 	return strings.Join(out, ", ")
 }
 
+// tenant is the namespace whose pools serve the request (Request.Namespace).
+func (r Request) tenant() string {
+	if r.Namespace != "" {
+		return r.Namespace
+	}
+	return namespaceOf(r.Service)
+}
+
+// inNamespace says, for a refusal, which namespace's pools serve the request.
+func (r Request) inNamespace() string {
+	if t := r.tenant(); t != namespaceOf(r.Service) {
+		return "the Service serves a Gateway of namespace " + t
+	}
+	return "the Service is in namespace " + r.tenant()
+}
+
 // namespaceOf is the namespace of a "namespace/name" Service key.
 func namespaceOf(service string) string {
 	ns, _, _ := strings.Cut(service, "/")
@@ -804,14 +826,14 @@ func (a *Allocator) Claim(req Request) error {
 
 // claimRefusal says why pool p may not serve req's request, "" when it may.
 func (a *Allocator) claimRefusal(p *Pool, req Request) string {
-	ns, _, _ := strings.Cut(req.Service, "/")
+	ns := req.tenant()
 	switch {
 	case req.Pool != "" && req.Pool != p.name:
 		return fmt.Sprintf("it is in pool %s, and the Service asks for pool %s (%s)", p.name, req.Pool, AnnotationAddressPool)
 	case p.spec.Terminating:
 		return fmt.Sprintf("pool %s is being deleted", p.name)
 	case !p.servesNamespace(ns, req.NamespaceLabels):
-		return fmt.Sprintf("pool %s serves only %s; the Service is in namespace %s", p.name, describeNamespaces(p.spec), ns)
+		return fmt.Sprintf("pool %s serves only %s; %s", p.name, describeNamespaces(p.spec), req.inNamespace())
 	case !p.servesService(req.ServiceLabels):
 		return fmt.Sprintf("pool %s serves only Services matching its serviceSelectors, and this Service's labels match none", p.name)
 	}

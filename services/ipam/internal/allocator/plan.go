@@ -188,9 +188,8 @@ func (a *Allocator) refusal(p *Pool, req Request, n need) (VerdictReason, string
 	if msg := requestedRefusal(p, n); msg != "" {
 		return VerdictRequestedIPNotInPool, msg
 	}
-	ns := namespaceOf(req.Service)
-	if !p.servesNamespace(ns, req.NamespaceLabels) {
-		return ineligible(VerdictNamespaceMismatch, "pool %s serves only %s; the Service is in namespace %s", p.name, describeNamespaces(p.spec), ns)
+	if tenant := req.tenant(); !p.servesNamespace(tenant, req.NamespaceLabels) {
+		return ineligible(VerdictNamespaceMismatch, "pool %s serves only %s; %s", p.name, describeNamespaces(p.spec), req.inNamespace())
 	}
 	if !p.servesService(req.ServiceLabels) {
 		return ineligible(VerdictServiceSelectorMismatch, "pool %s serves only Services matching its serviceSelectors, and this Service's labels match none", p.name)

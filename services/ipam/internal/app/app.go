@@ -6,9 +6,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -83,6 +85,30 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 			"Set it where another load-balancer controller (the cloud provider's, MetalLB during a migration) serves class-less Services")
 	fs.IntVar(&c.Controller.StatusWorkers, "status-workers", c.Controller.StatusWorkers, "Service status writes in flight at once")
 	fs.IntVar(&c.Controller.BatchSize, "batch-size", c.Controller.BatchSize, "Services decided per ledger write")
+	fs.Func("gateway-service-namespaces",
+		"comma-separated namespaces where a Gateway controller makes the Services of Gateways of other namespaces (Envoy Gateway's envoy-gateway-system): "+
+			"only there do its owning-gateway labels link a Service to another namespace's Gateway, whose addresses and pools it then takes (docs/gateway-api.md). Default none",
+		func(s string) error {
+			list, err := namespaceList(s)
+			c.Controller.GatewayServiceNamespaces = list
+			return err
+		})
+}
+
+// namespaceList parses a comma-separated list of namespace names.
+func namespaceList(s string) ([]string, error) {
+	var out []string
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if errs := validation.IsDNS1123Label(part); len(errs) > 0 {
+			return nil, fmt.Errorf("%q is not a namespace name: %s", part, strings.Join(errs, "; "))
+		}
+		out = append(out, part)
+	}
+	return out, nil
 }
 
 // Run runs ipam until ctx ends.
@@ -114,7 +140,8 @@ func (c *Config) Run(ctx context.Context) error {
 	reg := prometheus.NewRegistry()
 
 	sc := c.Stream
-	sc.Kinds = []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP}
+	sc.Kinds = []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP,
+		watcherv1.Kind_KIND_GATEWAY, watcherv1.Kind_KIND_GATEWAY_CLASS}
 	src, err := stream.New(sc, log, reg) // the stream names itself component=stream
 	if err != nil {
 		return err
@@ -135,7 +162,7 @@ func (c *Config) Run(ctx context.Context) error {
 	}
 	ipamServer, err := server.New(server.Config{
 		Namespace: c.Common.Namespace, LeaseName: c.Leader.LeaseName, LBClass: c.Controller.LBClass,
-		RequireLBClass: c.Controller.RequireLBClass, Registerer: reg,
+		RequireLBClass: c.Controller.RequireLBClass, GatewayServiceNamespaces: c.Controller.GatewayServiceNamespaces, Registerer: reg,
 	}, src.Store, client, ctrl, log.With("component", "api"))
 	if err != nil {
 		return err

@@ -47,6 +47,9 @@ type Config struct {
 	BatchSize int
 	// ShardLimit is the ledger shard size limit (0 = default).
 	ShardLimit int
+	// GatewayServiceNamespaces are the namespaces whose Services may serve a
+	// Gateway of another namespace (objects.LinkedGateway).
+	GatewayServiceNamespaces []string
 }
 
 // Defaults fills unset fields.

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -169,6 +170,9 @@ func (w *worker) settleFlight(f *flight) {
 			}
 			if e := wr.event; e != nil {
 				w.event(wr.ref, e.Type, e.Reason, e.Message)
+				if wr.gateway != nil {
+					w.event(wr.gateway, e.Type, e.Reason, fmt.Sprintf("Service %s: %s", key, e.Message))
+				}
 			}
 		case apierrors.IsNotFound(r.err):
 			w.mark(key) // gone: its delete releases it

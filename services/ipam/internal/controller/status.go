@@ -256,6 +256,20 @@ func serviceRef(obj *watcherv1.Object) *corev1.ObjectReference {
 		UID: types.UID(m.GetUid()), ResourceVersion: m.GetResourceVersion()}
 }
 
+// gatewayRef names the streamed Gateway svc serves; nil for none.
+func (w *worker) gatewayRef(svc *watcherv1.Object) *corev1.ObjectReference {
+	link, ok, _ := objects.LinkedGateway(svc, w.c.cfg.GatewayServiceNamespaces)
+	if !ok {
+		return nil
+	}
+	gw, ok := w.store().Get(watcherv1.Kind_KIND_GATEWAY, link.Namespace, link.Name)
+	if !ok {
+		return nil
+	}
+	return &corev1.ObjectReference{Kind: "Gateway", APIVersion: objects.GatewayGroup + "/v1", Namespace: link.Namespace, Name: link.Name,
+		UID: types.UID(gw.GetMeta().GetUid())}
+}
+
 func configMapRef(ns, name string) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "ConfigMap", APIVersion: "v1", Namespace: ns, Name: name}
 }

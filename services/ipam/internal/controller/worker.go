@@ -82,6 +82,16 @@ func (w *worker) handler() stream.Handler {
 			for _, s := range w.store().ListNamespace(watcherv1.Kind_KIND_SERVICE, obj.GetMeta().GetName()) {
 				w.mark(objkey.Of(s))
 			}
+		case watcherv1.Kind_KIND_GATEWAY:
+			w.mark(w.servicesOfGateways(obj)...)
+		case watcherv1.Kind_KIND_GATEWAY_CLASS:
+			var gws []*watcherv1.Object
+			for _, gw := range w.store().List(watcherv1.Kind_KIND_GATEWAY) {
+				if gw.GetGateway().GetGatewayClassName() == obj.GetMeta().GetName() {
+					gws = append(gws, gw)
+				}
+			}
+			w.mark(w.servicesOfGateways(gws...)...)
 		}
 	}
 	return stream.HandlerFuncs{
@@ -117,6 +127,29 @@ func poolSpecChanged(o, n *watcherv1.Object) bool {
 }
 
 func (w *worker) mark(keys ...string) { w.dirty.mark(keys...) }
+
+// servicesOfGateways are the keys of the Services serving gws: those of
+// each Gateway's namespace and of the --gateway-service-namespaces that
+// link to it (objects.LinkedGateway).
+func (w *worker) servicesOfGateways(gws ...*watcherv1.Object) []string {
+	want := map[string]bool{}
+	namespaces := slices.Clone(w.c.cfg.GatewayServiceNamespaces)
+	for _, gw := range gws {
+		want[objkey.Of(gw)] = true
+		if !slices.Contains(namespaces, gw.GetMeta().GetNamespace()) {
+			namespaces = append(namespaces, gw.GetMeta().GetNamespace())
+		}
+	}
+	var keys []string
+	for _, ns := range namespaces {
+		for _, s := range w.store().ListNamespace(watcherv1.Kind_KIND_SERVICE, ns) {
+			if link, ok, _ := objects.LinkedGateway(s, w.c.cfg.GatewayServiceNamespaces); ok && want[link.Key()] {
+				keys = append(keys, objkey.Of(s))
+			}
+		}
+	}
+	return keys
+}
 
 // requeue marks key dirty again after a backoff that grows with failures.
 func (w *worker) requeue(key string, failed bool) {
@@ -233,7 +266,7 @@ func (w *worker) rebuild(overruled []ledger.Allocation) []plan.Suspect {
 			}
 		}
 	}
-	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Services: services, Namespaces: w.namespaces(), LBClass: w.c.cfg.LBClass,
+	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Services: services, Env: w.env(), LBClass: w.c.cfg.LBClass,
 		RequireLBClass: w.c.cfg.RequireLBClass, Overruled: overruled})
 	w.alloc, w.invalidPools, w.conflicts = r.Alloc, invalid, r.Conflicts
 	w.ledgerBySvc = objects.ByService(st.Allocations)
@@ -371,6 +404,9 @@ type write struct {
 	want    svcStatus
 	release bool // clear our IPs and condition: the Service is no longer ours
 	event   *plan.Event
+	// gateway names the Gateway the Service serves, which is told event too
+	// (its controller owns its status; ipam writes only Events on it).
+	gateway *corev1.ObjectReference
 }
 
 // pass decides a batch (plan.Decide), commits the ledger once, then
@@ -387,7 +423,7 @@ func (w *worker) pass(ctx context.Context) {
 		w.setPools()
 	}
 	b := plan.Batch{
-		Services: present, Current: map[string]plan.Status{}, Namespaces: map[string]*watcherv1.Object{},
+		Services: present, Current: map[string]plan.Status{}, Env: w.env(),
 		Gone: w.confirmGone(ctx, absent), Absent: absent, Ledger: w.ledgerBySvc, Class: w.c.class(), Now: time.Now(),
 	}
 	current := make(map[string]svcStatus, len(present))
@@ -395,9 +431,6 @@ func (w *worker) pass(ctx context.Context) {
 		cur := w.current(obj)
 		current[objkey.Of(obj)] = cur
 		b.Current[objkey.Of(obj)] = cur.Status
-		if ns := obj.GetMeta().GetNamespace(); b.Namespaces[ns] == nil {
-			b.Namespaces[ns] = w.namespace(obj)
-		}
 	}
 	p := plan.Decide(w.alloc, b)
 	w.note(p)
@@ -419,8 +452,12 @@ func (w *worker) pass(ctx context.Context) {
 
 	writes := make([]*write, 0, len(p.Writes))
 	for _, pw := range p.Writes {
-		writes = append(writes, &write{ref: serviceRef(pw.Service), key: pw.Key, cur: current[pw.Key], want: svcStatus{Status: pw.Want},
-			release: pw.Release, event: pw.Event})
+		wr := &write{ref: serviceRef(pw.Service), key: pw.Key, cur: current[pw.Key], want: svcStatus{Status: pw.Want},
+			release: pw.Release, event: pw.Event}
+		if pw.Event != nil {
+			wr.gateway = w.gatewayRef(pw.Service)
+		}
+		writes = append(writes, wr)
 	}
 	w.launch(ctx, writes)
 	holders := w.holders()
@@ -521,18 +558,9 @@ func (w *worker) confirmGone(ctx context.Context, absent []string) []string {
 	return gone
 }
 
-func (w *worker) namespace(obj *watcherv1.Object) *watcherv1.Object {
-	ns, _ := w.store().Get(watcherv1.Kind_KIND_NAMESPACE, "", obj.GetMeta().GetNamespace())
-	return ns
-}
-
-// namespaces are the streamed Namespaces by name.
-func (w *worker) namespaces() map[string]*watcherv1.Object {
-	nss := map[string]*watcherv1.Object{}
-	for _, n := range w.store().List(watcherv1.Kind_KIND_NAMESPACE) {
-		nss[n.GetMeta().GetName()] = n
-	}
-	return nss
+// env finds, in the stream, what requests depend on besides the Services.
+func (w *worker) env() objects.Env {
+	return objects.Env{Objects: w.store(), GatewayServiceNamespaces: w.c.cfg.GatewayServiceNamespaces}
 }
 
 // setPools applies a changed pool set and marks every Service.
@@ -543,7 +571,7 @@ func (w *worker) setPools() {
 		w.log.Warn("IPPool spec is invalid and does not take effect", "pool", name, "err", err)
 	}
 	services := w.store().List(watcherv1.Kind_KIND_SERVICE)
-	plan.SetPools(w.alloc, pools, services, w.namespaces(), w.c.class())
+	plan.SetPools(w.alloc, pools, services, w.env(), w.c.class())
 	keys := make([]string, 0, len(services))
 	for _, s := range services {
 		keys = append(keys, objkey.Of(s))

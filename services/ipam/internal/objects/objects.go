@@ -5,6 +5,7 @@ package objects
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -122,15 +123,23 @@ func Sharing(obj *watcherv1.Object, key string) allocator.Sharing {
 
 // Request builds the allocator request of a Service. The error is an
 // *allocator.Error with ReasonInvalidRequest naming the field at fault.
-func Request(obj *watcherv1.Object, ns *watcherv1.Object) (allocator.Request, error) {
+// A Service that belongs to a Gateway (LinkedGateway) asks for what the
+// Gateway's spec.addresses and its GatewayClass ask for too (JoinGateway),
+// and is served by the pools serving the Gateway's namespace.
+func Request(obj *watcherv1.Object, env Env) (allocator.Request, error) {
 	svc := obj.GetService()
-	sr, err := allocator.ParseServiceRequest(obj.GetMeta().GetAnnotations(), svc.GetLoadBalancerIp())
 	req := allocator.Request{
 		Service:       objkey.Of(obj),
 		ServiceLabels: obj.GetMeta().GetLabels(),
 		FamilyPolicy:  allocator.FamilyPolicy(svc.GetIpFamilyPolicy()),
 	}
-	if ns != nil {
+	sr, err := allocator.ParseServiceRequest(obj.GetMeta().GetAnnotations(), svc.GetLoadBalancerIp())
+	tenant := obj.GetMeta().GetNamespace()
+	if err == nil {
+		sr, tenant, err = withGateway(obj, sr, env)
+	}
+	req.Namespace = tenant
+	if ns, ok := env.get(watcherv1.Kind_KIND_NAMESPACE, "", tenant); ok {
 		req.NamespaceLabels = ns.GetMeta().GetLabels()
 	}
 	if err != nil {
@@ -148,6 +157,81 @@ func Request(obj *watcherv1.Object, ns *watcherv1.Object) (allocator.Request, er
 		req.Families = append(req.Families, fam)
 	}
 	return req, nil
+}
+
+// withGateway joins into sr what the Gateway the Service belongs to asks
+// for, and returns the namespace whose pools serve the Service: the
+// Gateway's. A Service serving a Gateway of another namespace shares no
+// address: sharing keys join Services of one namespace, and that namespace
+// (the Gateway controller's) holds every tenant's Gateway Services.
+func withGateway(obj *watcherv1.Object, sr allocator.ServiceRequest, env Env) (allocator.ServiceRequest, string, error) {
+	ns := obj.GetMeta().GetNamespace()
+	link, ok, err := LinkedGateway(obj, env.GatewayServiceNamespaces)
+	if err != nil || !ok {
+		return sr, ns, err
+	}
+	if link.CrossNamespace(ns) && sr.SharingKey != "" {
+		return sr, link.Namespace, &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: fmt.Sprintf(
+			"the Service serves Gateway %s of another namespace, so it cannot share its address (%s): remove the annotation",
+			link.Key(), allocator.AnnotationAllowSharedIP)}
+	}
+	gr, found, err := gatewayRequest(link, env)
+	if err != nil || !found {
+		return sr, link.Namespace, err
+	}
+	sr, err = allocator.JoinGateway(sr, gr)
+	return sr, link.Namespace, err
+}
+
+// Getter finds a streamed object: a stream.Store is one, an Index another.
+type Getter interface {
+	Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool)
+}
+
+// Env is what a Service's request depends on besides the Service: the
+// labels of the Namespace whose pools serve it, and the Gateway it belongs
+// to with that Gateway's GatewayClass.
+type Env struct {
+	// Objects finds the streamed Namespaces, Gateways and GatewayClasses;
+	// nil finds none.
+	Objects Getter
+	// GatewayServiceNamespaces are the namespaces whose Services may belong
+	// to a Gateway of another namespace by label (LinkedGateway).
+	GatewayServiceNamespaces []string
+}
+
+func (e Env) get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool) {
+	if e.Objects == nil {
+		return nil, false
+	}
+	return e.Objects.Get(kind, namespace, name)
+}
+
+// Index is a Getter over objects in memory (a preview read from the API
+// server, a test).
+type Index map[watcherv1.Kind]map[string]*watcherv1.Object
+
+// NewIndex indexes objs by kind and key.
+func NewIndex(objs ...*watcherv1.Object) Index {
+	ix := Index{}
+	ix.Add(objs...)
+	return ix
+}
+
+// Add indexes objs, replacing those of the same kind and key.
+func (ix Index) Add(objs ...*watcherv1.Object) {
+	for _, o := range objs {
+		if ix[o.GetKind()] == nil {
+			ix[o.GetKind()] = map[string]*watcherv1.Object{}
+		}
+		ix[o.GetKind()][objkey.Of(o)] = o
+	}
+}
+
+// Get finds the object of kind at namespace/name.
+func (ix Index) Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool) {
+	o, ok := ix[kind][objkey.Join(namespace, name)]
+	return o, ok
 }
 
 // PoolSpec converts a streamed IPPool.

@@ -44,7 +44,7 @@ func TestClassServes(t *testing.T) {
 func TestRequestErrorsNameTheField(t *testing.T) {
 	o := service("LoadBalancer", "", false)
 	o.GetService().IpFamilies = []string{"IPv5"}
-	_, err := Request(o, nil)
+	_, err := Request(o, Env{})
 	var ae *allocator.Error
 	if !errors.As(err, &ae) || ae.Reason != allocator.ReasonInvalidRequest || !strings.Contains(ae.Message, "spec.ipFamilies") {
 		t.Fatalf("Request() error = %v", err)

@@ -31,8 +31,9 @@ type Batch struct {
 	// Current is each Service's status as far as the term knows, by key
 	// (what it wrote, until the stream shows it).
 	Current map[string]Status
-	// Namespaces of the Services, by name (their labels select pools).
-	Namespaces map[string]*watcherv1.Object
+	// Env finds the Namespaces (their labels select pools) and the
+	// Gateways the Services' requests depend on.
+	Env objects.Env
 	// Gone are the Services the API server confirmed are gone.
 	Gone []string
 	// Absent are the Services of the batch the stream no longer shows (Gone
@@ -130,7 +131,7 @@ func Decide(a *allocator.Allocator, b Batch) Plan {
 		if !b.Class.Serves(obj) {
 			continue
 		}
-		if req, err := objects.Request(obj, b.namespace(obj)); err == nil {
+		if req, err := objects.Request(obj, b.Env); err == nil {
 			_ = a.Claim(req) // a refused claim: Allocate says why
 		}
 	}
@@ -142,10 +143,6 @@ func Decide(a *allocator.Allocator, b Batch) Plan {
 		}
 	}
 	return p
-}
-
-func (b Batch) namespace(obj *watcherv1.Object) *watcherv1.Object {
-	return b.Namespaces[obj.GetMeta().GetNamespace()]
 }
 
 // release gives the Service's addresses back: from the ledger in this
@@ -176,7 +173,7 @@ func (p *Plan) decide(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
 	cur := b.Current[key]
 	held := a.Allocations(key)
 	want := Status{Cond: &Condition{ObservedGeneration: obj.GetMeta().GetGeneration()}}
-	req, err := objects.Request(obj, b.namespace(obj))
+	req, err := objects.Request(obj, b.Env)
 	var res allocator.Result
 	if err == nil {
 		res, err = a.Allocate(req)

@@ -10,14 +10,13 @@ import (
 // one of our Services requests: which pool would serve a requester may have
 // changed, and an older pending Service must not take an IP that a younger
 // one may now claim. Every Service is decided again afterwards (Decide).
-// namespaces are by name (their labels select pools).
-func SetPools(a *allocator.Allocator, pools []*allocator.Pool, services []*watcherv1.Object, namespaces map[string]*watcherv1.Object, class objects.Class) allocator.PoolUpdate {
+func SetPools(a *allocator.Allocator, pools []*allocator.Pool, services []*watcherv1.Object, env objects.Env, class objects.Class) allocator.PoolUpdate {
 	upd := a.SetPools(pools)
 	for _, s := range services {
 		if !class.Serves(s) {
 			continue
 		}
-		if req, err := objects.Request(s, namespaces[s.GetMeta().GetNamespace()]); err == nil && len(req.RequestedIPs) > 0 {
+		if req, err := objects.Request(s, env); err == nil && len(req.RequestedIPs) > 0 {
 			_ = a.Claim(req) // a refused claim: Allocate says why
 		}
 	}

@@ -22,9 +22,10 @@ type Inputs struct {
 	// a time; slices.Values for a slice). Rebuild keeps only what it needs
 	// of each, never the Services themselves.
 	Services iter.Seq[*watcherv1.Object]
-	// Namespaces by name (their labels select pools).
-	Namespaces map[string]*watcherv1.Object
-	LBClass    string
+	// Env finds the Namespaces (their labels select pools) and the
+	// Gateways the Services' requests depend on.
+	Env     objects.Env
+	LBClass string
 	// RequireLBClass: class-less Services are not ours (objects.Class).
 	RequireLBClass bool
 	// Overruled are ledger entries not to obey: the caller confirmed from
@@ -261,7 +262,7 @@ func readServices(in Inputs) []service {
 		s := service{key: objkey.Of(obj), created: obj.GetMeta().GetCreationTimestamp(), statusIPs: objects.StatusIPs(obj)}
 		if class.Serves(obj) {
 			s.ours = true
-			req, err := objects.Request(obj, in.Namespaces[obj.GetMeta().GetNamespace()])
+			req, err := objects.Request(obj, in.Env)
 			s.sharing = req.Sharing
 			if err == nil && len(req.RequestedIPs) > 0 {
 				s.request = &req

@@ -57,7 +57,7 @@ func withClass(c string) svcOpt {
 func allocatePending(r Rebuilt, services []*watcherv1.Object) map[string]string {
 	out := map[string]string{}
 	for _, s := range services {
-		req, _ := objects.Request(s, nil)
+		req, _ := objects.Request(s, objects.Env{})
 		res, err := r.Alloc.Allocate(req)
 		var ae *allocator.Error
 		switch {

@@ -28,9 +28,9 @@ func TestCheckSeesCiliumAnnotations(t *testing.T) {
 		Pools: []*watcherv1.Object{{Kind: watcherv1.Kind_KIND_IP_POOL,
 			Meta: &watcherv1.ObjectMeta{Name: "p", Uid: "uid-p", CreationTimestamp: int64(time.Second), Generation: 1, Finalizers: []string{objects.PoolFinalizer}},
 			Body: &watcherv1.Object_IpPool{IpPool: &watcherv1.IPPool{Addresses: []string{"10.0.0.0/28"}, AutoAssign: true}}}},
-		Services:   []*watcherv1.Object{stale, disagree},
-		Ledger:     ledger.State{Allocations: []ledger.Allocation{entry("stale", "10.0.0.1"), entry("disagree", "10.0.0.2")}},
-		Namespaces: map[string]*watcherv1.Object{}, PoolSet: &objects.PoolSet{}, Class: objects.Class{Name: objects.DefaultLBClass}, Now: now,
+		Services: []*watcherv1.Object{stale, disagree},
+		Ledger:   ledger.State{Allocations: []ledger.Allocation{entry("stale", "10.0.0.1"), entry("disagree", "10.0.0.2")}},
+		PoolSet:  &objects.PoolSet{}, Class: objects.Class{Name: objects.DefaultLBClass}, Now: now,
 	}
 	slices.SortFunc(in.Ledger.Allocations, ledger.CompareAllocations)
 	r := Check(in)

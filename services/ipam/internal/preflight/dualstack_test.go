@@ -46,7 +46,7 @@ func TestCheckDualStackRules(t *testing.T) {
 		Ledger: ledger.State{Allocations: []ledger.Allocation{
 			entry("old", "10.0.0.1"), entry("old", "fd00::1"), entry("v6first", "10.0.0.2"), entry("v6first", "fd00::2"),
 		}},
-		Namespaces: map[string]*watcherv1.Object{}, PoolSet: &objects.PoolSet{}, Class: objects.Class{Name: objects.DefaultLBClass}, Now: now,
+		PoolSet: &objects.PoolSet{}, Class: objects.Class{Name: objects.DefaultLBClass}, Now: now,
 	}
 	slices.SortFunc(in.Ledger.Allocations, ledger.CompareAllocations)
 	r := Check(in)

@@ -63,8 +63,8 @@ func TestCheck(t *testing.T) {
 			entry("right", "10.0.0.1"), entry("reworded", "10.0.0.2"), entry("family", "10.0.0.3"), entry("family", "fd00::3"),
 			entry("ledgered", "10.0.0.5"), entry("gone", "10.0.0.9"),
 		}},
-		Gone:       []string{"web/gone"},
-		Namespaces: map[string]*watcherv1.Object{}, PoolSet: &objects.PoolSet{}, Class: objects.Class{Name: objects.DefaultLBClass}, Now: now,
+		Gone:    []string{"web/gone"},
+		PoolSet: &objects.PoolSet{}, Class: objects.Class{Name: objects.DefaultLBClass}, Now: now,
 	}
 	slices.SortFunc(in.Ledger.Allocations, ledger.CompareAllocations)
 	r := Check(in)

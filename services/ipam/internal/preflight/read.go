@@ -6,7 +6,9 @@ import (
 	"slices"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -27,7 +29,8 @@ const pageSize = 500
 // ledger.Open reads it. Services the ledger names that do not exist are
 // Gone, as the term start confirms them. It only lists.
 func Read(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, namespace string, class objects.Class) (preview.Inputs, error) {
-	in := preview.Inputs{Namespaces: map[string]*watcherv1.Object{}, PoolSet: &objects.PoolSet{}, Class: class, Now: time.Now()}
+	index := objects.NewIndex()
+	in := preview.Inputs{Env: objects.Env{Objects: index}, PoolSet: &objects.PoolSet{}, Class: class, Now: time.Now()}
 	st, err := ledger.Read(ctx, client, namespace)
 	if err != nil {
 		return in, fmt.Errorf("the ledger (a new leader would stop allocating and report LedgerCorrupt): %w", err)
@@ -51,7 +54,10 @@ func Read(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interfac
 		return in, fmt.Errorf("list Namespaces: %w", err)
 	}
 	for i := range nss.Items {
-		in.Namespaces[nss.Items[i].Name] = convert.Namespace(&nss.Items[i])
+		index.Add(convert.Namespace(&nss.Items[i]))
+	}
+	if err := readGateways(ctx, dyn, index); err != nil {
+		return in, err
 	}
 	pools, err := dyn.Resource(convert.IPPoolResource).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -99,4 +105,27 @@ func compareNames(a, b *watcherv1.Object) int {
 		return 1
 	}
 	return 0
+}
+
+// readGateways indexes the Gateways and GatewayClasses, which shape the
+// requests of the Services serving Gateways; none when the Gateway API's
+// CRDs are not installed.
+func readGateways(ctx context.Context, dyn dynamic.Interface, index objects.Index) error {
+	for _, res := range []schema.GroupVersionResource{convert.GatewayResource, convert.GatewayClassResource} {
+		list, err := dyn.Resource(res).List(ctx, metav1.ListOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("list %s: %w", res.GroupResource(), err)
+		}
+		for i := range list.Items {
+			o, err := convert.Object(&list.Items[i])
+			if err != nil {
+				return err
+			}
+			index.Add(o)
+		}
+	}
+	return nil
 }

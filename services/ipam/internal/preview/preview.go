@@ -42,10 +42,11 @@ type Change struct {
 // Inputs is the state a replica reads, which the leader decides from too.
 // Nothing in it is changed.
 type Inputs struct {
-	Ledger     ledger.State
-	Pools      []*watcherv1.Object // the streamed IPPools
-	Services   []*watcherv1.Object
-	Namespaces map[string]*watcherv1.Object // by name
+	Ledger   ledger.State
+	Pools    []*watcherv1.Object // the streamed IPPools
+	Services []*watcherv1.Object
+	// Env finds the Namespaces and Gateways the requests depend on.
+	Env objects.Env
 	// PoolSet remembers each pool's last valid spec; Run parses with a
 	// clone of it.
 	PoolSet *objects.PoolSet
@@ -106,7 +107,7 @@ func Run(in Inputs, c Change) (*ipamv1.PreviewPoolResponse, error) {
 	poolsBefore := poolStates(a, in.Pools, invalidBefore)
 
 	after, invalidAfter := ps.Parse(afterObjs)
-	plan.SetPools(a, after, in.Services, in.Namespaces, in.Class)
+	plan.SetPools(a, after, in.Services, in.Env, in.Class)
 	statuses, _, _ := settle(a, in)
 	poolsAfter := poolStates(a, afterObjs, invalidAfter)
 
@@ -184,7 +185,7 @@ func Decide(in Inputs) Outcome {
 
 // rebuild is the term start's Rebuild of in.
 func rebuild(in Inputs, pools []*allocator.Pool) plan.Rebuilt {
-	return plan.Rebuild(plan.Inputs{Ledger: in.Ledger, Pools: pools, Services: slices.Values(in.Services), Namespaces: in.Namespaces,
+	return plan.Rebuild(plan.Inputs{Ledger: in.Ledger, Pools: pools, Services: slices.Values(in.Services), Env: in.Env,
 		LBClass: in.Class.Name, RequireLBClass: in.Class.Required, Overruled: in.Overruled})
 }
 
@@ -266,7 +267,7 @@ func settle(a *allocator.Allocator, in Inputs) (map[string]plan.Status, map[stri
 	var unfit map[string]string
 	gone := in.Gone
 	for pass := 0; (len(todo) > 0 || len(gone) > 0) && pass < maxPasses; pass++ {
-		p := plan.Decide(a, plan.Batch{Services: todo, Current: current, Namespaces: in.Namespaces, Ledger: ledgerBySvc, Class: in.Class, Now: in.Now,
+		p := plan.Decide(a, plan.Batch{Services: todo, Current: current, Env: in.Env, Ledger: ledgerBySvc, Class: in.Class, Now: in.Now,
 			Gone: gone, Absent: gone})
 		gone = nil
 		plan.Commit(ledgerBySvc, p.Change)

@@ -56,7 +56,7 @@ func world(addrs ...string) Inputs {
 	svcs = append(svcs, service("d", 4, "", "PoolExhausted"))
 	return Inputs{
 		Ledger: ledger.State{Allocations: allocs}, Pools: []*watcherv1.Object{pool("p", 1, addrs...)}, Services: svcs,
-		Namespaces: map[string]*watcherv1.Object{}, PoolSet: &objects.PoolSet{}, Class: objects.Class{Name: objects.DefaultLBClass}, Now: now,
+		PoolSet: &objects.PoolSet{}, Class: objects.Class{Name: objects.DefaultLBClass}, Now: now,
 	}
 }
 

@@ -276,11 +276,8 @@ func (s *rebuildPerCall) world() (plan.Rebuilt, error) {
 		return plan.Rebuilt{}, err
 	}
 	pools, _ := (&objects.PoolSet{}).Parse(s.store().List(watcherv1.Kind_KIND_IP_POOL))
-	nss := map[string]*watcherv1.Object{}
-	for _, n := range s.store().List(watcherv1.Kind_KIND_NAMESPACE) {
-		nss[n.GetMeta().GetName()] = n
-	}
-	return plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Namespaces: nss, LBClass: s.cfg.LBClass,
+	nss := objects.NewIndex(s.store().List(watcherv1.Kind_KIND_NAMESPACE)...)
+	return plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Env: objects.Env{Objects: nss}, LBClass: s.cfg.LBClass,
 		Services: s.store().All(watcherv1.Kind_KIND_SERVICE)}), nil
 }
 
@@ -323,8 +320,7 @@ func (s *rebuildPerCall) ExplainService(ctx context.Context, req *ipamv1.Explain
 	if err != nil {
 		return nil, err
 	}
-	nsObj, _ := s.store().Get(watcherv1.Kind_KIND_NAMESPACE, "", ns)
-	areq, perr := objects.Request(obj, nsObj)
+	areq, perr := objects.Request(obj, s.env())
 	resp := &ipamv1.ExplainServiceResponse{}
 	if perr != nil {
 		resp.Reason = string(allocator.ReasonInvalidRequest)

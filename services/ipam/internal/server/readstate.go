@@ -182,11 +182,7 @@ func (s *Server) buildExplain() (*explainState, uint64, error) {
 	}
 	start := time.Now()
 	pools, _ := s.pools.Parse(rs.pools)
-	nss := map[string]*watcherv1.Object{}
-	for _, n := range s.store().List(watcherv1.Kind_KIND_NAMESPACE) {
-		nss[n.GetMeta().GetName()] = n
-	}
-	a := plan.Rebuild(plan.Inputs{Ledger: rs.ledger, Pools: pools, Namespaces: nss, LBClass: s.cfg.LBClass,
+	a := plan.Rebuild(plan.Inputs{Ledger: rs.ledger, Pools: pools, Env: s.env(), LBClass: s.cfg.LBClass,
 		RequireLBClass: s.cfg.RequireLBClass, Services: s.store().All(watcherv1.Kind_KIND_SERVICE)}).Alloc
 	s.m.rebuilt(partExplain, start)
 	return &explainState{alloc: a}, rs.seq, nil

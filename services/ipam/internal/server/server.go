@@ -70,8 +70,15 @@ type Config struct {
 	LBClass   string
 	// RequireLBClass: class-less Services are not ipam's (--require-lb-class).
 	RequireLBClass bool
+	// GatewayServiceNamespaces: --gateway-service-namespaces.
+	GatewayServiceNamespaces []string
 	// Registerer takes the API's metrics; nil registers none.
 	Registerer prometheus.Registerer
+}
+
+// env finds, in the stream, what requests depend on besides the Services.
+func (s *Server) env() objects.Env {
+	return objects.Env{Objects: s.store(), GatewayServiceNamespaces: s.cfg.GatewayServiceNamespaces}
 }
 
 func (s *Server) class() objects.Class {
@@ -350,9 +357,11 @@ func (s *Server) ExplainService(ctx context.Context, req *ipamv1.ExplainServiceR
 	// The request, the Service's labels and its Namespace's labels are read
 	// now; the allocator holds only what the ledger, the pools and the other
 	// Services say.
-	nsObj, _ := s.store().Get(watcherv1.Kind_KIND_NAMESPACE, "", ns)
-	areq, perr := objects.Request(obj, nsObj)
+	areq, perr := objects.Request(obj, s.env())
 	resp := &ipamv1.ExplainServiceResponse{}
+	if link, ok, _ := objects.LinkedGateway(obj, s.cfg.GatewayServiceNamespaces); ok {
+		resp.Gateway = link.Key()
+	}
 	if perr != nil {
 		resp.Reason = string(allocator.ReasonInvalidRequest)
 		resp.Decision = "The Service gets no IP: its request is invalid: " + perr.Error()
@@ -396,12 +405,8 @@ func (s *Server) PreviewPool(ctx context.Context, req *ipamv1.PreviewPoolRequest
 	if err != nil {
 		return nil, err
 	}
-	nss := map[string]*watcherv1.Object{}
-	for _, n := range s.store().List(watcherv1.Kind_KIND_NAMESPACE) {
-		nss[n.GetMeta().GetName()] = n
-	}
 	resp, err := preview.Run(preview.Inputs{
-		Ledger: rs.ledger, Pools: rs.pools, Services: s.store().List(watcherv1.Kind_KIND_SERVICE), Namespaces: nss,
+		Ledger: rs.ledger, Pools: rs.pools, Services: s.store().List(watcherv1.Kind_KIND_SERVICE), Env: s.env(),
 		PoolSet: &s.pools, Class: s.class(), Now: time.Now(),
 	}, c)
 	if errors.Is(err, preview.ErrNoSuchPool) {

@@ -52,6 +52,8 @@ type Config struct {
 	HistorySize int
 	// HistoryBytes: what those changes' objects may weigh (store.LimitHistoryBytes).
 	HistoryBytes int
+	// DiscoveryInterval: how often to look for the Gateway API's CRDs.
+	DiscoveryInterval time.Duration
 }
 
 // Defaults fills the fields left unset with the watcher's defaults.
@@ -73,6 +75,9 @@ func (c *Config) Defaults() {
 	if c.HistoryBytes == 0 {
 		c.HistoryBytes = 16 << 20
 	}
+	if c.DiscoveryInterval == 0 {
+		c.DiscoveryInterval = informers.DefaultDiscoveryInterval
+	}
 }
 
 // Flags registers every flag of the watcher with the current values (after
@@ -90,6 +95,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.HistorySize, "history-size", c.HistorySize, "changes kept so that a reconnecting subscriber can resume without a snapshot")
 	fs.IntVar(&c.HistoryBytes, "history-bytes", c.HistoryBytes,
 		"what the kept changes' objects may weigh, in bytes; the oldest are forgotten first (a subscriber resuming from before them gets a snapshot)")
+	fs.DurationVar(&c.DiscoveryInterval, "gateway-api-discovery-interval", c.DiscoveryInterval,
+		"how often to ask the API server whether the Gateway API CRDs (gateway.networking.k8s.io/v1) are installed: Gateways and GatewayClasses are streamed while they are, and deleted from the stream when they go")
 }
 
 // Watcher is an assembled, not yet running, watcher.
@@ -171,7 +178,7 @@ func (w *Watcher) Store() *store.Store { return w.store }
 // Run starts the informers and serves until ctx ends.
 func (w *Watcher) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	inf, err := informers.Start(ctx, informers.Config{Namespace: w.cfg.Common.Namespace}, w.client, w.dyn, w.store, w.log, w.reg)
+	inf, err := informers.Start(ctx, informers.Config{Namespace: w.cfg.Common.Namespace, DiscoveryInterval: w.cfg.DiscoveryInterval}, w.client, w.dyn, w.store, w.log, w.reg)
 	if err != nil {
 		return err
 	}

@@ -4,9 +4,13 @@
 // The informers' caches hold the compact, encoded objects the Sink gets, not
 // the API objects: each object is converted once, as it arrives, and the
 // cache and the store share that one copy.
+//
+// The Gateway API's kinds are optional: their informers run only while
+// discovery serves their resources (optional.go).
 package informers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -17,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -39,9 +44,13 @@ const (
 	LedgerLabelSelector        = "ipledger.io/ledger=true"
 )
 
-var crdKinds = map[watcherv1.Kind]string{
-	watcherv1.Kind_KIND_IP_POOL:           "IPPool",
-	watcherv1.Kind_KIND_EXTERNAL_WORKLOAD: "ExternalWorkload",
+// crdKinds are the kinds read through the dynamic client, whose list items
+// may lack apiVersion and kind (convert tells kinds apart by them).
+var crdKinds = map[watcherv1.Kind]schema.GroupVersionKind{
+	watcherv1.Kind_KIND_IP_POOL:           convert.GroupVersion.WithKind("IPPool"),
+	watcherv1.Kind_KIND_EXTERNAL_WORKLOAD: convert.GroupVersion.WithKind("ExternalWorkload"),
+	watcherv1.Kind_KIND_GATEWAY:           convert.GatewayGroupVersion.WithKind("Gateway"),
+	watcherv1.Kind_KIND_GATEWAY_CLASS:     convert.GatewayGroupVersion.WithKind("GatewayClass"),
 }
 
 // Sink receives converted objects; it must not block.
@@ -50,19 +59,24 @@ type Sink interface {
 	Delete(obj *store.Object)
 }
 
-// Config says where the ledger ConfigMaps live.
+// Config says where the ledger ConfigMaps live and how often to look for the
+// optional kinds' CRDs.
 type Config struct {
 	// Namespace holds the ledger ConfigMaps.
 	Namespace string
+	// DiscoveryInterval: how often discovery is asked whether the Gateway
+	// API's CRDs are installed; DefaultDiscoveryInterval when 0.
+	DiscoveryInterval time.Duration
 }
 
 // Set is the running informers.
 type Set struct {
-	synced []namedSync
-	log    *slog.Logger
-	m      *metrics
-	once   sync.Once
-	done   chan struct{}
+	synced   []namedSync
+	optional *optionalInformers
+	log      *slog.Logger
+	m        *metrics
+	once     sync.Once
+	done     chan struct{}
 }
 
 type namedSync struct {
@@ -72,6 +86,7 @@ type namedSync struct {
 
 type metrics struct {
 	synced     *prometheus.GaugeVec
+	served     *prometheus.GaugeVec
 	convertErr *prometheus.CounterVec
 }
 
@@ -110,13 +125,22 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 	m := &metrics{
 		synced: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ipledger_watcher_informer_synced",
 			Help: "1 once the informer of a kind has synced its initial list."}, []string{"kind"}),
+		served: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ipledger_watcher_optional_kind_served",
+			Help: "1 while the CRD of an optional kind (the Gateway API's) is installed and the watcher serves the kind, 0 while it is not."}, []string{"kind"}),
 		convertErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipledger_watcher_convert_errors_total",
 			Help: "Objects that could not be converted to the compact form (skipped)."}, []string{"kind"}),
 	}
-	if err := promreg.Register(reg, m.synced, m.convertErr); err != nil {
+	if err := promreg.Register(reg, m.synced, m.served, m.convertErr); err != nil {
 		return nil, err
 	}
 	s := &Set{log: log, m: m, done: make(chan struct{})}
+	s.optional = &optionalInformers{disc: client.Discovery(), dyn: dyn, interval: cmp.Or(cfg.DiscoveryInterval, DefaultDiscoveryInterval),
+		handler: func(kind watcherv1.Kind) *handler { return &handler{kind: kind, sink: sink, log: log, m: m} },
+		log:     log, m: m, running: map[watcherv1.Kind]*runningInformer{}}
+	for _, k := range optionalKinds {
+		s.synced = append(s.synced, namedSync{kind: k.kind, synced: func() bool { return s.optional.synced(k.kind) }})
+		m.synced.WithLabelValues(k.kind.String()).Set(0)
+	}
 
 	all := informers.NewSharedInformerFactory(client, 0)
 	pods := informers.NewSharedInformerFactoryWithOptions(client, 0,
@@ -160,6 +184,7 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 	slices.Start(ctx.Done())
 	ledger.Start(ctx.Done())
 	crds.Start(ctx.Done())
+	go s.optional.run(ctx)
 	go s.watchSync(ctx)
 	return s, nil
 }
@@ -235,10 +260,9 @@ func (h *handler) transform(obj any) (any, error) {
 	if _, done := obj.(cached); done {
 		return obj, nil
 	}
-	// List items of a dynamic client may lack kind; convert needs it.
-	if kindName := crdKinds[h.kind]; kindName != "" {
+	if gvk, ok := crdKinds[h.kind]; ok {
 		if u, ok := obj.(*unstructured.Unstructured); ok && u.GetKind() == "" {
-			u.SetKind(kindName)
+			u.SetGroupVersionKind(gvk)
 		}
 	}
 	obj, _ = StripManagedFields(obj)

@@ -42,7 +42,8 @@ func startWatcher(t *testing.T, ledgerNS string) (addr, tokenFile string, p *tes
 	env := testenv.Get(t)
 	addr = testenv.FreeAddr(t)
 	p = testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
-		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", addr, "--grpc-plaintext", "--namespace", ledgerNS, "--ops-addr", testenv.FreeAddr(t), "--log-format", "text")
+		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", addr, "--grpc-plaintext", "--namespace", ledgerNS, "--ops-addr", testenv.FreeAddr(t), "--log-format", "text",
+		"--gateway-api-discovery-interval", "1s")
 	return addr, env.TokenFile(t, testenv.SystemNamespace, "ipledger-ipam"), p
 }
 
@@ -66,9 +67,11 @@ type harness struct {
 	requireClass bool
 	// batchSize is ipam's --batch-size (0: the default).
 	batchSize int
-	lease     string
-	addr, tok string
-	watcher   *testenv.Process
+	// gatewayServiceNamespaces is ipam's --gateway-service-namespaces.
+	gatewayServiceNamespaces []string
+	lease                    string
+	addr, tok                string
+	watcher                  *testenv.Process
 }
 
 func newHarness(t *testing.T) *harness {
@@ -112,12 +115,14 @@ func (h *harness) startWith(identity string, client kubernetes.Interface) *ipam 
 	reg := prometheus.NewRegistry()
 	src, err := stream.New(stream.Config{
 		Target: h.addr, Plaintext: true, TokenFile: h.tok,
-		Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP},
+		Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP,
+			watcherv1.Kind_KIND_GATEWAY, watcherv1.Kind_KIND_GATEWAY_CLASS},
 	}, log, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err := controller.New(controller.Config{Namespace: h.ledgerNS, LBClass: h.class, RequireLBClass: h.requireClass, BatchSize: h.batchSize}, client, h.env.Dynamic, src, log, reg)
+	ctrl, err := controller.New(controller.Config{Namespace: h.ledgerNS, LBClass: h.class, RequireLBClass: h.requireClass, BatchSize: h.batchSize,
+		GatewayServiceNamespaces: h.gatewayServiceNamespaces}, client, h.env.Dynamic, src, log, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,131 @@
+package objects
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ipledger/ipledger/pkg/stream/objkey"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+)
+
+// GatewayGroup is the Gateway API's group.
+const GatewayGroup = "gateway.networking.k8s.io"
+
+// The labels by which Gateway implementations mark the LoadBalancer Service
+// they make for a Gateway of the Service's own namespace.
+const (
+	// LabelGatewayName is the Gateway API's own (GEP-1762): Istio, NGINX
+	// Gateway Fabric, kgateway and Cilium set it.
+	LabelGatewayName = "gateway.networking.k8s.io/gateway-name"
+	// LabelCiliumGateway is Cilium's.
+	LabelCiliumGateway = "io.cilium.gateway/owning-gateway"
+	// LabelContourGateway is Contour's Gateway provisioner's.
+	LabelContourGateway = "projectcontour.io/owning-gateway-name"
+)
+
+// Envoy Gateway puts every Gateway's Service in its own namespace
+// (envoy-gateway-system) and names the Gateway by these two labels.
+const (
+	LabelEnvoyGatewayName      = "gateway.envoyproxy.io/owning-gateway-name"
+	LabelEnvoyGatewayNamespace = "gateway.envoyproxy.io/owning-gateway-namespace"
+)
+
+// GatewayLink is the Gateway a Service belongs to, and how that was found.
+type GatewayLink struct {
+	Namespace, Name string
+	Via             string // "owner reference", "label <key>"
+}
+
+// Key is the Gateway's "namespace/name".
+func (l GatewayLink) Key() string { return objkey.Join(l.Namespace, l.Name) }
+
+// CrossNamespace reports whether the Gateway is in another namespace than
+// the Service of namespace ns.
+func (l GatewayLink) CrossNamespace(ns string) bool { return l.Namespace != ns }
+
+// LinkedGateway finds the Gateway the Service svc belongs to: by an owner
+// reference to a gateway.networking.k8s.io Gateway, by LabelGatewayName,
+// LabelCiliumGateway or LabelContourGateway (all in the Service's namespace:
+// owner references cannot cross namespaces, and these labels never do), or
+// by Envoy Gateway's two labels, which may name a Gateway of any namespace.
+// Those are trusted only when the Service's namespace is one of trusted (the
+// namespaces where an operator runs such an implementation): anyone who can
+// make a Service elsewhere could otherwise claim another namespace's Gateway
+// addresses. Every link present must name the same Gateway. ok is false
+// when the Service belongs to no Gateway; the error is an *allocator.Error
+// (InvalidRequest) naming the labels at fault.
+func LinkedGateway(svc *watcherv1.Object, trusted []string) (link GatewayLink, ok bool, err error) {
+	m := svc.GetMeta()
+	ns := m.GetNamespace()
+	var links []GatewayLink
+	for _, o := range m.GetOwnerReferences() {
+		if o.GetKind() == "Gateway" && strings.HasPrefix(o.GetApiVersion(), GatewayGroup+"/") {
+			links = append(links, GatewayLink{Namespace: ns, Name: o.GetName(), Via: "owner reference"})
+		}
+	}
+	for _, key := range []string{LabelGatewayName, LabelCiliumGateway, LabelContourGateway} {
+		if name := m.GetLabels()[key]; name != "" {
+			links = append(links, GatewayLink{Namespace: ns, Name: name, Via: "label " + key})
+		}
+	}
+	if l, found, err := envoyGatewayLink(svc, trusted); err != nil {
+		return GatewayLink{}, false, err
+	} else if found {
+		links = append(links, l)
+	}
+	if len(links) == 0 {
+		return GatewayLink{}, false, nil
+	}
+	for _, l := range links[1:] {
+		if l.Key() != links[0].Key() {
+			return GatewayLink{}, false, &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: fmt.Sprintf(
+				"the Service belongs to Gateway %s by %s and to Gateway %s by %s; a Service serves one Gateway, so make them agree",
+				links[0].Key(), links[0].Via, l.Key(), l.Via)}
+		}
+	}
+	return links[0], true, nil
+}
+
+// envoyGatewayLink reads Envoy Gateway's owning-gateway labels.
+func envoyGatewayLink(svc *watcherv1.Object, trusted []string) (GatewayLink, bool, error) {
+	labels, ns := svc.GetMeta().GetLabels(), svc.GetMeta().GetNamespace()
+	name, gwNS := labels[LabelEnvoyGatewayName], labels[LabelEnvoyGatewayNamespace]
+	switch {
+	case name == "" && gwNS == "":
+		return GatewayLink{}, false, nil
+	case name == "" || gwNS == "":
+		return GatewayLink{}, false, &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: fmt.Sprintf(
+			"the Service has only one of the labels %s and %s; set both, or neither", LabelEnvoyGatewayName, LabelEnvoyGatewayNamespace)}
+	case gwNS != ns && !slices.Contains(trusted, ns):
+		return GatewayLink{}, false, &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: fmt.Sprintf(
+			"label %s names a Gateway of namespace %s, and Services of namespace %s may belong only to Gateways of their own namespace; "+
+				"remove the label, or, if a Gateway controller runs in %s, ask an operator to list it in ipam's --gateway-service-namespaces",
+			LabelEnvoyGatewayNamespace, gwNS, ns, ns)}
+	}
+	return GatewayLink{Namespace: gwNS, Name: name, Via: "labels " + LabelEnvoyGatewayName + " and " + LabelEnvoyGatewayNamespace}, true, nil
+}
+
+// gatewayRequest reads what the linked Gateway (and its GatewayClass) ask
+// for; ok is false while the Gateway is not streamed (its CRD absent, or it
+// was deleted before its Service): the Service is then served as any other.
+func gatewayRequest(link GatewayLink, env Env) (allocator.GatewayRequest, bool, error) {
+	gw, ok := env.get(watcherv1.Kind_KIND_GATEWAY, link.Namespace, link.Name)
+	if !ok {
+		return allocator.GatewayRequest{}, false, nil
+	}
+	body := gw.GetGateway()
+	addrs := make([]allocator.GatewayAddress, 0, len(body.GetAddresses()))
+	for _, a := range body.GetAddresses() {
+		addrs = append(addrs, allocator.GatewayAddress{Type: a.GetType(), Value: a.GetValue()})
+	}
+	gr, err := allocator.ParseGatewayRequest(link.Key(), addrs)
+	if err != nil {
+		return allocator.GatewayRequest{}, true, err
+	}
+	if class, ok := env.get(watcherv1.Kind_KIND_GATEWAY_CLASS, "", body.GetGatewayClassName()); ok {
+		gr.Class, gr.ClassPool = class.GetMeta().GetName(), class.GetMeta().GetAnnotations()[allocator.AnnotationAddressPool]
+	}
+	return gr, true, nil
+}

@@ -1,0 +1,190 @@
+package objects
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+)
+
+// gatewayService is a LoadBalancer Service of namespace ns with labels,
+// annotations and owner references.
+func gatewayService(ns string, labels, annotations map[string]string, owners ...*watcherv1.OwnerReference) *watcherv1.Object {
+	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_SERVICE,
+		Meta: &watcherv1.ObjectMeta{Namespace: ns, Name: "gw-svc", Labels: labels, Annotations: annotations, OwnerReferences: owners},
+		Body: &watcherv1.Object_Service{Service: &watcherv1.Service{Type: "LoadBalancer"}}}
+}
+
+func gatewayOwner(apiVersion, name string) *watcherv1.OwnerReference {
+	return &watcherv1.OwnerReference{ApiVersion: apiVersion, Kind: "Gateway", Name: name, Controller: true}
+}
+
+func TestLinkedGateway(t *testing.T) {
+	trusted := []string{"envoy-gateway-system"}
+	envoy := func(name, ns string) map[string]string {
+		return map[string]string{LabelEnvoyGatewayName: name, LabelEnvoyGatewayNamespace: ns}
+	}
+	for _, tc := range []struct {
+		name     string
+		svc      *watcherv1.Object
+		want     string // Gateway key; "" for none
+		wantErr  string
+		wantVia  string
+		wantMove bool // the Gateway is of another namespace
+	}{
+		{name: "no link", svc: gatewayService("shop", map[string]string{"app": "web"}, nil)},
+		{name: "owner reference (Istio, Cilium, NGINX Gateway Fabric)", svc: gatewayService("shop", nil, nil, gatewayOwner("gateway.networking.k8s.io/v1", "gw")),
+			want: "shop/gw", wantVia: "owner reference"},
+		{name: "owner reference of Istio's own Gateway kind is not one", svc: gatewayService("shop", nil, nil, gatewayOwner("networking.istio.io/v1", "gw"))},
+		{name: "GEP-1762 label", svc: gatewayService("shop", map[string]string{LabelGatewayName: "gw"}, nil), want: "shop/gw", wantVia: "label " + LabelGatewayName},
+		{name: "Cilium label", svc: gatewayService("shop", map[string]string{LabelCiliumGateway: "gw"}, nil), want: "shop/gw"},
+		{name: "Contour label", svc: gatewayService("shop", map[string]string{LabelContourGateway: "gw"}, nil), want: "shop/gw"},
+		{name: "label and owner agree", svc: gatewayService("shop", map[string]string{LabelGatewayName: "gw"}, nil, gatewayOwner("gateway.networking.k8s.io/v1", "gw")),
+			want: "shop/gw"},
+		{name: "label and owner disagree", svc: gatewayService("shop", map[string]string{LabelGatewayName: "other"}, nil, gatewayOwner("gateway.networking.k8s.io/v1", "gw")),
+			wantErr: "belongs to Gateway shop/gw by owner reference and to Gateway shop/other by label " + LabelGatewayName},
+		{name: "Envoy Gateway in the Gateway's own namespace", svc: gatewayService("shop", envoy("gw", "shop"), nil), want: "shop/gw"},
+		{name: "Envoy Gateway from a trusted namespace", svc: gatewayService("envoy-gateway-system", envoy("gw", "shop"), nil), want: "shop/gw", wantMove: true},
+		{name: "Envoy Gateway labels from an untrusted namespace are refused", svc: gatewayService("evil", envoy("gw", "prod"), nil),
+			wantErr: "Services of namespace evil may belong only to Gateways of their own namespace"},
+		{name: "one Envoy Gateway label alone", svc: gatewayService("shop", map[string]string{LabelEnvoyGatewayName: "gw"}, nil),
+			wantErr: "has only one of the labels"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			link, ok, err := LinkedGateway(tc.svc, trusted)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want it to say %q", err, tc.wantErr)
+				}
+				if !isInvalid(err) {
+					t.Errorf("err = %v, want an InvalidRequest", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			if ok {
+				got = link.Key()
+			}
+			if got != tc.want {
+				t.Fatalf("linked to %q, want %q", got, tc.want)
+			}
+			if tc.wantVia != "" && link.Via != tc.wantVia {
+				t.Errorf("via %q, want %q", link.Via, tc.wantVia)
+			}
+			if ok && link.CrossNamespace(tc.svc.GetMeta().GetNamespace()) != tc.wantMove {
+				t.Errorf("CrossNamespace = %v", !tc.wantMove)
+			}
+		})
+	}
+}
+
+func gatewayObj(ns, name, class string, addrs ...*watcherv1.GatewayAddress) *watcherv1.Object {
+	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_GATEWAY, Meta: &watcherv1.ObjectMeta{Namespace: ns, Name: name, Uid: "gw-uid"},
+		Body: &watcherv1.Object_Gateway{Gateway: &watcherv1.Gateway{GatewayClassName: class, Addresses: addrs}}}
+}
+
+func gatewayClassObj(name, pool string) *watcherv1.Object {
+	var ann map[string]string
+	if pool != "" {
+		ann = map[string]string{allocator.AnnotationAddressPool: pool}
+	}
+	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_GATEWAY_CLASS, Meta: &watcherv1.ObjectMeta{Name: name, Annotations: ann},
+		Body: &watcherv1.Object_GatewayClass{GatewayClass: &watcherv1.GatewayClass{ControllerName: "example.com/gateway"}}}
+}
+
+func namespaceObj(name string, labels map[string]string) *watcherv1.Object {
+	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_NAMESPACE, Meta: &watcherv1.ObjectMeta{Name: name, Labels: labels},
+		Body: &watcherv1.Object_Namespace{Namespace: &watcherv1.Namespace{}}}
+}
+
+func ipAddr(v string) *watcherv1.GatewayAddress {
+	return &watcherv1.GatewayAddress{Type: allocator.GatewayIPAddress, Value: v}
+}
+
+func named(v string) *watcherv1.GatewayAddress {
+	return &watcherv1.GatewayAddress{Type: allocator.GatewayNamedAddress, Value: v}
+}
+
+// The request of a Service serving a Gateway: the Gateway's addresses and
+// its class's pool join the Service's own annotations, and the pools of the
+// Gateway's namespace serve it.
+func TestRequestOfAGatewayService(t *testing.T) {
+	index := NewIndex(
+		namespaceObj("shop", map[string]string{"tier": "gold"}),
+		namespaceObj("envoy-gateway-system", nil),
+		gatewayClassObj("with-pool", "public"),
+		gatewayClassObj("plain", ""),
+		gatewayObj("shop", "ips", "with-pool", ipAddr("192.0.2.10"), &watcherv1.GatewayAddress{Type: "IPAddress", Value: "2001:db8::10"}),
+		gatewayObj("shop", "named", "with-pool", named("private")),
+		gatewayObj("shop", "bare", "with-pool"),
+		gatewayObj("shop", "hostname", "plain", &watcherv1.GatewayAddress{Type: "Hostname", Value: "gw.example.com"}),
+	)
+	env := Env{Objects: index, GatewayServiceNamespaces: []string{"envoy-gateway-system"}}
+	label := func(gw string) map[string]string { return map[string]string{LabelGatewayName: gw} }
+	for _, tc := range []struct {
+		name          string
+		svc           *watcherv1.Object
+		wantIPs       []string
+		wantPool      string
+		wantNamespace string
+		wantLabels    map[string]string
+		wantErr       string
+	}{
+		{name: "IPAddress entries are requested IPs, and say their pool (not the class's)", svc: gatewayService("shop", label("ips"), nil),
+			wantIPs: []string{"192.0.2.10", "2001:db8::10"}, wantNamespace: "shop", wantLabels: map[string]string{"tier": "gold"}},
+		{name: "a NamedAddress names the pool, over the class's", svc: gatewayService("shop", label("named"), nil), wantPool: "private", wantNamespace: "shop"},
+		{name: "the class's pool when nothing names one", svc: gatewayService("shop", label("bare"), nil), wantPool: "public", wantNamespace: "shop"},
+		{name: "the Service's annotation names the pool over the class's", svc: gatewayService("shop", label("bare"), map[string]string{allocator.AnnotationAddressPool: "mine"}),
+			wantPool: "mine", wantNamespace: "shop"},
+		{name: "an annotation agreeing with the Gateway", svc: gatewayService("shop", label("ips"), map[string]string{allocator.AnnotationLoadBalancerIPs: "2001:db8::10,192.0.2.10"}),
+			wantIPs: []string{"192.0.2.10", "2001:db8::10"}, wantNamespace: "shop"},
+		{name: "an annotation disagreeing with the Gateway's addresses", svc: gatewayService("shop", label("ips"), map[string]string{allocator.AnnotationLoadBalancerIPs: "192.0.2.99"}),
+			wantErr: "Gateway shop/ips spec.addresses asks for 192.0.2.10, 2001:db8::10, and the Service requests 192.0.2.99"},
+		{name: "an annotation disagreeing with the Gateway's pool", svc: gatewayService("shop", label("named"), map[string]string{allocator.AnnotationAddressPool: "mine"}),
+			wantErr: "Gateway shop/named spec.addresses names IPPool private (NamedAddress), and the Service's ipledger.io/address-pool names mine"},
+		{name: "a Hostname cannot be given", svc: gatewayService("shop", label("hostname"), nil), wantErr: "spec.addresses[0]: type Hostname cannot be given"},
+		{name: "a Gateway not streamed (yet, or any more): the Service as any other", svc: gatewayService("shop", label("gone"), nil), wantNamespace: "shop"},
+		{name: "Envoy Gateway's Service is served by the Gateway's namespace's pools",
+			svc:     gatewayService("envoy-gateway-system", map[string]string{LabelEnvoyGatewayName: "ips", LabelEnvoyGatewayNamespace: "shop"}, nil),
+			wantIPs: []string{"192.0.2.10", "2001:db8::10"}, wantNamespace: "shop", wantLabels: map[string]string{"tier": "gold"}},
+		{name: "and shares no address",
+			svc: gatewayService("envoy-gateway-system", map[string]string{LabelEnvoyGatewayName: "ips", LabelEnvoyGatewayNamespace: "shop"},
+				map[string]string{allocator.AnnotationAllowSharedIP: "k"}),
+			wantErr: "cannot share its address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := Request(tc.svc, env)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !isInvalid(err) {
+					t.Fatalf("err = %v, want an InvalidRequest saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []netip.Addr
+			for _, s := range tc.wantIPs {
+				want = append(want, netip.MustParseAddr(s))
+			}
+			if !slices.Equal(req.RequestedIPs, want) || req.Pool != tc.wantPool || req.Namespace != tc.wantNamespace {
+				t.Errorf("request IPs %v pool %q namespace %q, want %v %q %q", req.RequestedIPs, req.Pool, req.Namespace, want, tc.wantPool, tc.wantNamespace)
+			}
+			if tc.wantLabels != nil && req.NamespaceLabels["tier"] != tc.wantLabels["tier"] {
+				t.Errorf("namespace labels %v, want %v", req.NamespaceLabels, tc.wantLabels)
+			}
+		})
+	}
+}
+
+func isInvalid(err error) bool {
+	var ae *allocator.Error
+	return errors.As(err, &ae) && ae.Reason == allocator.ReasonInvalidRequest
+}
