@@ -8,10 +8,8 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/dynamic"
@@ -123,18 +121,6 @@ func (c *Controller) NewWorker(term *leader.Term) (leader.Worker, error) {
 	return newWorker(c, term), nil
 }
 
-// sleep waits d, or less when the term stops; it reports whether d passed.
-func sleep(term *leader.Term, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-term.Stopping():
-		return false
-	}
-}
-
 // Run is the body of a term: sync, fence, rebuild, then batches until the
 // term stops.
 func (w *worker) Run(term *leader.Term) error {
@@ -149,31 +135,12 @@ func (w *worker) Run(term *leader.Term) error {
 	reg := w.c.source.AddHandler(w.handler())
 	defer w.c.source.RemoveHandler(reg)
 
-	backoff := time.Second
-	for {
-		err := w.open(ctx)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		var ce *ledger.CorruptError
-		if errors.Is(err, ledger.ErrFenced) {
-			log.Error("A newer term already owns the ledger; this term writes nothing", "err", err)
-			<-term.Stopping()
-			return nil
-		}
-		if errors.As(err, &ce) {
-			w.reportCorrupt(ctx, ce)
-			backoff = 10 * time.Second
-		} else {
-			log.Error("Cannot open the ledger; retrying", "err", err, "retryIn", backoff)
-			backoff = min(backoff*2, 30*time.Second)
-		}
-		if !sleep(term, backoff) {
-			return nil
-		}
+	// Opening: until the ledger is read, fenced and rebuilt from, the term
+	// neither decides nor takes mutations (it is not active yet).
+	w.loop(ctx, term, func(p phase) bool { return p == serving || p == fenced })
+	if w.phase != serving {
+		<-term.Stopping() // fenced, or the term ended while opening
+		return nil
 	}
 	log.Info("Term started: ledger fenced and allocations rebuilt",
 		"services", len(w.ledgerBySvc), "conflicts", len(w.conflicts))
@@ -182,6 +149,6 @@ func (w *worker) Run(term *leader.Term) error {
 	defer w.c.metrics.forgetLeaderGauges()
 	defer w.c.ledgerM.Forget()
 	defer w.writes.wait()
-	w.loop(ctx, term)
+	w.loop(term.Context(), term, func(phase) bool { return false })
 	return nil
 }

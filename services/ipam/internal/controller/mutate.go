@@ -80,10 +80,11 @@ func (c *Controller) mutate(ctx context.Context, m mutation) (ledger.Reservation
 // use), then the ledger; the allocator is rolled back if the ledger write
 // fails.
 func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
-	if w.fenced {
+	switch w.phase {
+	case serving:
+	case fenced:
 		return mutationResult{err: ErrNotLeader}
-	}
-	if w.ldg == nil {
+	default:
 		return mutationResult{err: errors.New("the ledger is being re-read after a failed write")}
 	}
 	if r := m.reserve; r != nil {
@@ -124,13 +125,6 @@ func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
 	return mutationResult{res: found}
 }
 
-func (w *worker) afterCommitError(err error) {
-	if errors.Is(err, ledger.ErrFenced) {
-		w.fenced = true
-		return
-	}
-	w.ldg = nil
-	w.reopen(w.term.Context())
-}
+func (w *worker) afterCommitError(err error) { w.enter(w.term.Context(), err, false) }
 
 var _ = allocator.Error{}

@@ -37,9 +37,14 @@ type worker struct {
 	ledgerBySvc  map[string][]ledger.Allocation
 	invalidPools map[string]error
 	conflicts    []plan.Conflict
-	corrupt      *ledger.CorruptError
-	fenced       bool
-	reopenAt     time.Time // when w.ldg is nil: the next attempt to re-read it
+	// phase is where the term is (term.go); w.ldg is set only while serving.
+	phase phase
+	// retryAt is when the ledger is read again (opening, reopening, corrupt).
+	retryAt time.Time
+	// openFailures counts the consecutive failed opens of the ledger.
+	openFailures int
+	// corrupt is the error of the corrupt ledger, while the phase is corrupt.
+	corrupt *ledger.CorruptError
 
 	// expect is what this term wrote to each Service, until the stream
 	// shows it (a lagging stream must never make us decide again).
@@ -179,11 +184,6 @@ func (w *worker) open(ctx context.Context) error {
 		return err
 	}
 	w.ldg = l
-	if w.corrupt != nil {
-		w.log.Info("The ledger is readable again; allocation resumes")
-		w.corrupt = nil
-	}
-	w.c.metrics.ledgerCorrupt.Set(0)
 	for _, f := range l.ForeignWrites() {
 		w.event(configMapRef(w.c.cfg.Namespace, f.Shard), "Warning", "LedgerForeignWrite", fmt.Sprintf(
 			"Written by %q at %s, not by ipam; ipam obeys its entries only where the Services' statuses do not contradict them. "+
@@ -291,62 +291,6 @@ func (w *worker) reportCorrupt(ctx context.Context, ce *ledger.CorruptError) {
 	w.writePoolStatuses(ctx, nil)
 }
 
-func (w *worker) loop(ctx context.Context, term *leader.Term) {
-	for {
-		select {
-		case <-term.Stopping():
-			return
-		case <-w.dirty.wake:
-		case <-w.writes.landed:
-		case m := <-w.mutations:
-			m.reply <- w.apply(term.Context(), m)
-		}
-		w.settle(w.writes.land()...)
-		for !w.fenced && w.hasWork() {
-			select {
-			case <-term.Stopping():
-				return
-			case m := <-w.mutations:
-				m.reply <- w.apply(term.Context(), m)
-			default:
-			}
-			w.pass(term.Context())
-		}
-	}
-}
-
-func (w *worker) hasWork() bool {
-	if w.ldg == nil {
-		return time.Now().After(w.reopenAt)
-	}
-	return w.dirty.any()
-}
-
-// reopen reads and fences the ledger again after a failed write. Until it
-// succeeds nothing is decided; a corrupt ledger is reported and retried.
-func (w *worker) reopen(ctx context.Context) {
-	w.settle(w.writes.landAll()...)
-	err := w.open(ctx)
-	if err == nil {
-		return
-	}
-	w.ldg = nil
-	delay := 2 * time.Second
-	var ce *ledger.CorruptError
-	switch {
-	case errors.As(err, &ce):
-		w.reportCorrupt(ctx, ce)
-		delay = 10 * time.Second
-	case errors.Is(err, ledger.ErrFenced):
-		w.fenced = true
-		return
-	default:
-		w.log.Error("Cannot re-read the ledger; retrying", "err", err, "retryIn", delay)
-	}
-	w.reopenAt = time.Now().Add(delay)
-	time.AfterFunc(delay, w.dirty.poke)
-}
-
 // take returns up to n dirty Services in allocation order, and the dirty
 // keys the stream does not show (first in that order: the stream gave them
 // no creation time); the others stay dirty for the next pass. A Service
@@ -414,10 +358,6 @@ type write struct {
 // commits (flight.go).
 func (w *worker) pass(ctx context.Context) {
 	start := time.Now()
-	if w.ldg == nil {
-		w.reopen(ctx)
-		return
-	}
 	present, absent, poolsChanged := w.take(w.c.cfg.BatchSize)
 	if poolsChanged {
 		w.setPools()
@@ -499,16 +439,10 @@ func (w *worker) commit(ctx context.Context, change ledger.Change) bool {
 		return true
 	}
 	if err := w.ldg.Commit(ctx, change); err != nil {
-		if errors.Is(err, ledger.ErrFenced) {
-			w.fenced = true
-			w.log.Error("A newer term fenced the ledger; this term writes nothing more", "err", err)
-			return false
-		}
 		// Some shards may be written and others not: start over from the
-		// ledger as stored (fenced again under this same term).
-		w.log.Error("Ledger commit failed; re-reading the ledger", "err", err)
-		w.ldg = nil
-		w.reopen(ctx)
+		// ledger as stored (fenced again under this same term), or stop
+		// writing if a newer term fenced it.
+		w.enter(ctx, err, false)
 		return false
 	}
 	plan.Commit(w.ledgerBySvc, change)

@@ -1,0 +1,165 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+)
+
+// phase is where a term is in its life. One function, enter, moves between
+// phases, and one table, afterLedger, says which phase a ledger error leads
+// to; the loop only does what the current phase calls for.
+type phase int
+
+const (
+	// opening: the ledger is read and fenced, and the allocator rebuilt,
+	// before anything is decided (the term's start).
+	opening phase = iota
+	// serving: dirty Services are decided in passes.
+	serving
+	// reopening: a ledger write failed, so the ledger as stored is read and
+	// fenced again (under this same term) before anything more is decided.
+	reopening
+	// corrupt: the ledger cannot be read; nothing is allocated, every pool
+	// says so, and it is read again now and then until it is repaired.
+	corrupt
+	// fenced: a newer term owns the ledger. Nothing more is written; the
+	// term waits for its end.
+	fenced
+)
+
+func (p phase) String() string {
+	return [...]string{"opening", "serving", "reopening", "corrupt", "fenced"}[p]
+}
+
+// Retry delays of the ledger (afterLedger).
+const (
+	// corruptRetry is how often a corrupt ledger is read again.
+	corruptRetry = 10 * time.Second
+	// maxLedgerRetry caps the backoff of a ledger that cannot be read.
+	maxLedgerRetry = 10 * time.Second
+)
+
+// afterLedger is the one retry policy of a term's ledger: the phase that an
+// attempt to open it or a commit leads to, and how long until the next
+// attempt to open it. failures counts the consecutive failed opens,
+// this one included (0 after a failed commit: the ledger is re-read at
+// once, since the failure may only be a conflict with a foreign write).
+func afterLedger(err error, failures int) (phase, time.Duration) {
+	var ce *ledger.CorruptError
+	switch {
+	case err == nil:
+		return serving, 0
+	case errors.Is(err, ledger.ErrFenced):
+		return fenced, 0
+	case errors.As(err, &ce):
+		return corrupt, corruptRetry
+	case failures == 0:
+		return reopening, 0
+	default:
+		return reopening, min(time.Second<<min(failures-1, 4), maxLedgerRetry)
+	}
+}
+
+// enter moves the term to the phase that err (from opening the ledger or
+// committing to it; nil for success) leads to, with what that phase needs:
+// the retry time, the corrupt ledger reported, the log line.
+func (w *worker) enter(ctx context.Context, err error, opened bool) {
+	failures := 0
+	switch {
+	case err == nil:
+		w.openFailures = 0
+	case opened:
+		w.openFailures++
+		failures = w.openFailures
+	}
+	next, delay := afterLedger(err, failures)
+	var ce *ledger.CorruptError
+	switch next {
+	case serving:
+		if w.corrupt != nil {
+			w.log.Info("The ledger is readable again; allocation resumes")
+			w.corrupt = nil
+		}
+		w.c.metrics.ledgerCorrupt.Set(0)
+	case fenced:
+		w.log.Error("A newer term owns the ledger; this term writes nothing more", "err", err, "phase", w.phase)
+		w.ldg = nil
+	case corrupt:
+		errors.As(err, &ce)
+		w.ldg = nil
+		w.reportCorrupt(ctx, ce)
+	case reopening:
+		w.ldg = nil
+		w.log.Error("Cannot use the ledger; reading it again", "err", err, "phase", w.phase, "retryIn", delay)
+	}
+	w.phase, w.retryAt = next, time.Now().Add(delay)
+	if delay > 0 {
+		time.AfterFunc(delay, w.dirty.poke)
+	}
+}
+
+// openLedger is the step of the opening, reopening and corrupt phases:
+// once the retry time has come, wait for the status writes under way (they
+// were decided on the ledger being replaced), then read and fence the
+// ledger and rebuild the allocator.
+func (w *worker) openLedger(ctx context.Context) {
+	if time.Now().Before(w.retryAt) {
+		return
+	}
+	w.settle(w.writes.landAll()...)
+	w.enter(ctx, w.open(ctx), true)
+}
+
+// step does the one thing the phase calls for, if there is anything to do.
+func (w *worker) step(ctx context.Context) {
+	switch w.phase {
+	case opening, reopening, corrupt:
+		w.openLedger(ctx)
+	case serving:
+		if w.dirty.any() {
+			w.pass(ctx)
+		}
+	case fenced:
+	}
+}
+
+// ready reports whether step has work now (the loop then does not block).
+func (w *worker) ready() bool {
+	switch w.phase {
+	case opening, reopening, corrupt:
+		return !time.Now().Before(w.retryAt)
+	case serving:
+		return w.dirty.any()
+	}
+	return false
+}
+
+// closed is a channel that is always ready.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// loop runs steps under ctx until until(phase) or the term stops; between steps it serves one
+// mutation (a reservation) if one is waiting, settles the status writes
+// that landed, and blocks only when the phase has nothing to do.
+func (w *worker) loop(ctx context.Context, term *leader.Term, until func(phase) bool) {
+	for !until(w.phase) {
+		var now <-chan struct{}
+		if w.ready() {
+			now = closed
+		}
+		select {
+		case <-term.Stopping():
+			return
+		case m := <-w.mutations:
+			m.reply <- w.apply(ctx, m)
+		case <-w.dirty.wake:
+		case <-w.writes.landed:
+		case <-now:
+		}
+		w.settle(w.writes.land()...)
+		w.step(ctx)
+	}
+}
