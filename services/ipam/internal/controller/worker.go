@@ -377,18 +377,7 @@ func (w *worker) pass(ctx context.Context) {
 	if !w.commit(ctx, p.Change) {
 		return
 	}
-	reask := p.Reask
-	for _, key := range p.Release {
-		w.alloc.Release(key)
-		delete(w.pending, key)
-	}
-	if len(p.Release) > 0 {
-		// Freed addresses: pending Services may take them now.
-		for k := range w.pending {
-			reask = append(reask, k)
-		}
-	}
-	w.mark(reask...)
+	w.mark(plan.AfterCommit(w.alloc, p, w.pending)...)
 
 	writes := make([]*write, 0, len(p.Writes))
 	for _, pw := range p.Writes {

@@ -392,3 +392,29 @@ func Commit(byService map[string][]ledger.Allocation, c ledger.Change) {
 		byService[k] = append(slices.DeleteFunc(byService[k], func(x ledger.Allocation) bool { return x.IP == a.IP }), a)
 	}
 }
+
+// AfterCommit is what follows a plan once its ledger change is committed,
+// the same on the leader and in a preview: the addresses p released leave
+// the allocator (and their Services stop being pending), and it returns
+// the Services to decide again — p.Reask, and every pending Service when
+// an address was freed, since it may take it now.
+func AfterCommit[V any](a *allocator.Allocator, p Plan, pending map[string]V) (reask []string) {
+	reask = slices.Clone(p.Reask)
+	for _, key := range p.Release {
+		a.Release(key)
+		delete(pending, key)
+	}
+	if len(p.Release) > 0 {
+		for k := range pending {
+			reask = append(reask, k)
+		}
+	}
+	return reask
+}
+
+// DecideAgain reports whether the Service of w is decided again once w is
+// written over a status showing cur: w releases it, or shows fewer
+// addresses, whose release waits for the status that no longer shows them.
+func (w Write) DecideAgain(cur Status) bool {
+	return w.Release || len(w.Want.Ingress) < len(cur.Ingress)
+}

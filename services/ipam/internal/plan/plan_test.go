@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -328,5 +329,53 @@ func TestOptInOfTheSecondEndsTheFirstsHold(t *testing.T) {
 				t.Errorf("Reask = %v, want %v (plan %+v)", p.Reask, tc.wantReask, summarize(p))
 			}
 		})
+	}
+}
+
+// What follows a committed plan, on the leader and in a preview alike.
+func TestAfterCommit(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		p           Plan
+		pending     []string
+		want        []string
+		wantPending []string
+	}{
+		{name: "nothing released: only the reasked", p: Plan{Reask: []string{"ns/r"}}, pending: []string{"ns/p"}, want: []string{"ns/r"}, wantPending: []string{"ns/p"}},
+		{name: "a release wakes every pending Service", p: Plan{Release: []string{"ns/gone"}, Reask: []string{"ns/r"}},
+			pending: []string{"ns/gone", "ns/p", "ns/q"}, want: []string{"ns/p", "ns/q", "ns/r"}, wantPending: []string{"ns/p", "ns/q"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pending := map[string]bool{}
+			for _, k := range tc.pending {
+				pending[k] = true
+			}
+			got := AfterCommit(allocator.New(), tc.p, pending)
+			slices.Sort(got)
+			left := slices.Sorted(maps.Keys(pending))
+			if !slices.Equal(got, tc.want) || !slices.Equal(left, tc.wantPending) {
+				t.Errorf("reask %v, pending %v; want %v, %v", got, left, tc.want, tc.wantPending)
+			}
+		})
+	}
+}
+
+func TestWriteDecideAgain(t *testing.T) {
+	two := Status{Ingress: []string{"10.0.0.1", "2001:db8::1"}}
+	one := Status{Ingress: []string{"10.0.0.1"}}
+	for _, tc := range []struct {
+		name string
+		w    Write
+		cur  Status
+		want bool
+	}{
+		{"same addresses", Write{Want: two}, two, false},
+		{"more addresses", Write{Want: two}, one, false},
+		{"fewer addresses: released once the status shows it", Write{Want: one}, two, true},
+		{"no longer ours", Write{Release: true}, Status{}, true},
+	} {
+		if got := tc.w.DecideAgain(tc.cur); got != tc.want {
+			t.Errorf("%s: DecideAgain = %v", tc.name, got)
+		}
 	}
 }

@@ -284,20 +284,12 @@ func settle(a *allocator.Allocator, in Inputs) (map[string]plan.Status, map[stri
 			pending[pd.Service] = true
 		}
 		next := map[string]bool{}
-		for _, k := range p.Reask {
+		for _, k := range plan.AfterCommit(a, p, pending) {
 			next[k] = true
 		}
-		for _, k := range p.Release {
-			a.Release(k)
-			delete(pending, k)
-		}
-		if len(p.Release) > 0 {
-			// Freed addresses: pending Services may take them now.
-			maps.Copy(next, pending)
-		}
 		for _, w := range p.Writes {
-			if w.Release || len(w.Want.Ingress) < len(current[w.Key].Ingress) {
-				next[w.Key] = true // the status no longer shows the IPs: released next
+			if w.DecideAgain(current[w.Key]) {
+				next[w.Key] = true
 			}
 			current[w.Key] = w.Want
 		}
