@@ -26,10 +26,9 @@ var GatewayAPICRDs = []string{
 // UninstallGatewayAPI deletes them earlier.
 func (e *Env) InstallGatewayAPI(t testing.TB) {
 	t.Helper()
-	dir := gatewayAPIModule(t)
 	args := []string{"apply", "--server-side"}
-	for _, f := range GatewayAPICRDs {
-		args = append(args, "-f", filepath.Join(dir, f))
+	for _, f := range GatewayAPIManifests(t) {
+		args = append(args, "-f", f)
 	}
 	ctx := context.Background()
 	if out, err := e.Kubectl(ctx, args...); err != nil {
@@ -50,6 +49,19 @@ func (e *Env) UninstallGatewayAPI(t testing.TB) {
 		"crd/gateways.gateway.networking.k8s.io", "crd/gatewayclasses.gateway.networking.k8s.io"); err != nil {
 		t.Errorf("delete the Gateway API CRDs: %v: %s", err, out)
 	}
+}
+
+// GatewayAPIManifests are the paths of GatewayAPICRDs of GatewayAPIVersion
+// in the module cache (downloaded once through the module proxy), for a
+// test that applies them to a cluster of its own.
+func GatewayAPIManifests(t testing.TB) []string {
+	t.Helper()
+	dir := gatewayAPIModule(t)
+	out := make([]string, len(GatewayAPICRDs))
+	for i, f := range GatewayAPICRDs {
+		out[i] = filepath.Join(dir, f)
+	}
+	return out
 }
 
 // gatewayAPIModule is the folder of sigs.k8s.io/gateway-api@GatewayAPIVersion

@@ -73,7 +73,8 @@ type target struct {
 // own address), two Services sharing one address by ipledger's sharing key on
 // two ports, after an ipam leader failover (and a Service allocated by the
 // new leader) and after a speaker restart, each Service keeping its address
-// throughout. The speaker's ARP stays on the LAN: none naming a LAN address
+// throughout; and, with the Gateway API's CRDs installed while it all runs,
+// the address a Gateway asks for in spec.addresses, given to its Service. The speaker's ARP stays on the LAN: none naming a LAN address
 // is seen on the machine's uplink, nor on the pods' bridge (the
 // L2Advertisement's interfaces keep the speaker off it).
 func TestAnnounce(t *testing.T) {
@@ -200,6 +201,10 @@ func TestAnnounce(t *testing.T) {
 		}
 		t.Logf("%s: %d ARP packets, none about the LAN %s", c.Interface, len(packets), lanSubnet)
 	}
+
+	t.Run("Gateway", func(t *testing.T) {
+		e.gatewayAnnounced(t, ns, client, lanMAC, ips)
+	})
 
 	t.Run("IPv6", func(t *testing.T) {
 		// NDP needs an IPv6 address that kube-proxy serves: pkg/cluster's
@@ -583,4 +588,85 @@ func speakerAnswered(packets []cluster.ARPPacket, ip netip.Addr, mac net.Hardwar
 		}
 	}
 	return false
+}
+
+var (
+	gatewaysGVR       = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gateways"}
+	gatewayClassesGVR = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gatewayclasses"}
+)
+
+// gatewayAnnounced: the Gateway API's CRDs installed while ipledger runs as
+// pods (the watcher finds them), a Gateway asking for one address of the
+// announce pool, and the LoadBalancer Service a Gateway implementation makes
+// for it (Istio's and NGINX Gateway Fabric's GEP-1762 label; no Gateway
+// controller runs here, the test makes the Service it would) gets that
+// address, which carries the LAN client's request to the Service's pod.
+// used are the addresses the other Services hold.
+func (e *env) gatewayAnnounced(t *testing.T, ns string, client *cluster.LANClient, lanMAC net.HardwareAddr, used map[string]string) {
+	ctx := context.Background()
+	args := []string{"apply", "--server-side"}
+	for _, f := range testenv.GatewayAPIManifests(t) {
+		args = append(args, "-f", f)
+	}
+	e.kubectl(t, args...)
+	t.Cleanup(func() {
+		e.kubectl(t, "delete", "--ignore-not-found", "--wait", "crd/gateways.gateway.networking.k8s.io", "crd/gatewayclasses.gateway.networking.k8s.io")
+	})
+	e.kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "crd/gateways.gateway.networking.k8s.io", "crd/gatewayclasses.gateway.networking.k8s.io")
+	// The watchers look for the CRDs every 30 s; the implementation makes
+	// its Service once it has seen the Gateway, so the Gateway is streamed
+	// first here too.
+	testenv.Eventually(t, 2*time.Minute, func() error {
+		for _, p := range e.pods(t, "ipledger-watcher") {
+			m, err := e.metrics(ctx, p.Name)
+			if err != nil {
+				return err
+			}
+			if m[`ipledger_watcher_optional_kind_served{kind=KIND_GATEWAY}`] != 1 {
+				return fmt.Errorf("watcher %s does not serve Gateways yet", p.Name)
+			}
+		}
+		return nil
+	})
+
+	want := netip.MustParseAddr("10.190.77.78") // the pool's second-highest: no Service took it
+	for svc, ip := range used {
+		if ip == want.String() {
+			t.Fatalf("%s holds %s already", svc, ip)
+		}
+	}
+	class := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+		"metadata": map[string]any{"generateName": "announce-"}, "spec": map[string]any{"controllerName": "example.com/no-controller"}}}
+	class, err := e.dynamic.Resource(gatewayClassesGVR).Create(ctx, class, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+		"metadata": map[string]any{"name": "edge", "namespace": ns},
+		"spec": map[string]any{"gatewayClassName": class.GetName(),
+			"listeners": []any{map[string]any{"name": "http", "port": int64(84), "protocol": "HTTP"}},
+			"addresses": []any{map[string]any{"type": "IPAddress", "value": want.String()}}}}}
+	if _, err := e.dynamic.Resource(gatewaysGVR).Namespace(ns).Create(ctx, gw, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tg := target{"edge-istio", "solo", 84}
+	noNodePorts := false
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: tg.svc, Labels: map[string]string{"gateway.networking.k8s.io/gateway-name": "edge"}},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: &noNodePorts,
+			Selector: map[string]string{"app": tg.pod},
+			Ports:    []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: tg.port, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	if _, err := e.client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, func() error {
+		if got := e.ips(t, ns, []string{tg.svc}, time.Minute)[tg.svc]; got != want.String() {
+			return fmt.Errorf("Service %s of Gateway edge shows %s, want the Gateway's %s", tg.svc, got, want)
+		}
+		return nil
+	})
+	e.reachPod(t, client, lanMAC, want, tg, "the address a Gateway asked for")
 }
