@@ -1,0 +1,325 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/controller"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+)
+
+// BenchmarkSteadyState is the latency users feel every day (issue 31 §1):
+// with N Services allocated (IPLEDGER_BENCH_N, default 1,000), M = N/5 more
+// are created at IPLEDGER_BENCH_RATE per second (default 50) while M/4 of
+// the first are deleted, and each new Service's time from its Create to an
+// address in its status is measured: p50, p99, max. The floor, in the same
+// run and on the same API server (ipam still running, the deletes going on
+// the same way): a bare client that watches Services and, on each create,
+// does what the contract requires of ipam — a compare-and-swap write of a
+// ConfigMap the size of ipam's ledger shard, then the same status merge
+// patch. IPLEDGER_BENCH_ROUNDS repeats both (new Services each round) for
+// the spread.
+//
+//	IPLEDGER_BENCH_N=10000 IPLEDGER_BENCH_ROUNDS=3 go test -run XXX -bench SteadyState -timeout 60m ./internal/bench/
+func BenchmarkSteadyState(b *testing.B) {
+	n := envInt("IPLEDGER_BENCH_N", 1000)
+	m := max(n/5, 20)
+	rate := envInt("IPLEDGER_BENCH_RATE", 50)
+	rounds := envInt("IPLEDGER_BENCH_ROUNDS", 1)
+	env := testenv.Get(b)
+	ctx := context.Background()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = 5000, 10000
+	client := kubernetes.NewForConfigOrDie(cfg)
+	ns := env.Namespace(b, nil)
+	class, floorClass := "bench.ipledger.io/lb", "floor.bench.ipledger.io/lb"
+	pool := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool", "metadata": map[string]any{"name": "steady"},
+		"spec": map[string]any{"addresses": []any{"10.96.0.0/15"}},
+	}}
+	if _, err := env.Dynamic.Resource(controller.PoolGVR).Create(ctx, pool, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = env.Dynamic.Resource(controller.PoolGVR).Delete(ctx, "steady", metav1.DeleteOptions{}) })
+	setupStart := time.Now()
+	svcs := createServices(b, client, ns, class, n)
+
+	watcherAddr, watcherOps, opsAddr := testenv.FreeAddr(b), testenv.FreeAddr(b), testenv.FreeAddr(b)
+	testenv.StartProcess(b, "watcher", env.Binary(b, "watcher"), nil,
+		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", watcherAddr, "--grpc-plaintext", "--namespace", ns,
+		"--ops-addr", watcherOps, "--log-format", "text")
+	ipam := testenv.StartProcess(b, "ipam", env.Binary(b, "ipam"), nil,
+		"--kubeconfig", env.CP.KubeconfigPath, "--namespace", ns, "--lb-class", class, "--require-lb-class", "--log-format", "text", "--log-level", "warn",
+		"--watcher-addr", watcherAddr, "--watcher-token-file", env.TokenFile(b, testenv.SystemNamespace, "ipledger-ipam"), "--watcher-plaintext",
+		"--grpc-addr", testenv.FreeAddr(b), "--grpc-plaintext", "--ops-addr", opsAddr)
+	testenv.Eventually(b, 30*time.Minute, func() error {
+		if ipam.Exited() {
+			return fmt.Errorf("ipam exited: %v", ipam.Err())
+		}
+		if v := scrape(ctx, opsAddr, `ipledger_ipam_status_writes_total{result="ok"}`); v < float64(n) {
+			return fmt.Errorf("ipam wrote %v of %d statuses", v, n)
+		}
+		return nil
+	})
+	b.Logf("set-up: %d Services created and allocated in %s", n, time.Since(setupStart).Round(time.Second))
+	shardBytes := ledgerShardBytes(b, client, ns)
+	floor := startFloor(b, client, ns, floorClass, shardBytes)
+
+	var ipamRuns, floorRuns []latencies
+	deleted := 0
+	b.ResetTimer()
+	for r := range rounds {
+		load := loadavg()
+		gotIPAM := createAtRate(b, client, ns, class, fmt.Sprintf("r%d-ipam-", r), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
+		gotFloor := createAtRate(b, client, ns, floorClass, fmt.Sprintf("r%d-floor-", r), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
+		ipamRuns, floorRuns = append(ipamRuns, gotIPAM), append(floorRuns, gotFloor)
+		b.Logf("round %d: N=%d, %d creates at %d/s, %d deletes beside them; ipam p50 %s p99 %s max %s; floor (CAS of a %d-byte ConfigMap, then the patch) p50 %s p99 %s max %s; "+
+			"ratios p50 %.2f× p99 %.2f×; load %s → %s",
+			r+1, n, m, rate, m/4, gotIPAM.p(50), gotIPAM.p(99), gotIPAM.p(100), shardBytes, gotFloor.p(50), gotFloor.p(99), gotFloor.p(100),
+			ratio(gotIPAM.p(50), gotFloor.p(50)), ratio(gotIPAM.p(99), gotFloor.p(99)), load, loadavg())
+	}
+	b.StopTimer()
+	floor.stop()
+	// The median round by p99 ratio.
+	idx := make([]int, rounds)
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(i, j int) int {
+		return cmpFloat(ratio(ipamRuns[i].p(99), floorRuns[i].p(99)), ratio(ipamRuns[j].p(99), floorRuns[j].p(99)))
+	})
+	med := idx[len(idx)/2]
+	var p50s, p99s []string
+	for i := range rounds {
+		p50s = append(p50s, fmt.Sprintf("%.2f", ratio(ipamRuns[i].p(50), floorRuns[i].p(50))))
+		p99s = append(p99s, fmt.Sprintf("%.2f", ratio(ipamRuns[i].p(99), floorRuns[i].p(99))))
+	}
+	b.ReportMetric(ipamRuns[med].p(50).Seconds()*1000, "ipam-p50-ms")
+	b.ReportMetric(ipamRuns[med].p(99).Seconds()*1000, "ipam-p99-ms")
+	b.ReportMetric(ipamRuns[med].p(100).Seconds()*1000, "ipam-max-ms")
+	b.ReportMetric(floorRuns[med].p(50).Seconds()*1000, "floor-p50-ms")
+	b.ReportMetric(floorRuns[med].p(99).Seconds()*1000, "floor-p99-ms")
+	b.ReportMetric(ratio(ipamRuns[med].p(50), floorRuns[med].p(50)), "x-floor-p50")
+	b.ReportMetric(ratio(ipamRuns[med].p(99), floorRuns[med].p(99)), "x-floor-p99")
+	b.Logf("N=%d, %d rounds: × the floor at p50 %s, at p99 %s", n, rounds, strings.Join(p50s, " "), strings.Join(p99s, " "))
+}
+
+// latencies are the create-to-address times of one run, sorted.
+type latencies []time.Duration
+
+// p is the q-th percentile (100: the maximum).
+func (l latencies) p(q int) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	i := min(len(l)-1, (len(l)*q+99)/100-1)
+	return l[max(i, 0)].Round(time.Millisecond)
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a.Seconds() / b.Seconds()
+}
+
+// createAtRate creates m LoadBalancer Services of class named prefix+i, rate
+// per second (each after the previous Create returned, and on the ticker),
+// calling between() after every fourth; it returns each one's time from its
+// Create's return to a status address, seen by a watch opened before.
+func createAtRate(b *testing.B, client kubernetes.Interface, ns, class, prefix string, m, rate int, between func()) latencies {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := client.CoreV1().Services(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	created, addressed := map[string]time.Time{}, map[string]time.Time{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			s, ok := ev.Object.(*corev1.Service)
+			if !ok || ev.Type == watch.Deleted || !strings.HasPrefix(s.Name, prefix) || len(s.Status.LoadBalancer.Ingress) == 0 {
+				continue
+			}
+			mu.Lock()
+			if _, seen := addressed[s.Name]; !seen {
+				addressed[s.Name] = time.Now()
+			}
+			finished := len(addressed) == m
+			mu.Unlock()
+			if finished {
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	for i := range m {
+		<-tick.C
+		name := fmt.Sprintf("%s%05d", prefix, i)
+		if err := retryLoaded(func() error {
+			_, err := client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
+					Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
+			}, metav1.CreateOptions{})
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+		mu.Lock()
+		created[name] = time.Now()
+		mu.Unlock()
+		if i%4 == 3 {
+			between()
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Minute):
+		mu.Lock()
+		defer mu.Unlock()
+		b.Fatalf("%s: %d of %d Services got an address within 10 minutes of the last create", prefix, len(addressed), m)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	out := make(latencies, 0, m)
+	for name, c := range created {
+		// A watch event can beat the Create's return: never negative.
+		out = append(out, max(addressed[name].Sub(c), 0))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// deleteOne deletes the next of the set-up's Services.
+func deleteOne(b *testing.B, client kubernetes.Interface, ns string, svcs *lbServices, deleted *int) {
+	b.Helper()
+	if *deleted >= len(svcs.objs) {
+		return
+	}
+	name := svcs.objs[*deleted].Name
+	*deleted++
+	if err := client.CoreV1().Services(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		b.Fatal(err)
+	}
+}
+
+// ledgerShardBytes is the size of the data of ipam's largest ledger shard.
+func ledgerShardBytes(b *testing.B, client kubernetes.Interface, ns string) int {
+	b.Helper()
+	cms, err := client.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{LabelSelector: ledger.LabelKey + "=true"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	most := 0
+	for _, cm := range cms.Items {
+		size := 0
+		for k, v := range cm.Data {
+			size += len(k) + len(v)
+		}
+		most = max(most, size)
+	}
+	return most
+}
+
+// floorController is the steady-state floor: one worker that, for each
+// Service of its class created (a watch's ADDED), replaces a ConfigMap of
+// the ledger's size under a resourceVersion precondition (re-reading it on
+// a conflict), then writes ipam's status merge patch.
+type floorController struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startFloor(b *testing.B, client kubernetes.Interface, ns, class string, shardBytes int) *floorController {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cms := client.CoreV1().ConfigMaps(ns)
+	cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "floor-ledger"},
+		Data: map[string]string{"entries": strings.Repeat("x", max(shardBytes, 1))}}, metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := client.CoreV1().Services(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := &floorController{cancel: cancel, done: make(chan struct{})}
+	next := 0
+	go func() {
+		defer close(f.done)
+		for ev := range w.ResultChan() {
+			s, ok := ev.Object.(*corev1.Service)
+			if !ok || ev.Type != watch.Added || s.Spec.LoadBalancerClass == nil || *s.Spec.LoadBalancerClass != class {
+				continue
+			}
+			ip := fmt.Sprintf("10.98.%d.%d", next/250, next%250+1)
+			next++
+			// The ledger's compare-and-swap: the entry changes, the size
+			// stays.
+			for {
+				cm.Data["entries"] = ip + cm.Data["entries"][len(ip):]
+				out, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
+				if err == nil {
+					cm = out
+					break
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				if !apierrors.IsConflict(err) {
+					b.Errorf("floor: ledger write: %v", err)
+					return
+				}
+				if cm, err = cms.Get(ctx, "floor-ledger", metav1.GetOptions{}); err != nil {
+					b.Errorf("floor: ledger read: %v", err)
+					return
+				}
+			}
+			body, _ := json.Marshal(map[string]any{
+				"metadata": map[string]any{"resourceVersion": s.ResourceVersion,
+					"annotations": map[string]any{allocator.AnnotationAllocatedFromPool: "steady"}},
+				"status": map[string]any{
+					"loadBalancer": map[string]any{"ingress": []any{map[string]any{"ip": ip, "ipMode": "VIP"}}},
+					"conditions": []any{map[string]any{"type": "ipledger.io/AddressAllocated", "status": "True", "reason": "Allocated",
+						"message": "Allocated " + ip + " from pool steady", "observedGeneration": s.Generation,
+						"lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}},
+				},
+			})
+			if _, err := client.CoreV1().Services(ns).Patch(ctx, s.Name, types.MergePatchType, body,
+				metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status"); err != nil && ctx.Err() == nil {
+				b.Errorf("floor: status of %s: %v", s.Name, err)
+			}
+		}
+	}()
+	return f
+}
+
+func (f *floorController) stop() {
+	f.cancel()
+	<-f.done
+}
