@@ -6,11 +6,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -85,30 +83,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 			"Set it where another load-balancer controller (the cloud provider's, MetalLB during a migration) serves class-less Services")
 	fs.IntVar(&c.Controller.StatusWorkers, "status-workers", c.Controller.StatusWorkers, "Service status writes in flight at once")
 	fs.IntVar(&c.Controller.BatchSize, "batch-size", c.Controller.BatchSize, "Services decided per ledger write")
-	fs.Func("gateway-service-namespaces",
-		"comma-separated namespaces where a Gateway controller makes the Services of Gateways of other namespaces (Envoy Gateway's envoy-gateway-system): "+
-			"only there do its owning-gateway labels link a Service to another namespace's Gateway, whose addresses and pools it then takes (docs/gateway-api.md). Default none",
-		func(s string) error {
-			list, err := namespaceList(s)
-			c.Controller.GatewayServiceNamespaces = list
-			return err
-		})
-}
-
-// namespaceList parses a comma-separated list of namespace names.
-func namespaceList(s string) ([]string, error) {
-	var out []string
-	for part := range strings.SplitSeq(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		if errs := validation.IsDNS1123Label(part); len(errs) > 0 {
-			return nil, fmt.Errorf("%q is not a namespace name: %s", part, strings.Join(errs, "; "))
-		}
-		out = append(out, part)
-	}
-	return out, nil
+	objects.GatewayServiceNamespacesFlag(fs, &c.Controller.GatewayServiceNamespaces)
 }
 
 // Run runs ipam until ctx ends.

@@ -1,9 +1,12 @@
 package objects
 
 import (
+	"flag"
 	"fmt"
 	"slices"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -128,4 +131,33 @@ func gatewayRequest(link GatewayLink, env Env) (allocator.GatewayRequest, bool, 
 		gr.Class, gr.ClassPool = class.GetMeta().GetName(), class.GetMeta().GetAnnotations()[allocator.AnnotationAddressPool]
 	}
 	return gr, true, nil
+}
+
+// GatewayServiceNamespacesFlag registers --gateway-service-namespaces on fs
+// (ipam's and its preflight's alike), parsed into into.
+func GatewayServiceNamespacesFlag(fs *flag.FlagSet, into *[]string) {
+	fs.Func("gateway-service-namespaces",
+		"comma-separated namespaces where a Gateway controller makes the Services of Gateways of other namespaces (Envoy Gateway's envoy-gateway-system): "+
+			"only there do its owning-gateway labels link a Service to another namespace's Gateway, whose addresses and pools it then takes (docs/gateway-api.md). Default none",
+		func(s string) error {
+			list, err := parseNamespaceList(s)
+			*into = list
+			return err
+		})
+}
+
+// parseNamespaceList parses a comma-separated list of namespace names.
+func parseNamespaceList(s string) ([]string, error) {
+	var out []string
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if errs := validation.IsDNS1123Label(part); len(errs) > 0 {
+			return nil, fmt.Errorf("%q is not a namespace name: %s", part, strings.Join(errs, "; "))
+		}
+		out = append(out, part)
+	}
+	return out, nil
 }

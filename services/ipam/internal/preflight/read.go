@@ -24,13 +24,14 @@ import (
 const pageSize = 500
 
 // Read reads what a new leader decides from at its term start, from the API
-// server (never a cache): every Service, Namespace and IPPool, converted as
-// the watcher streams them (pkg/convert), and the ledger of namespace, as
+// server (never a cache): every Service, Namespace, IPPool, Gateway and
+// GatewayClass, converted as the watcher streams them (pkg/convert), and
+// the ledger of namespace, as
 // ledger.Open reads it. Services the ledger names that do not exist are
 // Gone, as the term start confirms them. It only lists.
-func Read(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, namespace string, class objects.Class) (preview.Inputs, error) {
+func Read(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, namespace string, class objects.Class, gatewayNamespaces []string) (preview.Inputs, error) {
 	index := objects.NewIndex()
-	in := preview.Inputs{Env: objects.Env{Objects: index}, PoolSet: &objects.PoolSet{}, Class: class, Now: time.Now()}
+	in := preview.Inputs{Env: objects.Env{Objects: index, GatewayServiceNamespaces: gatewayNamespaces}, PoolSet: &objects.PoolSet{}, Class: class, Now: time.Now()}
 	st, err := ledger.Read(ctx, client, namespace)
 	if err != nil {
 		return in, fmt.Errorf("the ledger (a new leader would stop allocating and report LedgerCorrupt): %w", err)
