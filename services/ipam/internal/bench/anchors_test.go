@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/controlplane"
 	"github.com/ipledger/ipledger/pkg/testenv"
@@ -56,9 +55,7 @@ func BenchmarkAnchors(b *testing.B) {
 	metallb := metallbDir(b)
 	env := testenv.Get(b)
 	ctx := context.Background()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst = 5000, 10000
-	client := kubernetes.NewForConfigOrDie(cfg)
+	client := benchClient(env)
 	ns := env.Namespace(b, nil)
 	const class = "bench.ipledger.io/lb"
 	pool := netip.MustParsePrefix("10.96.0.0/16")

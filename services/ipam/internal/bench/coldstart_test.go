@@ -20,7 +20,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -40,7 +39,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
@@ -106,10 +104,7 @@ func BenchmarkColdStart(b *testing.B) {
 	rounds := envInt("IPLEDGER_BENCH_ROUNDS", 1)
 	env := testenv.Get(b)
 	ctx := context.Background()
-	// The benchmark's own client: rate limits raised like ipam's.
-	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst = 5000, 10000
-	client := kubernetes.NewForConfigOrDie(cfg)
+	client := benchClient(env)
 	ns := env.Namespace(b, nil)
 	class := "bench.ipledger.io/lb"
 
@@ -355,19 +350,10 @@ func cmpFloat(a, b float64) int {
 // the resourceVersion.
 func patchStatus(ctx context.Context, b *testing.B, client kubernetes.Interface, objs []*corev1.Service, ip func(i int) string) time.Duration {
 	b.Helper()
-	now := time.Now().UTC().Format(time.RFC3339)
 	start := time.Now()
 	if err := parallel(len(objs), 32, func(i int) error {
 		s := objs[i]
-		body, _ := json.Marshal(map[string]any{
-			"metadata": map[string]any{"resourceVersion": s.ResourceVersion,
-				"annotations": map[string]any{allocator.AnnotationAllocatedFromPool: "bench"}},
-			"status": map[string]any{
-				"loadBalancer": map[string]any{"ingress": []any{map[string]any{"ip": ip(i), "ipMode": "VIP"}}},
-				"conditions": []any{map[string]any{"type": "ipledger.io/AddressAllocated", "status": "True", "reason": "Allocated",
-					"message": "Allocated " + ip(i) + " from pool bench", "observedGeneration": s.Generation, "lastTransitionTime": now}},
-			},
-		})
+		body := ipamStatusPatch(s.ResourceVersion, s.Generation, ip(i), "bench")
 		out, err := client.CoreV1().Services(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, body,
 			metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status")
 		if err == nil {

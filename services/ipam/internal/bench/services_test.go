@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -11,7 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
+	"github.com/ipledger/ipledger/pkg/testenv"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 )
 
@@ -151,4 +154,29 @@ func (s *lbServices) reread(b *testing.B) {
 		}
 		s.objs[i] = fresh
 	}
+}
+
+// benchClient is the benchmark's own client, rate limits raised like ipam's.
+func benchClient(env *testenv.Env) kubernetes.Interface {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = 5000, 10000
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+// ipamStatusPatch is the status write ipam makes for a Service at
+// resourceVersion rv and generation gen given ip from pool: one JSON merge
+// patch of the status subresource carrying the ingress, ipam's condition
+// and the allocated-from-pool annotation, conditional on rv.
+func ipamStatusPatch(rv string, gen int64, ip, pool string) []byte {
+	body, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": rv,
+			"annotations": map[string]any{allocator.AnnotationAllocatedFromPool: pool}},
+		"status": map[string]any{
+			"loadBalancer": map[string]any{"ingress": []any{map[string]any{"ip": ip, "ipMode": "VIP"}}},
+			"conditions": []any{map[string]any{"type": "ipledger.io/AddressAllocated", "status": "True", "reason": "Allocated",
+				"message": "Allocated " + ip + " from pool " + pool, "observedGeneration": gen,
+				"lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}},
+		},
+	})
+	return body
 }

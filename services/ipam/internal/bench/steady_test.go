@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -18,10 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
-	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 )
@@ -46,9 +43,7 @@ func BenchmarkSteadyState(b *testing.B) {
 	rounds := envInt("IPLEDGER_BENCH_ROUNDS", 1)
 	env := testenv.Get(b)
 	ctx := context.Background()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst = 5000, 10000
-	client := kubernetes.NewForConfigOrDie(cfg)
+	client := benchClient(env)
 	ns := env.Namespace(b, nil)
 	class, floorClass := "bench.ipledger.io/lb", "floor.bench.ipledger.io/lb"
 	pool := &unstructured.Unstructured{Object: map[string]any{
@@ -300,16 +295,7 @@ func startFloor(b *testing.B, client kubernetes.Interface, ns, class string, sha
 					return
 				}
 			}
-			body, _ := json.Marshal(map[string]any{
-				"metadata": map[string]any{"resourceVersion": s.ResourceVersion,
-					"annotations": map[string]any{allocator.AnnotationAllocatedFromPool: "steady"}},
-				"status": map[string]any{
-					"loadBalancer": map[string]any{"ingress": []any{map[string]any{"ip": ip, "ipMode": "VIP"}}},
-					"conditions": []any{map[string]any{"type": "ipledger.io/AddressAllocated", "status": "True", "reason": "Allocated",
-						"message": "Allocated " + ip + " from pool steady", "observedGeneration": s.Generation,
-						"lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}},
-				},
-			})
+			body := ipamStatusPatch(s.ResourceVersion, s.Generation, ip, "steady")
 			if _, err := client.CoreV1().Services(ns).Patch(ctx, s.Name, types.MergePatchType, body,
 				metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status"); err != nil && ctx.Err() == nil {
 				b.Errorf("floor: status of %s: %v", s.Name, err)
