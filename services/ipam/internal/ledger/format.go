@@ -129,6 +129,7 @@ type SyntaxError struct {
 	Err   error
 }
 
+// Error names the shard, and the key and line when known.
 func (e *SyntaxError) Error() string {
 	if e.Line > 0 {
 		return fmt.Sprintf("ledger shard %s: %s line %d: %v", e.Shard, e.Key, e.Line, e.Err)
@@ -139,6 +140,7 @@ func (e *SyntaxError) Error() string {
 	return fmt.Sprintf("ledger shard %s: %v", e.Shard, e.Err)
 }
 
+// Unwrap returns the error met at the place the SyntaxError names.
 func (e *SyntaxError) Unwrap() error { return e.Err }
 
 // ShardNumber returns n of `ipledger-ledger-<n>`, or false.
@@ -191,6 +193,7 @@ func CompareAllocations(a, b Allocation) int {
 	return strings.Compare(a.Service.Name, b.Service.Name)
 }
 
+// compareReservations orders by IP (a shard reserves an IP once).
 func compareReservations(a, b Reservation) int { return a.IP.Compare(b.IP) }
 
 // Encode renders a shard as ConfigMap data. Entries are sorted; the output is
@@ -249,6 +252,7 @@ func Size(data map[string]string) int {
 	return n
 }
 
+// formatTime is t in RFC 3339, UTC, or "" for the zero time.
 func formatTime(t time.Time) string {
 	if t.IsZero() {
 		return ""
@@ -261,132 +265,23 @@ func formatTime(t time.Time) string {
 // "namespace/name", or the same IP and Service twice is an error, because a
 // ledger that is misread would hand out an address twice.
 func Decode(name string, data map[string]string) (Shard, error) {
-	s := Shard{Name: name}
-	fail := func(key string, line int, err error) (Shard, error) {
-		return Shard{}, &SyntaxError{Shard: name, Key: key, Line: line, Err: err}
+	if key, err := checkKeys(name, data); err != nil {
+		return Shard{}, &SyntaxError{Shard: name, Key: key, Err: err}
 	}
-	f, ok := data[keyFormat]
-	if !ok {
-		return fail(keyFormat, 0, errors.New("missing; this ConfigMap is not a ledger shard"))
+	s := Shard{Name: name, Term: data[keyTerm]}
+	var err error
+	if s.Epoch, err = decodeEpoch(data); err != nil {
+		return Shard{}, &SyntaxError{Shard: name, Key: keyEpoch, Err: err}
 	}
-	if f != Format {
-		return fail(keyFormat, 0, fmt.Errorf("%q is not %q (written by a newer ipam?)", f, Format))
+	if s.Allocations, err = decodeAllocations(data[keyAllocations]); err != nil {
+		return Shard{}, keyError(name, keyAllocations, err)
 	}
-	for k := range data {
-		switch k {
-		case keyFormat, keyEpoch, keyTerm, keyAllocations, keyReservations:
-		case keyShards:
-			if name != HeadName {
-				return fail(k, 0, fmt.Errorf("only %s lists shards", HeadName))
-			}
-		default:
-			return fail(k, 0, errors.New("unknown key"))
-		}
+	if s.Reservations, err = decodeReservations(data[keyReservations]); err != nil {
+		return Shard{}, keyError(name, keyReservations, err)
 	}
-	s.Term = data[keyTerm]
-	if e, ok := data[keyEpoch]; ok {
-		n, err := parseEpoch(e)
-		if err != nil {
-			return fail(keyEpoch, 0, err)
-		}
-		s.Epoch = n
-	}
-
-	seen := map[string]bool{}
-	err := eachLine(data[keyAllocations], func(n int, line []byte) error {
-		var l allocationLine
-		if err := strictUnmarshal(line, &l); err != nil {
-			return err
-		}
-		a := Allocation{Pool: l.Pool, SharingKey: l.SharingKey}
-		var err error
-		if a.IP, err = parseIP(l.IP); err != nil {
-			return err
-		}
-		if a.Pool == "" {
-			return errors.New("pool is empty")
-		}
-		if a.Service, err = parseServiceRef(l.Service); err != nil {
-			return fmt.Errorf("service: %w", err)
-		}
-		a.Service.UID = l.UID
-		if a.AllocatedAt, err = parseTime(l.AllocatedAt); err != nil {
-			return fmt.Errorf("allocatedAt: %w", err)
-		}
-		k := a.IP.String() + " " + a.Service.Key()
-		if seen[k] {
-			return fmt.Errorf("%s is recorded twice for %s", a.IP, a.Service.Key())
-		}
-		seen[k] = true
-		s.Allocations = append(s.Allocations, a)
-		return nil
-	})
-	if err != nil {
-		return fail(keyAllocations, lineOf(err), errors.Unwrap(err))
-	}
-
-	clear(seen)
-	err = eachLine(data[keyReservations], func(n int, line []byte) error {
-		var l reservationLine
-		if err := strictUnmarshal(line, &l); err != nil {
-			return err
-		}
-		r := Reservation{Note: l.Note}
-		var err error
-		if r.IP, err = parseIP(l.IP); err != nil {
-			return err
-		}
-		if l.ForService != "" {
-			ref, err := parseServiceRef(l.ForService)
-			if err != nil {
-				return fmt.Errorf("forService: %w", err)
-			}
-			ref.UID = l.ForUID
-			r.ForService = &ref
-		} else if l.ForUID != "" {
-			return errors.New("forUid without forService")
-		}
-		if r.CreatedAt, err = parseTime(l.CreatedAt); err != nil {
-			return fmt.Errorf("createdAt: %w", err)
-		}
-		if seen[r.IP.String()] {
-			return fmt.Errorf("%s is reserved twice", r.IP)
-		}
-		seen[r.IP.String()] = true
-		s.Reservations = append(s.Reservations, r)
-		return nil
-	})
-	if err != nil {
-		return fail(keyReservations, lineOf(err), errors.Unwrap(err))
-	}
-
 	if name == HeadName {
-		names := map[string]bool{}
-		err = eachLine(data[keyShards], func(n int, line []byte) error {
-			var l indexLine
-			if err := strictUnmarshal(line, &l); err != nil {
-				return err
-			}
-			num, ok := ShardNumber(l.Name)
-			if !ok || num == 0 {
-				return fmt.Errorf("name %q is not %s<n> with n > 0", l.Name, NamePrefix)
-			}
-			from, err := parseIP(l.From)
-			if err != nil {
-				return fmt.Errorf("from: %w", err)
-			}
-			if names[l.Name] {
-				return fmt.Errorf("%s is listed twice", l.Name)
-			}
-			names[l.Name] = true
-			if k := len(s.Index); k > 0 && s.Index[k-1].From.Compare(from) >= 0 {
-				return fmt.Errorf("from %s does not follow %s: shards must be listed in increasing order", from, s.Index[k-1].From)
-			}
-			s.Index = append(s.Index, IndexEntry{Name: l.Name, From: from})
-			return nil
-		})
-		if err != nil {
-			return fail(keyShards, lineOf(err), errors.Unwrap(err))
+		if s.Index, err = decodeIndex(data[keyShards]); err != nil {
+			return Shard{}, keyError(name, keyShards, err)
 		}
 	}
 	slices.SortFunc(s.Allocations, CompareAllocations)
@@ -394,24 +289,197 @@ func Decode(name string, data map[string]string) (Shard, error) {
 	return s, nil
 }
 
+// keyError is err, met in the JSON lines of key in shard, as a *SyntaxError
+// naming the line when err is a *lineError.
+func keyError(shard, key string, err error) *SyntaxError {
+	var le *lineError
+	if errors.As(err, &le) {
+		return &SyntaxError{Shard: shard, Key: key, Line: le.line, Err: le.err}
+	}
+	return &SyntaxError{Shard: shard, Key: key, Err: err}
+}
+
+// checkKeys checks the keys of a shard called name: the format must be
+// Format, only the head may list shards, and no key may be unknown. It
+// returns the key at fault and why.
+func checkKeys(name string, data map[string]string) (key string, err error) {
+	f, ok := data[keyFormat]
+	if !ok {
+		return keyFormat, errors.New("missing; this ConfigMap is not a ledger shard")
+	}
+	if f != Format {
+		return keyFormat, fmt.Errorf("%q is not %q (written by a newer ipam?)", f, Format)
+	}
+	for k := range data {
+		switch k {
+		case keyFormat, keyEpoch, keyTerm, keyAllocations, keyReservations:
+		case keyShards:
+			if name != HeadName {
+				return k, fmt.Errorf("only %s lists shards", HeadName)
+			}
+		default:
+			return k, errors.New("unknown key")
+		}
+	}
+	return "", nil
+}
+
+// decodeEpoch returns the epoch key of data, 0 when there is none (a shard
+// written before epochs existed).
+func decodeEpoch(data map[string]string) (uint64, error) {
+	e, ok := data[keyEpoch]
+	if !ok {
+		return 0, nil
+	}
+	return parseEpoch(e)
+}
+
+// decodeAllocations parses allocations.jsonl; the same IP and Service twice
+// is an error. An error names its line (*lineError).
+func decodeAllocations(text string) ([]Allocation, error) {
+	var out []Allocation
+	seen := map[string]bool{}
+	err := eachLine(text, func(line []byte) error {
+		a, err := parseAllocation(line)
+		if err != nil {
+			return err
+		}
+		k := a.IP.String() + " " + a.Service.Key()
+		if seen[k] {
+			return fmt.Errorf("%s is recorded twice for %s", a.IP, a.Service.Key())
+		}
+		seen[k] = true
+		out = append(out, a)
+		return nil
+	})
+	return out, err
+}
+
+// parseAllocation parses one line of allocations.jsonl.
+func parseAllocation(line []byte) (Allocation, error) {
+	var l allocationLine
+	if err := strictUnmarshal(line, &l); err != nil {
+		return Allocation{}, err
+	}
+	a := Allocation{Pool: l.Pool, SharingKey: l.SharingKey}
+	var err error
+	if a.IP, err = parseIP(l.IP); err != nil {
+		return Allocation{}, err
+	}
+	if a.Pool == "" {
+		return Allocation{}, errors.New("pool is empty")
+	}
+	if a.Service, err = parseServiceRef(l.Service); err != nil {
+		return Allocation{}, fmt.Errorf("service: %w", err)
+	}
+	a.Service.UID = l.UID
+	if a.AllocatedAt, err = parseTime(l.AllocatedAt); err != nil {
+		return Allocation{}, fmt.Errorf("allocatedAt: %w", err)
+	}
+	return a, nil
+}
+
+// decodeReservations parses reservations.jsonl; the same IP twice is an
+// error. An error names its line (*lineError).
+func decodeReservations(text string) ([]Reservation, error) {
+	var out []Reservation
+	seen := map[netip.Addr]bool{}
+	err := eachLine(text, func(line []byte) error {
+		r, err := parseReservation(line)
+		if err != nil {
+			return err
+		}
+		if seen[r.IP] {
+			return fmt.Errorf("%s is reserved twice", r.IP)
+		}
+		seen[r.IP] = true
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// parseReservation parses one line of reservations.jsonl.
+func parseReservation(line []byte) (Reservation, error) {
+	var l reservationLine
+	if err := strictUnmarshal(line, &l); err != nil {
+		return Reservation{}, err
+	}
+	r := Reservation{Note: l.Note}
+	var err error
+	if r.IP, err = parseIP(l.IP); err != nil {
+		return Reservation{}, err
+	}
+	if l.ForService != "" {
+		ref, err := parseServiceRef(l.ForService)
+		if err != nil {
+			return Reservation{}, fmt.Errorf("forService: %w", err)
+		}
+		ref.UID = l.ForUID
+		r.ForService = &ref
+	} else if l.ForUID != "" {
+		return Reservation{}, errors.New("forUid without forService")
+	}
+	if r.CreatedAt, err = parseTime(l.CreatedAt); err != nil {
+		return Reservation{}, fmt.Errorf("createdAt: %w", err)
+	}
+	return r, nil
+}
+
+// decodeIndex parses the head's shards.jsonl: each shard listed once, in
+// increasing order of From. An error names its line (*lineError).
+func decodeIndex(text string) ([]IndexEntry, error) {
+	var out []IndexEntry
+	names := map[string]bool{}
+	err := eachLine(text, func(line []byte) error {
+		e, err := parseIndexEntry(line)
+		if err != nil {
+			return err
+		}
+		if names[e.Name] {
+			return fmt.Errorf("%s is listed twice", e.Name)
+		}
+		names[e.Name] = true
+		if k := len(out); k > 0 && out[k-1].From.Compare(e.From) >= 0 {
+			return fmt.Errorf("from %s does not follow %s: shards must be listed in increasing order", e.From, out[k-1].From)
+		}
+		out = append(out, e)
+		return nil
+	})
+	return out, err
+}
+
+// parseIndexEntry parses one line of shards.jsonl.
+func parseIndexEntry(line []byte) (IndexEntry, error) {
+	var l indexLine
+	if err := strictUnmarshal(line, &l); err != nil {
+		return IndexEntry{}, err
+	}
+	if num, ok := ShardNumber(l.Name); !ok || num == 0 {
+		return IndexEntry{}, fmt.Errorf("name %q is not %s<n> with n > 0", l.Name, NamePrefix)
+	}
+	from, err := parseIP(l.From)
+	if err != nil {
+		return IndexEntry{}, fmt.Errorf("from: %w", err)
+	}
+	return IndexEntry{Name: l.Name, From: from}, nil
+}
+
+// lineError is an error met on a line of a JSON lines key, numbered from 1.
 type lineError struct {
 	line int
 	err  error
 }
 
+// Error names the line.
 func (e *lineError) Error() string { return fmt.Sprintf("line %d: %v", e.line, e.err) }
+
+// Unwrap returns the error met on the line.
 func (e *lineError) Unwrap() error { return e.err }
 
-func lineOf(err error) int {
-	var le *lineError
-	if errors.As(err, &le) {
-		return le.line
-	}
-	return 0
-}
-
-// eachLine calls fn for every non-blank line (numbered from 1).
-func eachLine(text string, fn func(n int, line []byte) error) error {
+// eachLine calls fn for every non-blank line; an error is returned as a
+// *lineError naming the line (numbered from 1).
+func eachLine(text string, fn func(line []byte) error) error {
 	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	n := 0
@@ -421,7 +489,7 @@ func eachLine(text string, fn func(n int, line []byte) error) error {
 		if len(line) == 0 {
 			continue
 		}
-		if err := fn(n, line); err != nil {
+		if err := fn(line); err != nil {
 			return &lineError{line: n, err: err}
 		}
 	}
@@ -431,6 +499,8 @@ func eachLine(text string, fn func(n int, line []byte) error) error {
 	return nil
 }
 
+// strictUnmarshal decodes line, one JSON value, into v; an unknown field is
+// an error.
 func strictUnmarshal(line []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(line))
 	d.DisallowUnknownFields()
@@ -453,6 +523,8 @@ func parseEpoch(s string) (uint64, error) {
 	return n, nil
 }
 
+// parseIP accepts a plain IPv4 or IPv6 address: no zone, no IPv4-mapped
+// IPv6 form (which would make a second key for one address).
 func parseIP(s string) (netip.Addr, error) {
 	ip, err := netip.ParseAddr(s)
 	if err != nil {
@@ -464,6 +536,7 @@ func parseIP(s string) (netip.Addr, error) {
 	return ip, nil
 }
 
+// parseServiceRef parses "namespace/name" (without the UID).
 func parseServiceRef(s string) (ServiceRef, error) {
 	ns, name, ok := strings.Cut(s, "/")
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
@@ -472,6 +545,7 @@ func parseServiceRef(s string) (ServiceRef, error) {
 	return ServiceRef{Namespace: ns, Name: name}, nil
 }
 
+// parseTime parses RFC 3339; "" is the zero time.
 func parseTime(s string) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
@@ -573,6 +647,7 @@ func bounds(head Shard, i int) (lo, hi netip.Addr) {
 	return lo, hi
 }
 
+// inRange reports whether ip is in [lo, hi); an invalid bound is unbounded.
 func inRange(ip, lo, hi netip.Addr) bool {
 	return (!lo.IsValid() || lo.Compare(ip) <= 0) && (!hi.IsValid() || ip.Compare(hi) < 0)
 }
@@ -637,12 +712,14 @@ func Split(s Shard, limit int, newName func() string) (first Shard, rest []Shard
 	return pieces[0], pieces[1:], from
 }
 
+// lineSize is the length of a's line in allocations.jsonl.
 func lineSize(a Allocation) int {
 	b, _ := json.Marshal(allocationLine{IP: a.IP.String(), Pool: a.Pool, Service: a.Service.Key(), UID: a.Service.UID,
 		SharingKey: a.SharingKey, AllocatedAt: formatTime(a.AllocatedAt)})
 	return len(b) + 1
 }
 
+// reservationSize is the length of r's line in reservations.jsonl.
 func reservationSize(r Reservation) int {
 	l := reservationLine{IP: r.IP.String(), Note: r.Note, CreatedAt: formatTime(r.CreatedAt)}
 	if r.ForService != nil {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -76,10 +75,12 @@ type CorruptError struct {
 	Err   error
 }
 
+// Error names the ConfigMap and says allocation is stopped.
 func (e *CorruptError) Error() string {
 	return fmt.Sprintf("ledger ConfigMap %s cannot be read, allocation is stopped until it is repaired: %v", e.Shard, e.Err)
 }
 
+// Unwrap returns why the shard cannot be read.
 func (e *CorruptError) Unwrap() error { return e.Err }
 
 // Parse decodes a ledger from the data of its ConfigMaps (by name), as read
@@ -175,6 +176,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
+// write counts one write of a ledger ConfigMap by result.
 func (m *Metrics) write(result string) {
 	if m != nil {
 		m.writes.WithLabelValues(result).Inc()
@@ -350,6 +352,8 @@ func (l *Ledger) confirm(ctx context.Context) error {
 	return nil
 }
 
+// fence is one attempt of Open: read the ledger, confirm the lease, and
+// rewrite every shard with this term's epoch (see Open).
 func (l *Ledger) fence(ctx context.Context) error {
 	snap, err := read(ctx, l.client, l.opts.Namespace)
 	if err != nil {
@@ -449,6 +453,7 @@ func (l *Ledger) configMap(s *liveShard, data map[string]string) *corev1.ConfigM
 	}
 }
 
+// create writes s as a new ConfigMap, and records its resourceVersion.
 func (l *Ledger) create(ctx context.Context, s *liveShard) error {
 	s.rv = ""
 	out, err := l.client.CoreV1().ConfigMaps(l.opts.Namespace).Create(ctx, l.configMap(s, Encode(s.Shard)), metav1.CreateOptions{FieldManager: FieldManager})
@@ -486,6 +491,7 @@ func (l *Ledger) update(ctx context.Context, s *liveShard, data map[string]strin
 	return nil
 }
 
+// resultOf is the writes metric's result for a failed write.
 func resultOf(err error) string {
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 		return "conflict"
@@ -606,142 +612,72 @@ func (l *Ledger) reload(ctx context.Context) error {
 	return nil
 }
 
+// commit writes ch as planCommit lays it out: the shards a split cut off
+// are created first, then the shards ch touched are updated, the head first
+// (it publishes the created shards), each with compare-and-swap. The
+// in-memory shards follow each write that succeeds, so that they stay
+// equal to what is stored.
 func (l *Ledger) commit(ctx context.Context, ch Change) error {
-	head := l.shards[0]
-	edits := map[int]*Shard{}
-	edit := func(ip netip.Addr) *Shard {
-		i := ShardFor(head.Shard, ip)
-		if s, ok := edits[i]; ok {
-			return s
-		}
-		cur := l.shards[i].Shard
-		s := &Shard{Name: cur.Name, Epoch: l.epoch, Term: l.opts.Term, Index: cur.Index,
-			Allocations: slices.Clone(cur.Allocations), Reservations: slices.Clone(cur.Reservations)}
-		edits[i] = s
-		return s
+	p := planCommit(l.layout(), ch, l.epoch, l.opts.Term, l.opts.ShardLimit, l.maxNum)
+	l.maxNum = p.maxNum
+	created, err := l.createAll(ctx, &p)
+	if err != nil {
+		return err
 	}
-	// The released and the (re)allocated entries leave their shards in one
-	// pass per shard: one scan per entry made a batch of 2,000 cost
-	// 2,000 scans of a shard of thousands.
-	type entry struct { // an IP and the namespace and name holding it
-		ip       netip.Addr
-		ns, name string
-	}
-	leaving := map[*Shard]map[entry]struct{}{}
-	leave := func(a Allocation) {
-		s := edit(a.IP)
-		if leaving[s] == nil {
-			leaving[s] = map[entry]struct{}{}
-		}
-		leaving[s][entry{a.IP, a.Service.Namespace, a.Service.Name}] = struct{}{}
-	}
-	for _, a := range ch.Release {
-		leave(a)
-	}
-	for _, a := range ch.Allocate {
-		leave(a)
-	}
-	for s, gone := range leaving {
-		s.Allocations = slices.DeleteFunc(s.Allocations, func(x Allocation) bool {
-			_, ok := gone[entry{x.IP, x.Service.Namespace, x.Service.Name}]
-			return ok
-		})
-	}
-	for _, ip := range ch.Unreserve {
-		s := edit(ip)
-		s.Reservations = slices.DeleteFunc(s.Reservations, func(x Reservation) bool { return x.IP == ip })
-	}
-	for _, a := range ch.Allocate {
-		s := edit(a.IP)
-		s.Allocations = append(s.Allocations, a)
-	}
-	for _, r := range ch.Reserve {
-		s := edit(r.IP)
-		s.Reservations = slices.DeleteFunc(s.Reservations, func(x Reservation) bool { return x.IP == r.IP })
-		s.Reservations = append(s.Reservations, r)
-	}
-
-	positions := make([]int, 0, len(edits))
-	for i := range edits {
-		positions = append(positions, i)
-	}
-	sort.Ints(positions)
-
-	// Split what outgrew the limit. New shards are created first; they
-	// count only once the head lists them, and the old shard is trimmed
-	// after that, so a reader never sees an entry vanish. Each shard is
-	// encoded once here: the encoding that fits is the one written.
-	newIndex := slices.Clone(head.Index)
-	var created []*liveShard
-	encoded := map[int]map[string]string{}
-	for _, i := range positions {
-		if data := Encode(*edits[i]); Size(data) <= l.opts.ShardLimit {
-			encoded[i] = data
-			continue
-		}
-		first, rest, from := Split(*edits[i], l.opts.ShardLimit, func() string {
-			l.maxNum++
-			return ShardName(l.maxNum)
-		})
-		*edits[i] = first
-		for k, r := range rest {
-			ls := &liveShard{Shard: r}
-			ls.Epoch, ls.Term = l.epoch, l.opts.Term
-			for tries := 0; ; tries++ {
-				err := l.create(ctx, ls)
-				if err == nil {
-					break
-				}
-				if !apierrors.IsAlreadyExists(err) || tries > 5 {
-					return err
-				}
-				// An orphan holds the name: take the next one.
-				l.maxNum++
-				ls.Name = ShardName(l.maxNum)
-			}
-			created = append(created, ls)
-			newIndex = append(newIndex, IndexEntry{Name: ls.Name, From: from[k]})
-		}
-	}
-	slices.SortFunc(newIndex, func(a, b IndexEntry) int { return a.From.Compare(b.From) })
-	indexChanged := len(newIndex) != len(head.Index)
-	if indexChanged {
-		if _, ok := edits[0]; !ok {
-			edits[0] = &Shard{Name: head.Name, Epoch: l.epoch, Term: l.opts.Term, Allocations: head.Allocations, Reservations: head.Reservations}
-			positions = append([]int{0}, positions...)
-		}
-		edits[0].Index = newIndex
-	}
-
-	// Write: the head first (it publishes new shards), then the others.
-	for _, i := range positions {
-		ls := &liveShard{Shard: *edits[i], rv: l.shards[i].rv}
-		// The head gained its index after it was encoded: encoded[0]
-		// is then stale, and update encodes it anew.
-		data := encoded[i]
-		if i == 0 && indexChanged {
-			data = nil
-		}
-		delete(encoded, i) // garbage once sent
+	for k := range p.writes {
+		w := &p.writes[k]
+		ls := &liveShard{Shard: w.shard, rv: l.shards[w.pos].rv}
+		data := w.data
+		w.data = nil // garbage once sent
 		if err := l.update(ctx, ls, data); err != nil {
 			return err
 		}
-		l.shards[i] = ls // keep the in-memory copy equal to what is stored
+		l.shards[w.pos] = ls
 	}
-	if indexChanged {
-		byName := map[string]*liveShard{}
-		for _, s := range l.shards {
-			byName[s.Name] = s
-		}
-		for _, s := range created {
-			byName[s.Name] = s
-		}
-		shards := []*liveShard{l.shards[0]}
-		for _, e := range newIndex {
-			shards = append(shards, byName[e.Name])
-		}
-		l.shards = shards
+	if p.index != nil {
+		l.shards = relayout(l.shards, created, p.index)
 	}
 	l.measure()
 	return nil
+}
+
+// createAll creates the shards of p.creates. A name an orphan holds (a
+// stale leader's create) is replaced, up to a few times, by the number after
+// the highest known, which is above every name of the plan (rename).
+func (l *Ledger) createAll(ctx context.Context, p *commitPlan) ([]*liveShard, error) {
+	created := make([]*liveShard, 0, len(p.creates))
+	for k := range p.creates {
+		for tries := 0; ; tries++ {
+			ls := &liveShard{Shard: p.creates[k]}
+			err := l.create(ctx, ls)
+			if err == nil {
+				created = append(created, ls)
+				break
+			}
+			if !apierrors.IsAlreadyExists(err) || tries > 5 {
+				return nil, err
+			}
+			// An orphan holds the name: take the next one.
+			l.maxNum++
+			p.rename(k, ShardName(l.maxNum))
+		}
+	}
+	return created, nil
+}
+
+// relayout returns the shards in the order index lists them, after the
+// head: those of shards and those just created, found by name.
+func relayout(shards, created []*liveShard, index []IndexEntry) []*liveShard {
+	byName := map[string]*liveShard{}
+	for _, s := range shards {
+		byName[s.Name] = s
+	}
+	for _, s := range created {
+		byName[s.Name] = s
+	}
+	out := []*liveShard{shards[0]}
+	for _, e := range index {
+		out = append(out, byName[e.Name])
+	}
+	return out
 }
