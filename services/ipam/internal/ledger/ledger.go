@@ -612,13 +612,13 @@ func (l *Ledger) reload(ctx context.Context) error {
 	return nil
 }
 
-// commit writes ch as planCommit lays it out: the shards a split cut off
+// commit writes ch as layOutCommit lays it out: the shards a split cut off
 // are created first, then the shards ch touched are updated, the head first
 // (it publishes the created shards), each with compare-and-swap. The
 // in-memory shards follow each write that succeeds, so that they stay
 // equal to what is stored.
 func (l *Ledger) commit(ctx context.Context, ch Change) error {
-	p := planCommit(l.layout(), ch, l.epoch, l.opts.Term, l.opts.ShardLimit, l.maxNum)
+	p := layOutCommit(l.layout(), ch, l.epoch, l.opts.Term, l.opts.ShardLimit, l.maxNum)
 	l.maxNum = p.maxNum
 	created, err := l.createAll(ctx, &p)
 	if err != nil {
@@ -643,8 +643,8 @@ func (l *Ledger) commit(ctx context.Context, ch Change) error {
 
 // createAll creates the shards of p.creates. A name an orphan holds (a
 // stale leader's create) is replaced, up to a few times, by the number after
-// the highest known, which is above every name of the plan (rename).
-func (l *Ledger) createAll(ctx context.Context, p *commitPlan) ([]*liveShard, error) {
+// the highest known, which is above every name they lay out (rename).
+func (l *Ledger) createAll(ctx context.Context, p *commitWrites) ([]*liveShard, error) {
 	created := make([]*liveShard, 0, len(p.creates))
 	for k := range p.creates {
 		for tries := 0; ; tries++ {

@@ -89,9 +89,9 @@ func TestPlanCommit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := fmt.Sprint(tc.layout)
-			p := planCommit(tc.layout, tc.ch, 2, "new", DefaultShardLimit, 1)
+			p := layOutCommit(tc.layout, tc.ch, 2, "new", DefaultShardLimit, 1)
 			if fmt.Sprint(tc.layout) != before {
-				t.Fatalf("planCommit changed its layout")
+				t.Fatalf("layOutCommit changed its layout")
 			}
 			got := []string{}
 			var encoded []int
@@ -144,7 +144,7 @@ func TestPlanCommitSplits(t *testing.T) {
 			[]string{HeadName, ShardName(4)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := planCommit(tc.layout, tc.ch, 2, "new", limit, 4)
+			p := layOutCommit(tc.layout, tc.ch, 2, "new", limit, 4)
 			var names []string
 			for _, w := range p.writes {
 				names = append(names, w.shard.Name)
@@ -160,7 +160,7 @@ func TestPlanCommitSplits(t *testing.T) {
 			}
 			head := p.writes[0].shard
 			if !reflect.DeepEqual(head.Index, p.index) || len(p.index) != len(tc.layout)-1+len(p.creates) {
-				t.Fatalf("head index %v, plan index %v", head.Index, p.index)
+				t.Fatalf("head index %v, laid-out index %v", head.Index, p.index)
 			}
 			if head.Epoch != 2 || head.Term != "new" {
 				t.Fatalf("head %s", describe(head))
@@ -219,7 +219,7 @@ func indexed(index []IndexEntry, name string) bool {
 
 func TestCommitPlanRename(t *testing.T) {
 	big := bigShard(600)
-	p := planCommit(Layout{big}, Change{Allocate: []Allocation{alloc("10.0.9.1", "p", "b/b")}}, 2, "new", Size(Encode(big))/2, 0)
+	p := layOutCommit(Layout{big}, Change{Allocate: []Allocation{alloc("10.0.9.1", "p", "b/b")}}, 2, "new", Size(Encode(big))/2, 0)
 	if len(p.creates) < 2 {
 		t.Fatalf("%d shards created, want 2 or more", len(p.creates))
 	}
@@ -229,7 +229,7 @@ func TestCommitPlanRename(t *testing.T) {
 		t.Fatalf("after rename: created %s, index %v", p.creates[1].Name, p.index)
 	}
 	if !reflect.DeepEqual(p.writes[0].shard.Index, p.index) {
-		t.Fatalf("the head publishes %v, the plan %v", p.writes[0].shard.Index, p.index)
+		t.Fatalf("the head publishes %v, the writes %v", p.writes[0].shard.Index, p.index)
 	}
 }
 

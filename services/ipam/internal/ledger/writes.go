@@ -5,10 +5,10 @@ import (
 	"slices"
 )
 
-// commitPlan is what committing a Change to a layout writes, computed
-// without the API server (planCommit); Ledger.commit performs it: it
+// commitWrites is what committing a Change to a layout writes, computed
+// without the API server (layOutCommit); Ledger.commit performs it: it
 // creates the shards of creates, then updates the shards of writes in order.
-type commitPlan struct {
+type commitWrites struct {
 	// creates are the new shards that splits cut off, in the order to
 	// create them. They are created first: they count only once the head
 	// lists them, and the split shard is trimmed after that, so a reader
@@ -38,13 +38,13 @@ type shardWrite struct {
 	data map[string]string
 }
 
-// planCommit computes the writes that commit ch to layout (whose head is
+// layOutCommit computes the writes that commit ch to layout (whose head is
 // layout[0]), stamped with epoch and term: every shard ch touches is
 // written whole, and one whose encoding outgrows limit is split, its new
 // pieces named from maxNum+1 on and listed by the head. Each shard that
 // fits is encoded once here: that encoding is the one written.
-func planCommit(layout Layout, ch Change, epoch uint64, term string, limit, maxNum int) commitPlan {
-	p := commitPlan{writes: editShards(layout, ch, epoch, term), maxNum: maxNum}
+func layOutCommit(layout Layout, ch Change, epoch uint64, term string, limit, maxNum int) commitWrites {
+	p := commitWrites{writes: editShards(layout, ch, epoch, term), maxNum: maxNum}
 	var from []netip.Addr
 	for k := range p.writes {
 		w := &p.writes[k]
@@ -69,7 +69,7 @@ func planCommit(layout Layout, ch Change, epoch uint64, term string, limit, maxN
 // publish makes the head list the created shards, from[k] being the lowest
 // IP of creates[k]: the head is written (unchanged but for its index and
 // stamp if ch left it alone) and encoded only when written.
-func (p *commitPlan) publish(head Shard, from []netip.Addr, epoch uint64, term string) {
+func (p *commitWrites) publish(head Shard, from []netip.Addr, epoch uint64, term string) {
 	p.index = slices.Clone(head.Index)
 	for k, s := range p.creates {
 		p.index = append(p.index, IndexEntry{Name: s.Name, From: from[k]})
@@ -86,7 +86,7 @@ func (p *commitPlan) publish(head Shard, from []netip.Addr, epoch uint64, term s
 
 // rename gives the k-th created shard another name (an orphan holds the
 // planned one), in the index the head publishes too.
-func (p *commitPlan) rename(k int, name string) {
+func (p *commitWrites) rename(k int, name string) {
 	old := p.creates[k].Name
 	p.creates[k].Name = name
 	for i := range p.index {
