@@ -109,7 +109,8 @@ type Config struct {
 	// want one, disassociated and untagged (orphans to reuse).
 	PreventEIPDeallocation bool
 	// ConsistencyTimeout is how long EC2 may take to show a change before
-	// eipd stops expecting it.
+	// eipd stops expecting it (the timeout of package expect's pkg/expect
+	// Sets, as --expectation-timeout is endpoints').
 	ConsistencyTimeout time.Duration
 	// PendingPoll is how soon a Node waiting for EC2 to catch up is retried.
 	PendingPoll time.Duration

@@ -5,28 +5,32 @@
 // be listed. A controller that trusts such a view allocates a second address
 // for the same Node (kubestatic's duplicate ExternalIPs came from exactly this
 // kind of stale view). Expectations overlay what we know we did on top of what
-// EC2 says, until EC2 agrees or a deadline passes. They live for one
-// leadership term: a new leader starts empty and relies on tags, which is safe
-// because every allocation carries the Node's tag from its first moment.
+// EC2 says, until EC2 agrees or a deadline passes (--ec2-consistency-timeout).
+// They live for one leadership term: a new leader starts empty and relies on
+// tags, which is safe because every allocation carries the Node's tag from its
+// first moment.
+//
+// The writes and their deadlines are pkg/expect Sets, as ipam's and
+// endpoints' are; this package says what EC2 showing a change means, and
+// how a change EC2 does not show yet corrects the view.
 package expect
 
 import (
-	"slices"
 	"sync"
 	"time"
 
+	pkgexpect "github.com/ipledger/ipledger/pkg/expect"
 	"github.com/ipledger/ipledger/services/eipd/internal/decide"
 )
 
 // Expectations is safe for concurrent use.
 type Expectations struct {
-	ttl time.Duration
 	now func() time.Time
 
 	mu    sync.Mutex
-	nodes map[string]nodeExpectation
-	gone  map[string]time.Time // allocation ID released -> when
-	freed map[string]time.Time // allocation ID disassociated and untagged -> when
+	nodes *pkgexpect.Set[string, nodeExpectation]
+	gone  *pkgexpect.Set[string, struct{}] // allocation IDs released
+	freed *pkgexpect.Set[string, struct{}] // allocation IDs disassociated and untagged
 }
 
 type nodeExpectation struct {
@@ -34,7 +38,7 @@ type nodeExpectation struct {
 	// it may have created an address that is not visible yet.
 	allocationID string
 	publicIP     string
-	at           time.Time
+	at           time.Time // when it was allocated or claimed
 }
 
 // New returns empty expectations that give EC2 ttl to show each change.
@@ -42,14 +46,17 @@ func New(ttl time.Duration, now func() time.Time) *Expectations {
 	if now == nil {
 		now = time.Now
 	}
-	return &Expectations{ttl: ttl, now: now, nodes: map[string]nodeExpectation{}, gone: map[string]time.Time{}, freed: map[string]time.Time{}}
+	return &Expectations{now: now,
+		nodes: pkgexpect.New[string, nodeExpectation](ttl, now),
+		gone:  pkgexpect.New[string, struct{}](ttl, now),
+		freed: pkgexpect.New[string, struct{}](ttl, now)}
 }
 
 // Allocated records that an address was allocated (tagged for node).
 func (e *Expectations) Allocated(node, allocationID, publicIP string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.nodes[node] = nodeExpectation{allocationID: allocationID, publicIP: publicIP, at: e.now()}
+	e.nodes.Wrote(node, nodeExpectation{allocationID: allocationID, publicIP: publicIP, at: e.now()})
 }
 
 // Uncertain records that an AllocateAddress for node failed in a way that
@@ -57,7 +64,7 @@ func (e *Expectations) Allocated(node, allocationID, publicIP string) {
 func (e *Expectations) Uncertain(node string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.nodes[node] = nodeExpectation{at: e.now()}
+	e.nodes.Wrote(node, nodeExpectation{at: e.now()})
 }
 
 // Claim records that node is about to tag the orphan allocationID. It
@@ -66,12 +73,12 @@ func (e *Expectations) Uncertain(node string) {
 func (e *Expectations) Claim(node, allocationID, publicIP string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for n, x := range e.nodes {
-		if n != node && x.allocationID == allocationID && e.now().Sub(x.at) < e.ttl {
+	for n, x := range e.nodes.All() {
+		if n != node && x.allocationID == allocationID && !e.nodes.Expired(n) {
 			return false
 		}
 	}
-	e.nodes[node] = nodeExpectation{allocationID: allocationID, publicIP: publicIP, at: e.now()}
+	e.nodes.Wrote(node, nodeExpectation{allocationID: allocationID, publicIP: publicIP, at: e.now()})
 	return true
 }
 
@@ -80,12 +87,8 @@ func (e *Expectations) Claim(node, allocationID, publicIP string) bool {
 func (e *Expectations) Released(allocationID string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.gone[allocationID] = e.now()
-	for n, x := range e.nodes {
-		if x.allocationID == allocationID {
-			delete(e.nodes, n)
-		}
-	}
+	e.gone.Wrote(allocationID, struct{}{})
+	e.forgetNodesOf(allocationID)
 }
 
 // Orphaned records that allocationID was disassociated and its Node tag
@@ -93,10 +96,14 @@ func (e *Expectations) Released(allocationID string) {
 func (e *Expectations) Orphaned(allocationID string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.freed[allocationID] = e.now()
-	for n, x := range e.nodes {
+	e.freed.Wrote(allocationID, struct{}{})
+	e.forgetNodesOf(allocationID)
+}
+
+func (e *Expectations) forgetNodesOf(allocationID string) {
+	for n, x := range e.nodes.All() {
 		if x.allocationID == allocationID {
-			delete(e.nodes, n)
+			e.nodes.Forget(n)
 		}
 	}
 }
@@ -105,7 +112,15 @@ func (e *Expectations) Orphaned(allocationID string) {
 func (e *Expectations) Forget(node string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	delete(e.nodes, node)
+	e.nodes.Forget(node)
+}
+
+// behindUnless is the pkgexpect.Seen of a change EC2 shows when shown holds.
+func behindUnless(shown bool) pkgexpect.Seen {
+	if shown {
+		return pkgexpect.Done
+	}
+	return pkgexpect.Behind
 }
 
 // Apply overlays the expectations on a DescribeAddresses view and returns
@@ -115,24 +130,28 @@ func (e *Expectations) Forget(node string) {
 func (e *Expectations) Apply(view []decide.Address) (out []decide.Address, waiting map[string]bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now := e.now()
+	listed := make(map[string]bool, len(view))
+	for _, a := range view {
+		listed[a.AllocationID] = true
+	}
+	// Released addresses are hidden while EC2 still lists them; those no
+	// longer listed need no more hiding.
+	hidden := map[string]bool{}
+	for id := range e.gone.All() {
+		if _, behind := e.gone.Check(id, func(struct{}) pkgexpect.Seen { return behindUnless(!listed[id]) }); behind {
+			hidden[id] = true
+		}
+	}
 	byID := make(map[string]int, len(view))
 	taggedFor := map[string]bool{}
 	out = make([]decide.Address, 0, len(view))
 	for _, a := range view {
-		if at, ok := e.gone[a.AllocationID]; ok {
-			if now.Sub(at) < e.ttl {
-				continue
-			}
-			delete(e.gone, a.AllocationID)
+		if hidden[a.AllocationID] {
+			continue
 		}
-		if at, ok := e.freed[a.AllocationID]; ok {
-			switch {
-			case a.Node == "" && !a.Associated(), now.Sub(at) >= e.ttl:
-				delete(e.freed, a.AllocationID)
-			default:
-				a.Node, a.AssociationID, a.InstanceID, a.NetworkInterfaceID, a.PrivateIP = "", "", "", "", ""
-			}
+		orphan := a.Node == "" && !a.Associated()
+		if _, behind := e.freed.Check(a.AllocationID, func(struct{}) pkgexpect.Seen { return behindUnless(orphan) }); behind {
+			a.Node, a.AssociationID, a.InstanceID, a.NetworkInterfaceID, a.PrivateIP = "", "", "", "", ""
 		}
 		byID[a.AllocationID] = len(out)
 		out = append(out, a)
@@ -140,33 +159,22 @@ func (e *Expectations) Apply(view []decide.Address) (out []decide.Address, waiti
 			taggedFor[a.Node] = true
 		}
 	}
-	// Addresses released and no longer listed need no more hiding.
-	for id := range e.gone {
-		if !slices.ContainsFunc(view, func(a decide.Address) bool { return a.AllocationID == id }) {
-			delete(e.gone, id)
-		}
-	}
 	waiting = map[string]bool{}
-	for node, x := range e.nodes {
-		expired := now.Sub(x.at) >= e.ttl
+	for node, x := range e.nodes.All() {
 		if x.allocationID == "" {
-			switch {
-			case taggedFor[node], expired:
-				delete(e.nodes, node)
-			default:
+			// Uncertain: EC2 shows it once an address tagged for node is listed.
+			if _, behind := e.nodes.Check(node, func(nodeExpectation) pkgexpect.Seen { return behindUnless(taggedFor[node]) }); behind {
 				waiting[node] = true
 			}
 			continue
 		}
-		i, listed := byID[x.allocationID]
-		switch {
-		case listed && out[i].Node == node:
-			delete(e.nodes, node) // EC2 caught up
-		case expired:
-			delete(e.nodes, node)
-		case listed:
+		i, isListed := byID[x.allocationID]
+		if _, behind := e.nodes.Check(node, func(nodeExpectation) pkgexpect.Seen { return behindUnless(isListed && out[i].Node == node) }); !behind {
+			continue // EC2 caught up, or it expired
+		}
+		if isListed {
 			out[i].Node = node // tagged, but the tag is not visible yet
-		default:
+		} else {
 			out = append(out, decide.Address{AllocationID: x.allocationID, PublicIP: x.publicIP, Node: node, AllocatedAt: x.at})
 		}
 	}
@@ -177,5 +185,5 @@ func (e *Expectations) Apply(view []decide.Address) (out []decide.Address, waiti
 func (e *Expectations) Len() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.nodes) + len(e.gone) + len(e.freed)
+	return e.nodes.Len() + e.gone.Len() + e.freed.Len()
 }

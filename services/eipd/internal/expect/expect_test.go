@@ -105,3 +105,34 @@ func TestOrphanedShownUntaggedUntilEC2Agrees(t *testing.T) {
 		t.Fatalf("pending = %d after EC2 agreed, want 0", e.Len())
 	}
 }
+
+// Past --ec2-consistency-timeout nothing is overlaid any more: EC2's view
+// is trusted as it is, and an expired claim no longer excludes others.
+func TestExpiredExpectationsAreDropped(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	e := New(time.Minute, c.now)
+	e.Released("e-1")
+	e.Orphaned("e-2")
+	if !e.Claim("n1", "e-3", "3.3.3.3") {
+		t.Fatal("claim refused")
+	}
+	stale := []decide.Address{{AllocationID: "e-1"}, {AllocationID: "e-2", Node: "old", AssociationID: "a-2"}}
+	if view, _ := e.Apply(stale); len(view) != 2 || ids(view)["e-2"] != "" || ids(view)["e-3"] != "n1" {
+		t.Fatalf("in time: view %v, want e-1 hidden, e-2 untagged and e-3 overlaid for n1", view)
+	}
+	c.t = c.t.Add(59 * time.Second)
+	if e.Claim("n2", "e-3", "3.3.3.3") {
+		t.Fatal("n2 claimed e-3 while n1's claim was pending")
+	}
+	c.t = c.t.Add(time.Second)
+	if !e.Claim("n2", "e-3", "3.3.3.3") {
+		t.Fatal("n1's expired claim still excludes n2")
+	}
+	view, _ := e.Apply(stale)
+	if got := ids(view); len(view) != 3 || got["e-2"] != "old" || got["e-3"] != "n2" {
+		t.Fatalf("expired: view %v, want EC2's view as it is plus n2's fresh claim", view)
+	}
+	if e.Len() != 1 {
+		t.Fatalf("pending = %d, want only n2's claim", e.Len())
+	}
+}

@@ -70,8 +70,8 @@ type Config struct {
 	// Workers is the number of Services synced concurrently.
 	Workers int
 	// ExpectationTimeout bounds how long a sync waits for the stream to show
-	// this term's own write before it stops waiting (see tracker); zero
-	// waits forever.
+	// this term's own write before it stops waiting (the timeout of the
+	// tracker's pkg/expect Sets); zero waits forever.
 	ExpectationTimeout time.Duration
 	// Probe tunes the readiness probes of ExternalWorkloads.
 	Probe prober.Config

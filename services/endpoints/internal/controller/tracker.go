@@ -7,6 +7,8 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ipledger/ipledger/pkg/expect"
 )
 
 // tracker remembers, for one leadership term, every slice write this
@@ -17,19 +19,24 @@ import (
 // across terms would expect slices that were changed or deleted while this
 // replica was not leading, and never see its expectations met (the Linkerd
 // endpoints-controller bug this design exists to prevent).
+//
+// The writes of each Service are a pkg/expect Set (as ipam's and eipd's
+// are) keyed by slice name. Its timeout (--expectation-timeout) bounds how
+// long an expectation may hold syncs back. The stream delivers every
+// change, so this only matters if an event is lost; the API server still
+// refuses a write from a stale view (resourceVersion preconditions,
+// deterministic slice names), so dropping an old expectation cannot create
+// a duplicate. An expectation the view has met stays (expect.Shown) until
+// its slice's deletion or the Service's: it recognises the echo of the
+// write, and of the delete.
 type tracker struct {
-	// expire bounds how long an expectation may hold syncs back. The stream
-	// delivers every change, so this only matters if an event is lost; the
-	// API server still refuses a write from a stale view (resourceVersion
-	// preconditions, deterministic slice names), so dropping an old
-	// expectation cannot create a duplicate.
 	expire time.Duration
 	now    func() time.Time
 
 	mu       sync.Mutex
-	services map[string]map[string]expectation // service key -> slice name -> what we expect
-	waiting  map[string]bool                   // services whose last sync found a stale view
-	taken    map[string]map[string]bool        // service key -> names a create found taken
+	services map[string]*expect.Set[string, expectation] // service key -> slice name -> what we expect
+	waiting  map[string]bool                             // services whose last sync found a stale view
+	taken    map[string]map[string]bool                  // service key -> names a create found taken
 }
 
 // expectation is what the view must show for a slice before we act again.
@@ -39,11 +46,36 @@ type expectation struct {
 	rv         string // the resourceVersion we wrote (diagnostics, and exact echo detection)
 	deleted    bool   // we deleted it: the view must not show this uid
 	exists     bool   // a create found the name taken: the view must show the name, whatever its generation
-	at         time.Time
 }
 
+// seen compares the view's slice of e's name (nil when the view has none)
+// with e, and says why the view is behind it ("" when it is not).
+func (e expectation) seen(name string, s *discoveryv1.EndpointSlice) (expect.Seen, string) {
+	switch {
+	case e.exists:
+		if s == nil {
+			return expect.Behind, fmt.Sprintf("slice %s exists but is not in the view yet", name)
+		}
+	case e.deleted:
+		if s != nil && s.UID == e.uid {
+			return expect.Behind, fmt.Sprintf("slice %s was deleted but is still in the view", name)
+		}
+	case s == nil:
+		return expect.Behind, fmt.Sprintf("slice %s was written at generation %d but is not in the view yet", name, e.generation)
+	case s.UID != e.uid:
+		// Replaced since we wrote it (deleted and re-created): the view
+		// is newer than our write, which no longer matters.
+		return expect.Done, ""
+	case s.Generation < e.generation:
+		return expect.Behind, fmt.Sprintf("slice %s is at generation %d in the view, we wrote %d", name, s.Generation, e.generation)
+	}
+	return expect.Shown, ""
+}
+
+// newTracker returns an empty tracker whose expectations hold syncs back
+// at most expire (forever when expire <= 0), on the clock now.
 func newTracker(expire time.Duration, now func() time.Time) *tracker {
-	return &tracker{expire: expire, now: now, services: map[string]map[string]expectation{}, waiting: map[string]bool{}, taken: map[string]map[string]bool{}}
+	return &tracker{expire: expire, now: now, services: map[string]*expect.Set[string, expectation]{}, waiting: map[string]bool{}, taken: map[string]map[string]bool{}}
 }
 
 func (t *tracker) set(svc, name string, e expectation) {
@@ -51,11 +83,10 @@ func (t *tracker) set(svc, name string, e expectation) {
 	defer t.mu.Unlock()
 	m := t.services[svc]
 	if m == nil {
-		m = map[string]expectation{}
+		m = expect.New[string, expectation](t.expire, t.now)
 		t.services[svc] = m
 	}
-	e.at = t.now()
-	m[name] = e
+	m.Wrote(name, e)
 }
 
 // Wrote records a slice as the API server returned it from a create or update.
@@ -99,7 +130,7 @@ func (t *tracker) Stale(svc string, view []*discoveryv1.EndpointSlice) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	exp := t.services[svc]
-	if len(exp) == 0 {
+	if exp == nil || exp.Len() == 0 {
 		delete(t.waiting, svc)
 		return ""
 	}
@@ -107,32 +138,13 @@ func (t *tracker) Stale(svc string, view []*discoveryv1.EndpointSlice) string {
 	for _, s := range view {
 		byName[s.Name] = s
 	}
-	reason := ""
-	for name, e := range exp {
-		s, seen := byName[name]
-		switch {
-		case e.exists:
-			if !seen {
-				reason = fmt.Sprintf("slice %s exists but is not in the view yet", name)
-			}
-		case e.deleted:
-			if seen && s.UID == e.uid {
-				reason = fmt.Sprintf("slice %s was deleted but is still in the view", name)
-			}
-		case !seen:
-			reason = fmt.Sprintf("slice %s was written at generation %d but is not in the view yet", name, e.generation)
-		case s.UID != e.uid:
-			// Replaced since we wrote it (deleted and re-created): the view
-			// is newer than our write, which no longer matters.
-			delete(exp, name)
-		case s.Generation < e.generation:
-			reason = fmt.Sprintf("slice %s is at generation %d in the view, we wrote %d", name, s.Generation, e.generation)
-		}
-		if reason != "" && t.expire > 0 && t.now().Sub(e.at) > t.expire {
-			delete(exp, name)
-			reason = ""
-		}
-		if reason != "" {
+	for name := range exp.All() {
+		reason := ""
+		if _, behind := exp.Check(name, func(e expectation) expect.Seen {
+			var seen expect.Seen
+			seen, reason = e.seen(name, byName[name])
+			return seen
+		}); behind {
 			t.waiting[svc] = true
 			return reason
 		}
@@ -150,7 +162,7 @@ func (t *tracker) ShouldSync(svc string, s *discoveryv1.EndpointSlice) bool {
 	if t.waiting[svc] {
 		return true
 	}
-	e, ok := t.services[svc][s.Name]
+	e, ok := t.get(svc, s.Name)
 	if !ok || e.deleted || e.exists {
 		return true
 	}
@@ -162,14 +174,23 @@ func (t *tracker) ShouldSync(svc string, s *discoveryv1.EndpointSlice) bool {
 func (t *tracker) HandleDeletion(svc string, s *discoveryv1.EndpointSlice) (expected bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e, ok := t.services[svc][s.Name]
+	e, ok := t.get(svc, s.Name)
 	if !ok {
 		return false
 	}
 	if e.exists || e.uid == s.UID || e.uid == "" {
-		delete(t.services[svc], s.Name)
+		t.services[svc].Forget(s.Name)
 	}
 	return e.deleted && e.uid == s.UID
+}
+
+// get returns what this term expects of the Service's slice name, met or
+// not, expired or not.
+func (t *tracker) get(svc, name string) (expectation, bool) {
+	if m := t.services[svc]; m != nil {
+		return m.Get(name)
+	}
+	return expectation{}, false
 }
 
 // Forget drops everything about a Service (it was deleted).

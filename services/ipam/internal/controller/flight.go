@@ -7,8 +7,25 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/ipledger/ipledger/pkg/expect"
 	"github.com/ipledger/ipledger/pkg/parallel"
 )
+
+// expectationTimeout bounds how long a status this term wrote stands in
+// for the streamed one (expectation) while the stream does not show it.
+// The stream brings every version, so it only matters if one is lost, and
+// every status write is conditional on the version it was decided on: a
+// write from a stale view is refused, never applied. So it is a constant,
+// not a flag: no deployment is safer or faster with another value.
+const expectationTimeout = 2 * time.Minute
+
+// expectations are what this term wrote to each Service (worker.expect):
+// pkg/expect, as endpoints and eipd expect their own writes.
+type expectations = expect.Set[string, expectation]
+
+func newExpectations() *expectations {
+	return expect.New[string, expectation](expectationTimeout, nil)
+}
 
 // maxFlights is how many passes' status writes may be under way at once.
 // Two keep the API server busy: while one pass's writes drain, the next
@@ -163,7 +180,7 @@ func (w *worker) settleFlight(f *flight) {
 		switch {
 		case r.err == nil:
 			delete(w.retries, key)
-			w.expect[key] = expectation{rv: r.rv, status: wr.want, at: time.Now()}
+			w.expect.Wrote(key, expectation{rv: r.rv, status: wr.want})
 			if wr.release || len(wr.want.Ingress) < len(wr.cur.Ingress) {
 				// The status no longer shows the IPs: release them next.
 				w.mark(key)
@@ -182,7 +199,7 @@ func (w *worker) settleFlight(f *flight) {
 			w.requeue(key, false)
 		default:
 			w.log.Warn("Cannot write Service status; retrying", "service", key, "err", r.err)
-			delete(w.expect, key)
+			w.expect.Forget(key)
 			w.requeue(key, true)
 		}
 	}

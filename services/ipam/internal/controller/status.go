@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ipledger/ipledger/pkg/expect"
 	"github.com/ipledger/ipledger/pkg/metaonly"
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -40,11 +41,11 @@ type version struct {
 }
 
 // expectation is a status this term wrote and the resourceVersion the API
-// server returned, kept until the stream shows that version or a newer one.
+// server returned, kept (w.expect, flight.go) until the stream shows that
+// version or a newer one.
 type expectation struct {
 	rv     string
 	status svcStatus
-	at     time.Time
 }
 
 func statusOf(obj *watcherv1.Object) svcStatus {
@@ -80,12 +81,14 @@ func conditionJSON(typ, status, reason, message string, observedGeneration int64
 func (w *worker) current(obj *watcherv1.Object) svcStatus {
 	key := objkey.Of(obj)
 	streamed := statusOf(obj)
-	e, ok := w.expect[key]
-	if !ok {
-		return streamed
-	}
-	if caughtUp(obj.GetMeta().GetResourceVersion(), e.rv) || time.Since(e.at) > 2*time.Minute {
-		delete(w.expect, key)
+	rv := obj.GetMeta().GetResourceVersion()
+	e, behind := w.expect.Check(key, func(e expectation) expect.Seen {
+		if caughtUp(rv, e.rv) {
+			return expect.Done
+		}
+		return expect.Behind
+	})
+	if !behind {
 		return streamed
 	}
 	s := e.status

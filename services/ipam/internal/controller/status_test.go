@@ -133,16 +133,16 @@ func TestCurrentUsesTheNewestVersion(t *testing.T) {
 		return &watcherv1.Object{Kind: watcherv1.Kind_KIND_SERVICE, Meta: &watcherv1.ObjectMeta{Namespace: "ns", Name: "web", ResourceVersion: rv},
 			Body: &watcherv1.Object_Service{Service: &watcherv1.Service{Type: "LoadBalancer"}}}
 	}
-	w := &worker{expect: map[string]expectation{}}
+	w := &worker{expect: newExpectations()}
 	mine := svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}}, base: version{rv: "105", conditions: []condition{{Type: "x"}}}}
-	w.expect["ns/web"] = expectation{rv: "105", status: mine, at: time.Now()}
+	w.expect.Wrote("ns/web", expectation{rv: "105", status: mine})
 	if got := w.current(at("100")); got.base.rv != "105" || len(got.base.conditions) != 1 {
 		t.Fatalf("with the stream behind our write: base %+v, want our write's version 105", got.base)
 	}
 	if got := w.current(at("110")); got.base.rv != "110" {
 		t.Fatalf("with the stream past our write: base %+v, want the streamed version 110", got.base)
 	}
-	if _, ok := w.expect["ns/web"]; ok {
+	if _, ok := w.expect.Get("ns/web"); ok {
 		t.Fatal("the expectation outlived the stream catching up")
 	}
 }

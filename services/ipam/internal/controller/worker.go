@@ -48,7 +48,7 @@ type worker struct {
 
 	// expect is what this term wrote to each Service, until the stream
 	// shows it (a lagging stream must never make us decide again).
-	expect      map[string]expectation
+	expect      *expectations
 	poolWritten map[string]poolStatus // pool -> the status last written
 	retries     map[string]int
 	pending     map[string]pendingService
@@ -66,7 +66,7 @@ type worker struct {
 func newWorker(c *Controller, term *leader.Term) *worker {
 	return &worker{
 		c: c, term: term, log: c.log.With("term", term.ID()),
-		expect: map[string]expectation{}, poolWritten: map[string]poolStatus{},
+		expect: newExpectations(), poolWritten: map[string]poolStatus{},
 		retries: map[string]int{}, pending: map[string]pendingService{},
 		dirty: newDirtySet(), mutations: make(chan mutation),
 		writes: newWritesInFlight(c.cfg.StatusWorkers),
@@ -451,7 +451,7 @@ func (w *worker) confirmGone(ctx context.Context, absent []string) []string {
 	var ask []string
 	for _, key := range absent {
 		if len(w.alloc.Allocations(key)) == 0 && len(w.ledgerBySvc[key]) == 0 {
-			delete(w.expect, key)
+			w.expect.Forget(key)
 			continue
 		}
 		ask = append(ask, key)
@@ -469,7 +469,7 @@ func (w *worker) confirmGone(ctx context.Context, absent []string) []string {
 		switch a := answers[i]; {
 		case a.Gone():
 			w.log.Info("Service is gone; releasing its addresses", "service", key)
-			delete(w.expect, key)
+			w.expect.Forget(key)
 			gone = append(gone, key)
 		case a.Err != nil:
 			w.log.Warn("Cannot confirm that a Service is gone", "service", key, "err", a.Err)
