@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"math"
 	"math/big"
 	"slices"
@@ -17,6 +16,7 @@ import (
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+	"github.com/ipledger/ipledger/services/ipam/internal/poolstate"
 )
 
 // PoolGVR is the IPPool resource.
@@ -117,14 +117,15 @@ func (w *worker) writePoolStatuses(ctx context.Context, holders poolHolders) {
 	}
 	objs := w.store().List(watcherv1.Kind_KIND_IP_POOL)
 	seen := map[string]bool{}
-	var heldOutside map[string]int
-	if w.alloc != nil {
-		heldOutside = w.alloc.HeldOutside()
+	in := poolstate.Inputs{Alloc: w.alloc, Invalid: w.invalidPools, Holders: holders}
+	if w.corrupt != nil {
+		in.Corrupt = w.corrupt // not a nil *CorruptError in the interface
 	}
-	for _, obj := range objs {
+	states := poolstate.Of(in, objs)
+	for i, obj := range objs {
 		name := obj.GetMeta().GetName()
 		seen[name] = true
-		status := w.poolStatus(obj, heldOutside, holders)
+		status := w.poolStatus(obj, states[i])
 		old, had := w.poolWritten[name]
 		if had && old.equal(status) {
 			continue
@@ -163,68 +164,22 @@ func (w *worker) writePoolStatuses(ctx context.Context, holders poolHolders) {
 	w.c.metrics.setPoolUsage(w.alloc, objs)
 }
 
-func (w *worker) poolStatus(obj *watcherv1.Object, heldOutside map[string]int, holders poolHolders) poolStatus {
-	name := obj.GetMeta().GetName()
-	gen := obj.GetMeta().GetGeneration()
-	cond := func(typ string, ok bool, reason, msg string) poolCondition {
-		s := "False"
-		if ok {
-			s = "True"
-		}
-		return poolCondition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen}
-	}
+// poolStatus is the status written for obj, whose state is st.
+func (w *worker) poolStatus(obj *watcherv1.Object, st poolstate.State) poolStatus {
 	var status poolStatus
-	var conds []poolCondition
-	served := false
 	if w.alloc != nil {
-		var u allocator.Usage
-		if u, served = w.alloc.Usage(name); served {
-			v4, v6 := familyStatus(u.IPv4), familyStatus(u.IPv6)
+		if st.Served {
+			v4, v6 := familyStatus(st.IPv4), familyStatus(st.IPv6)
 			status.IPv4, status.IPv6 = &v4, &v6
-			status.NamespacesAtQuota = namespacesAtQuota(w.alloc.AtQuota(name), obj.GetIpPool().GetAllocation().GetMaxAddressesPerNamespace() > 0)
+			status.NamespacesAtQuota = namespacesAtQuota(w.alloc.AtQuota(st.Name), obj.GetIpPool().GetAllocation().GetMaxAddressesPerNamespace() > 0)
 		}
-		n := heldOutside[name]
+		n := st.HeldOutside
 		status.HeldOutside = &n
 	}
-	err, invalid := w.invalidPools[name]
-	if invalid && !served {
-		status.Conditions = []poolCondition{
-			cond("Ready", false, "Invalid", "The pool serves nothing: "+err.Error()+". Services holding its addresses keep them"),
-			cond("Conflicting", false, "NoOverlap", "The pool overlaps no other pool"),
-			cond("Invalid", true, "Invalid", err.Error()),
-		}
-		return status
+	gen := obj.GetMeta().GetGeneration()
+	for _, c := range st.Conditions() {
+		status.Conditions = append(status.Conditions, poolCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message, ObservedGeneration: gen})
 	}
-	conflict, conflicting := allocator.Conflict{}, false
-	if w.alloc != nil {
-		conflict, conflicting = w.alloc.Conflicting(name)
-	}
-	switch {
-	case w.corrupt != nil:
-		conds = append(conds, cond("Ready", false, "LedgerUnreadable", w.corrupt.Error()))
-	case obj.GetMeta().GetDeletionTimestamp() != 0:
-		n := holders[name]
-		conds = append(conds, cond("Ready", false, "Terminating", fmt.Sprintf(
-			"The pool is being deleted and hands out no new address; %d Services hold its addresses and keep them. "+
-				"It is removed when the last of them is released (finalizer %s)", n, objects.PoolFinalizer)))
-	case conflicting:
-		conds = append(conds, cond("Ready", false, "Conflicting", conflict.Message))
-	case invalid:
-		conds = append(conds, cond("Ready", true, "ServingLastValidSpec", "The pool serves its last valid spec; the current one does not take effect: "+err.Error()))
-	default:
-		conds = append(conds, cond("Ready", true, "Serving", "The pool serves Services"))
-	}
-	if conflicting {
-		conds = append(conds, cond("Conflicting", true, "Overlap", conflict.Message))
-	} else {
-		conds = append(conds, cond("Conflicting", false, "NoOverlap", "The pool overlaps no older pool"))
-	}
-	if invalid {
-		conds = append(conds, cond("Invalid", true, "Invalid", err.Error()))
-	} else {
-		conds = append(conds, cond("Invalid", false, "Valid", "The pool's spec is valid"))
-	}
-	status.Conditions = conds
 	return status
 }
 
@@ -316,13 +271,5 @@ type poolHolders map[string]int
 // holders computes poolHolders once per pass, only when a pool is
 // Terminating: it scans every held address.
 func (w *worker) holders() poolHolders {
-	if w.alloc == nil {
-		return nil
-	}
-	for _, p := range w.store().List(watcherv1.Kind_KIND_IP_POOL) {
-		if p.GetMeta().GetDeletionTimestamp() != 0 {
-			return w.alloc.ServicesFrom()
-		}
-	}
-	return nil
+	return poolstate.Holders(w.alloc, w.store().List(watcherv1.Kind_KIND_IP_POOL))
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 	"github.com/ipledger/ipledger/services/ipam/internal/plan"
+	"github.com/ipledger/ipledger/services/ipam/internal/poolstate"
 )
 
 // Change is one IPPool change: a manifest applied, or a pool deleted.
@@ -342,41 +343,30 @@ func absent() poolState {
 	return poolState{state: Absent, v4: zero, v6: zero}
 }
 
-// poolStates is each pool of objs as a holds it. A Terminating pool from
-// which no Service holds an address is Absent: ipam lets it go at once.
+// poolStates is each pool of objs as a holds it (poolstate.Of). A
+// Terminating pool from which no Service holds an address is Absent: ipam
+// lets it go at once.
 func poolStates(a *allocator.Allocator, objs []*watcherv1.Object, invalid map[string]error) map[string]poolState {
 	out := map[string]poolState{}
-	held := a.HeldOutside()
-	var holders map[string]int
-	for _, o := range objs {
-		name := o.GetMeta().GetName()
-		st := absent()
-		st.heldOutside = held[name]
-		u, served := a.Usage(name)
-		if served {
-			st.v4 = familyUsage{u.IPv4.Total.String(), u.IPv4.Used.String()}
-			st.v6 = familyUsage{u.IPv6.Total.String(), u.IPv6.Used.String()}
-		}
-		conflict, conflicting := a.Conflicting(name)
-		_, bad := invalid[name]
-		switch {
-		case bad && !served:
+	for i, ps := range poolstate.Of(poolstate.Inputs{Alloc: a, Invalid: invalid, Holders: poolstate.Holders(a, objs)}, objs) {
+		st := poolState{heldOutside: ps.HeldOutside,
+			v4: familyUsage{ps.IPv4.Total.String(), ps.IPv4.Used.String()},
+			v6: familyUsage{ps.IPv6.Total.String(), ps.IPv6.Used.String()}}
+		switch ps.Phase {
+		case poolstate.Invalid:
 			st.state = Invalid
-		case o.GetMeta().GetDeletionTimestamp() != 0:
-			if holders == nil {
-				holders = a.ServicesFrom()
-			}
+		case poolstate.Terminating:
 			st.state = Terminating
-			others := slices.DeleteFunc(slices.Clone(o.GetMeta().GetFinalizers()), func(f string) bool { return f == objects.PoolFinalizer })
-			if holders[name] == 0 && len(others) == 0 {
+			others := slices.ContainsFunc(objs[i].GetMeta().GetFinalizers(), func(f string) bool { return f != objects.PoolFinalizer })
+			if ps.Holders == 0 && !others {
 				st = absent()
 			}
-		case conflicting:
-			st.state, st.conflict = Conflicting, conflict.Message
-		default:
+		case poolstate.Conflicting:
+			st.state, st.conflict = Conflicting, ps.Conflict.Message
+		default: // Serving, ServingLastValidSpec; never LedgerUnreadable (no Corrupt)
 			st.state = Serving
 		}
-		out[name] = st
+		out[ps.Name] = st
 	}
 	return out
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 	"github.com/ipledger/ipledger/services/ipam/internal/plan"
+	"github.com/ipledger/ipledger/services/ipam/internal/poolstate"
 )
 
 // parsedLedger is the outcome of parsing the ledger at one version of its
@@ -188,14 +189,14 @@ func (s *Server) buildExplain() (*explainState, uint64, error) {
 	return &explainState{alloc: a}, rs.seq, nil
 }
 
-// usageState is each pool's usage as the ledger counts it (the leader's
-// pool status counts the same once its statuses are written), with the
-// IPPools it was computed for.
+// usageState is each pool's usage as the ledger counts it (poolstate.Of,
+// as the leader's pool status counts it once its statuses are written),
+// with the IPPools it was computed for.
 type usageState struct {
 	pools []*watcherv1.Object // sorted by name
 	usage map[string]poolUsage
-	// heldOutside counts, by the pool they came from, the addresses Services
-	// keep that their pool no longer offers.
+	// heldOutside counts, by each of pools, the addresses Services keep
+	// that came from it and that it no longer offers.
 	heldOutside map[string]int
 }
 
@@ -212,12 +213,13 @@ func (s *Server) buildUsage() (*usageState, uint64, error) {
 	start := time.Now()
 	pools, _ := s.pools.Parse(rs.pools)
 	a := plan.Rebuild(plan.Inputs{Ledger: rs.ledger, Pools: pools, LBClass: s.cfg.LBClass, RequireLBClass: s.cfg.RequireLBClass}).Alloc
-	out := &usageState{pools: rs.pools, usage: map[string]poolUsage{}, heldOutside: a.HeldOutside()}
-	for _, p := range pools {
-		if u, ok := a.Usage(p.Name()); ok {
-			out.usage[p.Name()] = poolUsage{v4Total: u.IPv4.Total.String(), v4Used: u.IPv4.Used.String(),
-				v6Total: u.IPv6.Total.String(), v6Used: u.IPv6.Used.String()}
+	out := &usageState{pools: rs.pools, usage: map[string]poolUsage{}, heldOutside: map[string]int{}}
+	for _, st := range poolstate.Of(poolstate.Inputs{Alloc: a}, rs.pools) {
+		if st.Served {
+			out.usage[st.Name] = poolUsage{v4Total: st.IPv4.Total.String(), v4Used: st.IPv4.Used.String(),
+				v6Total: st.IPv6.Total.String(), v6Used: st.IPv6.Used.String()}
 		}
+		out.heldOutside[st.Name] = st.HeldOutside
 	}
 	s.m.rebuilt(partUsage, start)
 	return out, rs.seq, nil
