@@ -181,8 +181,7 @@ func (w *worker) settleFlight(f *flight) {
 		case r.err == nil:
 			delete(w.retries, key)
 			w.expect.Wrote(key, expectation{rv: r.rv, status: wr.want})
-			if wr.release || len(wr.want.Ingress) < len(wr.cur.Ingress) {
-				// The status no longer shows the IPs: release them next.
+			if wr.decideAgain {
 				w.mark(key)
 			}
 			if e := wr.event; e != nil {

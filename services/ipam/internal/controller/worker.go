@@ -342,12 +342,15 @@ type write struct {
 	// ref names the Service (and the version decided on, for its Event).
 	// A write outlives its pass, and two passes' writes may be under way:
 	// keeping the decoded Service instead kept two batches of them alive.
-	ref     *corev1.ObjectReference
-	key     string
-	cur     svcStatus
-	want    svcStatus
-	release bool // clear our IPs and condition: the Service is no longer ours
-	event   *plan.Event
+	ref  *corev1.ObjectReference
+	key  string
+	cur  svcStatus
+	want svcStatus
+	// decideAgain: once written, the Service is decided again (its
+	// addresses are released once the status no longer shows them;
+	// plan.Write.DecideAgain).
+	decideAgain bool
+	event       *plan.Event
 	// gateway names the Gateway the Service serves, which is told event too
 	// (its controller owns its status; ipam writes only Events on it).
 	gateway *corev1.ObjectReference
@@ -382,7 +385,7 @@ func (w *worker) pass(ctx context.Context) {
 	writes := make([]*write, 0, len(p.Writes))
 	for _, pw := range p.Writes {
 		wr := &write{ref: serviceRef(pw.Service), key: pw.Key, cur: current[pw.Key], want: svcStatus{Status: pw.Want},
-			release: pw.Release, event: pw.Event}
+			decideAgain: pw.DecideAgain(current[pw.Key].Status), event: pw.Event}
 		if pw.Event != nil {
 			wr.gateway = w.gatewayRef(pw.Service)
 		}
