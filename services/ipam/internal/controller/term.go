@@ -35,6 +35,17 @@ func (p phase) String() string {
 	return [...]string{"opening", "serving", "reopening", "corrupt", "fenced"}[p]
 }
 
+// lifecycle is a term's phase and what its phases need.
+type lifecycle struct {
+	phase phase
+	// retryAt is when the ledger is read again (opening, reopening, corrupt).
+	retryAt time.Time
+	// openFailures counts the consecutive failed opens of the ledger.
+	openFailures int
+	// corrupt is the error of the corrupt ledger, while the phase is corrupt.
+	corrupt *ledger.CorruptError
+}
+
 // Retry delays of the ledger (afterLedger).
 const (
 	// corruptRetry is how often a corrupt ledger is read again.

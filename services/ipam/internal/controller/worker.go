@@ -37,14 +37,9 @@ type worker struct {
 	ledgerBySvc  map[string][]ledger.Allocation
 	invalidPools map[string]error
 	conflicts    []plan.Conflict
-	// phase is where the term is (term.go); w.ldg is set only while serving.
-	phase phase
-	// retryAt is when the ledger is read again (opening, reopening, corrupt).
-	retryAt time.Time
-	// openFailures counts the consecutive failed opens of the ledger.
-	openFailures int
-	// corrupt is the error of the corrupt ledger, while the phase is corrupt.
-	corrupt *ledger.CorruptError
+	// lifecycle is the term's phase (term.go); w.ldg is set only while
+	// serving.
+	lifecycle
 
 	// expect is what this term wrote to each Service, until the stream
 	// shows it (a lagging stream must never make us decide again).
