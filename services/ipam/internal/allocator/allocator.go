@@ -217,7 +217,23 @@ type Request struct {
 	// from ParseServiceRequest.
 	RequestedIPs []netip.Addr
 	Pool         string
-	Sharing      Sharing
+	// PoolFrom says what names Pool, for messages ("" is the
+	// ipledger.io/address-pool annotation).
+	PoolFrom string
+	// DefaultPool is the pool of a Service that holds nothing and names
+	// none (a GatewayClass's default, named by DefaultPoolFrom). It never
+	// moves a Service that holds addresses: changing a default is not the
+	// Service asking for another pool.
+	DefaultPool, DefaultPoolFrom string
+	Sharing                      Sharing
+}
+
+// poolSource is what names the request's pool, for messages.
+func (r Request) poolSource() string {
+	if r.PoolFrom != "" {
+		return r.PoolFrom
+	}
+	return AnnotationAddressPool
 }
 
 // Allocation is one IP held by one Service.
@@ -829,7 +845,7 @@ func (a *Allocator) claimRefusal(p *Pool, req Request) string {
 	ns := req.tenant()
 	switch {
 	case req.Pool != "" && req.Pool != p.name:
-		return fmt.Sprintf("it is in pool %s, and the Service asks for pool %s (%s)", p.name, req.Pool, AnnotationAddressPool)
+		return fmt.Sprintf("it is in pool %s, and the Service asks for pool %s (%s)", p.name, req.Pool, req.poolSource())
 	case p.spec.Terminating:
 		return fmt.Sprintf("pool %s is being deleted", p.name)
 	case !p.servesNamespace(ns, req.NamespaceLabels):

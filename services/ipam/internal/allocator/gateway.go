@@ -73,8 +73,8 @@ func ParseGatewayRequest(gw string, addrs []GatewayAddress) (GatewayRequest, err
 // and the Service's annotations may each ask for the IPs and the pool, or
 // both alike; when they differ the request is invalid, naming both — there
 // is no silent winner, as between the spellings of one annotation. The
-// GatewayClass's pool is the pool when neither names a pool nor requests an
-// IP (a requested IP says its pool).
+// GatewayClass's pool is the default pool (Request.DefaultPool): that of a
+// Service that holds nothing, names no pool and requests no IP.
 func JoinGateway(sr ServiceRequest, g GatewayRequest) (ServiceRequest, error) {
 	if len(g.RequestedIPs) > 0 {
 		if len(sr.RequestedIPs) > 0 && !sameIPs(sr.RequestedIPs, g.RequestedIPs) {
@@ -88,13 +88,13 @@ func JoinGateway(sr ServiceRequest, g GatewayRequest) (ServiceRequest, error) {
 			return ServiceRequest{}, invalid("Gateway %s spec.addresses names IPPool %s (NamedAddress), and the Service's %s names %s; remove the annotation: the Gateway says which pool serves it",
 				g.Gateway, g.Pool, AnnotationAddressPool, sr.Pool)
 		}
-		sr.Pool = g.Pool
+		sr.Pool, sr.PoolFrom = g.Pool, fmt.Sprintf("NamedAddress of Gateway %s", g.Gateway)
 	}
-	if sr.Pool == "" && len(sr.RequestedIPs) == 0 && g.ClassPool != "" {
+	if g.ClassPool != "" {
 		if msg := poolNameProblem(g.ClassPool); msg != "" {
 			return ServiceRequest{}, invalid("GatewayClass %s annotation %s: %q %s", g.Class, AnnotationAddressPool, g.ClassPool, msg)
 		}
-		sr.Pool = g.ClassPool
+		sr.DefaultPool, sr.DefaultPoolFrom = g.ClassPool, fmt.Sprintf("GatewayClass %s's %s", g.Class, AnnotationAddressPool)
 	}
 	return sr, nil
 }

@@ -66,3 +66,31 @@ func TestRequestNamespaceSelectsPools(t *testing.T) {
 		t.Errorf("serving a Gateway of other: verdict %q", v)
 	}
 }
+
+// A default pool (a GatewayClass's) serves a Service that holds nothing and
+// names nothing; it never moves one that holds an address, whatever the
+// default becomes.
+func TestDefaultPoolNeverMovesAHolder(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "old", spec("10.0.0.0/30")), mustPool(t, "new", spec("10.0.1.0/30")))
+	from := "GatewayClass gw's ipledger.io/address-pool"
+	res := mustAllocate(t, a, Request{Service: "ns/held", DefaultPool: "old", DefaultPoolFrom: from})
+	if res.Pool != "old" {
+		t.Fatalf("fresh with default old: got pool %s", res.Pool)
+	}
+	res = mustAllocate(t, a, Request{Service: "ns/held", DefaultPool: "new", DefaultPoolFrom: from})
+	if res.Pool != "old" || res.New {
+		t.Errorf("after the default became new: %+v, want it kept in old", res)
+	}
+	res = mustAllocate(t, a, Request{Service: "ns/fresh", DefaultPool: "new", DefaultPoolFrom: from})
+	if res.Pool != "new" {
+		t.Errorf("a fresh Service with default new: pool %s", res.Pool)
+	}
+	res = mustAllocate(t, a, Request{Service: "ns/requests", RequestedIPs: addrs("10.0.0.2"), DefaultPool: "new", DefaultPoolFrom: from})
+	if res.Pool != "old" {
+		t.Errorf("a requested IP says its pool, over the default: pool %s", res.Pool)
+	}
+	_, err := a.Allocate(Request{Service: "ns/missing", DefaultPool: "nope", DefaultPoolFrom: from})
+	if reasonOf(err) != ReasonNoMatchingPool || !strings.Contains(err.Error(), `no IPPool named "nope" (`+from+`)`) {
+		t.Errorf("a default naming no pool: %v", err)
+	}
+}

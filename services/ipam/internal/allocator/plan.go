@@ -183,7 +183,7 @@ func (a *Allocator) refusal(p *Pool, req Request, n need) (VerdictReason, string
 		return ineligible(VerdictConflicting, "pool %s is Conflicting: %s", p.name, c.Message)
 	}
 	if req.Pool != "" && req.Pool != p.name {
-		return ineligible(VerdictNotRequested, "the Service asks for pool %s (%s)", req.Pool, AnnotationAddressPool)
+		return ineligible(VerdictNotRequested, "the Service asks for pool %s (%s)", req.Pool, req.poolSource())
 	}
 	if msg := requestedRefusal(p, n); msg != "" {
 		return VerdictRequestedIPNotInPool, msg
@@ -480,6 +480,9 @@ func (a *Allocator) plan(req Request) decision {
 	if len(d.held) > 0 {
 		return a.planHeld(req, n, d)
 	}
+	if req.Pool == "" && len(req.RequestedIPs) == 0 && req.DefaultPool != "" {
+		req.Pool, req.PoolFrom = req.DefaultPool, req.DefaultPoolFrom
+	}
 	return a.planFresh(req, n, d)
 }
 
@@ -629,7 +632,7 @@ func (a *Allocator) heldUnfit(req Request, n need, held []netip.Addr) string {
 		case n.requested[f].IsValid() && n.requested[f] != ip:
 			return fmt.Sprintf("it holds %s, but it now requests %s", ip, n.requested[f])
 		case req.Pool != "" && st != nil && st.origin != "" && st.origin != req.Pool:
-			return fmt.Sprintf("it holds %s from pool %s, but it now asks for pool %s (%s)", ip, st.origin, req.Pool, AnnotationAddressPool)
+			return fmt.Sprintf("it holds %s from pool %s, but it now asks for pool %s (%s)", ip, st.origin, req.Pool, req.poolSource())
 		}
 	}
 	return ""
@@ -764,7 +767,7 @@ func (a *Allocator) failure(req Request, n need, evals []eval) *Error {
 				return errorOf(e, req)
 			}
 		}
-		return &Error{Reason: ReasonNoMatchingPool, Message: fmt.Sprintf("there is no IPPool named %q (%s); create it or fix the annotation", req.Pool, AnnotationAddressPool)}
+		return &Error{Reason: ReasonNoMatchingPool, Message: fmt.Sprintf("there is no IPPool named %q (%s); create it or fix %s", req.Pool, req.poolSource(), req.poolSource())}
 	}
 	if len(evals) == 0 {
 		return &Error{Reason: ReasonNoMatchingPool, Message: "there are no IPPools; create one"}

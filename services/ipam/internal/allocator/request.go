@@ -47,6 +47,9 @@ var annotationSpellings = map[string][]string{
 type ServiceRequest struct {
 	RequestedIPs []netip.Addr // at most one per family, in the order written
 	Pool         string
+	// PoolFrom, DefaultPool and DefaultPoolFrom are Request's, set by
+	// JoinGateway.
+	PoolFrom, DefaultPool, DefaultPoolFrom string
 	SharingKey   string
 	// CrossNamespace are the other namespaces whose Services may share the
 	// address (AnnotationSharingCrossNamespace), sorted; "*" is all of them.

@@ -133,18 +133,19 @@ func TestRequestOfAGatewayService(t *testing.T) {
 		svc           *watcherv1.Object
 		wantIPs       []string
 		wantPool      string
+		wantDefault   string // the default pool (the GatewayClass's)
 		wantNamespace string
 		wantLabels    map[string]string
 		wantErr       string
 	}{
-		{name: "IPAddress entries are requested IPs, and say their pool (not the class's)", svc: gatewayService("shop", label("ips"), nil),
-			wantIPs: []string{"192.0.2.10", "2001:db8::10"}, wantNamespace: "shop", wantLabels: map[string]string{"tier": "gold"}},
-		{name: "a NamedAddress names the pool, over the class's", svc: gatewayService("shop", label("named"), nil), wantPool: "private", wantNamespace: "shop"},
-		{name: "the class's pool when nothing names one", svc: gatewayService("shop", label("bare"), nil), wantPool: "public", wantNamespace: "shop"},
-		{name: "the Service's annotation names the pool over the class's", svc: gatewayService("shop", label("bare"), map[string]string{allocator.AnnotationAddressPool: "mine"}),
-			wantPool: "mine", wantNamespace: "shop"},
+		{name: "IPAddress entries are requested IPs (the class's pool only a default)", svc: gatewayService("shop", label("ips"), nil),
+			wantIPs: []string{"192.0.2.10", "2001:db8::10"}, wantDefault: "public", wantNamespace: "shop", wantLabels: map[string]string{"tier": "gold"}},
+		{name: "a NamedAddress names the pool", svc: gatewayService("shop", label("named"), nil), wantPool: "private", wantDefault: "public", wantNamespace: "shop"},
+		{name: "the class's pool is the default", svc: gatewayService("shop", label("bare"), nil), wantDefault: "public", wantNamespace: "shop"},
+		{name: "the Service's annotation names the pool", svc: gatewayService("shop", label("bare"), map[string]string{allocator.AnnotationAddressPool: "mine"}),
+			wantPool: "mine", wantDefault: "public", wantNamespace: "shop"},
 		{name: "an annotation agreeing with the Gateway", svc: gatewayService("shop", label("ips"), map[string]string{allocator.AnnotationLoadBalancerIPs: "2001:db8::10,192.0.2.10"}),
-			wantIPs: []string{"192.0.2.10", "2001:db8::10"}, wantNamespace: "shop"},
+			wantIPs: []string{"192.0.2.10", "2001:db8::10"}, wantDefault: "public", wantNamespace: "shop"},
 		{name: "an annotation disagreeing with the Gateway's addresses", svc: gatewayService("shop", label("ips"), map[string]string{allocator.AnnotationLoadBalancerIPs: "192.0.2.99"}),
 			wantErr: "Gateway shop/ips spec.addresses asks for 192.0.2.10, 2001:db8::10, and the Service requests 192.0.2.99"},
 		{name: "an annotation disagreeing with the Gateway's pool", svc: gatewayService("shop", label("named"), map[string]string{allocator.AnnotationAddressPool: "mine"}),
@@ -153,7 +154,7 @@ func TestRequestOfAGatewayService(t *testing.T) {
 		{name: "a Gateway not streamed (yet, or any more): the Service as any other", svc: gatewayService("shop", label("gone"), nil), wantNamespace: "shop"},
 		{name: "Envoy Gateway's Service is served by the Gateway's namespace's pools",
 			svc:     gatewayService("envoy-gateway-system", map[string]string{LabelEnvoyGatewayName: "ips", LabelEnvoyGatewayNamespace: "shop"}, nil),
-			wantIPs: []string{"192.0.2.10", "2001:db8::10"}, wantNamespace: "shop", wantLabels: map[string]string{"tier": "gold"}},
+			wantIPs: []string{"192.0.2.10", "2001:db8::10"}, wantDefault: "public", wantNamespace: "shop", wantLabels: map[string]string{"tier": "gold"}},
 		{name: "and shares no address",
 			svc: gatewayService("envoy-gateway-system", map[string]string{LabelEnvoyGatewayName: "ips", LabelEnvoyGatewayNamespace: "shop"},
 				map[string]string{allocator.AnnotationAllowSharedIP: "k"}),
@@ -174,8 +175,9 @@ func TestRequestOfAGatewayService(t *testing.T) {
 			for _, s := range tc.wantIPs {
 				want = append(want, netip.MustParseAddr(s))
 			}
-			if !slices.Equal(req.RequestedIPs, want) || req.Pool != tc.wantPool || req.Namespace != tc.wantNamespace {
-				t.Errorf("request IPs %v pool %q namespace %q, want %v %q %q", req.RequestedIPs, req.Pool, req.Namespace, want, tc.wantPool, tc.wantNamespace)
+			if !slices.Equal(req.RequestedIPs, want) || req.Pool != tc.wantPool || req.DefaultPool != tc.wantDefault || req.Namespace != tc.wantNamespace {
+				t.Errorf("request IPs %v pool %q default %q namespace %q, want %v %q %q %q", req.RequestedIPs, req.Pool, req.DefaultPool, req.Namespace,
+					want, tc.wantPool, tc.wantDefault, tc.wantNamespace)
 			}
 			if tc.wantLabels != nil && req.NamespaceLabels["tier"] != tc.wantLabels["tier"] {
 				t.Errorf("namespace labels %v, want %v", req.NamespaceLabels, tc.wantLabels)

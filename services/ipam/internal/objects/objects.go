@@ -146,7 +146,8 @@ func Request(obj *watcherv1.Object, env Env) (allocator.Request, error) {
 		req.Sharing = Sharing(obj, "")
 		return req, err
 	}
-	req.RequestedIPs, req.Pool = sr.RequestedIPs, sr.Pool
+	req.RequestedIPs, req.Pool, req.PoolFrom = sr.RequestedIPs, sr.Pool, sr.PoolFrom
+	req.DefaultPool, req.DefaultPoolFrom = sr.DefaultPool, sr.DefaultPoolFrom
 	req.Sharing = Sharing(obj, sr.SharingKey)
 	req.Sharing.CrossNamespace = sr.CrossNamespace
 	for _, f := range svc.GetIpFamilies() {

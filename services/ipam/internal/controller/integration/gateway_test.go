@@ -170,4 +170,21 @@ func TestGatewayAddresses(t *testing.T) {
 	if got := h.waitAllocation(h.ns, "conflict", "Allocated"); got.ips != "10.78.40.10" {
 		t.Errorf("conflict without its annotation: %s, want the Gateway's 10.78.40.10", got.ips)
 	}
+
+	// An operator changes the GatewayClass's default pool: a new Gateway
+	// Service takes the new default, and the one that holds an address of
+	// the old default keeps it (a default is not the Service asking).
+	bare := h.waitAllocation(h.ns, "cilium-bare", "Allocated")
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"ipledger.io/address-pool":"tgw-named-%s"}}}`, id)
+	if _, err := env.Dynamic.Resource(gatewayClassGVR).Patch(context.Background(), class.GetName(), "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.gateway(h.ns, "late", class.GetName())
+	h.service("late", nil, labelled(map[string]string{"gateway.networking.k8s.io/gateway-name": "late"}))
+	if got := h.waitAllocation(h.ns, "late", "Allocated"); !strings.HasPrefix(got.ips, "10.78.41.") {
+		t.Errorf("a Gateway Service after the class's edit: %s, want the new default pool tgw-named (10.78.41.0/28)", got.ips)
+	}
+	if got := h.waitAllocation(h.ns, "cilium-bare", "Allocated"); got.ips != bare.ips {
+		t.Errorf("cilium-bare after its GatewayClass's default pool changed: %s, want what it held, %s", got.ips, bare.ips)
+	}
 }
