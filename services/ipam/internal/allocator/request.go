@@ -50,7 +50,7 @@ type ServiceRequest struct {
 	// PoolFrom, DefaultPool and DefaultPoolFrom are Request's, set by
 	// JoinGateway.
 	PoolFrom, DefaultPool, DefaultPoolFrom string
-	SharingKey   string
+	SharingKey                             string
 	// CrossNamespace are the other namespaces whose Services may share the
 	// address (AnnotationSharingCrossNamespace), sorted; "*" is all of them.
 	CrossNamespace []string
