@@ -107,6 +107,10 @@ const (
 	// kept within a namespace, and neither lists the other's namespace in
 	// AnnotationSharingCrossNamespace. Nothing moves; nothing new joins.
 	ReasonHeldSharedAcrossNamespaces Reason = "HeldSharedAcrossNamespaces"
+	// ReasonGatewayNotSeen: the Service is owned by a Gateway that the
+	// stream does not show (yet): it waits rather than take an address the
+	// Gateway may not want, and keeps what it holds.
+	ReasonGatewayNotSeen Reason = "GatewayNotSeen"
 )
 
 // AcrossMessage says what a Service holding addresses shared across

@@ -35,6 +35,9 @@ const (
 	LabelEnvoyGatewayNamespace = "gateway.envoyproxy.io/owning-gateway-namespace"
 )
 
+// viaOwner is GatewayLink.Via for a link by owner reference.
+const viaOwner = "owner reference"
+
 // GatewayLink is the Gateway a Service belongs to, and how that was found.
 type GatewayLink struct {
 	Namespace, Name string
@@ -65,7 +68,7 @@ func LinkedGateway(svc *watcherv1.Object, trusted []string) (link GatewayLink, o
 	var links []GatewayLink
 	for _, o := range m.GetOwnerReferences() {
 		if o.GetKind() == "Gateway" && strings.HasPrefix(o.GetApiVersion(), GatewayGroup+"/") {
-			links = append(links, GatewayLink{Namespace: ns, Name: o.GetName(), Via: "owner reference"})
+			links = append(links, GatewayLink{Namespace: ns, Name: o.GetName(), Via: viaOwner})
 		}
 	}
 	for _, key := range []string{LabelGatewayName, LabelCiliumGateway, LabelContourGateway} {

@@ -190,3 +190,18 @@ func isInvalid(err error) bool {
 	var ae *allocator.Error
 	return errors.As(err, &ae) && ae.Reason == allocator.ReasonInvalidRequest
 }
+
+// A Service owned by a Gateway the stream does not show waits for it
+// (GatewayNotSeen) instead of taking an address the Gateway may not want;
+// one linked by a label only is served as any other.
+func TestServiceOwnedByAnUnseenGatewayWaits(t *testing.T) {
+	env := Env{Objects: NewIndex(namespaceObj("shop", nil))}
+	_, err := Request(gatewayService("shop", nil, nil, gatewayOwner("gateway.networking.k8s.io/v1", "soon")), env)
+	var ae *allocator.Error
+	if !errors.As(err, &ae) || ae.Reason != allocator.ReasonGatewayNotSeen || !strings.Contains(ae.Message, "Gateway shop/soon") {
+		t.Fatalf("owned by an unseen Gateway: %v, want GatewayNotSeen naming it", err)
+	}
+	if _, err := Request(gatewayService("shop", map[string]string{LabelGatewayName: "soon"}, nil), env); err != nil {
+		t.Fatalf("labelled for an unseen Gateway: %v, want the request of any Service", err)
+	}
+}

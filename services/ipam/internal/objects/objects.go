@@ -177,8 +177,18 @@ func withGateway(obj *watcherv1.Object, sr allocator.ServiceRequest, env Env) (a
 			link.Key(), allocator.AnnotationAllowSharedIP)}
 	}
 	gr, found, err := gatewayRequest(link, env)
-	if err != nil || !found {
+	switch {
+	case err != nil:
 		return sr, link.Namespace, err
+	case !found && link.Via == viaOwner:
+		// An owner reference says the Gateway exists (or did, and the
+		// garbage collector takes the Service soon): its Service was made
+		// for it, and the stream brings it.
+		return sr, link.Namespace, &allocator.Error{Reason: allocator.ReasonGatewayNotSeen, Message: fmt.Sprintf(
+			"the Service is owned by Gateway %s, which ipam does not see yet; it waits for the Gateway's addresses (is the Gateway API installed, and the watcher allowed to list Gateways?)",
+			link.Key())}
+	case !found:
+		return sr, link.Namespace, nil // labels only: served as any other Service
 	}
 	sr, err = allocator.JoinGateway(sr, gr)
 	return sr, link.Namespace, err

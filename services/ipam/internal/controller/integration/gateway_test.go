@@ -171,6 +171,19 @@ func TestGatewayAddresses(t *testing.T) {
 		t.Errorf("conflict without its annotation: %s, want the Gateway's 10.78.40.10", got.ips)
 	}
 
+	// A Gateway's Service that reaches ipam before its Gateway (an owner
+	// reference names it) waits for it, and never holds another address.
+	h.service("owned-first", nil, func(s *corev1.Service) {
+		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "gateway.networking.k8s.io/v1", Kind: "Gateway", Name: "first", UID: "not-yet"}}
+	})
+	if got := h.waitAllocation(h.ns, "owned-first", "GatewayNotSeen"); got.ips != "" {
+		t.Errorf("owned-first before its Gateway: %+v, want no address", got)
+	}
+	h.gateway(h.ns, "first", class.GetName(), gatewayAddr{value: "10.78.40.13"})
+	if got := h.waitAllocation(h.ns, "owned-first", "Allocated"); got.ips != "10.78.40.13" {
+		t.Errorf("owned-first once its Gateway is streamed: %s, want the Gateway's 10.78.40.13", got.ips)
+	}
+
 	// An operator changes the GatewayClass's default pool: a new Gateway
 	// Service takes the new default, and the one that holds an address of
 	// the old default keeps it (a default is not the Service asking).
