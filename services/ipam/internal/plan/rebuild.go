@@ -84,40 +84,68 @@ type Rebuilt struct {
 // Conflict, never moved. Pending Services are left pending: the caller
 // allocates them afterwards.
 func Rebuild(in Inputs) Rebuilt {
-	r := Rebuilt{Alloc: allocator.New()}
-	r.Alloc.SetPools(in.Pools)
-	for _, res := range in.Ledger.Reservations {
-		// Reservations were checked when made; a clash here means the
-		// ledger was edited by hand, and the reservation still wins.
-		if err := r.Alloc.Reserve(objects.AllocatorReservation(res)); err != nil {
-			r.Conflicts = append(r.Conflicts, Conflict{Service: "(reservation)", IPs: []netip.Addr{res.IP}, Source: FromLedger, Message: err.Error()})
-		}
-	}
-
-	services := readServices(in)
-	ours := map[string]*service{}
-	for i := range services {
-		if services[i].ours {
-			ours[services[i].key] = &services[i]
-		}
-	}
-	sharingOf := func(key string, fallback string) allocator.Sharing {
-		if s := ours[key]; s != nil {
-			return s.sharing
-		}
-		return allocator.Sharing{Key: fallback}
-	}
-
-	// 1. The ledger. Services are taken in the Services' order; those the
-	// stream does not show come after, by name.
+	b := newRebuilder(in)
+	b.reservations(in.Ledger.Reservations)
 	byService := objects.ByService(slices.DeleteFunc(slices.Clone(in.Ledger.Allocations), func(e ledger.Allocation) bool {
 		return slices.ContainsFunc(in.Overruled, func(o ledger.Allocation) bool { return o.IP == e.IP && o.Service.Key() == e.Service.Key() })
 	}))
-	var ledgerKeys []string
+	b.fromLedger(byService)   // 1.
+	b.fromStatuses(byService) // 2.
+	b.foreign()
+	b.claimRequests()
+	b.fromRequests() // 3.
+	return b.r
+}
+
+// rebuilder is one Rebuild's state: the allocator being filled, what it
+// found, and the Services in Rebuild's order.
+type rebuilder struct {
+	r        Rebuilt
+	services []service
+	ours     map[string]*service // the Services ipam serves, by key
+}
+
+func newRebuilder(in Inputs) *rebuilder {
+	b := &rebuilder{r: Rebuilt{Alloc: allocator.New()}, services: readServices(in), ours: map[string]*service{}}
+	b.r.Alloc.SetPools(in.Pools)
+	for i := range b.services {
+		if b.services[i].ours {
+			b.ours[b.services[i].key] = &b.services[i]
+		}
+	}
+	return b
+}
+
+// sharingOf is the sharing of our Service key as it asks now; fallback is
+// the key its ledger entry recorded, for a Service the stream does not show.
+func (b *rebuilder) sharingOf(key string, fallback string) allocator.Sharing {
+	if s := b.ours[key]; s != nil {
+		return s.sharing
+	}
+	return allocator.Sharing{Key: fallback}
+}
+
+func (b *rebuilder) conflict(c Conflict) { b.r.Conflicts = append(b.r.Conflicts, c) }
+
+// reservations hold the ledger's reserved addresses. They were checked when
+// made; a clash here means the ledger was edited by hand, and the
+// reservation still wins.
+func (b *rebuilder) reservations(rs []ledger.Reservation) {
+	for _, res := range rs {
+		if err := b.r.Alloc.Reserve(objects.AllocatorReservation(res)); err != nil {
+			b.conflict(Conflict{Service: "(reservation)", IPs: []netip.Addr{res.IP}, Source: FromLedger, Message: err.Error()})
+		}
+	}
+}
+
+// fromLedger is step 1: the ledger's allocations. Services are taken in the
+// Services' order; those the stream does not show come after, by name.
+func (b *rebuilder) fromLedger(byService map[string][]ledger.Allocation) {
+	var keys []string
 	seen := map[string]bool{}
-	for _, s := range services {
+	for _, s := range b.services {
 		if len(byService[s.key]) > 0 {
-			ledgerKeys = append(ledgerKeys, s.key)
+			keys = append(keys, s.key)
 			seen[s.key] = true
 		}
 	}
@@ -128,83 +156,95 @@ func Rebuild(in Inputs) Rebuilt {
 		}
 	}
 	slices.Sort(unseen)
-	for _, k := range append(ledgerKeys, unseen...) {
-		entries := byService[k]
-		ips := objects.IPs(entries)
-		if err := r.Alloc.Assign(k, ips, sharingOf(k, entries[0].SharingKey)); err != nil {
-			// Only a hand-edited ledger gets here. Keep the IPs one family
-			// at a time so that whatever can be held is held.
-			for _, ip := range ips {
-				if err := r.Alloc.Assign(k, []netip.Addr{ip}, sharingOf(k, entries[0].SharingKey)); err != nil {
-					r.Conflicts = append(r.Conflicts, Conflict{Service: k, IPs: []netip.Addr{ip}, Source: FromLedger, Message: err.Error()})
-				}
+	for _, k := range append(keys, unseen...) {
+		b.assignEntries(k, byService[k])
+	}
+}
+
+// assignEntries holds a Service's ledger entries; an address its pool no
+// longer offers stays counted in, and named by, the pool the ledger says it
+// came from.
+func (b *rebuilder) assignEntries(k string, entries []ledger.Allocation) {
+	ips := objects.IPs(entries)
+	sharing := b.sharingOf(k, entries[0].SharingKey)
+	if err := b.r.Alloc.Assign(k, ips, sharing); err != nil {
+		// Only a hand-edited ledger gets here. Keep the IPs one family
+		// at a time so that whatever can be held is held.
+		for _, ip := range ips {
+			if err := b.r.Alloc.Assign(k, []netip.Addr{ip}, sharing); err != nil {
+				b.conflict(Conflict{Service: k, IPs: []netip.Addr{ip}, Source: FromLedger, Message: err.Error()})
 			}
 		}
-		// An address its pool no longer offers stays counted in, and named
-		// by, the pool the ledger says it came from.
-		for _, e := range entries {
-			r.Alloc.NoteOrigin(e.IP, e.Pool)
-		}
 	}
+	for _, e := range entries {
+		b.r.Alloc.NoteOrigin(e.IP, e.Pool)
+	}
+}
 
-	// 2. Statuses of our Services that the ledger does not name.
+// fromStatuses is step 2: the statuses of our Services that the ledger does
+// not name. A status the ledger contradicts is a Conflict, and the ledger
+// entries it names are Suspects for the caller to confirm.
+func (b *rebuilder) fromStatuses(byService map[string][]ledger.Allocation) {
 	var byIP map[netip.Addr][]ledger.Allocation // built at the first conflict
-	for _, s := range services {
+	for _, s := range b.services {
 		k, ips := s.key, s.statusIPs
-		if !s.ours || len(r.Alloc.Allocations(k)) > 0 || len(ips) == 0 {
+		if !s.ours || len(b.r.Alloc.Allocations(k)) > 0 || len(ips) == 0 {
 			continue
 		}
-		if err := r.Alloc.Assign(k, ips, sharingOf(k, "")); err != nil {
-			r.Conflicts = append(r.Conflicts, Conflict{Service: k, IPs: ips, Source: FromStatus,
-				Message: fmt.Sprintf("status names %s, but %v", addrs(ips), err)})
+		if err := b.r.Alloc.Assign(k, ips, b.sharingOf(k, "")); err != nil {
+			b.conflict(Conflict{Service: k, IPs: ips, Source: FromStatus, Message: fmt.Sprintf("status names %s, but %v", addrs(ips), err)})
 			if byIP == nil {
 				byIP = entriesByIP(byService)
 			}
-			r.Suspects = append(r.Suspects, suspects(k, ips, byIP, ours)...)
-			continue
+			b.r.Suspects = append(b.r.Suspects, suspects(k, ips, byIP, b.ours)...)
 		}
 	}
+}
 
-	// The addresses other controllers gave out: statuses of Services ipam
-	// does not serve. Nothing new may take them; one of ours already
-	// holding one keeps it, and the clash is reported.
-	for _, s := range services {
-		k := s.key
+// foreign marks the addresses other controllers gave out: statuses of
+// Services ipam does not serve. Nothing new may take them; one of ours
+// already holding one keeps it, and the clash is reported.
+func (b *rebuilder) foreign() {
+	for _, s := range b.services {
 		if s.ours {
 			continue
 		}
-		foreign := foreignIPs(r.Alloc, k, s.statusIPs)
-		r.Alloc.SetForeign(k, foreign)
+		k := s.key
+		foreign := foreignIPs(b.r.Alloc, k, s.statusIPs)
+		b.r.Alloc.SetForeign(k, foreign)
 		for _, ip := range foreign {
-			if holders := r.Alloc.Holders(ip); len(holders) > 0 {
-				r.Conflicts = append(r.Conflicts, Conflict{Service: k, IPs: []netip.Addr{ip}, Source: FromStatus,
+			if holders := b.r.Alloc.Holders(ip); len(holders) > 0 {
+				b.conflict(Conflict{Service: k, IPs: []netip.Addr{ip}, Source: FromStatus,
 					Message: fmt.Sprintf("ipam holds %s for %s, and this Service is not served by ipam (its lbClass); one of the two controllers must let it go", ip, allocator.ServiceNames(k, holders[0].Service))})
 			}
 		}
 	}
+}
 
-	// Every IP one of our Services requests is claimed before anything is
-	// allocated, so that no allocation of step 3 (a dual-stack requester's
-	// auto-filled family) nor a pending Service afterwards takes an IP that
-	// a Service further down the list asks for.
-	for _, s := range services {
+// claimRequests claims every IP one of our Services requests before
+// anything is allocated, so that no allocation of step 3 (a dual-stack
+// requester's auto-filled family) nor a pending Service afterwards takes
+// an IP that a Service further down the list asks for.
+func (b *rebuilder) claimRequests() {
+	for _, s := range b.services {
 		if s.request != nil {
-			_ = r.Alloc.Claim(*s.request) // a refused claim: Allocate says why
+			_ = b.r.Alloc.Claim(*s.request) // a refused claim: Allocate says why
 		}
 	}
+}
 
-	// 3. Requests of our Services that hold nothing yet.
-	for _, s := range services {
+// fromRequests is step 3: the requests of our Services that hold nothing
+// yet.
+func (b *rebuilder) fromRequests() {
+	for _, s := range b.services {
 		k, req := s.key, s.request
-		if req == nil || len(r.Alloc.Allocations(k)) > 0 {
+		if req == nil || len(b.r.Alloc.Allocations(k)) > 0 {
 			continue
 		}
-		if _, err := r.Alloc.Allocate(*req); err != nil {
-			r.Conflicts = append(r.Conflicts, Conflict{Service: k, IPs: req.RequestedIPs, Source: FromRequest, Message: err.Error()})
-			continue
+		if _, err := b.r.Alloc.Allocate(*req); err != nil {
+			b.conflict(Conflict{Service: k, IPs: req.RequestedIPs, Source: FromRequest, Message: err.Error()})
 		}
 	}
-	return r
 }
 
 // suspects are the ledger entries that shower's status contradicts: an
