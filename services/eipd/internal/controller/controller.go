@@ -10,7 +10,7 @@
 // whatever would destroy something (disassociate, release, untag, clear a
 // Node's published address) is first confirmed with a GET of the live Node,
 // and done only if the live Node agrees. Everything that writes runs inside
-// one leadership term: a TermState is created fresh per term with empty
+// one leadership term: a NodeReconciler is created fresh per term with empty
 // expectations.
 package controller
 
@@ -241,7 +241,7 @@ type Controller struct {
 	reserved decide.Reservations
 }
 
-// New returns a controller. Its Events go through each TermState's recorder.
+// New returns a controller. Its Events go through each NodeReconciler's recorder.
 func New(cfg Config, ec2 EC2, store Store, kube kubernetes.Interface, log *slog.Logger, reg prometheus.Registerer) (*Controller, error) {
 	// A zero MinReconciliationInterval is kept: it means no spacing.
 	minInterval := cfg.MinReconciliationInterval
@@ -299,9 +299,9 @@ func (c *Controller) optIn(node *watcherv1.Object) decide.OptIn {
 	return decide.NodeOptIn(node.GetMeta().GetLabels(), c.legacy)
 }
 
-// TermState is one term's work: its queue, its expectations and what it
-// has told the Nodes.
-type TermState struct {
+// NodeReconciler reconciles the Nodes' Elastic IPs for one term: its
+// queue, its expectations and what it has told the Nodes.
+type NodeReconciler struct {
 	c      *Controller
 	queue  Queue
 	events record.EventRecorder
@@ -318,18 +318,18 @@ type TermState struct {
 	waiters map[string]string
 }
 
-// NewTermState starts a term's state on a fresh queue; events is the term's
+// NewNodeReconciler starts a term's state on a fresh queue; events is the term's
 // recorder (nil: no Events).
-func (c *Controller) NewTermState(queue Queue, events record.EventRecorder) *TermState {
+func (c *Controller) NewNodeReconciler(queue Queue, events record.EventRecorder) *NodeReconciler {
 	c.status.Reset() // the last term's outcomes say nothing about this one
 	c.metrics.setWaiting(nil, c.reserved.SetNames())
-	return &TermState{c: c, queue: queue, events: events, exp: expect.New(c.cfg.ConsistencyTimeout, nil), lastSync: map[string]time.Time{}, warned: map[string]bool{},
+	return &NodeReconciler{c: c, queue: queue, events: events, exp: expect.New(c.cfg.ConsistencyTimeout, nil), lastSync: map[string]time.Time{}, warned: map[string]bool{},
 		served: map[string]string{}, waiters: map[string]string{}}
 }
 
 // Handler enqueues the Nodes whose Elastic IP may need work. Pods are read
 // from the store when an orphan is chosen; their events need no sync.
-func (r *TermState) Handler() stream.HandlerFuncs {
+func (r *NodeReconciler) Handler() stream.HandlerFuncs {
 	return stream.HandlerFuncs{
 		AddFunc: func(o *watcherv1.Object) {
 			if o.GetKind() == watcherv1.Kind_KIND_NODE && (r.c.Wants(o) || hasEIP(o)) {
@@ -377,7 +377,7 @@ func hasEIP(node *watcherv1.Object) bool {
 }
 
 // enqueue applies the minimum interval between event-driven syncs of a Node.
-func (r *TermState) enqueue(node string) {
+func (r *NodeReconciler) enqueue(node string) {
 	r.mu.Lock()
 	last, ok := r.lastSync[node]
 	r.mu.Unlock()
@@ -395,7 +395,7 @@ func (r *TermState) enqueue(node string) {
 // API server (GETs, at most sweepConfirmParallelism at a time): a Node that
 // is still labelled is left alone — its address untouched, its own periodic
 // sync goes on — and one that cannot be read waits for the next sweep.
-func (r *TermState) Sweep(ctx context.Context) error {
+func (r *NodeReconciler) Sweep(ctx context.Context) error {
 	view, err := r.c.ec2.ListManaged(ctx)
 	if err != nil {
 		return err
@@ -439,7 +439,7 @@ func (c *Controller) RetryLimiter() workqueue.TypedRateLimiter[string] {
 
 // Sync brings one Node's Elastic IP to what its labels ask for. It is the
 // queue's sync function: nil ends in Forget, an error in AddRateLimited.
-func (r *TermState) Sync(ctx context.Context, node string) error {
+func (r *NodeReconciler) Sync(ctx context.Context, node string) error {
 	r.mu.Lock()
 	r.lastSync[node] = time.Now()
 	r.mu.Unlock()
@@ -458,7 +458,7 @@ func (r *TermState) Sync(ctx context.Context, node string) error {
 	return err
 }
 
-func (r *TermState) sync(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool) error {
+func (r *NodeReconciler) sync(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool) error {
 	view, err := r.c.ec2.ListManaged(ctx)
 	if err != nil {
 		return err
@@ -472,7 +472,7 @@ func (r *TermState) sync(ctx context.Context, log *slog.Logger, node string, obj
 // just read from the API server. An intent that destroys something is never
 // carried out on the view's word: the live Node is read and reconciled
 // instead.
-func (r *TermState) reconcile(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool,
+func (r *NodeReconciler) reconcile(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool,
 	view []decide.Address, waiting map[string]bool, confirmed bool) error {
 	if !exists || !r.c.Wants(obj) {
 		intent := decide.Intent{GiveBack: true, Tagged: taggedFor(node, view), Published: exists && published(obj)}
@@ -627,7 +627,7 @@ func (r *TermState) reconcile(ctx context.Context, log *slog.Logger, node string
 // giveBack handles a Node that should have no address: it disassociates
 // and releases (or keeps, as an orphan) every address tagged for it, and
 // clears the Node's label and annotation if the Node still exists.
-func (r *TermState) giveBack(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool, view []decide.Address, waiting bool) error {
+func (r *NodeReconciler) giveBack(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool, view []decide.Address, waiting bool) error {
 	view, err := r.withoutHeldOutside(ctx, log, obj, node, view, nil, nil)
 	if err != nil {
 		return err
@@ -674,7 +674,7 @@ func (r *TermState) giveBack(ctx context.Context, log *slog.Logger, node string,
 // --prevent-eip-deallocation, or for an address of a reserved set — removes
 // its Node tag so it becomes an orphan; the Nodes waiting on its set are
 // woken.
-func (r *TermState) giveBackOne(ctx context.Context, a decide.Address) error {
+func (r *NodeReconciler) giveBackOne(ctx context.Context, a decide.Address) error {
 	if a.Associated() {
 		if err := r.c.ec2.Disassociate(ctx, a.AssociationID); err != nil {
 			return err
@@ -698,11 +698,11 @@ func (r *TermState) giveBackOne(ctx context.Context, a decide.Address) error {
 }
 
 // keeps reports whether an address given back stays, as an orphan.
-func (r *TermState) keeps(a decide.Address) bool {
+func (r *NodeReconciler) keeps(a decide.Address) bool {
 	return r.c.cfg.PreventEIPDeallocation || r.c.reserved.NeverReleased(a)
 }
 
-func (r *TermState) releaseVerb(a decide.Address) string {
+func (r *NodeReconciler) releaseVerb(a decide.Address) string {
 	if r.keeps(a) {
 		return "kept as an orphan"
 	}
@@ -710,7 +710,7 @@ func (r *TermState) releaseVerb(a decide.Address) string {
 }
 
 // podRefs counts the Pods asking for each public IP.
-func (r *TermState) podRefs() map[string]int {
+func (r *NodeReconciler) podRefs() map[string]int {
 	refs := map[string]int{}
 	for _, p := range r.c.store.List(watcherv1.Kind_KIND_POD) {
 		if ip := p.GetMeta().GetLabels()[LabelExternalIP]; ip != "" && p.GetMeta().GetDeletionTimestamp() == 0 {
@@ -722,7 +722,7 @@ func (r *TermState) podRefs() map[string]int {
 
 // publish writes (or with ip == "" removes) the Node's label and annotation,
 // unless the store already shows them.
-func (r *TermState) publish(ctx context.Context, obj *watcherv1.Object, ip, allocationID string) error {
+func (r *NodeReconciler) publish(ctx context.Context, obj *watcherv1.Object, ip, allocationID string) error {
 	meta := obj.GetMeta()
 	if meta.GetLabels()[LabelExternalIP] == ip && meta.GetAnnotations()[AnnotationAllocationID] == allocationID {
 		return nil
@@ -747,7 +747,7 @@ func (r *TermState) publish(ctx context.Context, obj *watcherv1.Object, ip, allo
 	return nil
 }
 
-func (r *TermState) event(obj any, eventType, reason, format string, args ...any) {
+func (r *NodeReconciler) event(obj any, eventType, reason, format string, args ...any) {
 	if r.events == nil {
 		return
 	}

@@ -62,7 +62,7 @@ func TestHandlerEnqueuesOnlyWhatMatters(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			q := &recordingQueue{}
-			h := c.NewTermState(q, nil).Handler()
+			h := c.NewNodeReconciler(q, nil).Handler()
 			switch {
 			case tt.deleted:
 				h.OnDelete(tt.new)
@@ -98,7 +98,7 @@ func TestOptInLabels(t *testing.T) {
 		}
 		n := nodeObj("1", tt.labels, nil, "aws:///z/i-1")
 		q := &recordingQueue{}
-		c.NewTermState(q, nil).Handler().OnAdd(n)
+		c.NewNodeReconciler(q, nil).Handler().OnAdd(n)
 		if got := c.Wants(n); got != tt.wants {
 			t.Errorf("--legacy-opt-in=%q, labels %v: Wants = %v, want %v", tt.legacyOptIn, tt.labels, got, tt.wants)
 		}

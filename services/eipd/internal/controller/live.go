@@ -59,7 +59,7 @@ func (c *Controller) liveNodes(ctx context.Context, names []string, limit int) [
 // keeps its address (and is synced from the live object), otherwise its
 // addresses are given back. If the read fails nothing is given back: the
 // sync fails and is retried with backoff.
-func (r *TermState) confirm(ctx context.Context, log *slog.Logger, node string, view []decide.Address, waiting map[string]bool, viewGivesBack bool) error {
+func (r *NodeReconciler) confirm(ctx context.Context, log *slog.Logger, node string, view []decide.Address, waiting map[string]bool, viewGivesBack bool) error {
 	live := r.c.liveNode(ctx, node)
 	if live.err != nil {
 		return fmt.Errorf("cannot confirm with the API server before touching Node %s's Elastic IP (nothing given back): %w", node, live.err)
@@ -72,7 +72,7 @@ func (r *TermState) confirm(ctx context.Context, log *slog.Logger, node string, 
 
 // refused counts and logs a give-back the view asked for and the live Node
 // refused.
-func (r *TermState) refused(log *slog.Logger, source string) {
+func (r *NodeReconciler) refused(log *slog.Logger, source string) {
 	r.c.metrics.refused.WithLabelValues(source).Inc()
 	log.Info("The watcher's view says the Node should have no Elastic IP, but the API server has it labelled: keeping its address",
 		"source", source)

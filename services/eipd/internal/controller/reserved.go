@@ -14,7 +14,7 @@ import (
 const StateWaiting = "Waiting"
 
 // serve records which reserved set serves an admitted Node ("" for none).
-func (r *TermState) serve(node, set string) {
+func (r *NodeReconciler) serve(node, set string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if set == "" {
@@ -27,7 +27,7 @@ func (r *TermState) serve(node, set string) {
 // ahead counts the Nodes waiting for an address of set that are served
 // before obj's Node (decide.Ahead): those the set serves that want an
 // address, have none and are not cordoned.
-func (r *TermState) ahead(obj *watcherv1.Object, set string, tagged map[string]bool) int {
+func (r *NodeReconciler) ahead(obj *watcherv1.Object, set string, tagged map[string]bool) int {
 	if set == "" {
 		return 0
 	}
@@ -68,7 +68,7 @@ func taggedNodes(view []decide.Address) map[string]bool {
 // wait records that a Node waits on set, tells it once per wait (Event),
 // and looks at it again every interval; a given-back address of its set
 // wakes it sooner (wake).
-func (r *TermState) wait(log *slog.Logger, obj *watcherv1.Object, set, reason string) {
+func (r *NodeReconciler) wait(log *slog.Logger, obj *watcherv1.Object, set, reason string) {
 	node := obj.GetMeta().GetName()
 	r.mu.Lock()
 	prev, was := r.waiters[node]
@@ -84,7 +84,7 @@ func (r *TermState) wait(log *slog.Logger, obj *watcherv1.Object, set, reason st
 }
 
 // stopWaiting forgets a Node's wait.
-func (r *TermState) stopWaiting(node string) {
+func (r *NodeReconciler) stopWaiting(node string) {
 	r.mu.Lock()
 	_, was := r.waiters[node]
 	delete(r.waiters, node)
@@ -94,7 +94,7 @@ func (r *TermState) stopWaiting(node string) {
 	}
 }
 
-func (r *TermState) countWaiters() {
+func (r *NodeReconciler) countWaiters() {
 	r.mu.Lock()
 	counts := map[string]int{}
 	for _, set := range r.waiters {
@@ -105,7 +105,7 @@ func (r *TermState) countWaiters() {
 }
 
 // wake queues every Node waiting on set: one of its addresses came free.
-func (r *TermState) wake(set string) {
+func (r *NodeReconciler) wake(set string) {
 	r.mu.Lock()
 	var nodes []string
 	for node, s := range r.waiters {
@@ -122,7 +122,7 @@ func (r *TermState) wake(set string) {
 // wakeWhereFree wakes the waiters of every set (and of no set) with a
 // free address in view: an address the operator added, or one freed
 // outside this term.
-func (r *TermState) wakeWhereFree(view []decide.Address) {
+func (r *NodeReconciler) wakeWhereFree(view []decide.Address) {
 	free := map[string]bool{}
 	for _, a := range view {
 		if a.Node == "" && !a.Associated() {

@@ -21,7 +21,7 @@ import (
 // answers just before the patch — publishes it. Until both sides agree
 // the Node is looked at again shortly; nothing is kept in memory, so a new
 // leader after a restart decides the same from EC2 and the Node.
-func (r *TermState) liftStartupTaint(ctx context.Context, log *slog.Logger, obj *watcherv1.Object, addr decide.Address, seen bool) error {
+func (r *NodeReconciler) liftStartupTaint(ctx context.Context, log *slog.Logger, obj *watcherv1.Object, addr decide.Address, seen bool) error {
 	key := r.c.cfg.StartupTaint
 	if !slices.Contains(obj.GetNode().GetTaintKeys(), key) {
 		return nil

@@ -25,7 +25,7 @@ func internalIPs(node *watcherv1.Object) []string {
 // rivals are the other Nodes of the view whose providerID names instanceID.
 // A scan of the view's Nodes: a few thousand string compares per sync,
 // nothing next to the EC2 calls of the same sync.
-func (r *TermState) rivals(node, instanceID string) []string {
+func (r *NodeReconciler) rivals(node, instanceID string) []string {
 	var out []string
 	for _, o := range r.c.store.List(watcherv1.Kind_KIND_NODE) {
 		name := o.GetMeta().GetName()
@@ -43,7 +43,7 @@ func (r *TermState) rivals(node, instanceID string) []string {
 // associated, nothing given back (the refusal is not the Node's wish to give
 // its address up), an Event and a metric say why, and the Node is looked at
 // again every interval (a Node update requeues it sooner).
-func (r *TermState) refuse(log *slog.Logger, obj *watcherv1.Object, instanceID string, refusal *decide.Refusal) {
+func (r *NodeReconciler) refuse(log *slog.Logger, obj *watcherv1.Object, instanceID string, refusal *decide.Refusal) {
 	r.c.metrics.refusedAssociations.WithLabelValues(refusal.Reason).Inc()
 	r.c.status.Set(obj.GetMeta().GetName(), StateError, "refused: "+refusal.Error())
 	log.Warn("Refusing to associate an Elastic IP with the instance the Node names", "instance", instanceID,
@@ -59,7 +59,7 @@ func (r *TermState) refuse(log *slog.Logger, obj *watcherv1.Object, instanceID s
 // the Node's addresses are associated with are described in one call, made
 // only when there are any. The allocation IDs left out are added to held
 // (when not nil).
-func (r *TermState) withoutHeldOutside(ctx context.Context, log *slog.Logger, obj *watcherv1.Object, node string, view []decide.Address,
+func (r *NodeReconciler) withoutHeldOutside(ctx context.Context, log *slog.Logger, obj *watcherv1.Object, node string, view []decide.Address,
 	known map[string]decide.Instance, held map[string]bool) ([]decide.Address, error) {
 	var unknown []decide.Address
 	for _, a := range view {
@@ -104,7 +104,7 @@ func holder(a decide.Address) string {
 
 // warnLegacy tells, once per term, that a Node asks only through the
 // deprecated label.
-func (r *TermState) warnLegacy(log *slog.Logger, obj *watcherv1.Object) {
+func (r *NodeReconciler) warnLegacy(log *slog.Logger, obj *watcherv1.Object) {
 	name := obj.GetMeta().GetName()
 	r.mu.Lock()
 	seen := r.warned[name]

@@ -20,37 +20,48 @@ type Source interface {
 }
 
 // NewWorker returns leader.Run's newWorker: every term gets a fresh queue
-// and fresh expectations, registers its handler (which replays the cached
-// Nodes), sweeps stale addresses at start and every requeue interval, and
-// writes only with the term's context.
+// and a fresh NodeReconciler (expectations included).
 func (c *Controller) NewWorker(src Source, reg prometheus.Registerer) func(term *leader.Term) (leader.Worker, error) {
 	return func(term *leader.Term) (leader.Worker, error) {
 		queue := leader.NewQueue("eipd_nodes", reg, leader.WithRateLimiter(c.RetryLimiter())).WithLogger(c.log)
-		run := c.NewTermState(queue, term.Recorder())
-		return leader.WorkerFunc(func(term *leader.Term) error {
-			log := c.log.With("term", term.ID())
-			// Never act on a partial view: an absent Node means "give its
-			// address back", so wait for the whole world first.
-			if err := src.WaitForSync(term.StoppingContext()); err != nil {
-				log.Info("Term ended before the stream synced")
-				return nil
-			}
-			log.Info("Leading: reconciling Elastic IPs")
-			registration := src.AddHandler(run.Handler())
-			defer src.RemoveHandler(registration)
-
-			var wg sync.WaitGroup
-			wg.Go(func() { run.sweepLoop(term, log) })
-			queue.Run(term, c.cfg.Workers, run.Sync)
-			wg.Wait()
-			c.metrics.forgetLeaderGauges()
-			log.Info("Term over: stopped reconciling Elastic IPs")
-			return nil
-		}), nil
+		return &worker{c: c, src: src, queue: queue, run: c.NewNodeReconciler(queue, term.Recorder())}, nil
 	}
 }
 
-func (r *TermState) sweepLoop(term *leader.Term, log *slog.Logger) {
+// worker is one term of eipd, the same shape as ipam's and endpoints': it
+// registers its handler (which replays the cached Nodes) once the stream
+// has synced, sweeps stale addresses at start and every requeue interval,
+// and writes only with the term's context.
+type worker struct {
+	c     *Controller
+	src   Source
+	queue *leader.Queue[string]
+	run   *NodeReconciler
+}
+
+// Run is the body of a term.
+func (w *worker) Run(term *leader.Term) error {
+	log := w.c.log.With("term", term.ID())
+	// Never act on a partial view: an absent Node means "give its address
+	// back", so wait for the whole world first.
+	if err := w.src.WaitForSync(term.StoppingContext()); err != nil {
+		log.Info("Term ended before the stream synced")
+		return nil
+	}
+	log.Info("Leading: reconciling Elastic IPs")
+	registration := w.src.AddHandler(w.run.Handler())
+	defer w.src.RemoveHandler(registration)
+
+	var wg sync.WaitGroup
+	wg.Go(func() { w.run.sweepLoop(term, log) })
+	w.queue.Run(term, w.c.cfg.Workers, w.run.Sync)
+	wg.Wait()
+	w.c.metrics.forgetLeaderGauges()
+	log.Info("Term over: stopped reconciling Elastic IPs")
+	return nil
+}
+
+func (r *NodeReconciler) sweepLoop(term *leader.Term, log *slog.Logger) {
 	ticker := time.NewTicker(r.c.cfg.RequeueInterval)
 	defer ticker.Stop()
 	for {

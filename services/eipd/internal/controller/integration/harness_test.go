@@ -51,7 +51,7 @@ func TestMain(m *testing.M) { ec2test.MainWithKubernetes(m) }
 
 // mirror stands in for the watcher stream in these tests: an informer on
 // the test's own Nodes (and Pods) converted with pkg/convert, exactly the
-// objects the watcher would send, delivered to the TermState's handler. A test can
+// objects the watcher would send, delivered to the NodeReconciler's handler. A test can
 // pin what the view shows of an object (a stale view, as a watcher replica
 // behind would serve): the informer then keeps the truth to itself.
 type mirror struct {
@@ -207,7 +207,7 @@ type harness struct {
 	label    string // every Node of the test carries eipd-test=<label>
 	reg      *prometheus.Registry
 	ctrl     *controller.Controller
-	run      *controller.TermState
+	run      *controller.NodeReconciler
 	store    *mirror
 	ns       string
 	opts     options
@@ -304,8 +304,8 @@ func newHarness(t *testing.T, opts options) *harness {
 }
 
 // startRun starts what one eipd process runs: a controller with its own
-// EC2 client and metrics, and a TermState whose workers sync the queue. The view
-// replays what it holds to the new TermState's handler, as the watcher stream
+// EC2 client and metrics, and a NodeReconciler whose workers sync the queue. The view
+// replays what it holds to the new NodeReconciler's handler, as the watcher stream
 // replays its store to a new subscriber.
 func (h *harness) startRun() {
 	t := h.t
@@ -321,7 +321,7 @@ func (h *harness) startRun() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 2*time.Second))
-	run := h.ctrl.NewTermState(&addTap{Queue: queue, h: h}, h.recorder)
+	run := h.ctrl.NewNodeReconciler(&addTap{Queue: queue, h: h}, h.recorder)
 	h.run = run
 	h.store.setHandler(run.Handler())
 
