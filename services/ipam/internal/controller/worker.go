@@ -34,7 +34,6 @@ type worker struct {
 
 	ldg          *ledger.Ledger
 	alloc        *allocator.Allocator
-	ledgerBySvc  map[string][]ledger.Allocation
 	invalidPools map[string]error
 	conflicts    []plan.Conflict
 	// lifecycle is the term's phase (term.go); w.ldg is set only while
@@ -264,8 +263,7 @@ func (w *worker) rebuild(overruled []ledger.Allocation) []plan.Suspect {
 	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Services: services, Env: w.env(), LBClass: w.c.cfg.LBClass,
 		RequireLBClass: w.c.cfg.RequireLBClass, Overruled: overruled})
 	w.alloc, w.invalidPools, w.conflicts = r.Alloc, invalid, r.Conflicts
-	w.ledgerBySvc = objects.ByService(st.Allocations)
-	for k := range w.ledgerBySvc {
+	for k := range w.ldg.ByService() {
 		keys = append(keys, k)
 	}
 	w.mark(keys...)
@@ -362,7 +360,7 @@ func (w *worker) pass(ctx context.Context) {
 	}
 	b := plan.Batch{
 		Services: present, Current: map[string]plan.Status{}, Env: w.env(),
-		Gone: w.confirmGone(ctx, absent), Absent: absent, Ledger: w.ledgerBySvc, Class: w.c.class(), Now: time.Now(),
+		Gone: w.confirmGone(ctx, absent), Absent: absent, Ledger: w.ldg.ByService(), Class: w.c.class(), Now: time.Now(),
 	}
 	current := make(map[string]svcStatus, len(present))
 	for _, obj := range present {
@@ -418,8 +416,8 @@ func (w *worker) note(p plan.Plan) {
 	}
 }
 
-// commit writes the pass's ledger change (one write per shard touched) and
-// keeps ledgerBySvc in step. It reports false when the pass must stop: the
+// commit writes the pass's ledger change (one write per shard touched; the
+// ledger's ByService follows). It reports false when the pass must stop: the
 // ledger was fenced by a newer term, or must be read again.
 func (w *worker) commit(ctx context.Context, change ledger.Change) bool {
 	if change.Empty() {
@@ -432,7 +430,6 @@ func (w *worker) commit(ctx context.Context, change ledger.Change) bool {
 		w.enter(ctx, err, false)
 		return false
 	}
-	plan.Commit(w.ledgerBySvc, change)
 	return true
 }
 
@@ -448,7 +445,7 @@ const confirmGoneWorkers = 8
 func (w *worker) confirmGone(ctx context.Context, absent []string) []string {
 	var ask []string
 	for _, key := range absent {
-		if len(w.alloc.Allocations(key)) == 0 && len(w.ledgerBySvc[key]) == 0 {
+		if len(w.alloc.Allocations(key)) == 0 && len(w.ldg.ByService()[key]) == 0 {
 			w.expect.Forget(key)
 			continue
 		}

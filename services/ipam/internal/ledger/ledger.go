@@ -229,6 +229,20 @@ type Ledger struct {
 	maxNum int          // highest shard number of any ledger ConfigMap seen
 	// foreign are the writes not made by ipam that the last read found.
 	foreign []ForeignWrite
+	// bySvc indexes the allocations of shards by Service (ByService).
+	bySvc ByService
+}
+
+// reindex rebuilds bySvc from the shards (after they were read).
+func (l *Ledger) reindex() { l.bySvc = IndexByService(l.layout().State().Allocations) }
+
+// ByService is the ledger's allocations by Service key as this term last
+// wrote them: the index the ledger keeps, not a copy. Read it only from the
+// goroutine that commits, between commits (a Commit changes it in place).
+func (l *Ledger) ByService() ByService {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bySvc
 }
 
 // ForeignWrites returns the writes not made by ipam that Open found.
@@ -381,6 +395,7 @@ func (l *Ledger) fence(ctx context.Context) error {
 		}
 		l.shards = []*liveShard{head}
 		l.measure()
+		l.reindex()
 		l.opts.Metrics.opened(snap.listed, snap.parsed, time.Since(start))
 		l.opts.Log.Info("Fenced a new ledger", "term", l.opts.Term, "epoch", epoch)
 		return nil
@@ -408,6 +423,7 @@ func (l *Ledger) fence(ctx context.Context) error {
 	}
 	l.shards = shards
 	l.measure()
+	l.reindex()
 	l.opts.Metrics.opened(snap.listed, snap.parsed, time.Since(start))
 	l.opts.Log.Info("Fenced the ledger", "term", l.opts.Term, "epoch", epoch, "previousEpoch", snap.layout.Epoch(),
 		"previousTerm", head.Term, "shards", len(l.shards), "read", snap.listed, "parse", snap.parsed, "fence", time.Since(start),
@@ -558,6 +574,7 @@ func (l *Ledger) Commit(ctx context.Context, ch Change) error {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		if err = l.commit(ctx, ch); err == nil {
+			l.bySvc.Apply(ch)
 			return nil
 		}
 		if errors.Is(err, ErrFenced) || ctx.Err() != nil {
@@ -609,6 +626,7 @@ func (l *Ledger) reload(ctx context.Context) error {
 	}
 	l.shards = shards
 	l.measure()
+	l.reindex()
 	return nil
 }
 

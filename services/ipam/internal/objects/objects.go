@@ -364,16 +364,6 @@ func LedgerData(objs []*watcherv1.Object, namespace string) map[string]map[strin
 	return out
 }
 
-// ByService groups ledger allocations by "namespace/name".
-func ByService(allocs []ledger.Allocation) map[string][]ledger.Allocation {
-	out := map[string][]ledger.Allocation{}
-	for _, a := range allocs {
-		k := a.Service.Key()
-		out[k] = append(out[k], a)
-	}
-	return out
-}
-
 // IPs returns the IPs of allocations.
 func IPs(allocs []ledger.Allocation) []netip.Addr {
 	out := make([]netip.Addr, 0, len(allocs))

@@ -62,7 +62,7 @@ func TestIngressFollowsIPFamilies(t *testing.T) {
 				}
 			}
 			got := summarize(Decide(a, Batch{
-				Services: []*watcherv1.Object{svc("a", 1, dual)}, Current: tc.current, Ledger: objects.ByService(tc.ledger),
+				Services: []*watcherv1.Object{svc("a", 1, dual)}, Current: tc.current, Ledger: ledger.IndexByService(tc.ledger),
 				Class: objects.Class{Name: objects.DefaultLBClass}, Now: time.Unix(1000, 0),
 			}))
 			if !reflect.DeepEqual(got, tc.want) {

@@ -41,7 +41,7 @@ type Batch struct {
 	// status showed for them is forgotten.
 	Absent []string
 	// Ledger is what the ledger records, by Service key.
-	Ledger map[string][]ledger.Allocation
+	Ledger ledger.ByService
 	// Class is the set of Services served.
 	Class objects.Class
 	// Now stamps new ledger entries and starts the wait of new pending
@@ -372,25 +372,6 @@ func poolOf(held []allocator.Allocation) string {
 		}
 	}
 	return ""
-}
-
-// Commit applies a committed change to ledger, the ledger's allocations by
-// Service key, in place.
-func Commit(byService map[string][]ledger.Allocation, c ledger.Change) {
-	for _, a := range c.Release {
-		k := a.Service.Key()
-		// Only the Services this change touches can become empty: no scan
-		// over every Service per commit.
-		if left := slices.DeleteFunc(byService[k], func(x ledger.Allocation) bool { return x.IP == a.IP }); len(left) > 0 {
-			byService[k] = left
-		} else {
-			delete(byService, k)
-		}
-	}
-	for _, a := range c.Allocate {
-		k := a.Service.Key()
-		byService[k] = append(slices.DeleteFunc(byService[k], func(x ledger.Allocation) bool { return x.IP == a.IP }), a)
-	}
 }
 
 // AfterCommit is what follows a plan once its ledger change is committed,

@@ -222,7 +222,7 @@ func TestDecide(t *testing.T) {
 				}
 			}
 			got := summarize(Decide(a, Batch{
-				Services: tc.services, Current: tc.current, Gone: tc.gone, Ledger: objects.ByService(tc.ledger),
+				Services: tc.services, Current: tc.current, Gone: tc.gone, Ledger: ledger.IndexByService(tc.ledger),
 				Class: objects.Class{Name: objects.DefaultLBClass}, Now: now,
 			}))
 			if !reflect.DeepEqual(got, tc.want) {
@@ -250,23 +250,6 @@ func TestDecidePendingSince(t *testing.T) {
 	}
 	if !since["ns/a"].Equal(before) || !since["ns/b"].Equal(now) {
 		t.Fatalf("pending since %v, want ns/a at %v and ns/b at %v", since, before, now)
-	}
-}
-
-func TestCommit(t *testing.T) {
-	byService := objects.ByService([]ledger.Allocation{entry("a", "10.0.0.1", "one"), entry("b", "10.0.0.2", "one")})
-	moved := entry("b", "10.0.0.2", "two")
-	Commit(byService, ledger.Change{
-		Release:  []ledger.Allocation{entry("a", "10.0.0.1", "one")},
-		Allocate: []ledger.Allocation{moved, entry("c", "10.0.0.3", "one")},
-	})
-	keys := make([]string, 0, len(byService))
-	for k := range byService {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	if !slices.Equal(keys, []string{"ns/b", "ns/c"}) || !reflect.DeepEqual(byService["ns/b"], []ledger.Allocation{moved}) {
-		t.Fatalf("after the commit: %+v", byService)
 	}
 }
 

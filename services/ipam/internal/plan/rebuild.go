@@ -86,7 +86,7 @@ type Rebuilt struct {
 func Rebuild(in Inputs) Rebuilt {
 	b := newRebuilder(in)
 	b.reservations(in.Ledger.Reservations)
-	byService := objects.ByService(slices.DeleteFunc(slices.Clone(in.Ledger.Allocations), func(e ledger.Allocation) bool {
+	byService := ledger.IndexByService(slices.DeleteFunc(slices.Clone(in.Ledger.Allocations), func(e ledger.Allocation) bool {
 		return slices.ContainsFunc(in.Overruled, func(o ledger.Allocation) bool { return o.IP == e.IP && o.Service.Key() == e.Service.Key() })
 	}))
 	b.fromLedger(byService)   // 1.

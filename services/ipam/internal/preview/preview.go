@@ -263,7 +263,7 @@ func settle(a *allocator.Allocator, in Inputs) (map[string]plan.Status, map[stri
 	}
 	// The ledger as stored, overruled entries included: the passes release
 	// them, as the leader's do.
-	ledgerBySvc := objects.ByService(in.Ledger.Allocations)
+	ledgerBySvc := ledger.IndexByService(in.Ledger.Allocations)
 	pending := map[string]bool{}
 	var unfit map[string]string
 	gone := in.Gone
@@ -271,7 +271,7 @@ func settle(a *allocator.Allocator, in Inputs) (map[string]plan.Status, map[stri
 		p := plan.Decide(a, plan.Batch{Services: todo, Current: current, Env: in.Env, Ledger: ledgerBySvc, Class: in.Class, Now: in.Now,
 			Gone: gone, Absent: gone})
 		gone = nil
-		plan.Commit(ledgerBySvc, p.Change)
+		ledgerBySvc.Apply(p.Change)
 		for _, u := range p.Unfit {
 			if unfit == nil {
 				unfit = map[string]string{}
