@@ -3,11 +3,14 @@ package stream
 import (
 	"context"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
@@ -18,6 +21,11 @@ import (
 type fakeWatcher struct {
 	watcherv1grpc.UnimplementedWatcherServiceServer
 	epoch string
+	// serves, when set, are the only kinds it serves: a stream asking for
+	// another is refused as a watcher of an older release refuses it.
+	serves []watcherv1.Kind
+	// kinds are what each stream asked for.
+	kinds [][]watcherv1.Kind
 
 	mu      sync.Mutex
 	rev     uint64
@@ -55,6 +63,13 @@ func startFakeOn(t *testing.T, addr, epoch string, objs ...*watcherv1.Object) *f
 func (f *fakeWatcher) Watch(req *watcherv1.WatchRequest, stream grpc.ServerStreamingServer[watcherv1.WatchResponse]) error {
 	f.mu.Lock()
 	f.streams++
+	f.kinds = append(f.kinds, req.GetKinds())
+	for _, k := range req.GetKinds() {
+		if f.serves != nil && !slices.Contains(f.serves, k) {
+			f.mu.Unlock()
+			return status.Errorf(codes.InvalidArgument, "kinds: %v is not a kind the watcher serves; use one of KIND_SERVICE … KIND_LEDGER_CONFIG_MAP", k)
+		}
+	}
 	ch := make(chan *watcherv1.WatchResponse, 1000)
 	var snap []*watcherv1.WatchResponse
 	for _, o := range f.objects {
@@ -168,7 +183,9 @@ func runClient(t *testing.T, target string) *Client {
 func runClientWith(t *testing.T, cfg Config, reg prometheus.Registerer, setup func(*Client)) *Client {
 	t.Helper()
 	cfg.Plaintext = true
-	cfg.Kinds = []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE}
+	if cfg.Kinds == nil {
+		cfg.Kinds = []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE}
+	}
 	c, err := New(cfg, nil, reg)
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,8 +49,15 @@ import (
 type Config struct {
 	// Target is "dns:///host:port" (every replica, round robin),
 	// "static:///a:1,b:2" (a fixed list, for tests) or "host:port".
-	Target        string
-	Kinds         []watcherv1.Kind
+	Target string
+	Kinds  []watcherv1.Kind
+	// OptionalKinds are watched too where the watcher serves them. A
+	// watcher of an older release refuses a kind it does not know
+	// (InvalidArgument on "kinds"); the client then watches Kinds alone on
+	// that stream, and asks again for all on the next one, so a roll of the
+	// watchers never holds a client back (docs/upgrading.md, rule 4).
+	// Meanwhile the store holds no objects of the optional kinds.
+	OptionalKinds []watcherv1.Kind
 	Namespaces    []string
 	LabelSelector string
 	// TokenFile is a bearer token file (a projected ServiceAccount token), re-read
@@ -173,8 +181,13 @@ type Client struct {
 	// Stream position and lag memory; only the Run goroutine touches these.
 	epoch     string
 	resumeRev uint64
-	lag       *lagGuard
-	now       func() time.Time
+	// withoutOptional: the last stream was refused for its optional kinds,
+	// so the next one asks for Kinds alone; watched is what the last stream
+	// asked for.
+	withoutOptional bool
+	watched         []watcherv1.Kind
+	lag             *lagGuard
+	now             func() time.Time
 }
 
 // New validates cfg and builds a Client; it does not connect until Run.
@@ -310,9 +323,16 @@ func (c *Client) Run(ctx context.Context) error {
 	defer c.conn.Close()
 	backoff := c.cfg.MinBackoff
 	for {
+		optional := !c.withoutOptional && len(c.cfg.OptionalKinds) > 0
 		reachedSync, err := c.watchOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		c.withoutOptional = optional && kindsRefused(err)
+		if c.withoutOptional {
+			c.log.Info("The watcher does not serve the optional kinds (an older release); watching without them until one that does answers",
+				"optionalKinds", fmt.Sprint(c.cfg.OptionalKinds), "reason", status.Convert(err).Message())
+			continue
 		}
 		if reachedSync {
 			backoff = c.cfg.MinBackoff
@@ -354,7 +374,16 @@ func (c *Client) watchOnce(ctx context.Context) (bool, error) {
 	defer cancel()
 	// The store holds every object's state before a delta: handlers get
 	// that one, so the watcher need not send it again.
-	req := &watcherv1.WatchRequest{Kinds: c.cfg.Kinds, Namespaces: c.cfg.Namespaces, LabelSelector: c.cfg.LabelSelector,
+	kinds := c.cfg.Kinds
+	if !c.withoutOptional {
+		kinds = append(slices.Clone(kinds), c.cfg.OptionalKinds...)
+	}
+	if !slices.Equal(kinds, c.watched) {
+		// Another set of kinds: a resume would bring deltas of these kinds
+		// only, over a store that holds the others'. Start from a snapshot.
+		c.epoch, c.resumeRev, c.watched = "", 0, kinds
+	}
+	req := &watcherv1.WatchRequest{Kinds: kinds, Namespaces: c.cfg.Namespaces, LabelSelector: c.cfg.LabelSelector,
 		OmitOldObject: true}
 	if c.epoch != "" {
 		req.Resume = &watcherv1.ResumePoint{Epoch: c.epoch, Revision: c.resumeRev}
@@ -639,4 +668,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// kindsRefused reports whether a watcher refused a stream for its kinds: the
+// InvalidArgument every release's watcher answers with for a kind it does
+// not serve ("kinds: 9 is not a kind the watcher serves; …").
+func kindsRefused(err error) bool {
+	st := status.Convert(err)
+	return st.Code() == codes.InvalidArgument && strings.HasPrefix(st.Message(), "kinds:")
 }

@@ -432,3 +432,24 @@ func TestStoreAll(t *testing.T) {
 		t.Errorf("All of a kind never seen yields %v", o)
 	}
 }
+
+// A watcher of an older release refuses a kind it does not know: the client
+// watches its Kinds alone rather than wait for a watcher that serves the
+// optional ones (a roll of the watchers must not hold it back), and asks
+// for them again on its next stream.
+func TestOptionalKindsAWatcherDoesNotServe(t *testing.T) {
+	f := startFake(t, "e1", svc("a", "x", "1", nil))
+	f.serves = []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE}
+	c := runClientWith(t, Config{Target: f.addr, OptionalKinds: []watcherv1.Kind{watcherv1.Kind_KIND_GATEWAY}}, nil, nil)
+	waitSync(t, c)
+	if got := c.Store().List(watcherv1.Kind_KIND_SERVICE); len(got) != 1 {
+		t.Fatalf("store holds %v, want a/x", got)
+	}
+	f.mu.Lock()
+	kinds := slices.Clone(f.kinds)
+	f.mu.Unlock()
+	want := [][]watcherv1.Kind{{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_GATEWAY}, {watcherv1.Kind_KIND_SERVICE}}
+	if len(kinds) < 2 || !slices.Equal(kinds[0], want[0]) || !slices.Equal(kinds[1], want[1]) {
+		t.Fatalf("streams asked for %v, want %v: all kinds, then the required ones alone", kinds, want)
+	}
+}

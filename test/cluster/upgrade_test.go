@@ -139,6 +139,7 @@ func (e *env) throughPreviousRelease(ctx context.Context, root, overlay string, 
 		start = time.Now()
 		var rep rollReport
 		if !s.run(func() { rep = e.roll(ctx, s, w, fmt.Sprintf("r%d", i), r.overlay, r.from, r.to) }) && rep.samples == 0 {
+			note("%s", e.recentLogs(ctx, "ipledger-ipam", "ipledger-watcher"))
 			return fmt.Errorf("%s failed: %s", r.what, strings.Join(s.findings, "; "))
 		}
 		phase(r.what, start)
@@ -717,4 +718,15 @@ func (s *stage) cleanup() {
 		s.cleanups = s.cleanups[:len(s.cleanups)-1]
 		s.run(f)
 	}
+}
+
+// recentLogs are the last lines of every pod of the deployments, for a
+// failed roll's report.
+func (e *env) recentLogs(ctx context.Context, deployments ...string) string {
+	var b strings.Builder
+	for _, d := range deployments {
+		out, err := e.node.Kubectl(ctx, nil, "logs", "-n", systemNS, "-l", "app.kubernetes.io/name="+d, "--tail=40", "--prefix", "--max-log-requests=10")
+		fmt.Fprintf(&b, "--- the last log lines of %s's pods (%v):\n%s\n", d, err, out)
+	}
+	return b.String()
 }

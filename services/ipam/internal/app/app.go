@@ -115,8 +115,10 @@ func (c *Config) Run(ctx context.Context) error {
 	reg := prometheus.NewRegistry()
 
 	sc := c.Stream
-	sc.Kinds = []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP,
-		watcherv1.Kind_KIND_GATEWAY, watcherv1.Kind_KIND_GATEWAY_CLASS}
+	sc.Kinds = []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP}
+	// A 0.2 watcher does not know the Gateway kinds: during a roll ipam
+	// streams without them rather than wait for a new watcher.
+	sc.OptionalKinds = []watcherv1.Kind{watcherv1.Kind_KIND_GATEWAY, watcherv1.Kind_KIND_GATEWAY_CLASS}
 	src, err := stream.New(sc, log, reg) // the stream names itself component=stream
 	if err != nil {
 		return err
