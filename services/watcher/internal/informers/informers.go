@@ -90,6 +90,17 @@ type metrics struct {
 	convertErr *prometheus.CounterVec
 }
 
+func newMetrics() *metrics {
+	return &metrics{
+		synced: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ipledger_watcher_informer_synced",
+			Help: "1 once the informer of a kind has synced its initial list."}, []string{"kind"}),
+		served: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ipledger_watcher_optional_kind_served",
+			Help: "1 while the CRD of an optional kind (the Gateway API's) is installed and the watcher serves the kind, 0 while it is not."}, []string{"kind"}),
+		convertErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipledger_watcher_convert_errors_total",
+			Help: "Objects that could not be converted to the compact form (skipped)."}, []string{"kind"}),
+	}
+}
+
 // StripManagedFields drops what nothing in ipledger reads: managedFields, the
 // largest part of most objects, and annotations outside the prefixes the
 // compact form carries (such as kubectl's last-applied-configuration, a copy
@@ -122,14 +133,7 @@ func StripManagedFields(obj any) (any, error) {
 // Start creates and starts the informers; they run until ctx ends.
 func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dynamic.Interface, sink Sink,
 	log *slog.Logger, reg prometheus.Registerer) (*Set, error) {
-	m := &metrics{
-		synced: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ipledger_watcher_informer_synced",
-			Help: "1 once the informer of a kind has synced its initial list."}, []string{"kind"}),
-		served: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ipledger_watcher_optional_kind_served",
-			Help: "1 while the CRD of an optional kind (the Gateway API's) is installed and the watcher serves the kind, 0 while it is not."}, []string{"kind"}),
-		convertErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipledger_watcher_convert_errors_total",
-			Help: "Objects that could not be converted to the compact form (skipped)."}, []string{"kind"}),
-	}
+	m := newMetrics()
 	if err := promreg.Register(reg, m.synced, m.served, m.convertErr); err != nil {
 		return nil, err
 	}

@@ -36,9 +36,9 @@ var optionalKinds = []optionalKind{
 
 // optionalInformers starts an optional kind's informer once discovery lists
 // its resource and stops it once discovery no longer does, deleting what it
-// had delivered (a deleted CRD deletes its objects). Until discovery first
-// answers, the kinds are not synced; a kind whose resource is absent is
-// synced and empty.
+// had delivered (a deleted CRD deletes its objects). Until discovery is
+// first asked, the kinds are not synced; a kind whose resource is absent,
+// or not known to be served (discovery failed), is synced and empty.
 type optionalInformers struct {
 	disc     discovery.DiscoveryInterface
 	dyn      dynamic.Interface
@@ -98,7 +98,13 @@ func (o *optionalInformers) run(ctx context.Context) {
 func (o *optionalInformers) reconcile(ctx context.Context) {
 	served, err := o.served()
 	if err != nil {
-		o.log.Warn("Cannot ask discovery which optional kinds are served; keeping them as they are", "err", err)
+		// An optional kind never holds the watcher unsynced: a kind not
+		// known to be served yet is synced and empty, and is asked for
+		// again at the next interval.
+		o.log.Warn("Cannot ask discovery which optional kinds are served; keeping them as they are, asking again later", "err", err, "retryIn", o.interval)
+		o.mu.Lock()
+		o.checked = true
+		o.mu.Unlock()
 		return
 	}
 	o.mu.Lock()
