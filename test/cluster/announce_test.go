@@ -604,15 +604,7 @@ var (
 // used are the addresses the other Services hold.
 func (e *env) gatewayAnnounced(t *testing.T, ns string, client *cluster.LANClient, lanMAC net.HardwareAddr, used map[string]string) {
 	ctx := context.Background()
-	args := []string{"apply", "--server-side"}
-	for _, f := range testenv.GatewayAPIManifests(t) {
-		args = append(args, "-f", f)
-	}
-	e.kubectl(t, args...)
-	t.Cleanup(func() {
-		e.kubectl(t, "delete", "--ignore-not-found", "--wait", "crd/gateways.gateway.networking.k8s.io", "crd/gatewayclasses.gateway.networking.k8s.io")
-	})
-	e.kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "crd/gateways.gateway.networking.k8s.io", "crd/gatewayclasses.gateway.networking.k8s.io")
+	testenv.InstallGatewayAPIWith(t, func(ctx context.Context, args ...string) ([]byte, error) { return e.node.Kubectl(ctx, nil, args...) })
 	// The watchers look for the CRDs every 30 s; the implementation makes
 	// its Service once it has seen the Gateway, so the Gateway is streamed
 	// first here too.
@@ -663,8 +655,12 @@ func (e *env) gatewayAnnounced(t *testing.T, ns string, client *cluster.LANClien
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 2*time.Minute, func() error {
-		if got := e.ips(t, ns, []string{tg.svc}, time.Minute)[tg.svc]; got != want.String() {
-			return fmt.Errorf("Service %s of Gateway edge shows %s, want the Gateway's %s", tg.svc, got, want)
+		s, err := e.client.CoreV1().Services(ns).Get(ctx, tg.svc, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got := s.Status.LoadBalancer.Ingress; len(got) != 1 || got[0].IP != want.String() {
+			return fmt.Errorf("Service %s of Gateway edge shows %v, want the Gateway's %s", tg.svc, got, want)
 		}
 		return nil
 	})
