@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -99,6 +100,11 @@ func (w *worker) handler() stream.Handler {
 			// Every pass writes the pools' usage into their status: its
 			// echo changes nothing the allocator reads, and must not make
 			// every Service be decided again.
+			// A Gateway's controller rewrites its status often; only its
+			// class, addresses and annotations shape a request.
+			if (n.GetKind() == watcherv1.Kind_KIND_GATEWAY || n.GetKind() == watcherv1.Kind_KIND_GATEWAY_CLASS) && !gatewayRequestChanged(o, n) {
+				return
+			}
 			if n.GetKind() == watcherv1.Kind_KIND_IP_POOL && !poolSpecChanged(o, n) {
 				if !slices.Equal(o.GetMeta().GetFinalizers(), n.GetMeta().GetFinalizers()) {
 					w.dirty.markFinalizers()
@@ -123,6 +129,14 @@ func poolSpecChanged(o, n *watcherv1.Object) bool {
 	a, b := proto.Clone(o.GetIpPool()).(*watcherv1.IPPool), proto.Clone(n.GetIpPool()).(*watcherv1.IPPool)
 	a.Conditions, b.Conditions = nil, nil
 	return !proto.Equal(a, b)
+}
+
+// gatewayRequestChanged reports whether a Gateway or GatewayClass update
+// changes what its Services ask for (objects.Request): the streamed body
+// (class name, addresses; controller name) or the annotations.
+func gatewayRequestChanged(o, n *watcherv1.Object) bool {
+	return !proto.Equal(o.GetGateway(), n.GetGateway()) || !proto.Equal(o.GetGatewayClass(), n.GetGatewayClass()) ||
+		!maps.Equal(o.GetMeta().GetAnnotations(), n.GetMeta().GetAnnotations())
 }
 
 func (w *worker) mark(keys ...string) { w.dirty.mark(keys...) }
