@@ -266,6 +266,10 @@ type Result struct {
 	// Service of another namespace without opt-in: see
 	// ReasonHeldSharedAcrossNamespaces.
 	Across []netip.Addr
+	// Kept are the kept reservations the grant ended (kept.go): addresses
+	// kept for this Service (or its sharing key), or — when its pool had
+	// nothing else — for another Service.
+	Kept []Reservation
 }
 
 // Reservation holds an IP outside any Service.
@@ -276,6 +280,12 @@ type Reservation struct {
 	// granted the IP, and only by requesting it.
 	ForService string
 	CreatedAt  time.Time
+	// Kept: the reservation keeps the address for ForService, which held
+	// it and released it at CreatedAt (kept.go); it ends with its pool's
+	// grace period, and a Service may take it back without requesting it.
+	// SharingKey is the key it was held under.
+	Kept       bool
+	SharingKey string
 }
 
 // FamilyUsage counts the addresses of one family of a pool. Total excludes
@@ -343,6 +353,9 @@ type Allocator struct {
 	claimsOf map[string][]netip.Addr            // Service -> requested IPs
 	used     map[string]*[2]*big.Int            // serving pool -> used IPv4, IPv6
 	nsAddrs  nsAddrs                            // what maxAddressesPerNamespace caps
+
+	kept  keptIndex  // kept reservations (kept.go)
+	freed freedOrder // free addresses that were in use, oldest first
 }
 
 // ipState is what the allocator knows about one held or reserved IP.
@@ -480,6 +493,7 @@ func (a *Allocator) state(ip netip.Addr) *ipState {
 	}
 	a.ips[ip] = st
 	a.taken.add(ip)
+	a.freed.remove(ip)
 	a.count(ip, st, 1)
 	return st
 }
@@ -493,6 +507,7 @@ func (a *Allocator) dropIfFree(ip netip.Addr) {
 	a.count(ip, st, -1)
 	a.taken.remove(ip)
 	delete(a.ips, ip)
+	a.freed.add(ip)
 }
 
 // hold records that service holds ip (or refreshes its sharing info).
@@ -614,6 +629,15 @@ func (a *Allocator) usable(ip netip.Addr, service string, sh Sharing, held bool)
 		return nil
 	}
 	ns := namespaceOf(service)
+	if r := st.reservation; r != nil && r.Kept && r.ForService != service {
+		if sh.Key != "" && r.SharingKey == sh.Key && namespaceOf(r.ForService) == ns {
+			return nil // kept under its sharing key, for its namespace
+		}
+		return &Error{Reason: ReasonRequestedIPInUse,
+			Message: fmt.Sprintf("%s is kept for %s, which released it, until %s; request another IP, or ask an operator to release it (kubectl ipledger release %s)",
+				ip, serviceNames([]string{r.ForService}, ns), a.KeptUntil(*r).UTC().Format(time.RFC3339), ip),
+			Detail: fmt.Sprintf("kept for %q since %s", r.ForService, r.CreatedAt.UTC().Format(time.RFC3339))}
+	}
 	if r := st.reservation; r != nil && r.ForService != service {
 		msg := fmt.Sprintf("%s is reserved by an operator", ip)
 		if r.ForService != "" && namespaceOf(r.ForService) == ns {
@@ -1005,7 +1029,11 @@ func (a *Allocator) Reserve(r Reservation) error {
 		}
 	}
 	rc := r
+	rc.Kept = rc.Kept && rc.ForService != ""
 	a.state(r.IP).reservation = &rc
+	if rc.Kept {
+		a.kept.add(rc)
+	}
 	return nil
 }
 
@@ -1018,6 +1046,9 @@ func (a *Allocator) Unreserve(ip netip.Addr) (Reservation, bool) {
 	}
 	r := *st.reservation
 	st.reservation = nil
+	if r.Kept {
+		a.kept.remove(r)
+	}
 	a.dropIfFree(ip)
 	return r, true
 }

@@ -73,15 +73,22 @@ func TestLowestFreeAndAvoidBuggyIPs(t *testing.T) {
 	}
 }
 
-func TestReleaseMakesLowestFreeAgain(t *testing.T) {
+// Freed addresses are reused last: never-used addresses first (lowest
+// first), then the least recently freed, so that a stale DNS record naming
+// an address does not at once reach another Service.
+func TestFreedAddressesAreReusedLast(t *testing.T) {
 	a := newAllocator(t, mustPool(t, "p", spec("10.0.0.0/29")))
 	for i := range 5 {
 		mustAllocate(t, a, Request{Service: fmt.Sprintf("ns/s%d", i)})
 	}
-	a.Release("ns/s1")
 	a.Release("ns/s3")
-	if got := mustAllocate(t, a, Request{Service: "ns/new"}).IPs[0]; got != netip.MustParseAddr("10.0.0.1") {
-		t.Fatalf("got %s, want the lowest freed 10.0.0.1", got)
+	a.Release("ns/s1")
+	var got []string
+	for i := range 5 {
+		got = append(got, mustAllocate(t, a, Request{Service: fmt.Sprintf("ns/new%d", i)}).IPs[0].String())
+	}
+	if want := []string{"10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.3", "10.0.0.1"}; !slices.Equal(got, want) {
+		t.Fatalf("after releasing .3 then .1, new Services got %v, want %v", got, want)
 	}
 }
 
@@ -1027,8 +1034,9 @@ func TestForeignAddressesAreNeverHandedOut(t *testing.T) {
 		t.Fatalf("after the foreign status moved, the request got %s", got)
 	}
 	a.SetForeign("ns/metallb", nil)
-	if got := mustAllocate(t, a, Request{Service: "ns/next"}).IPs[0].String(); got != "10.0.0.2" {
-		t.Fatalf("after the foreign status cleared, auto allocation got %s, want 10.0.0.2", got)
+	// 10.0.0.2 is free again, but was in use: the never-used .3 goes first.
+	if got := mustAllocate(t, a, Request{Service: "ns/next"}).IPs[0].String(); got != "10.0.0.3" {
+		t.Fatalf("after the foreign status cleared, auto allocation got %s, want 10.0.0.3", got)
 	}
 	if u, _ := a.Usage("p"); u.IPv4.Used.Int64() != 3 {
 		t.Fatalf("used = %v, want 3", u.IPv4.Used)

@@ -363,8 +363,9 @@ func describeNamespaces(s PoolSpec) string {
 }
 
 // pick chooses an address of family f in pool p for req: an address the
-// Service already holds, else the lowest IP held under the same sharing key
-// that it may share, else the lowest free address. chosen are this
+// Service already holds, else one kept for it (kept.go), else the lowest IP
+// held under the same sharing key that it may share, else a free address
+// (lowestFree). chosen are this
 // request's earlier picks (never of family f).
 func (a *Allocator) pick(p *Pool, f Family, chosen []netip.Addr, req Request) (netip.Addr, bool) {
 	for _, ip := range a.bySvc[req.Service] {
@@ -374,6 +375,9 @@ func (a *Allocator) pick(p *Pool, f Family, chosen []netip.Addr, req Request) (n
 	}
 	if p.spec.Terminating {
 		return netip.Addr{}, false
+	}
+	if ip, ok := a.keptFor(p, f, req); ok {
+		return ip, true
 	}
 	if key := req.Sharing.Key; key != "" {
 		var best netip.Addr
@@ -392,12 +396,29 @@ func (a *Allocator) pick(p *Pool, f Family, chosen []netip.Addr, req Request) (n
 	return a.lowestFree(p, f, req.Service)
 }
 
-// lowestFree returns the lowest address of family f in p that is neither
-// held, reserved, claimed by a Service other than service, nor skipped by
-// avoidBuggyIPs. It hops over taken intervals, so its cost depends on how
-// fragmented the taken set is and on the claims in the way, never on the
-// pool's size.
+// lowestFree returns the address of family f in p to hand out to service:
+// the lowest never freed, else the least recently freed, else the one kept
+// longest (kept.go) — never one held, reserved otherwise, claimed by a
+// Service other than service, or skipped by avoidBuggyIPs.
 func (a *Allocator) lowestFree(p *Pool, f Family, service string) (netip.Addr, bool) {
+	if ip, ok := a.lowestNeverFreed(p, f, service); ok {
+		return ip, true
+	}
+	free := func(ip netip.Addr) bool {
+		return FamilyOf(ip) == f && p.allocatable(ip) && !(a.claimed.contains(ip) && a.claimedByOther(ip, service))
+	}
+	if ip, ok := a.freed.oldest(free); ok {
+		return ip, true
+	}
+	return a.oldestKept(p, f, service)
+}
+
+// lowestNeverFreed returns the lowest address of family f in p that is
+// neither taken, freed before, claimed by a Service other than service, nor
+// skipped. It hops over taken and freed intervals, so its cost depends on
+// how fragmented they are and on the claims in the way, never on the pool's
+// size.
+func (a *Allocator) lowestNeverFreed(p *Pool, f Family, service string) (netip.Addr, bool) {
 	for _, r := range p.ranges {
 		if FamilyOf(r.first) != f {
 			continue
@@ -407,6 +428,12 @@ func (a *Allocator) lowestFree(p *Pool, f Family, service string) (netip.Addr, b
 			c, ok := a.taken.firstAbsent(lo, r.last)
 			if !ok {
 				break
+			}
+			if d, ok := a.freed.set.firstAbsent(c, r.last); !ok {
+				break
+			} else if d != c {
+				lo = d
+				continue
 			}
 			next := c.Next()
 			switch u := p.unusableRange(c); {
@@ -490,7 +517,10 @@ func (a *Allocator) plan(req Request) decision {
 // gives (best), else failure says why none does.
 func (a *Allocator) planFresh(req Request, n need, d decision) decision {
 	d.evals = a.evaluateAll(req, func(*Pool) need { return n })
-	c := best(d.evals)
+	c := a.keptEval(req, d.evals)
+	if c == nil {
+		c = best(d.evals)
+	}
 	if c == nil {
 		d.outcome = outcome{kind: refuse, err: a.failure(req, n, d.evals)}
 		return d
@@ -844,6 +874,9 @@ func (a *Allocator) Allocate(req Request) (Result, error) {
 	for _, ip := range res.IPs {
 		if !slices.Contains(d.held, ip) {
 			res.New = true
+		}
+		if r, ok := a.unkeep(ip); ok {
+			res.Kept = append(res.Kept, r)
 		}
 		a.hold(ip, req.Service, req.Sharing)
 	}

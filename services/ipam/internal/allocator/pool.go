@@ -41,6 +41,11 @@ type PoolSpec struct {
 	// Services of one namespace hold or request (0 = no cap), so that no
 	// tenant can starve the others. Lowering it takes nothing back.
 	MaxAddressesPerNamespace int
+	// KeepReleased is how long an address a Service released (it was
+	// deleted, or is no longer served) stays kept for that Service
+	// (spec.allocation.keepReleasedSeconds; objects.PoolSet fills in the
+	// cluster default): nil or 0 frees it at once.
+	KeepReleased *time.Duration
 }
 
 // Pool is a parsed IPPool. It is immutable.
@@ -80,6 +85,9 @@ func ParsePool(name string, spec PoolSpec) (*Pool, error) {
 	}
 	if spec.MaxAddressesPerNamespace < 0 {
 		return nil, fmt.Errorf("spec.allocation.maxAddressesPerNamespace: %d is negative; use a positive number, or leave it out for no cap", spec.MaxAddressesPerNamespace)
+	}
+	if spec.KeepReleased != nil && *spec.KeepReleased < 0 {
+		return nil, fmt.Errorf("spec.allocation.keepReleasedSeconds: %d is negative; use 0 to free released addresses at once, or leave it out for the cluster default", int64(spec.KeepReleased.Seconds()))
 	}
 	var ranges []addrRange
 	var anycast, firstLast []skippedRange
@@ -158,6 +166,10 @@ func clonePoolSpec(s PoolSpec) PoolSpec {
 	s.Namespaces = slices.Clone(s.Namespaces)
 	s.NamespaceSelectors = slices.Clone(s.NamespaceSelectors)
 	s.ServiceSelectors = slices.Clone(s.ServiceSelectors)
+	if s.KeepReleased != nil {
+		d := *s.KeepReleased
+		s.KeepReleased = &d
+	}
 	return s
 }
 

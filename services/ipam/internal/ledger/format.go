@@ -93,6 +93,40 @@ type Reservation struct {
 	CreatedAt  time.Time
 }
 
+// A kept reservation (an address kept for the Service that released it, for
+// its pool's grace period; docs/pools.md) is a reservation whose note is
+// KeptNote: ForService is that Service (with the UID it had), CreatedAt the
+// release. It is written in the shape the previous release reads — a
+// reservation for that Service, which nothing else is given — because a
+// 0.2 ipam refuses any field it does not know (docs/upgrading.md).
+const keptNotePrefix = "ipledger.io/kept"
+
+// KeptNote is the note of a reservation that keeps an address for the
+// Service that released it, held under sharingKey ("" for none).
+func KeptNote(sharingKey string) string {
+	if sharingKey == "" {
+		return keptNotePrefix
+	}
+	return keptNotePrefix + " sharingKey=" + sharingKey
+}
+
+// Kept reports whether r keeps an address for the Service that released it,
+// and the sharing key it was held under.
+func (r Reservation) Kept() (sharingKey string, ok bool) {
+	if r.ForService == nil {
+		return "", false
+	}
+	if r.Note == keptNotePrefix {
+		return "", true
+	}
+	key, ok := strings.CutPrefix(r.Note, keptNotePrefix+" sharingKey=")
+	return key, ok && key != ""
+}
+
+// IsKeptNote reports whether note is in the form of KeptNote, which only ipam
+// writes: an operator's reservation may not take it.
+func IsKeptNote(note string) bool { return strings.HasPrefix(note, keptNotePrefix) }
+
 // IndexEntry places one non-head shard: it holds the IPs from From up to the
 // next shard's From.
 type IndexEntry struct {

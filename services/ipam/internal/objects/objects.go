@@ -287,6 +287,11 @@ func selector(s *watcherv1.LabelSelector) allocator.Selector {
 // invalid serves nothing (the Services holding its addresses keep them,
 // held outside their pool). Safe for concurrent use.
 type PoolSet struct {
+	// KeepReleased is the grace period of the pools that set none
+	// (spec.allocation.keepReleasedSeconds): how long an address a Service
+	// released stays kept for it (ipam's --keep-released-addresses).
+	KeepReleased time.Duration
+
 	mu        sync.Mutex
 	lastValid map[string]validPool // by pool name
 }
@@ -312,6 +317,10 @@ func (s *PoolSet) Parse(objs []*watcherv1.Object) (pools []*allocator.Pool, inva
 		name, uid := o.GetMeta().GetName(), o.GetMeta().GetUid()
 		seen[name] = true
 		spec := PoolSpec(o)
+		if spec.KeepReleased == nil {
+			d := s.KeepReleased
+			spec.KeepReleased = &d
+		}
 		p, err := allocator.ParsePool(name, spec)
 		if err == nil {
 			s.lastValid[name] = validPool{uid: uid, spec: spec}
@@ -344,7 +353,7 @@ func (s *PoolSet) Clone() *PoolSet {
 	defer s.mu.Unlock()
 	// A remembered spec is replaced, never changed in place: sharing its
 	// slices is safe.
-	return &PoolSet{lastValid: maps.Clone(s.lastValid)}
+	return &PoolSet{KeepReleased: s.KeepReleased, lastValid: maps.Clone(s.lastValid)}
 }
 
 func sortedByName(objs []*watcherv1.Object) []*watcherv1.Object {
@@ -379,5 +388,15 @@ func AllocatorReservation(r ledger.Reservation) allocator.Reservation {
 	if r.ForService != nil {
 		out.ForService = r.ForService.Key()
 	}
+	out.SharingKey, out.Kept = r.Kept()
 	return out
+}
+
+// KeptReservation is the ledger's record of an address the allocator keeps
+// for the Service that released it (allocator.KeepOnRelease); uid is the
+// UID that Service had.
+func KeptReservation(r allocator.Reservation, uid string) ledger.Reservation {
+	ns, name, _ := strings.Cut(r.ForService, "/")
+	return ledger.Reservation{IP: r.IP, Note: ledger.KeptNote(r.SharingKey), CreatedAt: r.CreatedAt.UTC().Truncate(time.Second),
+		ForService: &ledger.ServiceRef{Namespace: ns, Name: name, UID: uid}}
 }

@@ -84,11 +84,17 @@ type Unfit struct {
 }
 
 // Plan is what a pass does, in order: commit Change; then release
-// Release's Services from the allocator; mark Reask (and, when anything was
-// released, every pending Service) to be decided again; write Writes.
+// Release's Services from the allocator, keep Keep and unreserve Expired;
+// mark Reask (and, when anything was released or expired, every pending
+// Service) to be decided again; write Writes.
 type Plan struct {
 	Change  ledger.Change
 	Release []string
+	// Keep are the addresses of released Services kept for them
+	// (allocator.KeepOnRelease); Expired the kept addresses whose grace
+	// period ended.
+	Keep    []allocator.Reservation
+	Expired []allocator.Reservation
 	Reask   []string
 	Writes  []Write
 	// Pending are the Services that hold nothing after the pass; Settled
@@ -101,6 +107,10 @@ type Plan struct {
 	// Allocated counts the addresses handed out anew.
 	Allocated int
 	Unfit     []Unfit
+	// KeptReturned counts the kept addresses their Services took back;
+	// KeptTaken those taken by another Service when the pool had nothing
+	// else (allocator.Result.Kept).
+	KeptReturned, KeptTaken int
 }
 
 // Decide decides a batch. It claims what every Service of the batch
@@ -109,7 +119,7 @@ type Plan struct {
 func Decide(a *allocator.Allocator, b Batch) Plan {
 	var p Plan
 	for _, key := range b.Gone {
-		p.release(b, key)
+		p.release(a, b, key, true)
 	}
 	for _, key := range b.Absent {
 		a.SetForeign(key, nil)
@@ -142,14 +152,34 @@ func Decide(a *allocator.Allocator, b Batch) Plan {
 			p.notOurs(a, b, obj)
 		}
 	}
+	// What no Service of the batch took back and has outlived its grace
+	// period is free.
+	for _, r := range a.ExpiredKept(b.Now) {
+		p.Change.Unreserve = append(p.Change.Unreserve, r.IP)
+		p.Expired = append(p.Expired, r)
+	}
 	return p
 }
 
 // release gives the Service's addresses back: from the ledger in this
-// commit, from the allocator after it.
-func (p *Plan) release(b Batch, key string) {
-	p.Change.Release = append(p.Change.Release, b.Ledger[key]...)
+// commit, from the allocator after it. keep: the Service is gone or no
+// longer ours, and what it held alone is kept for it for the grace period,
+// recorded in the same commit.
+func (p *Plan) release(a *allocator.Allocator, b Batch, key string, keep bool) {
+	entries := b.Ledger[key]
+	p.Change.Release = append(p.Change.Release, entries...)
 	p.Release = append(p.Release, key)
+	if !keep {
+		return
+	}
+	uid := ""
+	if len(entries) > 0 {
+		uid = entries[0].Service.UID
+	}
+	for _, r := range a.KeepOnRelease(key, b.Now.UTC().Truncate(time.Second)) {
+		p.Change.Reserve = append(p.Change.Reserve, objects.KeptReservation(r, uid))
+		p.Keep = append(p.Keep, r)
+	}
 }
 
 // notOurs releases what a Service ipam no longer serves holds: its status
@@ -163,7 +193,7 @@ func (p *Plan) notOurs(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
 	case cur.ShowsAny(held) || cur.Cond != nil || cur.Pool != "":
 		p.Writes = append(p.Writes, Write{Service: obj, Key: key, Release: true, Want: cur.Without(held)})
 	case len(held) > 0 || len(b.Ledger[key]) > 0:
-		p.release(b, key)
+		p.release(a, b, key, true)
 	}
 }
 
@@ -185,15 +215,16 @@ func (p *Plan) decide(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
 			p.Unfit = append(p.Unfit, Unfit{Service: key, Reason: err.Error()})
 			p.Writes = append(p.Writes, Write{Service: obj, Key: key, Want: want})
 		} else {
-			p.release(b, key)
+			p.release(a, b, key, false)
 			p.Reask = append(p.Reask, key)
 		}
 		return
 	}
 	held = a.Allocations(key)
+	p.endKept(req, res)
 	want.Ingress = ingressOf(held, req.Families)
 	want.Pool = poolOf(held)
-	p.condition(&want, cur, res, err)
+	p.condition(key, &want, cur, res, err)
 	p.reaskAcross(a, key, cur, want, held)
 	if len(held) == 0 {
 		p.Pending = append(p.Pending, pendingOf(key, cur, want.Cond, b.Now))
@@ -235,8 +266,9 @@ func (p *Plan) reaskAcross(a *allocator.Allocator, key string, cur, want Status,
 	}
 }
 
-// condition fills want's condition from the allocation's result.
-func (p *Plan) condition(want *Status, cur Status, res allocator.Result, err error) {
+// condition fills the condition of Service key's want from the allocation's
+// result.
+func (p *Plan) condition(key string, want *Status, cur Status, res allocator.Result, err error) {
 	c := want.Cond
 	switch {
 	case err != nil:
@@ -261,11 +293,56 @@ func (p *Plan) condition(want *Status, cur Status, res allocator.Result, err err
 		c.Message = fmt.Sprintf("Keeps %s from pool %s, but %s", addrs(res.IPs), res.Pool, allocator.AcrossMessage(res.Across))
 	default:
 		c.Status, c.Reason = "True", string(allocator.ReasonAllocated)
-		c.Message = fmt.Sprintf("Allocated %s from pool %s", addrs(res.IPs), res.Pool)
+		c.Message = fmt.Sprintf("Allocated %s from pool %s", addrs(res.IPs), res.Pool) + keptMessage(key, res.Kept)
 		if res.New {
 			p.Allocated++
 		}
 	}
+}
+
+// endKept records in the ledger change that the grant of res ended the kept
+// reservations it took, and counts them.
+func (p *Plan) endKept(req allocator.Request, res allocator.Result) {
+	for _, r := range res.Kept {
+		p.Change.Unreserve = append(p.Change.Unreserve, r.IP)
+		if returned(req.Service, r) {
+			p.KeptReturned++
+		} else {
+			p.KeptTaken++
+		}
+	}
+}
+
+// returned reports whether the kept reservation r went back to service (or
+// to a Service of its namespace under its sharing key), rather than to
+// another Service because its pool had nothing else.
+func returned(service string, r allocator.Reservation) bool {
+	ns, _, _ := strings.Cut(service, "/")
+	rns, _, _ := strings.Cut(r.ForService, "/")
+	return r.ForService == service || r.SharingKey != "" && rns == ns
+}
+
+// keptMessage says, after "Allocated …", what kept addresses the grant
+// took: back for service, or — visibly — from a Service that released it,
+// because the pool had nothing else. Another namespace's Service is not
+// named.
+func keptMessage(service string, kept []allocator.Reservation) string {
+	var back, taken []string
+	for _, r := range kept {
+		if returned(service, r) {
+			back = append(back, r.IP.String())
+		} else {
+			taken = append(taken, fmt.Sprintf("%s (kept for %s since %s)", r.IP, allocator.ServiceNames(service, r.ForService), r.CreatedAt.UTC().Format(time.RFC3339)))
+		}
+	}
+	var out string
+	if len(back) > 0 {
+		out += fmt.Sprintf("; %s kept for it since its release, given back", strings.Join(back, ", "))
+	}
+	if len(taken) > 0 {
+		out += fmt.Sprintf("; took %s, which was kept for the Service that released it: the pool had no other free address", strings.Join(taken, ", "))
+	}
+	return out
 }
 
 // eventOf is the Event a status write posts: one when the condition's
@@ -385,7 +462,13 @@ func AfterCommit[V any](a *allocator.Allocator, p Plan, pending map[string]V) (r
 		a.Release(key)
 		delete(pending, key)
 	}
-	if len(p.Release) > 0 {
+	for _, r := range p.Keep {
+		_ = a.Reserve(r) // what it released alone is free: this cannot fail
+	}
+	for _, r := range p.Expired {
+		a.Unreserve(r.IP)
+	}
+	if len(p.Release) > 0 || len(p.Expired) > 0 {
 		for k := range pending {
 			reask = append(reask, k)
 		}

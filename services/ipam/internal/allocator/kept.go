@@ -1,0 +1,266 @@
+package allocator
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// Kept addresses and the order of reuse (docs/pools.md, "Released
+// addresses").
+//
+// When a Service that holds an address alone is deleted (or is no longer
+// served), the address is not free at once: it is kept for that Service —
+// a reservation with Kept set, ForService the Service, CreatedAt the
+// release — for its pool's grace period (PoolSpec.KeepReleased, which
+// objects.PoolSet defaults). A Service of that namespace/name created again within
+// it gets the same address from the same pool (pick, keptEval), families,
+// tenancy and quota permitting; under the same sharing key, so does another
+// Service of its namespace, so a shared address comes back to the Services
+// that shared it. After the grace period the caller unreserves it
+// (ExpiredKept).
+//
+// Nobody waits for a kept address while another is free: automatic
+// allocation takes, in this order, an address never freed in this
+// allocator's life (lowest first), then the least recently freed, then —
+// only when the pool has nothing else — the address kept longest (oldest
+// release first), and Result.Kept says whose it was.
+
+// keptIndex finds kept reservations by the Service they are kept for and by
+// namespace and sharing key.
+type keptIndex struct {
+	byService map[string][]netip.Addr
+	byShare   map[string][]netip.Addr // shareKey(namespace, key)
+	all       map[netip.Addr]struct{}
+}
+
+func shareKey(ns, key string) string { return ns + "\x00" + key }
+
+func (x *keptIndex) add(r Reservation) {
+	if x.all == nil {
+		x.byService, x.byShare, x.all = map[string][]netip.Addr{}, map[string][]netip.Addr{}, map[netip.Addr]struct{}{}
+	}
+	x.all[r.IP] = struct{}{}
+	x.byService[r.ForService] = append(x.byService[r.ForService], r.IP)
+	if r.SharingKey != "" {
+		k := shareKey(namespaceOf(r.ForService), r.SharingKey)
+		x.byShare[k] = append(x.byShare[k], r.IP)
+	}
+}
+
+func (x *keptIndex) remove(r Reservation) {
+	delete(x.all, r.IP)
+	drop := func(m map[string][]netip.Addr, k string) {
+		if ips := slices.DeleteFunc(m[k], func(ip netip.Addr) bool { return ip == r.IP }); len(ips) > 0 {
+			m[k] = ips
+		} else {
+			delete(m, k)
+		}
+	}
+	drop(x.byService, r.ForService)
+	if r.SharingKey != "" {
+		drop(x.byShare, shareKey(namespaceOf(r.ForService), r.SharingKey))
+	}
+}
+
+// freedOrder remembers the addresses that became free, in the order they
+// did: automatic allocation hands out never-freed addresses first, then the
+// least recently freed, so that a stale DNS record or firewall rule naming
+// an address does not at once reach someone else's Service. It lives as
+// long as the allocator (a new term starts with none).
+type freedOrder struct {
+	set   addrSet
+	seq   map[netip.Addr]uint64
+	next  uint64
+	queue []freedEntry // by seq; an entry whose seq is no longer ip's is stale
+}
+
+type freedEntry struct {
+	ip  netip.Addr
+	seq uint64
+}
+
+func (f *freedOrder) add(ip netip.Addr) {
+	if f.seq == nil {
+		f.seq = map[netip.Addr]uint64{}
+	}
+	f.next++
+	f.seq[ip] = f.next
+	f.set.add(ip)
+	f.queue = append(f.queue, freedEntry{ip, f.next})
+}
+
+func (f *freedOrder) remove(ip netip.Addr) {
+	if _, ok := f.seq[ip]; !ok {
+		return
+	}
+	delete(f.seq, ip)
+	f.set.remove(ip)
+	if len(f.queue) > 64 && len(f.queue) > 2*len(f.seq) {
+		f.queue = slices.DeleteFunc(f.queue, f.stale)
+	}
+}
+
+func (f *freedOrder) stale(e freedEntry) bool { return f.seq[e.ip] != e.seq }
+
+// oldest returns the least recently freed address for which ok is true.
+func (f *freedOrder) oldest(ok func(netip.Addr) bool) (netip.Addr, bool) {
+	for len(f.queue) > 0 && f.stale(f.queue[0]) {
+		f.queue = f.queue[1:]
+	}
+	for _, e := range f.queue {
+		if !f.stale(e) && ok(e.ip) {
+			return e.ip, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// keepFor is the grace period of ip: that of the serving pool containing
+// it (objects.PoolSet fills in the cluster default), else 0 — an address no
+// pool offers is not kept (a deleted pool takes its kept addresses along).
+func (a *Allocator) keepFor(ip netip.Addr) time.Duration {
+	if p := a.index.lookup(ip); p != nil && p.spec.KeepReleased != nil {
+		return *p.spec.KeepReleased
+	}
+	return 0
+}
+
+// KeptUntil is when the kept reservation r ends: its release plus the grace
+// period of its address's pool (an edit of the pool's grace period applies
+// to the addresses it keeps already).
+func (a *Allocator) KeptUntil(r Reservation) time.Time { return r.CreatedAt.Add(a.keepFor(r.IP)) }
+
+// KeepOnRelease returns the reservations that keep, for service, the
+// addresses Release(service) would free, released at: those it holds alone
+// (no other holder, reservation or other controller's status) whose grace
+// period is not 0. It changes nothing: the caller records them in the
+// ledger with the release, then calls Release and Reserve.
+func (a *Allocator) KeepOnRelease(service string, at time.Time) []Reservation {
+	var out []Reservation
+	for _, ip := range a.bySvc[service] {
+		st := a.ips[ip]
+		if st == nil || len(st.holders) != 1 || st.reservation != nil || len(st.foreign) > 0 || a.keepFor(ip) <= 0 {
+			continue
+		}
+		out = append(out, Reservation{IP: ip, ForService: service, Kept: true, SharingKey: st.holders[0].key(), CreatedAt: at})
+	}
+	return out
+}
+
+// ExpiredKept returns the kept reservations whose grace period ended at or
+// before now, in IP order: the caller unreserves them.
+func (a *Allocator) ExpiredKept(now time.Time) []Reservation {
+	var out []Reservation
+	for ip := range a.kept.all {
+		if r := *a.ips[ip].reservation; !a.KeptUntil(r).After(now) {
+			r.IP = ip
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(x, y Reservation) int { return x.IP.Compare(y.IP) })
+	return out
+}
+
+// NextKeptExpiry is when the first kept reservation ends; false when none is
+// kept.
+func (a *Allocator) NextKeptExpiry() (time.Time, bool) {
+	var next time.Time
+	for ip := range a.kept.all {
+		if t := a.KeptUntil(*a.ips[ip].reservation); next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// KeptCount is the number of addresses kept in each serving pool ("" for
+// those outside every serving pool).
+func (a *Allocator) KeptCount() map[string]int {
+	out := map[string]int{}
+	for ip := range a.kept.all {
+		out[a.ips[ip].pool]++
+	}
+	return out
+}
+
+// keptForRequest reports whether r is kept for req's Service, or under
+// req's sharing key for a Service of its namespace.
+func keptForRequest(r *Reservation, req Request) bool {
+	if r == nil || !r.Kept {
+		return false
+	}
+	return r.ForService == req.Service ||
+		req.Sharing.Key != "" && r.SharingKey == req.Sharing.Key && namespaceOf(r.ForService) == namespaceOf(req.Service)
+}
+
+// keptFor returns the lowest address of family f in pool p kept for req
+// (its Service's own first, then its sharing key's) that p may give it.
+func (a *Allocator) keptFor(p *Pool, f Family, req Request) (netip.Addr, bool) {
+	lists := [][]netip.Addr{a.kept.byService[req.Service]}
+	if req.Sharing.Key != "" {
+		lists = append(lists, a.kept.byShare[shareKey(namespaceOf(req.Service), req.Sharing.Key)])
+	}
+	for _, ips := range lists {
+		var best netip.Addr
+		for _, ip := range ips {
+			if FamilyOf(ip) == f && p.allocatable(ip) && !a.claimedByOther(ip, req.Service) && (!best.IsValid() || ip.Less(best)) {
+				best = ip
+			}
+		}
+		if best.IsValid() {
+			return best, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// oldestKept returns the address of family f in pool p kept longest (oldest
+// release, then lowest) that p may hand out to service: what a Service
+// takes when the pool has nothing else.
+func (a *Allocator) oldestKept(p *Pool, f Family, service string) (netip.Addr, bool) {
+	var best netip.Addr
+	var bestAt time.Time
+	for ip := range a.kept.all {
+		if FamilyOf(ip) != f || !p.allocatable(ip) || a.claimedByOther(ip, service) {
+			continue
+		}
+		at := a.ips[ip].reservation.CreatedAt
+		if !best.IsValid() || at.Before(bestAt) || at.Equal(bestAt) && ip.Less(best) {
+			best, bestAt = ip, at
+		}
+	}
+	return best, best.IsValid()
+}
+
+// keptEval returns the first eligible eval (in rank order) that gives req an
+// address kept for it: a Service created again goes back to the pool that
+// keeps its address, whatever pool would rank first for a new one.
+func (a *Allocator) keptEval(req Request, evals []eval) *eval {
+	for i := range evals {
+		e := &evals[i]
+		if !e.verdict.Eligible {
+			continue
+		}
+		for _, ip := range e.ips {
+			if st := a.ips[ip]; st != nil && keptForRequest(st.reservation, req) {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// unkeep ends the kept reservation of ip as a Service takes it, and returns
+// it (false when ip is not kept).
+func (a *Allocator) unkeep(ip netip.Addr) (Reservation, bool) {
+	st := a.ips[ip]
+	if st == nil || st.reservation == nil || !st.reservation.Kept {
+		return Reservation{}, false
+	}
+	r := *st.reservation
+	r.IP = ip
+	st.reservation = nil
+	a.kept.remove(r)
+	return r, true
+}

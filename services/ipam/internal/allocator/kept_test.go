@@ -1,0 +1,244 @@
+package allocator
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+)
+
+// releaseKeeping releases service the way the controller does: the addresses it
+// held alone are kept for it (KeepOnRelease), then Release and Reserve.
+func releaseKeeping(t *testing.T, a *Allocator, service string, at time.Time) []Reservation {
+	t.Helper()
+	kept := a.KeepOnRelease(service, at)
+	a.Release(service)
+	for _, r := range kept {
+		if err := a.Reserve(r); err != nil {
+			t.Fatalf("keep %s for %s: %v", r.IP, service, err)
+		}
+	}
+	return kept
+}
+
+// keeping is s with grace period d.
+func keeping(d time.Duration, s PoolSpec) PoolSpec {
+	s.KeepReleased = &d
+	return s
+}
+
+func ipsOf(res Result) []string {
+	var out []string
+	for _, ip := range res.IPs {
+		out = append(out, ip.String())
+	}
+	return out
+}
+
+func TestKeptAddressComesBack(t *testing.T) {
+	tests := []struct {
+		name string
+		// pools and the default grace period
+		pools []*Pool
+		keep  time.Duration
+		// first is allocated, then released; others are allocated meanwhile
+		first  Request
+		others []Request
+		// again asks after the release; want is what it gets
+		again Request
+		want  []string
+		// kept: whether again ended a kept reservation
+		kept bool
+	}{{
+		name:  "the same Service gets its address, not the lowest free one",
+		pools: []*Pool{mustPool(t, "p", spec("10.0.0.0/29"))}, keep: time.Hour,
+		first: Request{Service: "ns/web"}, again: Request{Service: "ns/web"},
+		want: []string{"10.0.0.0"}, kept: true,
+	}, {
+		name:  "dual-stack: both families come back",
+		pools: []*Pool{mustPool(t, "p", spec("10.0.0.0/29", "2001:db8::/125"))}, keep: time.Hour,
+		first:  Request{Service: "ns/web", FamilyPolicy: RequireDualStack, Families: []Family{IPv6, IPv4}},
+		others: []Request{{Service: "ns/other", FamilyPolicy: RequireDualStack, Families: []Family{IPv4, IPv6}}},
+		again:  Request{Service: "ns/web", FamilyPolicy: RequireDualStack, Families: []Family{IPv6, IPv4}},
+		want:   []string{"2001:db8::1", "10.0.0.0"}, kept: true,
+	}, {
+		name:  "another Service of the namespace gets a fresh address",
+		pools: []*Pool{mustPool(t, "p", spec("10.0.0.0/29"))}, keep: time.Hour,
+		first: Request{Service: "ns/web"}, again: Request{Service: "ns/api"},
+		want: []string{"10.0.0.1"},
+	}, {
+		name:  "a Service of that name in another namespace gets a fresh address",
+		pools: []*Pool{mustPool(t, "p", spec("10.0.0.0/29"))}, keep: time.Hour,
+		first: Request{Service: "ns/web"}, again: Request{Service: "other/web"},
+		want: []string{"10.0.0.1"},
+	}, {
+		name:  "grace period 0: the address is free at once, and reused last",
+		pools: []*Pool{mustPool(t, "p", spec("10.0.0.0/29"))}, keep: 0,
+		first: Request{Service: "ns/web"}, again: Request{Service: "ns/web"},
+		want: []string{"10.0.0.1"},
+	}, {
+		name: "the pool's grace period wins over the default",
+		pools: []*Pool{mustPool(t, "p", func() PoolSpec {
+			s := spec("10.0.0.0/29")
+			zero := time.Duration(0)
+			s.KeepReleased = &zero
+			return s
+		}())}, keep: time.Hour,
+		first: Request{Service: "ns/web"}, again: Request{Service: "ns/web"},
+		want: []string{"10.0.0.1"},
+	}, {
+		name: "back to the pool that keeps it, though another ranks first now",
+		pools: []*Pool{
+			mustPool(t, "old", spec("10.0.0.0/29")),
+			mustPool(t, "preferred", func() PoolSpec { s := spec("10.1.0.0/29"); s.Priority = 1; return s }()),
+		}, keep: time.Hour,
+		first: Request{Service: "ns/web", Pool: "old"}, again: Request{Service: "ns/web"},
+		want: []string{"10.0.0.0"}, kept: true,
+	}, {
+		name:  "a pool that no longer serves the namespace keeps it from the Service",
+		pools: []*Pool{mustPool(t, "p", spec("10.0.0.0/29")), mustPool(t, "q", spec("10.1.0.0/29"))}, keep: time.Hour,
+		first: Request{Service: "ns/web", Pool: "p"}, again: Request{Service: "ns/web", Pool: "q"},
+		want: []string{"10.1.0.0"},
+	}}
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var pools []*Pool
+			for _, p := range tt.pools {
+				spec := p.Spec()
+				if spec.KeepReleased == nil {
+					spec = keeping(tt.keep, spec)
+				}
+				pools = append(pools, mustPool(t, p.Name(), spec))
+			}
+			a := newAllocator(t, pools...)
+			mustAllocate(t, a, tt.first)
+			releaseKeeping(t, a, tt.first.Service, at)
+			for _, o := range tt.others {
+				mustAllocate(t, a, o)
+			}
+			res := mustAllocate(t, a, tt.again)
+			if got := ipsOf(res); !slices.Equal(got, tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+			if got := len(res.Kept) > 0; got != tt.kept {
+				t.Fatalf("ended kept reservations %+v, want kept = %v", res.Kept, tt.kept)
+			}
+			for _, r := range res.Kept {
+				if r.ForService != tt.first.Service {
+					t.Fatalf("ended %+v, kept for another Service", r)
+				}
+			}
+		})
+	}
+}
+
+// Two Services share an address; both are deleted and created again, in
+// the other order: the address is kept under the sharing key, so whichever
+// comes first takes it and the other joins it.
+func TestKeptSharedAddressComesBackToBoth(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "p", keeping(time.Hour, spec("10.0.0.0/29"))))
+	sh := func(port int32) Sharing { return Sharing{Key: "k", Ports: []Port{{"TCP", port}}} }
+	mustAllocate(t, a, Request{Service: "ns/a", Sharing: sh(80)})
+	mustAllocate(t, a, Request{Service: "ns/b", Sharing: sh(443)})
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	if kept := releaseKeeping(t, a, "ns/a", at); len(kept) != 0 {
+		t.Fatalf("ns/a's release kept %+v while ns/b holds the address", kept)
+	}
+	if kept := releaseKeeping(t, a, "ns/b", at); len(kept) != 1 || kept[0].SharingKey != "k" {
+		t.Fatalf("ns/b's release kept %+v, want the address under key k", kept)
+	}
+	mustAllocate(t, a, Request{Service: "ns/other"}) // takes a fresh one
+	for _, s := range []Request{{Service: "ns/a", Sharing: sh(80)}, {Service: "ns/b", Sharing: sh(443)}} {
+		if got := ipsOf(mustAllocate(t, a, s)); !slices.Equal(got, []string{"10.0.0.0"}) {
+			t.Fatalf("%s got %v, want the shared 10.0.0.0 back", s.Service, got)
+		}
+	}
+	// Another namespace's Service under the same key learns nothing of it.
+	if got := ipsOf(mustAllocate(t, a, Request{Service: "other/c", Sharing: sh(8080)})); slices.Equal(got, []string{"10.0.0.0"}) {
+		t.Fatalf("a Service of another namespace joined the kept address")
+	}
+}
+
+// Nobody waits for a kept address while another is free; when nothing else
+// is, a waiter takes the one kept longest, and Result.Kept says whose.
+func TestKeptAddressesNeverStarveAWaiter(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "p", keeping(time.Hour, spec("10.0.0.0/30"))))
+	for _, s := range []string{"ns/s0", "ns/s1", "ns/s2"} {
+		mustAllocate(t, a, Request{Service: s})
+	}
+	t0 := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	releaseKeeping(t, a, "ns/s1", t0.Add(time.Minute))
+	releaseKeeping(t, a, "ns/s2", t0)
+	if got := ipsOf(mustAllocate(t, a, Request{Service: "ns/w1"})); !slices.Equal(got, []string{"10.0.0.3"}) {
+		t.Fatalf("w1 got %v, want the free 10.0.0.3", got)
+	}
+	res := mustAllocate(t, a, Request{Service: "other/w2"})
+	if got := ipsOf(res); !slices.Equal(got, []string{"10.0.0.2"}) {
+		t.Fatalf("w2 got %v, want 10.0.0.2, kept longest", got)
+	}
+	if len(res.Kept) != 1 || res.Kept[0].ForService != "ns/s2" {
+		t.Fatalf("Result.Kept = %+v, want the reservation kept for ns/s2", res.Kept)
+	}
+	if got := ipsOf(mustAllocate(t, a, Request{Service: "ns/s2"})); !slices.Equal(got, []string{"10.0.0.1"}) {
+		t.Fatalf("s2, back, got %v, want the last address, kept for s1", got)
+	}
+	if _, err := a.Allocate(Request{Service: "ns/s1"}); reasonOf(err) != ReasonPoolExhausted {
+		t.Fatalf("s1, back with nothing left: err = %v, want PoolExhausted", err)
+	}
+}
+
+// A kept address is kept: another Service requesting it waits until the
+// grace period ends.
+func TestKeptAddressRefusedOnRequest(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "p", keeping(time.Hour, spec("10.0.0.0/29"))))
+	mustAllocate(t, a, Request{Service: "ns/web"})
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	releaseKeeping(t, a, "ns/web", at)
+	if _, err := a.Allocate(Request{Service: "ns/thief", RequestedIPs: addrs("10.0.0.0")}); reasonOf(err) != ReasonRequestedIPInUse {
+		t.Fatalf("request of a kept address: err = %v, want RequestedIPInUse", err)
+	}
+	if got := ipsOf(mustAllocate(t, a, Request{Service: "ns/web", RequestedIPs: addrs("10.0.0.0")})); !slices.Equal(got, []string{"10.0.0.0"}) {
+		t.Fatalf("its own Service requesting it got %v", got)
+	}
+	if _, ok := a.Reservation(netip.MustParseAddr("10.0.0.0")); ok {
+		t.Fatalf("the kept reservation outlived its Service taking the address back")
+	}
+}
+
+func TestKeptExpiry(t *testing.T) {
+	hour, zero := time.Hour, time.Duration(0)
+	short := spec("10.0.0.0/29")
+	short.KeepReleased = &hour
+	long := keeping(24*time.Hour, spec("10.1.0.0/29"))
+	a := newAllocator(t, mustPool(t, "short", short), mustPool(t, "default", long))
+	t0 := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	mustAllocate(t, a, Request{Service: "ns/a", Pool: "short"})
+	mustAllocate(t, a, Request{Service: "ns/b", Pool: "default"})
+	releaseKeeping(t, a, "ns/a", t0)
+	releaseKeeping(t, a, "ns/b", t0)
+	if next, ok := a.NextKeptExpiry(); !ok || !next.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("NextKeptExpiry = %v, %v; want %v", next, ok, t0.Add(time.Hour))
+	}
+	if got := a.ExpiredKept(t0.Add(time.Hour - time.Second)); len(got) != 0 {
+		t.Fatalf("expired a second early: %+v", got)
+	}
+	got := a.ExpiredKept(t0.Add(time.Hour))
+	if len(got) != 1 || got[0].IP.String() != "10.0.0.0" {
+		t.Fatalf("ExpiredKept at one hour = %+v, want short's 10.0.0.0", got)
+	}
+	if c := a.KeptCount(); c["short"] != 1 || c["default"] != 1 {
+		t.Fatalf("KeptCount = %v", c)
+	}
+	// Shortening the pool's grace period applies to what it keeps already.
+	short.KeepReleased = &zero
+	a.SetPools([]*Pool{mustPool(t, "short", short), mustPool(t, "default", long)})
+	if got := a.ExpiredKept(t0); len(got) != 1 {
+		t.Fatalf("after the grace period became 0, ExpiredKept(release time) = %+v", got)
+	}
+	// A deleted pool takes its kept addresses along.
+	a.SetPools([]*Pool{mustPool(t, "short", short)})
+	if got := a.ExpiredKept(t0); len(got) != 2 {
+		t.Fatalf("after the pool keeping 10.1.0.0 was deleted, ExpiredKept = %+v, want both", got)
+	}
+}
