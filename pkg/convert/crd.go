@@ -26,6 +26,8 @@ type ipPoolSpec struct {
 		ServiceSelectors   []metav1.LabelSelector `json:"serviceSelectors"`
 		// MaxAddressesPerNamespace: 0 when unset (no cap).
 		MaxAddressesPerNamespace int32 `json:"maxAddressesPerNamespace"`
+		// KeepReleasedSeconds: nil when unset (ipam's default).
+		KeepReleasedSeconds *int64 `json:"keepReleasedSeconds"`
 	} `json:"allocation"`
 }
 
@@ -127,7 +129,8 @@ func IPPool(u *unstructured.Unstructured) (*watcherv1.Object, error) {
 		Conditions:       Conditions(p.Status.Conditions),
 	}
 	if a := p.Spec.Allocation; a != nil {
-		body.Allocation = &watcherv1.IPPoolAllocation{Priority: a.Priority, Namespaces: a.Namespaces, MaxAddressesPerNamespace: a.MaxAddressesPerNamespace}
+		body.Allocation = &watcherv1.IPPoolAllocation{Priority: a.Priority, Namespaces: a.Namespaces, MaxAddressesPerNamespace: a.MaxAddressesPerNamespace,
+			KeepReleasedSeconds: a.KeepReleasedSeconds}
 		for i := range a.NamespaceSelectors {
 			body.Allocation.NamespaceSelectors = append(body.Allocation.NamespaceSelectors, LabelSelector(&a.NamespaceSelectors[i]))
 		}

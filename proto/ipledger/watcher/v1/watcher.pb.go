@@ -1943,8 +1943,13 @@ type IPPoolAllocation struct {
 	// max_addresses_per_namespace caps the pool's addresses that one
 	// namespace's Services hold or request; 0 means no cap.
 	MaxAddressesPerNamespace int32 `protobuf:"varint,5,opt,name=max_addresses_per_namespace,json=maxAddressesPerNamespace,proto3" json:"max_addresses_per_namespace,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// keep_released_seconds is how long an address a Service released stays
+	// kept for it (spec.allocation.keepReleasedSeconds); unset means ipam's
+	// cluster default, 0 frees it at once. A watcher older than the field
+	// leaves it unset.
+	KeepReleasedSeconds *int64 `protobuf:"varint,6,opt,name=keep_released_seconds,json=keepReleasedSeconds,proto3,oneof" json:"keep_released_seconds,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *IPPoolAllocation) Reset() {
@@ -2008,6 +2013,13 @@ func (x *IPPoolAllocation) GetServiceSelectors() []*LabelSelector {
 func (x *IPPoolAllocation) GetMaxAddressesPerNamespace() int32 {
 	if x != nil {
 		return x.MaxAddressesPerNamespace
+	}
+	return 0
+}
+
+func (x *IPPoolAllocation) GetKeepReleasedSeconds() int64 {
+	if x != nil && x.KeepReleasedSeconds != nil {
+		return *x.KeepReleasedSeconds
 	}
 	return 0
 }
@@ -2762,7 +2774,7 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"conditions\x18\x05 \x03(\v2\x1e.ipledger.watcher.v1.ConditionR\n" +
 	"conditions\x12\x18\n" +
 	"\aexclude\x18\x06 \x03(\tR\aexclude\x12-\n" +
-	"\x13skip_first_last_ips\x18\a \x01(\bR\x10skipFirstLastIps\"\xb3\x02\n" +
+	"\x13skip_first_last_ips\x18\a \x01(\bR\x10skipFirstLastIps\"\x86\x03\n" +
 	"\x10IPPoolAllocation\x12\x1a\n" +
 	"\bpriority\x18\x01 \x01(\x05R\bpriority\x12\x1e\n" +
 	"\n" +
@@ -2770,7 +2782,9 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"namespaces\x12S\n" +
 	"\x13namespace_selectors\x18\x03 \x03(\v2\".ipledger.watcher.v1.LabelSelectorR\x12namespaceSelectors\x12O\n" +
 	"\x11service_selectors\x18\x04 \x03(\v2\".ipledger.watcher.v1.LabelSelectorR\x10serviceSelectors\x12=\n" +
-	"\x1bmax_addresses_per_namespace\x18\x05 \x01(\x05R\x18maxAddressesPerNamespace\"\xfc\x01\n" +
+	"\x1bmax_addresses_per_namespace\x18\x05 \x01(\x05R\x18maxAddressesPerNamespace\x127\n" +
+	"\x15keep_released_seconds\x18\x06 \x01(\x03H\x00R\x13keepReleasedSeconds\x88\x01\x01B\x18\n" +
+	"\x16_keep_released_seconds\"\xfc\x01\n" +
 	"\x10ExternalWorkload\x12!\n" +
 	"\fworkload_ips\x18\x01 \x03(\tR\vworkloadIps\x127\n" +
 	"\x05ports\x18\x02 \x03(\v2!.ipledger.watcher.v1.WorkloadPortR\x05ports\x12>\n" +
@@ -2949,6 +2963,7 @@ func file_ipledger_watcher_v1_watcher_proto_init() {
 		(*Object_Gateway)(nil),
 		(*Object_GatewayClass)(nil),
 	}
+	file_ipledger_watcher_v1_watcher_proto_msgTypes[20].OneofWrappers = []any{}
 	file_ipledger_watcher_v1_watcher_proto_msgTypes[22].OneofWrappers = []any{
 		(*ReadinessProbe_TcpSocket)(nil),
 		(*ReadinessProbe_HttpGet)(nil),

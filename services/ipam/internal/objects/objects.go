@@ -261,6 +261,10 @@ func PoolSpec(obj *watcherv1.Object) allocator.PoolSpec {
 		CreatedAt:                time.Unix(0, obj.GetMeta().GetCreationTimestamp()),
 		Terminating:              obj.GetMeta().GetDeletionTimestamp() != 0,
 	}
+	if a != nil && a.KeepReleasedSeconds != nil {
+		d := time.Duration(a.GetKeepReleasedSeconds()) * time.Second
+		spec.KeepReleased = &d
+	}
 	for _, s := range a.GetNamespaceSelectors() {
 		spec.NamespaceSelectors = append(spec.NamespaceSelectors, selector(s))
 	}
