@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -118,9 +119,10 @@ func (f *freedOrder) oldest(ok func(netip.Addr) bool) (netip.Addr, bool) {
 
 // keepFor is the grace period of ip: that of the serving pool containing
 // it (objects.PoolSet fills in the cluster default), else 0 — an address no
-// pool offers is not kept (a deleted pool takes its kept addresses along).
+// pool offers, or only a pool being deleted, which hands out nothing, is not
+// kept (a deleted pool takes its kept addresses along).
 func (a *Allocator) keepFor(ip netip.Addr) time.Duration {
-	if p := a.index.lookup(ip); p != nil && p.spec.KeepReleased != nil {
+	if p := a.index.lookup(ip); p != nil && p.spec.KeepReleased != nil && !p.spec.Terminating {
 		return *p.spec.KeepReleased
 	}
 	return 0
@@ -131,20 +133,30 @@ func (a *Allocator) keepFor(ip netip.Addr) time.Duration {
 // to the addresses it keeps already).
 func (a *Allocator) KeptUntil(r Reservation) time.Time { return r.CreatedAt.Add(a.keepFor(r.IP)) }
 
-// KeepOnRelease returns the reservations that keep, for service, the
-// addresses Release(service) would free, released at: those it holds alone
-// (no other holder, reservation or other controller's status) whose grace
-// period is not 0. It changes nothing: the caller records them in the
-// ledger with the release, then calls Release and Reserve.
-func (a *Allocator) KeepOnRelease(service string, at time.Time) []Reservation {
-	var out []Reservation
-	for _, ip := range a.bySvc[service] {
-		st := a.ips[ip]
-		if st == nil || len(st.holders) != 1 || st.reservation != nil || len(st.foreign) > 0 || a.keepFor(ip) <= 0 {
-			continue
-		}
-		out = append(out, Reservation{IP: ip, ForService: service, Kept: true, SharingKey: st.holders[0].key(), CreatedAt: at})
+// KeepOnRelease returns the reservations that keep the addresses that
+// releasing services (at once, released at) would free: those no other
+// Service holds, with no reservation or other controller's status, whose
+// grace period is not 0. An address they share is kept for the first of
+// them by key, under its sharing key (which admits the others). It changes
+// nothing: the caller records them in the ledger with the release, then
+// calls Release and Reserve.
+func (a *Allocator) KeepOnRelease(services []string, at time.Time) []Reservation {
+	releasing := map[string]bool{}
+	for _, s := range services {
+		releasing[s] = true
 	}
+	var out []Reservation
+	for _, s := range slices.Sorted(maps.Keys(releasing)) {
+		for _, ip := range a.bySvc[s] {
+			st := a.ips[ip]
+			if st == nil || st.reservation != nil || len(st.foreign) > 0 || a.keepFor(ip) <= 0 || st.holders[0].service != s ||
+				slices.ContainsFunc(st.holders, func(h holder) bool { return !releasing[h.service] }) {
+				continue
+			}
+			out = append(out, Reservation{IP: ip, ForService: s, Kept: true, SharingKey: st.holders[0].key(), CreatedAt: at})
+		}
+	}
+	slices.SortFunc(out, func(x, y Reservation) int { return x.IP.Compare(y.IP) })
 	return out
 }
 

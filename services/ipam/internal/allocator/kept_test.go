@@ -11,7 +11,7 @@ import (
 // held alone are kept for it (KeepOnRelease), then Release and Reserve.
 func releaseKeeping(t *testing.T, a *Allocator, service string, at time.Time) []Reservation {
 	t.Helper()
-	kept := a.KeepOnRelease(service, at)
+	kept := a.KeepOnRelease([]string{service}, at)
 	a.Release(service)
 	for _, r := range kept {
 		if err := a.Reserve(r); err != nil {
@@ -240,5 +240,22 @@ func TestKeptExpiry(t *testing.T) {
 	a.SetPools([]*Pool{mustPool(t, "short", short)})
 	if got := a.ExpiredKept(t0); len(got) != 2 {
 		t.Fatalf("after the pool keeping 10.1.0.0 was deleted, ExpiredKept = %+v, want both", got)
+	}
+}
+
+// Services released in one pass keep what they shared.
+func TestKeepOnReleaseTogether(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "p", keeping(time.Hour, spec("10.0.0.0/29"))))
+	sh := func(port int32) Sharing { return Sharing{Key: "k", Ports: []Port{{"TCP", port}}} }
+	mustAllocate(t, a, Request{Service: "ns/b", Sharing: sh(80)})
+	mustAllocate(t, a, Request{Service: "ns/a", Sharing: sh(443)})
+	mustAllocate(t, a, Request{Service: "ns/c", Sharing: sh(8080)})
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	if kept := a.KeepOnRelease([]string{"ns/b", "ns/a"}, at); len(kept) != 0 {
+		t.Fatalf("kept %+v while ns/c still holds the address", kept)
+	}
+	kept := a.KeepOnRelease([]string{"ns/c", "ns/b", "ns/a"}, at)
+	if len(kept) != 1 || kept[0].ForService != "ns/a" || kept[0].SharingKey != "k" || kept[0].IP.String() != "10.0.0.0" {
+		t.Fatalf("kept %+v, want 10.0.0.0 for ns/a (the first by key) under k", kept)
 	}
 }

@@ -84,6 +84,10 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Controller.StatusWorkers, "status-workers", c.Controller.StatusWorkers, "Service status writes in flight at once")
 	fs.IntVar(&c.Controller.BatchSize, "batch-size", c.Controller.BatchSize, "Services decided per ledger write")
 	objects.GatewayServiceNamespacesFlag(fs, &c.Controller.GatewayServiceNamespaces)
+	// 0 is a value (free released addresses at once): the default is the
+	// flag's, not Defaults'.
+	c.Controller.KeepReleased = objects.DefaultKeepReleased
+	objects.KeepReleasedFlag(fs, &c.Controller.KeepReleased)
 }
 
 // Run runs ipam until ctx ends.
@@ -139,7 +143,8 @@ func (c *Config) Run(ctx context.Context) error {
 	}
 	ipamServer, err := server.New(server.Config{
 		Namespace: c.Common.Namespace, LeaseName: c.Leader.LeaseName, LBClass: c.Controller.LBClass,
-		RequireLBClass: c.Controller.RequireLBClass, GatewayServiceNamespaces: c.Controller.GatewayServiceNamespaces, Registerer: reg,
+		RequireLBClass: c.Controller.RequireLBClass, GatewayServiceNamespaces: c.Controller.GatewayServiceNamespaces,
+		KeepReleased: c.Controller.KeepReleased, Registerer: reg,
 	}, src.Store, client, ctrl, log.With("component", "api"))
 	if err != nil {
 		return err
@@ -163,6 +168,6 @@ func (c *Config) Run(ctx context.Context) error {
 	g.Go(func() error { return gs.Serve(ctx) })
 	g.Go(func() error { return ops.Serve(ctx) })
 	log.Info("Starting ipledger-ipam", "namespace", c.Common.Namespace, "lbClass", c.Controller.LBClass, "requireLBClass", c.Controller.RequireLBClass,
-		"identity", c.Leader.Identity, "grpcAddr", gs.Addr().String(), "qps", c.Common.KubeAPIQPS, "burst", c.Common.KubeAPIBurst)
+		"keepReleasedAddresses", c.Controller.KeepReleased.String(), "identity", c.Leader.Identity, "grpcAddr", gs.Addr().String(), "qps", c.Common.KubeAPIQPS, "burst", c.Common.KubeAPIBurst)
 	return g.Wait()
 }

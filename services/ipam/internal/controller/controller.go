@@ -7,6 +7,8 @@
 package controller
 
 import (
+	"time"
+
 	"context"
 	"log/slog"
 	"sync"
@@ -48,6 +50,10 @@ type Config struct {
 	// GatewayServiceNamespaces are the namespaces whose Services may serve a
 	// Gateway of another namespace (objects.LinkedGateway).
 	GatewayServiceNamespaces []string
+	// KeepReleased is the grace period of the IPPools that set none
+	// (--keep-released-addresses; objects.PoolSet): 0 frees released
+	// addresses at once.
+	KeepReleased time.Duration
 }
 
 // Defaults fills unset fields.
@@ -100,7 +106,7 @@ func New(cfg Config, client kubernetes.Interface, dyn dynamic.Interface, source 
 	})
 	return &Controller{
 		cfg: cfg, client: client, dynamic: dyn, source: source, log: log,
-		metrics: m, ledgerM: ledgerM, reg: reg,
+		metrics: m, ledgerM: ledgerM, reg: reg, pools: objects.PoolSet{KeepReleased: cfg.KeepReleased},
 	}, nil
 }
 

@@ -17,6 +17,8 @@ type dirtySet struct {
 	keys       map[string]struct{}
 	pools      bool
 	finalizers bool
+	// expiry: a kept address's grace period ended (a pass frees it).
+	expiry bool
 	// wake has a value when something was marked since the loop last
 	// looked; marks coalesce into one.
 	wake chan struct{}
@@ -52,6 +54,14 @@ func (d *dirtySet) markFinalizers() {
 	d.poke()
 }
 
+// markExpiry says a kept address's grace period ended.
+func (d *dirtySet) markExpiry() {
+	d.mu.Lock()
+	d.expiry = true
+	d.mu.Unlock()
+	d.poke()
+}
+
 // poke wakes the loop without marking anything (a ledger to re-read).
 func (d *dirtySet) poke() {
 	select {
@@ -64,7 +74,7 @@ func (d *dirtySet) poke() {
 func (d *dirtySet) any() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.keys) > 0 || d.pools || d.finalizers
+	return len(d.keys) > 0 || d.pools || d.finalizers || d.expiry
 }
 
 // takePools clears the pools flag and says whether it was set. A rebuild
@@ -79,12 +89,13 @@ func (d *dirtySet) takePools() bool {
 }
 
 // take empties the set: the dirty keys (in no order), whether the pools
-// changed; the finalizers flag is cleared too, as every pass checks them.
+// changed; the finalizers and expiry flags are cleared too, as every pass
+// checks them.
 func (d *dirtySet) take() (keys []string, pools bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	keys = slices.Collect(maps.Keys(d.keys))
 	clear(d.keys)
-	pools, d.pools, d.finalizers = d.pools, false, false
+	pools, d.pools, d.finalizers, d.expiry = d.pools, false, false, false
 	return keys, pools
 }

@@ -24,6 +24,7 @@ type metrics struct {
 	ledgerCorrupt leader.Gauge
 	// ledgerOverruled counts ledger entries not obeyed at a term start.
 	ledgerOverruled prometheus.Counter
+	kept            *prometheus.CounterVec
 
 	mu sync.Mutex
 	// poolSeries and pendingReasons are the label values exported now, so
@@ -73,8 +74,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "ipledger_ipam_ledger_entries_overruled_total",
 			Help: "Ledger entries not obeyed at a term start because the Services' statuses, read from the API server, contradict them (the ledger was edited outside ipam).",
 		}),
+		kept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipledger_ipam_kept_addresses_total",
+			Help: "Addresses released by a deleted Service (or one no longer ipam's), by what became of them: kept (for that Service, for its pool's grace period), " +
+				"returned (taken back by it, or under its sharing key), taken (by another Service: its pool had nothing else free), expired (the grace period ended).",
+		}, []string{"outcome"}),
 	}
-	if err := promreg.Register(reg, m.addresses, m.allocations, m.failures, m.statusWrites, m.pending, m.pendingSince, m.passSeconds, m.ledgerCorrupt, m.ledgerOverruled); err != nil {
+	if err := promreg.Register(reg, m.addresses, m.allocations, m.failures, m.statusWrites, m.pending, m.pendingSince, m.passSeconds, m.ledgerCorrupt, m.ledgerOverruled, m.kept); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -56,6 +56,8 @@ type worker struct {
 	// finalizer patch (0 after a success).
 	finalizerBackoff time.Duration
 	mutations        chan mutation
+	// expiry fires when the next kept address's grace period ends.
+	expiry *time.Timer
 }
 
 func newWorker(c *Controller, term *leader.Term) *worker {
@@ -399,6 +401,7 @@ func (w *worker) pass(ctx context.Context) {
 		writes = append(writes, wr)
 	}
 	w.launch(ctx, writes)
+	w.scheduleExpiry()
 	holders := w.holders()
 	w.writePoolStatuses(ctx, holders)
 	w.syncPoolFinalizers(ctx, holders)
@@ -418,6 +421,7 @@ func (w *worker) note(p plan.Plan) {
 	if p.Allocated > 0 {
 		w.c.metrics.allocations.Add(float64(p.Allocated))
 	}
+	w.noteKept(p)
 	for _, k := range p.Settled {
 		delete(w.pending, k)
 	}
@@ -428,6 +432,43 @@ func (w *worker) note(p plan.Plan) {
 		}
 		w.pending[pd.Service] = pendingService{since: pd.Since, reason: pd.Reason}
 	}
+}
+
+// noteKept logs and counts what a plan did with kept addresses.
+func (w *worker) noteKept(p plan.Plan) {
+	m := w.c.metrics.kept
+	m.WithLabelValues("kept").Add(float64(len(p.Keep)))
+	m.WithLabelValues("returned").Add(float64(p.KeptReturned))
+	m.WithLabelValues("taken").Add(float64(p.KeptTaken))
+	m.WithLabelValues("expired").Add(float64(len(p.Expired)))
+	for _, r := range p.Keep {
+		w.log.Info("Keeping a released address for its Service", "ip", r.IP, "service", r.ForService, "until", w.alloc.KeptUntil(r).UTC())
+	}
+	for _, r := range p.Expired {
+		w.log.Info("A kept address's grace period ended; it is free", "ip", r.IP, "keptFor", r.ForService)
+	}
+	if p.KeptTaken > 0 {
+		w.log.Warn("Services took addresses kept for others: their pools had nothing else free", "count", p.KeptTaken)
+	}
+}
+
+// scheduleExpiry marks the expiry when the first kept address's grace
+// period ends (one timer, reset after every pass).
+func (w *worker) scheduleExpiry() {
+	if w.expiry != nil {
+		w.expiry.Stop()
+	}
+	next, ok := w.alloc.NextKeptExpiry()
+	if !ok {
+		return
+	}
+	w.expiry = time.AfterFunc(time.Until(next), func() {
+		select {
+		case <-w.term.Stopping():
+		default:
+			w.dirty.markExpiry()
+		}
+	})
 }
 
 // commit writes the pass's ledger change (one write per shard touched; the

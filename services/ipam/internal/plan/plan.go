@@ -111,6 +111,8 @@ type Plan struct {
 	// KeptTaken those taken by another Service when the pool had nothing
 	// else (allocator.Result.Kept).
 	KeptReturned, KeptTaken int
+	// keeping are the released Services whose addresses are kept.
+	keeping []string
 }
 
 // Decide decides a batch. It claims what every Service of the batch
@@ -119,7 +121,7 @@ type Plan struct {
 func Decide(a *allocator.Allocator, b Batch) Plan {
 	var p Plan
 	for _, key := range b.Gone {
-		p.release(a, b, key, true)
+		p.release(b, key, true)
 	}
 	for _, key := range b.Absent {
 		a.SetForeign(key, nil)
@@ -152,6 +154,7 @@ func Decide(a *allocator.Allocator, b Batch) Plan {
 			p.notOurs(a, b, obj)
 		}
 	}
+	p.keep(a, b)
 	// What no Service of the batch took back and has outlived its grace
 	// period is free.
 	for _, r := range a.ExpiredKept(b.Now) {
@@ -163,20 +166,24 @@ func Decide(a *allocator.Allocator, b Batch) Plan {
 
 // release gives the Service's addresses back: from the ledger in this
 // commit, from the allocator after it. keep: the Service is gone or no
-// longer ours, and what it held alone is kept for it for the grace period,
-// recorded in the same commit.
-func (p *Plan) release(a *allocator.Allocator, b Batch, key string, keep bool) {
-	entries := b.Ledger[key]
-	p.Change.Release = append(p.Change.Release, entries...)
+// longer ours, and what it held is kept for it (keep).
+func (p *Plan) release(b Batch, key string, keep bool) {
+	p.Change.Release = append(p.Change.Release, b.Ledger[key]...)
 	p.Release = append(p.Release, key)
-	if !keep {
-		return
+	if keep {
+		p.keeping = append(p.keeping, key)
 	}
-	uid := ""
-	if len(entries) > 0 {
-		uid = entries[0].Service.UID
-	}
-	for _, r := range a.KeepOnRelease(key, b.Now.UTC().Truncate(time.Second)) {
+}
+
+// keep records, in the same commit as their release, the addresses that
+// the Services released to keep free (allocator.KeepOnRelease: all at
+// once, so that Services sharing an address and gone together keep it).
+func (p *Plan) keep(a *allocator.Allocator, b Batch) {
+	for _, r := range a.KeepOnRelease(p.keeping, b.Now.UTC().Truncate(time.Second)) {
+		uid := ""
+		if entries := b.Ledger[r.ForService]; len(entries) > 0 {
+			uid = entries[0].Service.UID
+		}
 		p.Change.Reserve = append(p.Change.Reserve, objects.KeptReservation(r, uid))
 		p.Keep = append(p.Keep, r)
 	}
@@ -193,7 +200,7 @@ func (p *Plan) notOurs(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
 	case cur.ShowsAny(held) || cur.Cond != nil || cur.Pool != "":
 		p.Writes = append(p.Writes, Write{Service: obj, Key: key, Release: true, Want: cur.Without(held)})
 	case len(held) > 0 || len(b.Ledger[key]) > 0:
-		p.release(a, b, key, true)
+		p.release(b, key, true)
 	}
 }
 
@@ -215,7 +222,7 @@ func (p *Plan) decide(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
 			p.Unfit = append(p.Unfit, Unfit{Service: key, Reason: err.Error()})
 			p.Writes = append(p.Writes, Write{Service: obj, Key: key, Want: want})
 		} else {
-			p.release(a, b, key, false)
+			p.release(b, key, false)
 			p.Reask = append(p.Reask, key)
 		}
 		return

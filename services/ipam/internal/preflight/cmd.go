@@ -72,6 +72,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&class.Required, "require-lb-class", false, "serve only Services of --lb-class (as the ipam Deployment's --require-lb-class)")
 	var gatewayNamespaces []string
 	objects.GatewayServiceNamespacesFlag(fs, &gatewayNamespaces)
+	keepReleased := objects.DefaultKeepReleased
+	objects.KeepReleasedFlag(fs, &keepReleased)
 	output := fs.String("output", "text", "output format: text or json")
 	failOn := fs.String("fail-on", "moves", "what exits non-zero: moves (an address would move or vanish: 3) or any (also any other change of treatment: 4)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up reading the API server after this long")
@@ -110,7 +112,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	r, err := run(ctx, &common, class, gatewayNamespaces)
+	r, err := run(ctx, &common, class, gatewayNamespaces, keepReleased)
 	if err != nil {
 		fmt.Fprintf(stderr, "ipledger-ipam preflight: %v\n", err)
 		return ExitError
@@ -139,7 +141,7 @@ func exitCode(r *Report, failOnAny bool) int {
 	return ExitOK
 }
 
-func run(ctx context.Context, common *cmdmain.Common, class objects.Class, gatewayNamespaces []string) (*Report, error) {
+func run(ctx context.Context, common *cmdmain.Common, class objects.Class, gatewayNamespaces []string, keepReleased time.Duration) (*Report, error) {
 	restCfg, err := common.RESTConfig()
 	if err != nil {
 		return nil, err
@@ -153,7 +155,7 @@ func run(ctx context.Context, common *cmdmain.Common, class objects.Class, gatew
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
-	in, err := Read(ctx, client, dyn, common.Namespace, class, gatewayNamespaces)
+	in, err := Read(ctx, client, dyn, common.Namespace, class, gatewayNamespaces, keepReleased)
 	if err != nil {
 		return nil, err
 	}

@@ -29,9 +29,11 @@ const pageSize = 500
 // the ledger of namespace, as
 // ledger.Open reads it. Services the ledger names that do not exist are
 // Gone, as the term start confirms them. It only lists.
-func Read(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, namespace string, class objects.Class, gatewayNamespaces []string) (preview.Inputs, error) {
+func Read(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, namespace string, class objects.Class, gatewayNamespaces []string,
+	keepReleased time.Duration) (preview.Inputs, error) {
 	index := objects.NewIndex()
-	in := preview.Inputs{Env: objects.Env{Objects: index, GatewayServiceNamespaces: gatewayNamespaces}, PoolSet: &objects.PoolSet{}, Class: class, Now: time.Now()}
+	in := preview.Inputs{Env: objects.Env{Objects: index, GatewayServiceNamespaces: gatewayNamespaces},
+		PoolSet: &objects.PoolSet{KeepReleased: keepReleased}, Class: class, Now: time.Now()}
 	st, err := ledger.Read(ctx, client, namespace)
 	if err != nil {
 		return in, fmt.Errorf("the ledger (a new leader would stop allocating and report LedgerCorrupt): %w", err)
