@@ -56,6 +56,12 @@ func TestDecideKeepsWhatAGoneServiceHeld(t *testing.T) {
 		t.Fatalf("a's status %+v", w)
 	}
 	AfterCommit(a, p, map[string]int{})
+	// Decided again, its condition still says how it got the address.
+	again := Decide(a, Batch{Services: []*watcherv1.Object{svc("a", 5)}, Current: map[string]Status{"ns/a": p.Writes[0].Want},
+		Ledger: ledger.IndexByService(p.Change.Allocate), Class: class, Now: now.Add(2 * time.Minute)})
+	if len(again.Writes) != 0 {
+		t.Fatalf("a decided again rewrites its status: %+v", again.Writes[0].Want)
+	}
 
 	// b's grace period ends: its address is free, and waiters are asked again.
 	if p = Decide(a, Batch{Class: class, Now: now.Add(hour - time.Second)}); len(p.Expired) != 0 {

@@ -300,7 +300,15 @@ func (p *Plan) condition(key string, want *Status, cur Status, res allocator.Res
 		c.Message = fmt.Sprintf("Keeps %s from pool %s, but %s", addrs(res.IPs), res.Pool, allocator.AcrossMessage(res.Across))
 	default:
 		c.Status, c.Reason = "True", string(allocator.ReasonAllocated)
-		c.Message = fmt.Sprintf("Allocated %s from pool %s", addrs(res.IPs), res.Pool) + keptMessage(key, res.Kept)
+		c.Message = fmt.Sprintf("Allocated %s from pool %s", addrs(res.IPs), res.Pool)
+		switch {
+		case len(res.Kept) > 0:
+			c.Message += keptMessage(key, res.Kept)
+		case !res.New && cur.Cond != nil && strings.HasPrefix(cur.Cond.Message, c.Message+"; "):
+			// How the addresses came (keptMessage) stays said while the
+			// Service holds them.
+			c.Message = cur.Cond.Message
+		}
 		if res.New {
 			p.Allocated++
 		}

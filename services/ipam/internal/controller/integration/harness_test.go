@@ -69,6 +69,9 @@ type harness struct {
 	batchSize int
 	// gatewayServiceNamespaces is ipam's --gateway-service-namespaces.
 	gatewayServiceNamespaces []string
+	// keepReleased is ipam's --keep-released-addresses (0: free at once,
+	// as the tests written before kept addresses expect).
+	keepReleased time.Duration
 	lease                    string
 	addr, tok                string
 	watcher                  *testenv.Process
@@ -122,7 +125,7 @@ func (h *harness) startWith(identity string, client kubernetes.Interface) *ipam 
 		t.Fatal(err)
 	}
 	ctrl, err := controller.New(controller.Config{Namespace: h.ledgerNS, LBClass: h.class, RequireLBClass: h.requireClass, BatchSize: h.batchSize,
-		GatewayServiceNamespaces: h.gatewayServiceNamespaces}, client, h.env.Dynamic, src, log, reg)
+		GatewayServiceNamespaces: h.gatewayServiceNamespaces, KeepReleased: h.keepReleased}, client, h.env.Dynamic, src, log, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,10 +157,16 @@ func (r *ipam) stop() {
 
 func (h *harness) pool(name string, addrs ...string) {
 	h.t.Helper()
+	h.poolSpec(name, map[string]any{"addresses": toAny(addrs)})
+}
+
+// poolSpec creates the IPPool name with spec, deleted at the test's end.
+func (h *harness) poolSpec(name string, spec map[string]any) {
+	h.t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
 		"metadata": map[string]any{"name": name},
-		"spec":     map[string]any{"addresses": toAny(addrs)},
+		"spec":     spec,
 	}}
 	if _, err := h.env.Dynamic.Resource(controller.PoolGVR).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 		h.t.Fatal(err)
