@@ -3,6 +3,7 @@ package allocator
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -257,5 +258,20 @@ func TestKeepOnReleaseTogether(t *testing.T) {
 	kept := a.KeepOnRelease([]string{"ns/c", "ns/b", "ns/a"}, at)
 	if len(kept) != 1 || kept[0].ForService != "ns/a" || kept[0].SharingKey != "k" || kept[0].IP.String() != "10.0.0.0" {
 		t.Fatalf("kept %+v, want 10.0.0.0 for ns/a (the first by key) under k", kept)
+	}
+}
+
+// Explain says when a Service would get a kept address, and whose.
+func TestExplainKeptAddress(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "p", keeping(time.Hour, spec("10.0.0.0/31"))))
+	mustAllocate(t, a, Request{Service: "ns/a"})
+	mustAllocate(t, a, Request{Service: "ns/b"})
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	releaseKeeping(t, a, "ns/a", at)
+	if x := a.Explain(Request{Service: "ns/a"}); !strings.Contains(x.Decision, "10.0.0.0 is kept for it since its release at 2026-12-05T12:00:00Z, until 2026-12-05T13:00:00Z") {
+		t.Fatalf("ns/a, created again: %q", x.Decision)
+	}
+	if x := a.Explain(Request{Service: "other/c"}); !strings.Contains(x.Decision, "10.0.0.0 is kept for Service ns/a, which released it") {
+		t.Fatalf("other/c, with nothing else free: %q", x.Decision)
 	}
 }

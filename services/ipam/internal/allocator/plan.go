@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 )
 
 // need is the families a request wants, with the IPs it names.
@@ -896,7 +897,30 @@ func (a *Allocator) Explain(req Request) Explanation {
 		x.Verdicts = append(x.Verdicts, v)
 	}
 	x.Reason, x.Decision = d.explain()
+	if d.outcome.kind == grant {
+		x.Decision += a.keptExplained(req, d.outcome.chosen.ips)
+	}
 	return x
+}
+
+// keptExplained says, for operators, which of the addresses a grant gives
+// req are kept (kept.go): back for it, or — its pool having nothing else —
+// from the Service that released it.
+func (a *Allocator) keptExplained(req Request, ips []netip.Addr) string {
+	var out string
+	for _, ip := range ips {
+		st := a.ips[ip]
+		if st == nil || st.reservation == nil || !st.reservation.Kept {
+			continue
+		}
+		r := st.reservation
+		if keptForRequest(r, req) {
+			out += fmt.Sprintf(" %s is kept for it since its release at %s, until %s: it gets it back.", ip, r.CreatedAt.UTC().Format(time.RFC3339), a.KeptUntil(*r).UTC().Format(time.RFC3339))
+		} else {
+			out += fmt.Sprintf(" %s is kept for Service %s, which released it at %s: the pool has no other free address, so it takes it.", ip, r.ForService, r.CreatedAt.UTC().Format(time.RFC3339))
+		}
+	}
+	return out
 }
 
 // explain says what the plan settles on: the condition reason and the
