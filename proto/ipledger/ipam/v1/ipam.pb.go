@@ -87,17 +87,30 @@ func (x *ServiceRef) GetUid() string {
 }
 
 // Allocation is one IP held by one Service (several Services share an IP when
-// they carry the same sharing key).
+// they carry the same sharing key), or, when kept_until is set, one IP kept
+// for a Service that released it.
 type Allocation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ip    string                 `protobuf:"bytes,1,opt,name=ip,proto3" json:"ip,omitempty"`
-	// pool is the IPPool the IP came from.
-	Pool    string      `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// pool is the IPPool the IP came from; for a kept address, the serving
+	// pool containing it (empty when none does).
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// service holds the IP; for a kept address, the Service it is kept for
+	// (uid: the one it had).
 	Service *ServiceRef `protobuf:"bytes,3,opt,name=service,proto3" json:"service,omitempty"`
-	// sharing_key is the Service's `ipledger.io/allow-shared-ip`, if any.
+	// sharing_key is the Service's `ipledger.io/allow-shared-ip`, if any (for
+	// a kept address, the key it was held under).
 	SharingKey string `protobuf:"bytes,4,opt,name=sharing_key,json=sharingKey,proto3" json:"sharing_key,omitempty"`
-	// allocated_at is RFC 3339.
-	AllocatedAt   string `protobuf:"bytes,5,opt,name=allocated_at,json=allocatedAt,proto3" json:"allocated_at,omitempty"`
+	// allocated_at is RFC 3339; for a kept address, when it was released.
+	AllocatedAt string `protobuf:"bytes,5,opt,name=allocated_at,json=allocatedAt,proto3" json:"allocated_at,omitempty"`
+	// kept_until is set (RFC 3339) only on a kept address: one a Service
+	// released (it was deleted or is no longer served) that stays kept for it
+	// until then, its pool's grace period after the release. The Service
+	// created again in time gets it back; otherwise it is freed then. Empty
+	// for an address a Service holds. A kept address is a reservation for
+	// that Service (GetAllocation's reservation; ReleaseReservation frees it
+	// at once). ipam before 0.3 never sets it.
+	KeptUntil     string `protobuf:"bytes,6,opt,name=kept_until,json=keptUntil,proto3" json:"kept_until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -167,7 +180,15 @@ func (x *Allocation) GetAllocatedAt() string {
 	return ""
 }
 
-// ListAllocationsRequest filters and pages the allocations.
+func (x *Allocation) GetKeptUntil() string {
+	if x != nil {
+		return x.KeptUntil
+	}
+	return ""
+}
+
+// ListAllocationsRequest filters and pages the allocations (kept addresses
+// included).
 type ListAllocationsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// pool keeps only allocations from this IPPool.
@@ -366,12 +387,13 @@ type isGetAllocationRequest_Selector interface {
 }
 
 type GetAllocationRequest_Ip struct {
-	// ip returns every Service holding that IP.
+	// ip returns every Service holding that IP, or the entry of the Service
+	// it is kept for.
 	Ip string `protobuf:"bytes,1,opt,name=ip,proto3,oneof"`
 }
 
 type GetAllocationRequest_Service struct {
-	// service returns every IP that Service holds.
+	// service returns every IP that Service holds or that is kept for it.
 	Service *ServiceRef `protobuf:"bytes,2,opt,name=service,proto3,oneof"`
 }
 
@@ -383,7 +405,8 @@ func (*GetAllocationRequest_Service) isGetAllocationRequest_Selector() {}
 type GetAllocationResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Allocations []*Allocation          `protobuf:"bytes,1,rep,name=allocations,proto3" json:"allocations,omitempty"`
-	// reservation is set when the IP is reserved.
+	// reservation is set when the IP is reserved (a kept address is reserved
+	// for the Service it is kept for, its owner_note "ipledger.io/kept…").
 	Reservation   *Reservation `protobuf:"bytes,2,opt,name=reservation,proto3" json:"reservation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -605,7 +628,10 @@ type Pool struct {
 	Priority   int32                  `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
 	// held_outside counts addresses Services keep that the pool no longer offers
 	// (it shrank, was deleted or changed); they are never moved or reused.
-	HeldOutside   int64 `protobuf:"varint,8,opt,name=held_outside,json=heldOutside,proto3" json:"held_outside,omitempty"`
+	HeldOutside int64 `protobuf:"varint,8,opt,name=held_outside,json=heldOutside,proto3" json:"held_outside,omitempty"`
+	// kept counts the pool's addresses kept for Services that released them
+	// (see Allocation.kept_until); they are counted in the usage's used.
+	Kept          int64 `protobuf:"varint,9,opt,name=kept,proto3" json:"kept,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -692,6 +718,13 @@ func (x *Pool) GetPriority() int32 {
 func (x *Pool) GetHeldOutside() int64 {
 	if x != nil {
 		return x.HeldOutside
+	}
+	return 0
+}
+
+func (x *Pool) GetKept() int64 {
+	if x != nil {
+		return x.Kept
 	}
 	return 0
 }
@@ -1029,7 +1062,9 @@ func (x *Reservation) GetCreatedAt() string {
 type ReserveAddressRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ip    string                 `protobuf:"bytes,1,opt,name=ip,proto3" json:"ip,omitempty"`
-	// owner_note is required: who holds the IP and why.
+	// owner_note is required: who holds the IP and why. A note starting
+	// "ipledger.io/kept" is refused: that is the form of the records ipam
+	// writes for kept addresses.
 	OwnerNote     string      `protobuf:"bytes,2,opt,name=owner_note,json=ownerNote,proto3" json:"owner_note,omitempty"`
 	ForService    *ServiceRef `protobuf:"bytes,3,opt,name=for_service,json=forService,proto3" json:"for_service,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1399,6 +1434,10 @@ type PoolPreview struct {
 	// conflict_after says which older pool it would overlap, when
 	// state_after is Conflicting.
 	ConflictAfter string `protobuf:"bytes,10,opt,name=conflict_after,json=conflictAfter,proto3" json:"conflict_after,omitempty"`
+	// kept_before and kept_after count the pool's addresses kept for Services
+	// that released them (Pool.kept).
+	KeptBefore    int64 `protobuf:"varint,11,opt,name=kept_before,json=keptBefore,proto3" json:"kept_before,omitempty"`
+	KeptAfter     int64 `protobuf:"varint,12,opt,name=kept_after,json=keptAfter,proto3" json:"kept_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1503,6 +1542,20 @@ func (x *PoolPreview) GetConflictAfter() string {
 	return ""
 }
 
+func (x *PoolPreview) GetKeptBefore() int64 {
+	if x != nil {
+		return x.KeptBefore
+	}
+	return 0
+}
+
+func (x *PoolPreview) GetKeptAfter() int64 {
+	if x != nil {
+		return x.KeptAfter
+	}
+	return 0
+}
+
 // PreviewPoolResponse is what the change would do, decided by the same code
 // as the leader's allocation, from this replica's view of the ledger, the
 // IPPools and the Services.
@@ -1524,8 +1577,8 @@ type PreviewPoolResponse struct {
 	// other_changes are every other Service whose addresses or condition would
 	// change (a pending Service's reason; one held outside back in its pool).
 	OtherChanges []*ServicePreview `protobuf:"bytes,6,rep,name=other_changes,json=otherChanges,proto3" json:"other_changes,omitempty"`
-	// pools are the previewed pool and every pool whose state, usage or
-	// held-outside count would change, by name.
+	// pools are the previewed pool and every pool whose state, usage,
+	// held-outside or kept count would change, by name.
 	Pools []*PoolPreview `protobuf:"bytes,7,rep,name=pools,proto3" json:"pools,omitempty"`
 	// summary says it in words, one line per fact.
 	Summary       []string `protobuf:"bytes,8,rep,name=summary,proto3" json:"summary,omitempty"`
@@ -1628,7 +1681,7 @@ const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
 	"ServiceRef\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
-	"\x03uid\x18\x03 \x01(\tR\x03uid\"\xac\x01\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\"\xcb\x01\n" +
 	"\n" +
 	"Allocation\x12\x0e\n" +
 	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x12\n" +
@@ -1636,7 +1689,9 @@ const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
 	"\aservice\x18\x03 \x01(\v2\x1c.ipledger.ipam.v1.ServiceRefR\aservice\x12\x1f\n" +
 	"\vsharing_key\x18\x04 \x01(\tR\n" +
 	"sharingKey\x12!\n" +
-	"\fallocated_at\x18\x05 \x01(\tR\vallocatedAt\"\x86\x01\n" +
+	"\fallocated_at\x18\x05 \x01(\tR\vallocatedAt\x12\x1d\n" +
+	"\n" +
+	"kept_until\x18\x06 \x01(\tR\tkeptUntil\"\x86\x01\n" +
 	"\x16ListAllocationsRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1b\n" +
@@ -1662,7 +1717,7 @@ const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xbf\x02\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xd3\x02\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\taddresses\x18\x02 \x03(\tR\taddresses\x121\n" +
@@ -1674,7 +1729,8 @@ const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
 	"\vauto_assign\x18\x06 \x01(\bR\n" +
 	"autoAssign\x12\x1a\n" +
 	"\bpriority\x18\a \x01(\x05R\bpriority\x12!\n" +
-	"\fheld_outside\x18\b \x01(\x03R\vheldOutside\"A\n" +
+	"\fheld_outside\x18\b \x01(\x03R\vheldOutside\x12\x12\n" +
+	"\x04kept\x18\t \x01(\x03R\x04kept\"A\n" +
 	"\x11ListPoolsResponse\x12,\n" +
 	"\x05pools\x18\x01 \x03(\v2\x16.ipledger.ipam.v1.PoolR\x05pools\"O\n" +
 	"\x15ExplainServiceRequest\x126\n" +
@@ -1722,7 +1778,7 @@ const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
 	"\freason_after\x18\x05 \x01(\tR\vreasonAfter\x12\x1d\n" +
 	"\n" +
 	"pool_after\x18\x06 \x01(\tR\tpoolAfter\x12#\n" +
-	"\rmessage_after\x18\a \x01(\tR\fmessageAfter\"\xe6\x03\n" +
+	"\rmessage_after\x18\a \x01(\tR\fmessageAfter\"\xa6\x04\n" +
 	"\vPoolPreview\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fstate_before\x18\x02 \x01(\tR\vstateBefore\x12\x1f\n" +
@@ -1739,7 +1795,11 @@ const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
 	"\x13held_outside_before\x18\b \x01(\x03R\x11heldOutsideBefore\x12,\n" +
 	"\x12held_outside_after\x18\t \x01(\x03R\x10heldOutsideAfter\x12%\n" +
 	"\x0econflict_after\x18\n" +
-	" \x01(\tR\rconflictAfter\"\x89\x03\n" +
+	" \x01(\tR\rconflictAfter\x12\x1f\n" +
+	"\vkept_before\x18\v \x01(\x03R\n" +
+	"keptBefore\x12\x1d\n" +
+	"\n" +
+	"kept_after\x18\f \x01(\x03R\tkeptAfter\"\x89\x03\n" +
 	"\x13PreviewPoolResponse\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x16\n" +
 	"\x06change\x18\x02 \x01(\tR\x06change\x12+\n" +

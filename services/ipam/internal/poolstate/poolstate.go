@@ -1,6 +1,7 @@
 // Package poolstate computes the state of each IPPool from the allocator
 // and the pools as streamed: its address counts by family, the addresses
-// Services keep that it no longer offers, whether it overlaps an older pool,
+// Services keep that it no longer offers, the addresses it keeps for
+// Services that released them, whether it overlaps an older pool,
 // and why it serves or does not (its Ready, Conflicting and Invalid
 // conditions). It is the one computation behind the IPPool status the
 // leader writes (controller), the pool usage ListPools answers (server) and
@@ -69,6 +70,9 @@ type State struct {
 	// HeldOutside counts the addresses Services keep that came from the
 	// pool and that it no longer offers.
 	HeldOutside int
+	// Kept counts the pool's addresses kept for Services that released
+	// them (allocator.KeptCount); Used counts them too.
+	Kept int
 	// Conflicting: the pool overlaps an older one, as Conflict says; the
 	// Phase may be another that comes first (Terminating).
 	Conflicting bool
@@ -83,20 +87,20 @@ type State struct {
 
 // Of is the state of each pool of objs, in their order.
 func Of(in Inputs, objs []*watcherv1.Object) []State {
-	var held map[string]int
+	var held, kept map[string]int
 	if in.Alloc != nil {
-		held = in.Alloc.HeldOutside()
+		held, kept = in.Alloc.HeldOutside(), in.Alloc.KeptCount()
 	}
 	out := make([]State, 0, len(objs))
 	for _, obj := range objs {
-		out = append(out, of(in, held, obj))
+		out = append(out, of(in, held, kept, obj))
 	}
 	return out
 }
 
-func of(in Inputs, held map[string]int, obj *watcherv1.Object) State {
+func of(in Inputs, held, kept map[string]int, obj *watcherv1.Object) State {
 	name := obj.GetMeta().GetName()
-	st := State{Name: name, HeldOutside: held[name], Invalid: in.Invalid[name], Corrupt: in.Corrupt, Holders: in.Holders[name],
+	st := State{Name: name, HeldOutside: held[name], Kept: kept[name], Invalid: in.Invalid[name], Corrupt: in.Corrupt, Holders: in.Holders[name],
 		IPv4: zero(), IPv6: zero()}
 	if in.Alloc != nil {
 		var u allocator.Usage

@@ -163,3 +163,29 @@ func TestHolders(t *testing.T) {
 		t.Errorf("Holders = %v, want p: 1", h)
 	}
 }
+
+// Kept counts, by serving pool, the addresses kept for Services that
+// released them; they are used, and an address outside every pool is
+// nobody's.
+func TestOfCountsKept(t *testing.T) {
+	ps := &objects.PoolSet{KeepReleased: time.Hour}
+	objs := []*watcherv1.Object{pool("p", 1, "10.0.0.0/30"), pool("q", 2, "10.0.1.0/30")}
+	pools, _ := ps.Parse(objs)
+	kept := func(ip, svc, key string) ledger.Reservation {
+		return ledger.Reservation{IP: netip.MustParseAddr(ip), Note: ledger.KeptNote(key), CreatedAt: time.Unix(1_700_000_000, 0),
+			ForService: &ledger.ServiceRef{Namespace: "web", Name: svc, UID: "uid-" + svc}}
+	}
+	st := ledger.State{
+		Allocations: []ledger.Allocation{held("10.0.0.1", "p", "a")},
+		Reservations: []ledger.Reservation{kept("10.0.0.2", "b", ""), kept("10.0.0.3", "c", "k"), kept("10.0.9.9", "d", ""),
+			{IP: netip.MustParseAddr("10.0.1.1"), Note: "DNS", CreatedAt: time.Unix(1_700_000_000, 0)}},
+	}
+	a := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, LBClass: objects.DefaultLBClass}).Alloc
+	var got []string
+	for _, s := range Of(Inputs{Alloc: a}, objs) {
+		got = append(got, fmt.Sprintf("%s kept=%d used=%s", s.Name, s.Kept, s.IPv4.Used))
+	}
+	if want := []string{"p kept=2 used=3", "q kept=0 used=1"}; !slices.Equal(got, want) {
+		t.Errorf("Of = %v, want %v", got, want)
+	}
+}

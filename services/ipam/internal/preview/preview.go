@@ -148,6 +148,7 @@ func Run(in Inputs, c Change) (*ipamv1.PreviewPoolResponse, error) {
 			Name: n, StateBefore: pb.state, StateAfter: pa.state,
 			Ipv4Before: pb.v4.proto(), Ipv4After: pa.v4.proto(), Ipv6Before: pb.v6.proto(), Ipv6After: pa.v6.proto(),
 			HeldOutsideBefore: int64(pb.heldOutside), HeldOutsideAfter: int64(pa.heldOutside), ConflictAfter: pa.conflict,
+			KeptBefore: int64(pb.kept), KeptAfter: int64(pa.kept),
 		})
 	}
 	resp.Summary = summary(resp, a)
@@ -329,6 +330,7 @@ type poolState struct {
 	state       string
 	v4, v6      familyUsage
 	heldOutside int
+	kept        int // addresses kept for Services that released them
 	conflict    string
 }
 
@@ -349,7 +351,7 @@ func absent() poolState {
 func poolStates(a *allocator.Allocator, objs []*watcherv1.Object, invalid map[string]error) map[string]poolState {
 	out := map[string]poolState{}
 	for i, ps := range poolstate.Of(poolstate.Inputs{Alloc: a, Invalid: invalid, Holders: poolstate.Holders(a, objs)}, objs) {
-		st := poolState{heldOutside: ps.HeldOutside,
+		st := poolState{heldOutside: ps.HeldOutside, kept: ps.Kept,
 			v4: familyUsage{ps.IPv4.Total.String(), ps.IPv4.Used.String()},
 			v6: familyUsage{ps.IPv6.Total.String(), ps.IPv6.Used.String()}}
 		switch ps.Phase {
@@ -409,6 +411,10 @@ func summary(resp *ipamv1.PreviewPoolResponse, a *allocator.Allocator) []string 
 		}
 		if p.HeldOutsideBefore != p.HeldOutsideAfter {
 			out = append(out, fmt.Sprintf("Pool %s: %d addresses held outside it, after %d.", p.Name, p.HeldOutsideBefore, p.HeldOutsideAfter))
+		}
+		if p.KeptBefore != p.KeptAfter {
+			out = append(out, fmt.Sprintf("Pool %s: %s kept for Services that released them, after %d.",
+				p.Name, plural(int(p.KeptBefore), "1 address", "%d addresses"), p.KeptAfter))
 		}
 	}
 	if len(out) == 0 {

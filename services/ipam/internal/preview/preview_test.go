@@ -279,3 +279,34 @@ func TestParseRefusesWhatIsNotOneIPPool(t *testing.T) {
 		t.Errorf("Parse of one pool among empty documents = %+v, %v", c, err)
 	}
 }
+
+// A pool's kept addresses (kept for Services that released them) are
+// counted before and after: shrinking the pool away from one takes it
+// along.
+func TestRunCountsKeptAddresses(t *testing.T) {
+	in := world("10.0.0.0/30")
+	in.PoolSet = &objects.PoolSet{KeepReleased: time.Hour}
+	in.Ledger.Reservations = []ledger.Reservation{{IP: netip.MustParseAddr("10.0.0.3"), Note: ledger.KeptNote(""), CreatedAt: now.Add(-time.Minute),
+		ForService: &ledger.ServiceRef{Namespace: "web", Name: "gone", UID: "uid-gone"}}}
+	for _, tc := range []struct {
+		yaml          string
+		before, after int64
+		summary       string
+	}{
+		{"apiVersion: ipledger.io/v1alpha1\nkind: IPPool\nmetadata: {name: p}\nspec: {addresses: [10.0.0.0/24]}\n", 1, 1, ""},
+		{"apiVersion: ipledger.io/v1alpha1\nkind: IPPool\nmetadata: {name: p}\nspec: {addresses: [10.0.0.0-10.0.0.2]}\n", 1, 0,
+			"Pool p: 1 address kept for Services that released them, after 0."},
+	} {
+		resp, err := Run(in, manifest(t, tc.yaml, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := resp.GetPools()[0]
+		if p.GetKeptBefore() != tc.before || p.GetKeptAfter() != tc.after {
+			t.Errorf("%s: kept %d -> %d, want %d -> %d", tc.yaml, p.GetKeptBefore(), p.GetKeptAfter(), tc.before, tc.after)
+		}
+		if s := strings.Join(resp.GetSummary(), "\n"); !strings.Contains(s, tc.summary) {
+			t.Errorf("%s: summary does not say %q:\n%s", tc.yaml, tc.summary, s)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/base64"
 	"net/netip"
 	"testing"
 
@@ -8,16 +9,21 @@ import (
 )
 
 func TestPageTokenRoundTrip(t *testing.T) {
-	for _, a := range []ledger.Allocation{
-		{IP: netip.MustParseAddr("10.0.0.1"), Service: ledger.ServiceRef{Namespace: "ns", Name: "web"}},
-		{IP: netip.MustParseAddr("2001:db8::1"), Service: ledger.ServiceRef{Namespace: "a", Name: "b"}},
+	for _, p := range []position{
+		{Allocation: ledger.Allocation{IP: netip.MustParseAddr("10.0.0.1"), Service: ledger.ServiceRef{Namespace: "ns", Name: "web"}}},
+		{Allocation: ledger.Allocation{IP: netip.MustParseAddr("2001:db8::1"), Service: ledger.ServiceRef{Namespace: "a", Name: "b"}}},
+		{Allocation: ledger.Allocation{IP: netip.MustParseAddr("10.0.0.2"), Service: ledger.ServiceRef{Namespace: "ns", Name: "gone"}}, kept: true},
 	} {
-		got, err := parsePageToken(pageToken(a))
-		if err != nil || got.IP != a.IP || got.Service.Key() != a.Service.Key() {
-			t.Errorf("round trip of %v = %v, %v", a, got, err)
+		got, err := parsePageToken(pageToken(p))
+		if err != nil || got.IP != p.IP || got.Service.Key() != p.Service.Key() || got.kept != p.kept {
+			t.Errorf("round trip of %v = %v, %v", p, got, err)
 		}
 	}
-	for _, bad := range []string{"!!", "bm9zcGFjZQ", "eCB5"} { // not base64, "nospace", "x y"
+	// A token of ipam before kept addresses names a held address.
+	if got, err := parsePageToken(base64.RawURLEncoding.EncodeToString([]byte("10.0.0.1 ns/web"))); err != nil || got.kept || got.Service.Name != "web" {
+		t.Errorf("an old token = %v, %v", got, err)
+	}
+	for _, bad := range []string{"!!", "bm9zcGFjZQ", "eCB5", base64.RawURLEncoding.EncodeToString([]byte("10.0.0.1 ns/web held"))} { // not base64, "nospace", "x y", an unknown flag
 		if _, err := parsePageToken(bad); err == nil {
 			t.Errorf("parsePageToken(%q) accepted", bad)
 		}

@@ -29,10 +29,10 @@ func BenchmarkListAllocations(b *testing.B) {
 		for _, size := range []int{100, 500, 5000} {
 			b.Run(fmt.Sprintf("ledger=%d/page=%d", n, size), func(b *testing.B) {
 				// A page from the middle of the ledger, reached by its token.
-				token := pageToken(allocs[n/2])
+				token := pageToken(position{Allocation: allocs[n/2]})
 				b.ReportAllocs()
 				for b.Loop() {
-					resp, err := listPage(allocs, &ipamv1.ListAllocationsRequest{PageToken: token}, size)
+					resp, err := listPage(allocs, nil, &ipamv1.ListAllocationsRequest{PageToken: token}, size)
 					if err != nil || len(resp.Allocations) != min(size, n-n/2-1) {
 						b.Fatalf("page of %d: %v", len(resp.GetAllocations()), err)
 					}
@@ -52,7 +52,7 @@ func TestListPageFollowsTokens(t *testing.T) {
 		if pages > 100 {
 			t.Fatal("no end of pages")
 		}
-		resp, err := listPage(allocs, req, 3)
+		resp, err := listPage(allocs, nil, req, 3)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,9 @@ import (
 const (
 	partExplain = "explain" // the allocator as the leader would rebuild it, for ExplainService
 	partUsage   = "usage"   // pool usage as the ledger counts it, for ListPools
+	// the pool and end of each kept address, for ListAllocations and
+	// GetAllocation (only while the ledger keeps addresses)
+	partKept = "kept"
 )
 
 type metrics struct {
@@ -25,7 +28,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		rebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipledger_ipam_api_rebuilds_total",
-			Help: "Rebuilds of the allocator that answers ExplainService (part=explain) and ListPools (part=usage); one per change of the ledger or the IPPools, however many calls.",
+			Help: "Rebuilds of the allocator that answers ExplainService (part=explain) and ListPools (part=usage), and of the kept addresses' pools and ends that ListAllocations and GetAllocation show (part=kept, only while the ledger keeps addresses); one per change of the ledger or the IPPools, however many calls.",
 		}, []string{"part"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ipledger_ipam_api_rebuild_duration_seconds",
@@ -39,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.parses.WithLabelValues("ok")
 	m.parses.WithLabelValues("failed")
-	for _, p := range []string{partExplain, partUsage} {
+	for _, p := range []string{partExplain, partUsage, partKept} {
 		m.rebuilds.WithLabelValues(p)
 		m.duration.WithLabelValues(p)
 	}

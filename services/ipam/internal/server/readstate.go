@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -198,6 +199,9 @@ type usageState struct {
 	// heldOutside counts, by each of pools, the addresses Services keep
 	// that came from it and that it no longer offers.
 	heldOutside map[string]int
+	// kept counts, by pool, its addresses kept for Services that released
+	// them.
+	kept map[string]int
 }
 
 // poolUsage is one pool's usage, rendered once.
@@ -213,14 +217,69 @@ func (s *Server) buildUsage() (*usageState, uint64, error) {
 	start := time.Now()
 	pools, _ := s.pools.Parse(rs.pools)
 	a := plan.Rebuild(plan.Inputs{Ledger: rs.ledger, Pools: pools, LBClass: s.cfg.LBClass, RequireLBClass: s.cfg.RequireLBClass}).Alloc
-	out := &usageState{pools: rs.pools, usage: map[string]poolUsage{}, heldOutside: map[string]int{}}
+	out := &usageState{pools: rs.pools, usage: map[string]poolUsage{}, heldOutside: map[string]int{}, kept: map[string]int{}}
 	for _, st := range poolstate.Of(poolstate.Inputs{Alloc: a}, rs.pools) {
 		if st.Served {
 			out.usage[st.Name] = poolUsage{v4Total: st.IPv4.Total.String(), v4Used: st.IPv4.Used.String(),
 				v6Total: st.IPv6.Total.String(), v6Used: st.IPv6.Used.String()}
 		}
 		out.heldOutside[st.Name] = st.HeldOutside
+		out.kept[st.Name] = st.Kept
 	}
 	s.m.rebuilt(partUsage, start)
+	return out, rs.seq, nil
+}
+
+// listState is what ListAllocations and GetAllocation answer from: one
+// version of the ledger, and the addresses it keeps for Services that
+// released them, each with the serving pool containing it and the end of
+// its grace period — which take the IPPools, so it is built once per change
+// of the ledger or of an IPPool. While the ledger keeps no address, that is
+// all the build does.
+type listState struct {
+	ledger ledger.State
+	kept   []entry // sorted by comparePositions
+}
+
+func (s *Server) listState(ctx context.Context) (*listState, error) {
+	rs, err := s.readState()
+	if err != nil {
+		return nil, err
+	}
+	return s.listing.get(ctx, rs.seq, s.buildList)
+}
+
+func (s *Server) buildList() (*listState, uint64, error) {
+	rs, err := s.readState()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := &listState{ledger: rs.ledger}
+	var kept []ledger.Reservation
+	for _, r := range rs.ledger.Reservations {
+		if _, ok := r.Kept(); ok {
+			kept = append(kept, r)
+		}
+	}
+	if len(kept) == 0 {
+		return out, rs.seq, nil
+	}
+	start := time.Now()
+	// The serving pool containing an address, and its grace period, are
+	// those of the pools alone (allocator.SetPools): no need to rebuild
+	// the allocations.
+	pools, _ := s.pools.Parse(rs.pools)
+	a := allocator.New()
+	a.SetPools(pools)
+	for _, r := range kept {
+		key, _ := r.Kept()
+		pool, _ := a.PoolOf(r.IP)
+		out.kept = append(out.kept, entry{
+			position: position{Allocation: ledger.Allocation{IP: r.IP, Pool: pool, Service: *r.ForService, SharingKey: key, AllocatedAt: r.CreatedAt}, kept: true},
+			until:    a.KeptUntil(objects.AllocatorReservation(r)),
+		})
+	}
+	slices.SortFunc(out.kept, func(x, y entry) int { return comparePositions(x.position, y.position) })
+	s.m.rebuilt(partKept, start)
 	return out, rs.seq, nil
 }

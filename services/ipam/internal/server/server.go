@@ -72,6 +72,8 @@ type Config struct {
 	RequireLBClass bool
 	// GatewayServiceNamespaces: --gateway-service-namespaces.
 	GatewayServiceNamespaces []string
+	// KeepReleased: --keep-released-addresses (objects.PoolSet).
+	KeepReleased time.Duration
 	// Registerer takes the API's metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -106,6 +108,7 @@ type Server struct {
 
 	explain coalesced[*explainState]
 	usage   coalesced[*usageState]
+	listing coalesced[*listState]
 
 	// previews lets one PreviewPool decide at a time: each rebuilds and
 	// decides the whole allocator (≈ the cost of a term start).
@@ -122,7 +125,7 @@ func New(cfg Config, store func() *stream.Store, client kubernetes.Interface, mu
 		return nil, err
 	}
 	return &Server{cfg: cfg, store: store, client: client, mutator: mutator, log: log, m: m,
-		previews: make(chan struct{}, 1)}, nil
+		pools: objects.PoolSet{KeepReleased: cfg.KeepReleased}, previews: make(chan struct{}, 1)}, nil
 }
 
 const (
@@ -141,6 +144,16 @@ func toProto(a ledger.Allocation) *ipamv1.Allocation {
 	return out
 }
 
+// entryProto is an entry as the API shows it: a kept address with
+// kept_until set (always: it is what tells it from a held one).
+func entryProto(e entry) *ipamv1.Allocation {
+	out := toProto(e.Allocation)
+	if e.kept {
+		out.KeptUntil = e.until.UTC().Format(time.RFC3339)
+	}
+	return out
+}
+
 func reservationProto(r ledger.Reservation) *ipamv1.Reservation {
 	out := &ipamv1.Reservation{Ip: r.IP.String(), OwnerNote: r.Note}
 	if !r.CreatedAt.IsZero() {
@@ -152,29 +165,68 @@ func reservationProto(r ledger.Reservation) *ipamv1.Reservation {
 	return out
 }
 
-// pageToken is opaque to callers: the last allocation's IP and Service.
-func pageToken(a ledger.Allocation) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(a.IP.String() + " " + a.Service.Key()))
+// position is where an entry of ListAllocations stands: by IP, then
+// Service, an address a Service holds before the same address kept for it
+// (the ledger should not hold both, but a page token must name one).
+type position struct {
+	ledger.Allocation
+	kept bool
 }
 
-func parsePageToken(tok string) (ledger.Allocation, error) {
+func comparePositions(a, b position) int {
+	if c := ledger.CompareAllocations(a.Allocation, b.Allocation); c != 0 {
+		return c
+	}
+	switch {
+	case a.kept == b.kept:
+		return 0
+	case b.kept:
+		return -1
+	}
+	return 1
+}
+
+// entry is one entry of ListAllocations and GetAllocation: an address a
+// Service holds, or one kept for a Service that released it until until.
+type entry struct {
+	position
+	until time.Time
+}
+
+// pageToken is opaque to callers: the last entry's IP and Service, and
+// " kept" when it is a kept address (a token without it, as ipam before
+// kept addresses wrote, names a held one).
+func pageToken(p position) string {
+	s := p.IP.String() + " " + p.Service.Key()
+	if p.kept {
+		s += " kept"
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(s))
+}
+
+func parsePageToken(tok string) (position, error) {
 	b, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil {
-		return ledger.Allocation{}, err
+		return position{}, err
 	}
-	ipStr, svc, ok := strings.Cut(string(b), " ")
+	ipStr, rest, ok := strings.Cut(string(b), " ")
 	if !ok {
-		return ledger.Allocation{}, errors.New("malformed")
+		return position{}, errors.New("malformed")
+	}
+	svc, flag, _ := strings.Cut(rest, " ")
+	if flag != "" && flag != "kept" {
+		return position{}, errors.New("malformed")
 	}
 	ip, err := netip.ParseAddr(ipStr)
 	if err != nil {
-		return ledger.Allocation{}, err
+		return position{}, err
 	}
 	ns, name, _ := strings.Cut(svc, "/")
-	return ledger.Allocation{IP: ip, Service: ledger.ServiceRef{Namespace: ns, Name: name}}, nil
+	return position{Allocation: ledger.Allocation{IP: ip, Service: ledger.ServiceRef{Namespace: ns, Name: name}}, kept: flag == "kept"}, nil
 }
 
-// ListAllocations pages through the allocations in IP order.
+// ListAllocations pages through the allocations, and the addresses kept
+// for Services that released them, in IP order.
 func (s *Server) ListAllocations(ctx context.Context, req *ipamv1.ListAllocationsRequest) (*ipamv1.ListAllocationsResponse, error) {
 	size := int(req.GetPageSize())
 	switch {
@@ -185,44 +237,59 @@ func (s *Server) ListAllocations(ctx context.Context, req *ipamv1.ListAllocation
 	case size == 0:
 		size = defaultPageSize
 	}
-	st, _, err := s.ledgerState()
+	ls, err := s.listState(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return listPage(st.Allocations, req, size)
+	return listPage(ls.ledger.Allocations, ls.kept, req, size)
 }
 
-// listPage returns one page of allocs (sorted by ledger.CompareAllocations):
-// a binary search to the page token, then at most size matching entries, so
-// its cost follows the page size, not the ledger's.
-func listPage(allocs []ledger.Allocation, req *ipamv1.ListAllocationsRequest, size int) (*ipamv1.ListAllocationsResponse, error) {
-	start := 0
+// listPage returns one page of allocs (sorted by ledger.CompareAllocations)
+// and kept (sorted by comparePositions) merged in IP order: a binary search
+// of each to the page token, then at most size matching entries, so its
+// cost follows the page size, not the ledger's.
+func listPage(allocs []ledger.Allocation, kept []entry, req *ipamv1.ListAllocationsRequest, size int) (*ipamv1.ListAllocationsResponse, error) {
+	i, j := 0, 0
 	if tok := req.GetPageToken(); tok != "" {
 		after, err := parsePageToken(tok)
 		if err != nil {
 			return nil, status.Error(codes.InvalidArgument, "page_token: not a token from next_page_token; omit it to start from the first page")
 		}
-		start, _ = slices.BinarySearchFunc(allocs, after, ledger.CompareAllocations)
-		if start < len(allocs) && ledger.CompareAllocations(allocs[start], after) == 0 {
-			start++
+		// The first entry of each after the token.
+		i, _ = slices.BinarySearchFunc(allocs, after, func(a ledger.Allocation, p position) int { return comparePositions(position{Allocation: a}, p) })
+		if i < len(allocs) && comparePositions(position{Allocation: allocs[i]}, after) == 0 {
+			i++
+		}
+		j, _ = slices.BinarySearchFunc(kept, after, func(e entry, p position) int { return comparePositions(e.position, p) })
+		if j < len(kept) && comparePositions(kept[j].position, after) == 0 {
+			j++
 		}
 	}
 	resp := &ipamv1.ListAllocationsResponse{}
-	var last ledger.Allocation
-	for i := start; i < len(allocs); i++ {
-		a := allocs[i]
-		if (req.GetPool() != "" && a.Pool != req.GetPool()) || (req.GetNamespace() != "" && a.Service.Namespace != req.GetNamespace()) {
+	var last position
+	for {
+		var e entry
+		switch {
+		case i < len(allocs) && (j == len(kept) || comparePositions(position{Allocation: allocs[i]}, kept[j].position) < 0):
+			e = entry{position: position{Allocation: allocs[i]}}
+			i++
+		case j < len(kept):
+			e = kept[j]
+			j++
+		default:
+			return resp, nil
+		}
+		if (req.GetPool() != "" && e.Pool != req.GetPool()) || (req.GetNamespace() != "" && e.Service.Namespace != req.GetNamespace()) {
 			continue
 		}
 		if len(resp.Allocations) == size {
 			// More match: the token names the last one returned.
 			resp.NextPageToken = pageToken(last)
-			break
+			return resp, nil
 		}
-		resp.Allocations = append(resp.Allocations, toProto(a))
-		last = a
+		resp.Allocations = append(resp.Allocations, entryProto(e))
+		last = e.position
 	}
-	return resp, nil
 }
 
 func checkServiceRef(field string, ref *ipamv1.ServiceRef) error {
@@ -250,12 +317,14 @@ func parseIPField(field, s string) (netip.Addr, error) {
 	return ip, nil
 }
 
-// GetAllocation returns the allocations of one IP or one Service.
+// GetAllocation returns the allocations of one IP or one Service, and the
+// addresses kept for a Service that released them.
 func (s *Server) GetAllocation(ctx context.Context, req *ipamv1.GetAllocationRequest) (*ipamv1.GetAllocationResponse, error) {
-	st, _, err := s.ledgerState()
+	ls, err := s.listState(ctx)
 	if err != nil {
 		return nil, err
 	}
+	st := ls.ledger
 	resp := &ipamv1.GetAllocationResponse{}
 	switch sel := req.GetSelector().(type) {
 	case *ipamv1.GetAllocationRequest_Ip:
@@ -266,6 +335,10 @@ func (s *Server) GetAllocation(ctx context.Context, req *ipamv1.GetAllocationReq
 		i, _ := slices.BinarySearchFunc(st.Allocations, ip, func(a ledger.Allocation, ip netip.Addr) int { return a.IP.Compare(ip) })
 		for ; i < len(st.Allocations) && st.Allocations[i].IP == ip; i++ {
 			resp.Allocations = append(resp.Allocations, toProto(st.Allocations[i]))
+		}
+		j, _ := slices.BinarySearchFunc(ls.kept, ip, func(e entry, ip netip.Addr) int { return e.IP.Compare(ip) })
+		for ; j < len(ls.kept) && ls.kept[j].IP == ip; j++ {
+			resp.Allocations = append(resp.Allocations, entryProto(ls.kept[j]))
 		}
 		for _, r := range st.Reservations {
 			if r.IP == ip {
@@ -279,13 +352,24 @@ func (s *Server) GetAllocation(ctx context.Context, req *ipamv1.GetAllocationReq
 		if err := checkServiceRef("service", sel.Service); err != nil {
 			return nil, err
 		}
+		ns, name := sel.Service.GetNamespace(), sel.Service.GetName()
+		var found []entry
 		for _, a := range st.Allocations {
-			if a.Service.Namespace == sel.Service.GetNamespace() && a.Service.Name == sel.Service.GetName() {
-				resp.Allocations = append(resp.Allocations, toProto(a))
+			if a.Service.Namespace == ns && a.Service.Name == name {
+				found = append(found, entry{position: position{Allocation: a}})
 			}
 		}
-		if len(resp.Allocations) == 0 {
-			return nil, status.Errorf(codes.NotFound, "Service %s/%s holds no address; ExplainService says why", sel.Service.GetNamespace(), sel.Service.GetName())
+		for _, e := range ls.kept {
+			if e.Service.Namespace == ns && e.Service.Name == name {
+				found = append(found, e)
+			}
+		}
+		if len(found) == 0 {
+			return nil, status.Errorf(codes.NotFound, "Service %s/%s holds no address and none is kept for it; ExplainService says why", ns, name)
+		}
+		slices.SortStableFunc(found, func(x, y entry) int { return comparePositions(x.position, y.position) })
+		for _, e := range found {
+			resp.Allocations = append(resp.Allocations, entryProto(e))
 		}
 	default:
 		return nil, status.Error(codes.InvalidArgument, "selector: set ip or service")
@@ -318,6 +402,7 @@ func (s *Server) ListPools(ctx context.Context, req *ipamv1.ListPoolsRequest) (*
 			out.Ipv6 = &ipamv1.FamilyUsage{Total: u.v6Total, Used: u.v6Used}
 		}
 		out.HeldOutside = int64(us.heldOutside[out.Name])
+		out.Kept = int64(us.kept[out.Name])
 		for _, c := range p.GetConditions() {
 			out.Conditions = append(out.Conditions, &ipamv1.PoolCondition{Type: c.GetType(), Status: c.GetStatus(), Reason: c.GetReason(), Message: c.GetMessage()})
 		}
@@ -424,6 +509,10 @@ func (s *Server) ReserveAddress(ctx context.Context, req *ipamv1.ReserveAddressR
 	note := strings.TrimSpace(req.GetOwnerNote())
 	if note == "" {
 		return nil, status.Error(codes.InvalidArgument, "owner_note: required; say who holds the IP and why")
+	}
+	if ledger.IsKeptNote(note) {
+		return nil, status.Errorf(codes.InvalidArgument, "owner_note: %q is the form of the records ipam writes for addresses it keeps for Services "+
+			"that released them, which only ipam writes; write a note that does not start %q, saying who holds the IP and why", note, ledger.KeptNote(""))
 	}
 	r := ledger.Reservation{IP: ip, Note: note, CreatedAt: time.Now().UTC().Truncate(time.Second)}
 	if fs := req.GetForService(); fs != nil && (fs.GetNamespace() != "" || fs.GetName() != "") {
