@@ -20,10 +20,15 @@ func newAllocationsCommand(o *Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "allocations",
 		Aliases: []string{"allocation", "alloc"},
-		Short:   "List the addresses that Services hold, as the ledger records them",
+		Short:   "List the addresses that Services hold or that are kept for them, as the ledger records them",
 		Long: `allocations lists the ledger's allocations (ListAllocations), one row per Service and IP, in IP
 order, following the API's pages to the end. As kubectl get: the context's namespace by default, -n for
-another, -A for all.`,
+another, -A for all.
+
+STATE is Held for an address the Service holds, and "Kept until T" for one kept for a Service that
+released it (it was deleted, or is no longer ipam's): the Service created again before T gets it back;
+then it is freed. For a kept address, POOL is the pool containing it and ALLOCATED (-o wide) when it was
+released. "kubectl ipledger release IP" frees a kept address at once.`,
 		Example: `  kubectl ipledger allocations -A
   kubectl ipledger allocations -n shop --pool public -o wide
   kubectl ipledger allocations -A -o json`,

@@ -18,8 +18,10 @@ func newPoolsCommand(o *Options) *cobra.Command {
 		Aliases: []string{"pool"},
 		Short:   "List the IPPools with their usage, as the ledger counts it",
 		Long: `pools lists every IPPool (ListPools): addresses used and total per family, Services that hold an
-address outside it (HELD OUTSIDE: the pool shrank or changed its selectors), whether it assigns addresses
-automatically, and its conditions as the leader last wrote them. -o wide adds priority and addresses.`,
+address outside it (HELD OUTSIDE: the pool shrank or changed its selectors), its addresses kept for
+Services that released them (KEPT, counted in used; "kubectl ipledger allocations" lists them), whether
+it assigns addresses automatically, and its conditions as the leader last wrote them. -o wide adds
+priority and addresses.`,
 		Example: `  kubectl ipledger pools
   kubectl ipledger pools -o wide
   kubectl ipledger pools -o yaml`,

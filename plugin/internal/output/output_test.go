@@ -21,6 +21,9 @@ func TestAllocationsTable(t *testing.T) {
 	allocs := []*ipamv1.Allocation{
 		{Ip: "10.0.0.1", Pool: "public", Service: &ipamv1.ServiceRef{Namespace: "shop", Name: "web", Uid: "u1"}, AllocatedAt: "2026-12-01T10:00:00Z"},
 		{Ip: "2001:db8::1", Pool: "public-v6", SharingKey: "k", Service: &ipamv1.ServiceRef{Namespace: "shop", Name: "web-dual"}},
+		{Ip: "2001:db8::2", Pool: "public-v6", Service: &ipamv1.ServiceRef{Namespace: "shop", Name: "old", Uid: "u3"},
+			AllocatedAt: "2026-12-01T11:00:00Z", KeptUntil: "2026-12-02T11:00:00Z"},
+		{Ip: "192.0.2.9", Service: &ipamv1.ServiceRef{Namespace: "shop", Name: "far"}, AllocatedAt: "2026-12-01T11:00:00Z", KeptUntil: "2026-12-01T11:00:00Z"},
 	}
 	for _, tc := range []struct {
 		name string
@@ -29,19 +32,25 @@ func TestAllocationsTable(t *testing.T) {
 		want string
 	}{
 		{"namespaced", false, false, `
-SERVICE    IP            POOL
-web        10.0.0.1      public
-web-dual   2001:db8::1   public-v6
+SERVICE    IP            POOL        STATE
+web        10.0.0.1      public      Held
+web-dual   2001:db8::1   public-v6   Held
+old        2001:db8::2   public-v6   Kept until 2026-12-02T11:00:00Z
+far        192.0.2.9     <none>      Kept until 2026-12-01T11:00:00Z
 `},
 		{"all namespaces", true, false, `
-NAMESPACE   SERVICE    IP            POOL
-shop        web        10.0.0.1      public
-shop        web-dual   2001:db8::1   public-v6
+NAMESPACE   SERVICE    IP            POOL        STATE
+shop        web        10.0.0.1      public      Held
+shop        web-dual   2001:db8::1   public-v6   Held
+shop        old        2001:db8::2   public-v6   Kept until 2026-12-02T11:00:00Z
+shop        far        192.0.2.9     <none>      Kept until 2026-12-01T11:00:00Z
 `},
 		{"wide", false, true, `
-SERVICE    IP            POOL        SHARING KEY   ALLOCATED              UID
-web        10.0.0.1      public      <none>        2026-12-01T10:00:00Z   u1
-web-dual   2001:db8::1   public-v6   k             <none>                 <none>
+SERVICE    IP            POOL        STATE                             SHARING KEY   ALLOCATED              UID
+web        10.0.0.1      public      Held                              <none>        2026-12-01T10:00:00Z   u1
+web-dual   2001:db8::1   public-v6   Held                              k             <none>                 <none>
+old        2001:db8::2   public-v6   Kept until 2026-12-02T11:00:00Z   <none>        2026-12-01T11:00:00Z   u3
+far        192.0.2.9     <none>      Kept until 2026-12-01T11:00:00Z   <none>        2026-12-01T11:00:00Z   <none>
 `},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -55,7 +64,7 @@ web-dual   2001:db8::1   public-v6   k             <none>                 <none>
 
 func TestPoolsTable(t *testing.T) {
 	pools := []*ipamv1.Pool{
-		{Name: "public", Addresses: []string{"10.0.0.0/30", "2001:db8::/126"}, AutoAssign: true, HeldOutside: 2,
+		{Name: "public", Addresses: []string{"10.0.0.0/30", "2001:db8::/126"}, AutoAssign: true, HeldOutside: 2, Kept: 1,
 			Ipv4: &ipamv1.FamilyUsage{Total: "4", Used: "1"}, Ipv6: &ipamv1.FamilyUsage{Total: "4", Used: "0"},
 			Conditions: []*ipamv1.PoolCondition{
 				{Type: "Ready", Status: "True", Reason: "Serving", Message: "The pool serves Services"},
@@ -65,9 +74,9 @@ func TestPoolsTable(t *testing.T) {
 			Ipv4: &ipamv1.FamilyUsage{Total: "256", Used: "0"}, Ipv6: &ipamv1.FamilyUsage{Total: "0", Used: "0"}},
 	}
 	got := print(t, func(b *bytes.Buffer) error { return PrintTable(b, Pools(pools), false) })
-	want := `NAME     IPV4    IPV6     HELD OUTSIDE   AUTO ASSIGN   READY     REASON
-public   1/4     0/4      2              true          True      Serving
-manual   0/256   <none>   0              false         Unknown   <none>
+	want := `NAME     IPV4    IPV6     HELD OUTSIDE   KEPT   AUTO ASSIGN   READY     REASON
+public   1/4     0/4      2              1      true          True      Serving
+manual   0/256   <none>   0              0      false         Unknown   <none>
 `
 	if got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)

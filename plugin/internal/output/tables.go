@@ -10,7 +10,9 @@ import (
 )
 
 // Allocations is the table of `allocations`: NAMESPACE only when listing
-// every namespace, as kubectl get -A.
+// every namespace, as kubectl get -A. STATE tells an address a Service
+// holds (Held) from one kept for a Service that released it (Kept until T);
+// for a kept one, ALLOCATED (-o wide) is when it was released.
 func Allocations(allocs []*ipamv1.Allocation, allNamespaces bool) *metav1.Table {
 	t := &metav1.Table{}
 	if allNamespaces {
@@ -20,6 +22,7 @@ func Allocations(allocs []*ipamv1.Allocation, allNamespaces bool) *metav1.Table 
 		metav1.TableColumnDefinition{Name: "Service", Type: "string"},
 		metav1.TableColumnDefinition{Name: "IP", Type: "string"},
 		metav1.TableColumnDefinition{Name: "Pool", Type: "string"},
+		metav1.TableColumnDefinition{Name: "State", Type: "string", Description: "Held, or Kept until the end of its pool's grace period"},
 		metav1.TableColumnDefinition{Name: "Sharing Key", Type: "string", Priority: 1},
 		metav1.TableColumnDefinition{Name: "Allocated", Type: "string", Priority: 1},
 		metav1.TableColumnDefinition{Name: "UID", Type: "string", Priority: 1},
@@ -29,15 +32,25 @@ func Allocations(allocs []*ipamv1.Allocation, allNamespaces bool) *metav1.Table 
 		if allNamespaces {
 			cells = append(cells, a.GetService().GetNamespace())
 		}
-		cells = append(cells, a.GetService().GetName(), a.GetIp(), a.GetPool(),
+		cells = append(cells, a.GetService().GetName(), a.GetIp(), orNone(a.GetPool()), allocationState(a),
 			orNone(a.GetSharingKey()), orNone(a.GetAllocatedAt()), orNone(a.GetService().GetUid()))
 		t.Rows = append(t.Rows, metav1.TableRow{Cells: cells})
 	}
 	return t
 }
 
+// allocationState is Held, or "Kept until T" for an address kept for a
+// Service that released it (an ipam before kept addresses never says so).
+func allocationState(a *ipamv1.Allocation) string {
+	if t := a.GetKeptUntil(); t != "" {
+		return "Kept until " + t
+	}
+	return "Held"
+}
+
 // Pools is the table of `pools`: usage per family as USED/TOTAL, the
-// Services that hold an address outside the pool, and the Ready condition
+// Services that hold an address outside the pool, the addresses it keeps
+// for Services that released them (counted in USED), and the Ready condition
 // (as the leader last wrote it); -o wide adds priority, addresses and
 // Ready's message.
 func Pools(pools []*ipamv1.Pool) *metav1.Table {
@@ -46,6 +59,7 @@ func Pools(pools []*ipamv1.Pool) *metav1.Table {
 		{Name: "IPv4", Type: "string", Description: "used/total"},
 		{Name: "IPv6", Type: "string", Description: "used/total"},
 		{Name: "Held Outside", Type: "integer"},
+		{Name: "Kept", Type: "integer", Description: "addresses kept for Services that released them"},
 		{Name: "Auto Assign", Type: "boolean"},
 		{Name: "Ready", Type: "string"},
 		{Name: "Reason", Type: "string"},
@@ -61,7 +75,7 @@ func Pools(pools []*ipamv1.Pool) *metav1.Table {
 			}
 		}
 		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
-			p.GetName(), usage(p.GetIpv4()), usage(p.GetIpv6()), p.GetHeldOutside(), p.GetAutoAssign(),
+			p.GetName(), usage(p.GetIpv4()), usage(p.GetIpv6()), p.GetHeldOutside(), p.GetKept(), p.GetAutoAssign(),
 			ready.GetStatus(), orNone(ready.GetReason()), p.GetPriority(), orNone(strings.Join(p.GetAddresses(), ",")), orNone(ready.GetMessage()),
 		}})
 	}

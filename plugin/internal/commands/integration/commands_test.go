@@ -273,7 +273,7 @@ func TestCommandsAgainstIPAM(t *testing.T) {
 	t.Run("pools", func(t *testing.T) {
 		// The leader writes the pool's Ready condition after the Services'
 		// statuses: poll for it.
-		want := "NAME IPV4 IPV6 HELD OUTSIDE AUTO ASSIGN READY REASON\n" + pool + " 4/8 <none> 0 true True Serving"
+		want := "NAME IPV4 IPV6 HELD OUTSIDE KEPT AUTO ASSIGN READY REASON\n" + pool + " 4/8 <none> 0 0 true True Serving"
 		testenv.Eventually(t, wait, func() error {
 			var lines []string
 			for _, row := range fields(s.ok(t, read("pools")...)) {
@@ -298,11 +298,11 @@ func TestCommandsAgainstIPAM(t *testing.T) {
 
 	t.Run("allocations", func(t *testing.T) {
 		rows := fields(s.ok(t, read("allocations", "-n", s.ns)...))
-		if len(rows) != 4 || strings.Join(rows[0], " ") != "SERVICE IP POOL" {
+		if len(rows) != 4 || strings.Join(rows[0], " ") != "SERVICE IP POOL STATE" {
 			t.Fatalf("allocations -n %s:\n%v", s.ns, rows)
 		}
 		for _, r := range rows[1:] {
-			if len(r) != 3 || !strings.HasPrefix(r[1], "10.91.0.") || r[2] != pool {
+			if len(r) != 4 || !strings.HasPrefix(r[1], "10.91.0.") || r[2] != pool || r[3] != "Held" {
 				t.Errorf("allocations row %v", r)
 			}
 		}
@@ -349,6 +349,60 @@ func TestCommandsAgainstIPAM(t *testing.T) {
 		}
 		wantAll(t, "release again", s.fails(t, write("release", "10.91.0.7")...), "10.91.0.7 is not reserved")
 		wantAll(t, "reserve without --note", s.fails(t, write("reserve", "10.91.0.7")...), `"note" not set`)
+	})
+
+	t.Run("a deleted Service's address is kept until released", func(t *testing.T) {
+		var list ipamv1.ListAllocationsResponse
+		if err := protojson.Unmarshal([]byte(s.ok(t, read("allocations", "-n", s.ns, "-o", "json")...)), &list); err != nil {
+			t.Fatal(err)
+		}
+		ip := ""
+		for _, a := range list.GetAllocations() {
+			if a.GetService().GetName() == "db" {
+				ip = a.GetIp()
+			}
+		}
+		if ip == "" {
+			t.Fatalf("db holds no address: %v", &list)
+		}
+		if err := s.env.Client.CoreV1().Services(s.ns).Delete(context.Background(), "db", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// kept is the KEPT cell of the pool's row, and the row of db.
+		kept := func() (string, []string) {
+			var keptCell string
+			for _, row := range fields(s.ok(t, read("pools")...)) {
+				if row[0] == pool {
+					keptCell = row[4]
+				}
+			}
+			for _, row := range fields(s.ok(t, read("allocations", "-n", s.ns)...)) {
+				if row[0] == "db" {
+					return keptCell, row
+				}
+			}
+			return keptCell, nil
+		}
+		testenv.Eventually(t, wait, func() error {
+			n, row := kept()
+			if n != "1" || len(row) != 6 || row[1] != ip || row[2] != pool || row[3] != "Kept" || row[4] != "until" {
+				return fmt.Errorf("pools KEPT %s, db's row %v; want 1 and db %s %s Kept until T", n, row, ip, pool)
+			}
+			return nil
+		})
+		wantAll(t, "allocations -o yaml", s.ok(t, read("allocations", "-n", s.ns, "-o", "yaml")...), "keptUntil:")
+		write := func(args ...string) []string {
+			return append(args, "--ipam-address", s.leader, "--service-account", s.operator)
+		}
+		if out, want := s.ok(t, write("release", ip)...), "released "+ip+" (kept for "+s.ns+"/db; it is free now)\n"; out != want {
+			t.Errorf("release of the kept address printed %q, want %q", out, want)
+		}
+		testenv.Eventually(t, wait, func() error {
+			if n, row := kept(); n != "0" || row != nil {
+				return fmt.Errorf("after release: pools KEPT %s, db's row %v; want 0 and none", n, row)
+			}
+			return nil
+		})
 	})
 
 	t.Run("a standby names the leader", func(t *testing.T) {
