@@ -1030,9 +1030,11 @@ func (a *Allocator) Reserve(r Reservation) error {
 	}
 	rc := r
 	rc.Kept = rc.Kept && rc.ForService != ""
-	a.state(r.IP).reservation = &rc
+	st := a.state(r.IP)
+	st.reservation = &rc
 	if rc.Kept {
 		a.kept.add(rc)
+		a.nsAddrs.add(st.pool, namespaceOf(rc.ForService), r.IP)
 	}
 	return nil
 }
@@ -1048,6 +1050,7 @@ func (a *Allocator) Unreserve(ip netip.Addr) (Reservation, bool) {
 	st.reservation = nil
 	if r.Kept {
 		a.kept.remove(r)
+		a.nsAddrs.remove(st.pool, namespaceOf(r.ForService), ip)
 	}
 	a.dropIfFree(ip)
 	return r, true

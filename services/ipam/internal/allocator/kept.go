@@ -228,18 +228,28 @@ func (a *Allocator) keptFor(p *Pool, f Family, req Request) (netip.Addr, bool) {
 }
 
 // oldestKept returns the address of family f in pool p kept longest (oldest
-// release, then lowest) that p may hand out to service: what a Service
-// takes when the pool has nothing else.
-func (a *Allocator) oldestKept(p *Pool, f Family, service string) (netip.Addr, bool) {
+// release, then lowest) that p may hand out to service: what a Service takes
+// when the pool has nothing else. Those kept for service's own namespace go
+// first (a namespace that creates and deletes Services uses up its own kept
+// addresses before anyone else's); ownOnly: only those.
+func (a *Allocator) oldestKept(p *Pool, f Family, service string, ownOnly bool) (netip.Addr, bool) {
+	ns := namespaceOf(service)
 	var best netip.Addr
+	var bestOwn bool
 	var bestAt time.Time
 	for ip := range a.kept.all {
 		if FamilyOf(ip) != f || !p.allocatable(ip) || a.claimedByOther(ip, service) {
 			continue
 		}
-		at := a.ips[ip].reservation.CreatedAt
-		if !best.IsValid() || at.Before(bestAt) || at.Equal(bestAt) && ip.Less(best) {
-			best, bestAt = ip, at
+		r := a.ips[ip].reservation
+		own := namespaceOf(r.ForService) == ns
+		if ownOnly && !own {
+			continue
+		}
+		better := !best.IsValid() || own && !bestOwn ||
+			own == bestOwn && (r.CreatedAt.Before(bestAt) || r.CreatedAt.Equal(bestAt) && ip.Less(best))
+		if better {
+			best, bestOwn, bestAt = ip, own, r.CreatedAt
 		}
 	}
 	return best, best.IsValid()
@@ -274,5 +284,6 @@ func (a *Allocator) unkeep(ip netip.Addr) (Reservation, bool) {
 	r.IP = ip
 	st.reservation = nil
 	a.kept.remove(r)
+	a.nsAddrs.remove(st.pool, namespaceOf(r.ForService), ip)
 	return r, true
 }

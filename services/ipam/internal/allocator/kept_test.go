@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -273,5 +274,29 @@ func TestExplainKeptAddress(t *testing.T) {
 	}
 	if x := a.Explain(Request{Service: "other/c"}); !strings.Contains(x.Decision, "10.0.0.0 is kept for Service ns/a, which released it") {
 		t.Fatalf("other/c, with nothing else free: %q", x.Decision)
+	}
+}
+
+// A namespace that creates and deletes Services cannot pile up kept
+// addresses past its cap, nor make others' kept addresses go first: kept
+// addresses count toward maxAddressesPerNamespace, and a namespace takes
+// its own kept addresses first (at its cap, only those).
+func TestChurnUsesItsOwnKeptAddresses(t *testing.T) {
+	s := keeping(time.Hour, spec("10.0.0.0/29"))
+	s.MaxAddressesPerNamespace = 2
+	a := newAllocator(t, mustPool(t, "p", s))
+	t0 := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	mustAllocate(t, a, Request{Service: "prod/web"}) // 10.0.0.0
+	releaseKeeping(t, a, "prod/web", t0)             // kept, oldest
+	// evil: at its cap of 2 (held and kept), it takes back its own oldest.
+	for i, want := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.1", "10.0.0.2", "10.0.0.1"} {
+		svc := fmt.Sprintf("evil/s%d", i)
+		if got := ipsOf(mustAllocate(t, a, Request{Service: svc})); !slices.Equal(got, []string{want}) {
+			t.Fatalf("round %d: %s got %v, want %s", i, svc, got, want)
+		}
+		releaseKeeping(t, a, svc, t0.Add(time.Duration(i+1)*time.Minute))
+	}
+	if got := ipsOf(mustAllocate(t, a, Request{Service: "prod/web"})); !slices.Equal(got, []string{"10.0.0.0"}) {
+		t.Fatalf("prod/web, back, got %v: evil's churn took its kept address", got)
 	}
 }

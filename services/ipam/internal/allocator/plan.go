@@ -402,6 +402,13 @@ func (a *Allocator) pick(p *Pool, f Family, chosen []netip.Addr, req Request) (n
 // longest (kept.go) — never one held, reserved otherwise, claimed by a
 // Service other than service, or skipped by avoidBuggyIPs.
 func (a *Allocator) lowestFree(p *Pool, f Family, service string) (netip.Addr, bool) {
+	if max := p.spec.MaxAddressesPerNamespace; max > 0 && a.nsAddrs.count(p.name, namespaceOf(service)) >= max {
+		// At its cap, a namespace may still take what is kept for it (a
+		// new address is refused by the quota).
+		if ip, ok := a.oldestKept(p, f, service, true); ok {
+			return ip, true
+		}
+	}
 	if ip, ok := a.lowestNeverFreed(p, f, service); ok {
 		return ip, true
 	}
@@ -411,7 +418,7 @@ func (a *Allocator) lowestFree(p *Pool, f Family, service string) (netip.Addr, b
 	if ip, ok := a.freed.oldest(free); ok {
 		return ip, true
 	}
-	return a.oldestKept(p, f, service)
+	return a.oldestKept(p, f, service, false)
 }
 
 // lowestNeverFreed returns the lowest address of family f in p that is

@@ -10,10 +10,13 @@ import (
 type poolNS struct{ pool, namespace string }
 
 // nsAddrs counts, per serving pool and namespace, the distinct addresses
-// that the namespace's Services hold or request (claim) in it: what a pool's
-// maxAddressesPerNamespace caps. A claim counts because a requested address
-// is kept from everyone else's auto allocation: uncounted, a namespace under
-// its quota could block a whole pool by requesting every address of it. An
+// that the namespace's Services hold or request (claim) in it, or that are
+// kept for them (kept.go): what a pool's maxAddressesPerNamespace caps. A
+// claim counts because a requested address is kept from everyone else's
+// auto allocation: uncounted, a namespace under its quota could block a
+// whole pool by requesting every address of it. A kept address counts so
+// that creating and deleting Services cannot pile up kept addresses past
+// the cap; a namespace at its cap takes its own kept addresses (lowestFree). An
 // address held and requested, or held by two Services of the namespace,
 // counts once (refs counts its references).
 type nsAddrs struct {
@@ -99,6 +102,9 @@ func (a *Allocator) recountNamespaces() {
 	for ip, st := range a.ips {
 		for _, h := range st.holders {
 			a.nsAddrs.add(st.pool, namespaceOf(h.service), ip)
+		}
+		if r := st.reservation; r != nil && r.Kept {
+			a.nsAddrs.add(st.pool, namespaceOf(r.ForService), ip)
 		}
 	}
 	for ip, services := range a.claims {
