@@ -221,7 +221,7 @@ func (c *converter) configMap(o *unstructured.Unstructured) {
 		case k == keySkipEnds:
 		case k == keySearchOrder:
 			if v == "desc" {
-				c.warn(obj, k, "not carried over: ipam hands out each pool's lowest free address first, kube-vip-cloud-provider with desc its highest; the addresses Services hold are kept either way")
+				c.warn(obj, k, "not carried over: ipam hands out each pool's lowest never-used address first (then the least recently freed), kube-vip-cloud-provider with desc its highest; the addresses Services hold are kept either way")
 			} else if v != "asc" && v != "" {
 				c.warn(obj, k, "%q is not desc, so kube-vip-cloud-provider searched upwards, as ipam does", v)
 			}
