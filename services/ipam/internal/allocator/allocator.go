@@ -498,16 +498,18 @@ func (a *Allocator) state(ip netip.Addr) *ipState {
 	return st
 }
 
-// dropIfFree forgets ip when nobody holds or reserves it.
-func (a *Allocator) dropIfFree(ip netip.Addr) {
+// dropIfFree forgets ip when nobody holds or reserves it, and reports
+// whether it did.
+func (a *Allocator) dropIfFree(ip netip.Addr) bool {
 	st := a.ips[ip]
 	if st == nil || len(st.holders) > 0 || st.reservation != nil || len(st.foreign) > 0 {
-		return
+		return false
 	}
 	a.count(ip, st, -1)
 	a.taken.remove(ip)
 	delete(a.ips, ip)
 	a.freed.add(ip)
+	return true
 }
 
 // hold records that service holds ip (or refreshes its sharing info).
@@ -821,7 +823,9 @@ func (a *Allocator) Release(service string) []Allocation {
 		st.holders = slices.Delete(st.holders, i, i+1)
 		a.nsAddrs.remove(st.pool, namespaceOf(service), ip)
 		a.unshare(key, ip, st)
-		a.dropIfFree(ip)
+		if a.dropIfFree(ip) {
+			a.freed.note(ip, service)
+		}
 	}
 	delete(a.bySvc, service)
 	a.setClaims(service, nil)

@@ -74,6 +74,11 @@ type freedOrder struct {
 	seq   map[netip.Addr]uint64
 	next  uint64
 	queue []freedEntry // by seq; an entry whose seq is no longer ip's is stale
+	// owner is the Service whose release freed an address, and of its
+	// inverse: a Service that asks again (its request changed, or it came
+	// back) gets its own freed address first (pick).
+	owner map[netip.Addr]string
+	of    map[string][]netip.Addr
 }
 
 type freedEntry struct {
@@ -91,9 +96,26 @@ func (f *freedOrder) add(ip netip.Addr) {
 	f.queue = append(f.queue, freedEntry{ip, f.next})
 }
 
+// note records that service's release freed ip.
+func (f *freedOrder) note(ip netip.Addr, service string) {
+	if f.owner == nil {
+		f.owner, f.of = map[netip.Addr]string{}, map[string][]netip.Addr{}
+	}
+	f.owner[ip] = service
+	f.of[service] = append(f.of[service], ip)
+}
+
 func (f *freedOrder) remove(ip netip.Addr) {
 	if _, ok := f.seq[ip]; !ok {
 		return
+	}
+	if s, ok := f.owner[ip]; ok {
+		delete(f.owner, ip)
+		if ips := slices.DeleteFunc(f.of[s], func(x netip.Addr) bool { return x == ip }); len(ips) > 0 {
+			f.of[s] = ips
+		} else {
+			delete(f.of, s)
+		}
 	}
 	delete(f.seq, ip)
 	f.set.remove(ip)
@@ -250,6 +272,18 @@ func (a *Allocator) oldestKept(p *Pool, f Family, service string, ownOnly bool) 
 			own == bestOwn && (r.CreatedAt.Before(bestAt) || r.CreatedAt.Equal(bestAt) && ip.Less(best))
 		if better {
 			best, bestOwn, bestAt = ip, own, r.CreatedAt
+		}
+	}
+	return best, best.IsValid()
+}
+
+// freedBy returns the lowest free address of family f in pool p that req's
+// Service itself freed, that p may give it.
+func (a *Allocator) freedBy(p *Pool, f Family, req Request) (netip.Addr, bool) {
+	var best netip.Addr
+	for _, ip := range a.freed.of[req.Service] {
+		if FamilyOf(ip) == f && p.allocatable(ip) && !a.claimedByOther(ip, req.Service) && (!best.IsValid() || ip.Less(best)) {
+			best = ip
 		}
 	}
 	return best, best.IsValid()

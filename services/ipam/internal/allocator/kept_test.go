@@ -76,8 +76,13 @@ func TestKeptAddressComesBack(t *testing.T) {
 	}, {
 		name:  "grace period 0: the address is free at once, and reused last",
 		pools: []*Pool{mustPool(t, "p", spec("10.0.0.0/29"))}, keep: 0,
-		first: Request{Service: "ns/web"}, again: Request{Service: "ns/web"},
+		first: Request{Service: "ns/web"}, again: Request{Service: "ns/api"},
 		want: []string{"10.0.0.1"},
+	}, {
+		name:  "grace period 0: the Service asking again gets what it freed, while it is free",
+		pools: []*Pool{mustPool(t, "p", spec("10.0.0.0/29"))}, keep: 0,
+		first: Request{Service: "ns/web"}, again: Request{Service: "ns/web"},
+		want: []string{"10.0.0.0"},
 	}, {
 		name: "the pool's grace period wins over the default",
 		pools: []*Pool{mustPool(t, "p", func() PoolSpec {
@@ -86,8 +91,8 @@ func TestKeptAddressComesBack(t *testing.T) {
 			s.KeepReleased = &zero
 			return s
 		}())}, keep: time.Hour,
-		first: Request{Service: "ns/web"}, again: Request{Service: "ns/web"},
-		want: []string{"10.0.0.1"},
+		first: Request{Service: "ns/web"}, others: []Request{{Service: "ns/api"}}, again: Request{Service: "ns/web"},
+		want: []string{"10.0.0.0"}, // what it freed, not kept: no kept reservation ends
 	}, {
 		name: "back to the pool that keeps it, though another ranks first now",
 		pools: []*Pool{

@@ -364,8 +364,9 @@ func describeNamespaces(s PoolSpec) string {
 }
 
 // pick chooses an address of family f in pool p for req: an address the
-// Service already holds, else one kept for it (kept.go), else the lowest IP
-// held under the same sharing key that it may share, else a free address
+// Service already holds, else one kept for it (kept.go), else one it freed
+// itself (its request changed: it released and asks again), else the lowest
+// IP held under the same sharing key that it may share, else a free address
 // (lowestFree). chosen are this
 // request's earlier picks (never of family f).
 func (a *Allocator) pick(p *Pool, f Family, chosen []netip.Addr, req Request) (netip.Addr, bool) {
@@ -378,6 +379,9 @@ func (a *Allocator) pick(p *Pool, f Family, chosen []netip.Addr, req Request) (n
 		return netip.Addr{}, false
 	}
 	if ip, ok := a.keptFor(p, f, req); ok {
+		return ip, true
+	}
+	if ip, ok := a.freedBy(p, f, req); ok {
 		return ip, true
 	}
 	if key := req.Sharing.Key; key != "" {
