@@ -72,9 +72,9 @@ type harness struct {
 	// keepReleased is ipam's --keep-released-addresses (0: free at once,
 	// as the tests written before kept addresses expect).
 	keepReleased time.Duration
-	lease                    string
-	addr, tok                string
-	watcher                  *testenv.Process
+	lease        string
+	addr, tok    string
+	watcher      *testenv.Process
 }
 
 func newHarness(t *testing.T) *harness {

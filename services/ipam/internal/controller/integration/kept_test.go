@@ -74,7 +74,9 @@ func TestKeptAddressesComeBack(t *testing.T) {
 	pool := "tkept-" + h.lease[len("ipam-"):]
 	h.pool(pool, "10.81.1.0/29", "2001:db8:81:1::/125")
 	require := func(s *corev1.Service) { p := corev1.IPFamilyPolicyRequireDualStack; s.Spec.IPFamilyPolicy = &p }
-	v6first := func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol} }
+	v6first := func(s *corev1.Service) {
+		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
+	}
 	shared := map[string]string{"ipledger.io/allow-shared-ip": "k"}
 	r := h.start("ipam-0")
 	held := map[string]string{"web": "10.81.1.0", "dual": "2001:db8:81:1::1,10.81.1.1", "sa": "10.81.1.2", "sb": "10.81.1.2"}
