@@ -85,8 +85,9 @@ func LedgerAllocations(ctx context.Context, conn *grpc.ClientConn) ([]*ipamv1.Al
 	}
 }
 
-// LedgerEqualsStatuses compares the ledger's (service, ip) pairs with
-// the Services' status ingress.
+// LedgerEqualsStatuses compares the ledger's (service, ip) pairs held —
+// not those kept for a Service that released them (kept_until) — with the
+// Services' status ingress.
 func LedgerEqualsStatuses(ctx context.Context, conn *grpc.ClientConn, services []corev1.Service) error {
 	allocs, err := LedgerAllocations(ctx, conn)
 	if err != nil {
@@ -94,7 +95,9 @@ func LedgerEqualsStatuses(ctx context.Context, conn *grpc.ClientConn, services [
 	}
 	var ledger, status []string
 	for _, a := range allocs {
-		ledger = append(ledger, a.Service.Namespace+"/"+a.Service.Name+"="+a.Ip)
+		if a.GetKeptUntil() == "" {
+			ledger = append(ledger, a.Service.Namespace+"/"+a.Service.Name+"="+a.Ip)
+		}
 	}
 	for _, svc := range services {
 		for _, in := range svc.Status.LoadBalancer.Ingress {
