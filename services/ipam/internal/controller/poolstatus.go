@@ -33,6 +33,9 @@ type poolStatus struct {
 	// merge patch without them leaves the last counts in place.
 	IPv4 *familyCounts `json:"ipv4,omitempty"`
 	IPv6 *familyCounts `json:"ipv6,omitempty"`
+	// Kept counts the addresses kept for Services that released them,
+	// written for a served pool (they count as used too).
+	Kept *int `json:"kept,omitempty"`
 	// NamespacesAtQuota lists the namespaces holding or requesting as many
 	// addresses as the pool's maxAddressesPerNamespace allows: written for
 	// a served pool, as [] when none, and as null (the merge patch removes
@@ -171,6 +174,8 @@ func (w *worker) poolStatus(obj *watcherv1.Object, st poolstate.State) poolStatu
 		if st.Served {
 			v4, v6 := familyStatus(st.IPv4), familyStatus(st.IPv6)
 			status.IPv4, status.IPv6 = &v4, &v6
+			kept := st.Kept
+			status.Kept = &kept
 			status.NamespacesAtQuota = namespacesAtQuota(w.alloc.AtQuota(st.Name), obj.GetIpPool().GetAllocation().GetMaxAddressesPerNamespace() > 0)
 		}
 		n := st.HeldOutside

@@ -59,10 +59,10 @@ func TestPoolStatusJSON(t *testing.T) {
 		name: "served",
 		status: poolStatus{Conditions: []poolCondition{ready}, HeldOutside: &zero,
 			IPv4: &familyCounts{Total: 4, Used: 1, Available: 3, TotalExact: "4", AvailableExact: "3"},
-			IPv6: &familyCounts{TotalExact: "0", AvailableExact: "0"}},
+			IPv6: &familyCounts{TotalExact: "0", AvailableExact: "0"}, Kept: &zero},
 		want: `{"status":{"conditions":[{"message":"The pool serves Services","observedGeneration":2,"reason":"Serving","status":"True","type":"Ready"}],` +
 			`"heldOutside":0,"ipv4":{"available":3,"availableExact":"3","total":4,"totalExact":"4","used":1},` +
-			`"ipv6":{"available":0,"availableExact":"0","total":0,"totalExact":"0","used":0}}}`,
+			`"ipv6":{"available":0,"availableExact":"0","total":0,"totalExact":"0","used":0},"kept":0}}`,
 	}, {
 		name:   "no allocator: conditions only, with their transition time once written",
 		status: poolStatus{Conditions: []poolCondition{{Type: "Ready", Status: "False", Reason: "LedgerUnreadable", Message: "m", LastTransitionTime: "2026-01-02T03:04:05Z"}}},
