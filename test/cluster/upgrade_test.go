@@ -146,8 +146,55 @@ func (e *env) throughPreviousRelease(ctx context.Context, root, overlay string, 
 		for _, line := range rep.lines {
 			note("  %s: %s", r.what, line)
 		}
+		if !s.run(func() { e.keptAcrossReleases(ctx, s, w, i) }) {
+			return fmt.Errorf("after %s, the kept address: %s", r.what, strings.Join(s.findings, "; "))
+		}
 	}
 	return nil
+}
+
+// keptAcrossReleases proves a kept address's compatibility rule
+// (docs/upgrading.md) after roll i: under the new release a deleted Service's
+// address is kept for it (i = 0); the previous release, which knows kept
+// addresses only as reservations for their Service, reads that ledger,
+// allocates beside it (roll checked a new Service gets an address) and
+// hands the address to nobody (i = 1); the new release again gives it back
+// to the Service created again (i = 2).
+func (e *env) keptAcrossReleases(ctx context.Context, s *stage, w *workload, i int) {
+	conn := e.ipamConn(ctx, s, w.operatorToken, false)
+	ipam := ipamv1grpc.NewIPAMServiceClient(conn)
+	switch i {
+	case 0:
+		w.keptIP = e.ips(s, w.ns, []string{"batch"}, time.Minute)["batch"]
+		if err := e.client.CoreV1().Services(w.ns).Delete(ctx, "batch", metav1.DeleteOptions{}); err != nil {
+			s.Fatal(err)
+		}
+		w.services = slices.DeleteFunc(w.services, func(n string) bool { return n == "batch" })
+		testenv.Eventually(s, time.Minute, func() error {
+			resp, err := ipam.GetAllocation(ctx, &ipamv1.GetAllocationRequest{Selector: &ipamv1.GetAllocationRequest_Ip{Ip: w.keptIP}})
+			if err != nil {
+				return err
+			}
+			if a := resp.GetAllocations(); len(a) != 1 || a[0].GetKeptUntil() == "" || a[0].GetService().GetName() != "batch" {
+				return fmt.Errorf("%s, batch's, is not kept for it: %v", w.keptIP, a)
+			}
+			return nil
+		})
+	case 1:
+		resp, err := ipam.GetAllocation(ctx, &ipamv1.GetAllocationRequest{Selector: &ipamv1.GetAllocationRequest_Ip{Ip: w.keptIP}})
+		if err != nil {
+			s.Fatalf("the previous release's GetAllocation %s: %v", w.keptIP, err)
+		}
+		if r := resp.GetReservation(); r.GetForService().GetName() != "batch" || len(resp.GetAllocations()) != 0 {
+			s.Errorf("the previous release shows %s as %v, want a reservation for batch, held by nobody", w.keptIP, resp)
+		}
+	case 2:
+		journey.CreateLoadBalancer(s, e.client, w.ns, "batch", nil, corev1.ProtocolTCP, 80)
+		w.services = append(w.services, "batch")
+		if got := e.ips(s, w.ns, []string{"batch"}, 2*time.Minute)["batch"]; got != w.keptIP {
+			s.Errorf("batch, created again, got %s, want %s, kept for it across the downgrade and the upgrade", got, w.keptIP)
+		}
+	}
 }
 
 // previousReleaseCache runs hack/previous-release.sh and says whether the
@@ -213,6 +260,9 @@ type workload struct {
 	slice         []string
 	operatorToken string
 	services      []string
+	// keptIP is what "batch" held when it was deleted under the new
+	// release (keptAcrossReleases).
+	keptIP string
 	// versions are the releases by image tag: VERSION for dev, the
 	// previous release's for its tag.
 	versions map[string]string
