@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"testing"
+	"time"
 )
 
 // nth returns base + i (IPv4, or IPv6 within the low 64 bits).
@@ -120,5 +121,64 @@ func BenchmarkAssign10000(b *testing.B) {
 func BenchmarkRestart50000(b *testing.B) {
 	for b.Loop() {
 		fillSlash16(b, 50000, true)
+	}
+}
+
+// BenchmarkAllocateFromFreed: every address of a /20 has been used and
+// freed (4,096 in the order of reuse); each iteration a new Service takes
+// the least recently freed one and releases it, to the back of the order.
+func BenchmarkAllocateFromFreed(b *testing.B) {
+	a := newAllocator(b, mustPool(b, "p", spec("10.0.0.0/20")))
+	for i := range 4096 {
+		mustAllocate(b, a, Request{Service: fmt.Sprintf("ns/s%d", i)})
+	}
+	for i := range 4096 {
+		a.Release(fmt.Sprintf("ns/s%d", i))
+	}
+	i := 0
+	for b.Loop() {
+		svc := fmt.Sprintf("ns/new%d", i)
+		i++
+		if _, err := a.Allocate(Request{Service: svc}); err != nil {
+			b.Fatal(err)
+		}
+		a.Release(svc)
+	}
+}
+
+// BenchmarkTakeKeptFromFullPool: a /20 whose 4,096 addresses are all kept
+// for deleted Services; each iteration a waiter takes the one kept longest
+// (a scan of what is kept), and its own release keeps it again.
+func BenchmarkTakeKeptFromFullPool(b *testing.B) {
+	hour := keeping(time.Hour, spec("10.0.0.0/20"))
+	a := newAllocator(b, mustPool(b, "p", hour))
+	for i := range 4096 {
+		mustAllocate(b, a, Request{Service: fmt.Sprintf("ns/s%d", i)})
+	}
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	keepAll := func(svcs ...string) {
+		kept := a.KeepOnRelease(svcs, at)
+		for _, s := range svcs {
+			a.Release(s)
+		}
+		for _, r := range kept {
+			if err := a.Reserve(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for i := range 4096 {
+		keepAll(fmt.Sprintf("ns/s%d", i))
+	}
+	i := 0
+	for b.Loop() {
+		svc := fmt.Sprintf("other/w%d", i)
+		i++
+		at = at.Add(time.Second)
+		res, err := a.Allocate(Request{Service: svc})
+		if err != nil || len(res.Kept) != 1 {
+			b.Fatalf("%v %+v", err, res)
+		}
+		keepAll(svc)
 	}
 }

@@ -27,26 +27,106 @@ import (
 // only when the pool has nothing else — the address kept longest (oldest
 // release first), and Result.Kept says whose it was.
 
-// keptIndex finds kept reservations by the Service they are kept for and by
-// namespace and sharing key.
+// keptIndex finds kept reservations by the Service they are kept for, by
+// namespace and sharing key, and oldest first (all of them, and those of
+// each namespace).
 type keptIndex struct {
 	byService map[string][]netip.Addr
 	byShare   map[string][]netip.Addr // shareKey(namespace, key)
-	all       map[netip.Addr]struct{}
+	all       map[netip.Addr]keptAge  // kept address -> its release and namespace
+	// byAge and byNamespace are ordered by release, then address, once
+	// sorted (an entry added out of order unsorts them; oldest sorts
+	// them again). An entry whose address is no longer kept at that time
+	// is stale, skipped and dropped.
+	byAge       []keptAge
+	byNamespace map[string][]keptAge
+	sorted      bool
+}
+
+type keptAge struct {
+	ip netip.Addr
+	at time.Time
+	ns string // the namespace of the Service it is kept for
+}
+
+func compareAge(x, y keptAge) int {
+	if c := x.at.Compare(y.at); c != 0 {
+		return c
+	}
+	return x.ip.Compare(y.ip)
 }
 
 func shareKey(ns, key string) string { return ns + "\x00" + key }
 
 func (x *keptIndex) add(r Reservation) {
 	if x.all == nil {
-		x.byService, x.byShare, x.all = map[string][]netip.Addr{}, map[string][]netip.Addr{}, map[netip.Addr]struct{}{}
+		x.byService, x.byShare, x.all = map[string][]netip.Addr{}, map[string][]netip.Addr{}, map[netip.Addr]keptAge{}
+		x.byNamespace, x.sorted = map[string][]keptAge{}, true
 	}
-	x.all[r.IP] = struct{}{}
+	ns := namespaceOf(r.ForService)
+	e := keptAge{r.IP, r.CreatedAt, ns}
+	x.all[r.IP] = e
 	x.byService[r.ForService] = append(x.byService[r.ForService], r.IP)
 	if r.SharingKey != "" {
-		k := shareKey(namespaceOf(r.ForService), r.SharingKey)
+		k := shareKey(ns, r.SharingKey)
 		x.byShare[k] = append(x.byShare[k], r.IP)
 	}
+	if n := len(x.byAge); n > 0 && compareAge(x.byAge[n-1], e) > 0 {
+		x.sorted = false
+	}
+	x.byAge = append(x.byAge, e)
+	if l := x.byNamespace[ns]; len(l) > 0 && compareAge(l[len(l)-1], e) > 0 {
+		x.sorted = false
+	}
+	x.byNamespace[ns] = append(x.byNamespace[ns], e)
+}
+
+func (x *keptIndex) stale(e keptAge) bool {
+	cur, ok := x.all[e.ip]
+	return !ok || !cur.at.Equal(e.at)
+}
+
+// oldest returns the first address of ns's list ("" for all of them), oldest
+// release first, for which ok is true.
+func (x *keptIndex) oldest(ns string, ok func(netip.Addr) bool) (netip.Addr, bool) {
+	if len(x.all) == 0 {
+		return netip.Addr{}, false
+	}
+	if !x.sorted || len(x.byAge) > 2*len(x.all)+64 {
+		x.compact()
+	}
+	list := &x.byAge
+	if ns != "" {
+		l := x.byNamespace[ns]
+		list = &l
+		defer func() {
+			if len(l) > 0 {
+				x.byNamespace[ns] = l
+			} else {
+				delete(x.byNamespace, ns)
+			}
+		}()
+	}
+	for len(*list) > 0 && x.stale((*list)[0]) {
+		*list = (*list)[1:] // taken or expired oldest first: drop them as they go
+	}
+	for _, e := range *list {
+		if !x.stale(e) && ok(e.ip) {
+			return e.ip, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// compact drops the stale entries and sorts the lists.
+func (x *keptIndex) compact() {
+	x.byAge = slices.DeleteFunc(x.byAge, x.stale)
+	slices.SortFunc(x.byAge, compareAge)
+	clear(x.byNamespace)
+	for _, e := range x.byAge {
+		x.byNamespace[e.ns] = append(x.byNamespace[e.ns], e)
+	}
+	x.sorted = true
 }
 
 func (x *keptIndex) remove(r Reservation) {
@@ -255,26 +335,13 @@ func (a *Allocator) keptFor(p *Pool, f Family, req Request) (netip.Addr, bool) {
 // first (a namespace that creates and deletes Services uses up its own kept
 // addresses before anyone else's); ownOnly: only those.
 func (a *Allocator) oldestKept(p *Pool, f Family, service string, ownOnly bool) (netip.Addr, bool) {
-	ns := namespaceOf(service)
-	var best netip.Addr
-	var bestOwn bool
-	var bestAt time.Time
-	for ip := range a.kept.all {
-		if FamilyOf(ip) != f || !p.allocatable(ip) || a.claimedByOther(ip, service) {
-			continue
-		}
-		r := a.ips[ip].reservation
-		own := namespaceOf(r.ForService) == ns
-		if ownOnly && !own {
-			continue
-		}
-		better := !best.IsValid() || own && !bestOwn ||
-			own == bestOwn && (r.CreatedAt.Before(bestAt) || r.CreatedAt.Equal(bestAt) && ip.Less(best))
-		if better {
-			best, bestOwn, bestAt = ip, own, r.CreatedAt
-		}
+	ok := func(ip netip.Addr) bool {
+		return FamilyOf(ip) == f && p.allocatable(ip) && !a.claimedByOther(ip, service)
 	}
-	return best, best.IsValid()
+	if ip, found := a.kept.oldest(namespaceOf(service), ok); found || ownOnly {
+		return ip, found
+	}
+	return a.kept.oldest("", ok)
 }
 
 // freedBy returns the lowest free address of family f in pool p that req's
