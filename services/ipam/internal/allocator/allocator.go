@@ -632,8 +632,8 @@ func (a *Allocator) usable(ip netip.Addr, service string, sh Sharing, held bool)
 	}
 	ns := namespaceOf(service)
 	if r := st.reservation; r != nil && r.Kept && r.ForService != service {
-		if sh.Key != "" && r.SharingKey == sh.Key && namespaceOf(r.ForService) == ns {
-			return nil // kept under its sharing key, for its namespace
+		if !held && sh.Key != "" && r.SharingKey == sh.Key && namespaceOf(r.ForService) == ns {
+			return nil // kept under its sharing key, for its namespace: a grant ends the reservation
 		}
 		return &Error{Reason: ReasonRequestedIPInUse,
 			Message: fmt.Sprintf("%s is kept for %s, which released it, until %s; request another IP, or ask an operator to release it (kubectl ipledger release %s)",

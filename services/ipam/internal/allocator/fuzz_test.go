@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzParsePool: any spec.addresses either fails with an error naming the
@@ -205,10 +206,11 @@ func TestAllocatorInvariantsRandom(t *testing.T) {
 
 func runOps(t *testing.T, ops []byte) {
 	poolSets := [][]*Pool{
-		{mustPool(t, "a", spec("10.0.0.0/30", "2001:db8::/126")), mustPool(t, "b", quota(spec("10.0.0.4-10.0.0.6"), 2))},
-		{mustPool(t, "a", spec("10.0.0.0/31")), mustPool(t, "c", spec("10.0.0.2-10.0.0.9", "2001:db8::/127"))},
+		{mustPool(t, "a", keeping(time.Hour, spec("10.0.0.0/30", "2001:db8::/126"))), mustPool(t, "b", quota(keeping(time.Hour, spec("10.0.0.4-10.0.0.6")), 2))},
+		{mustPool(t, "a", spec("10.0.0.0/31")), mustPool(t, "c", keeping(time.Minute, spec("10.0.0.2-10.0.0.9", "2001:db8::/127")))},
 		{mustPool(t, "b", spec("10.0.0.0/29"))},
 	}
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	a := New()
 	a.SetPools(poolSets[0])
 	ip := func(b byte) netip.Addr {
@@ -285,7 +287,18 @@ func runOps(t *testing.T, ops []byte) {
 		case 2:
 			a.Assign(svc, []netip.Addr{ip(y)}, sharing(y>>3))
 		case 3:
+			// Deleted (kept for it) or released to ask again (not kept).
+			now = now.Add(time.Duration(y) * time.Second)
+			var kept []Reservation
+			if y&1 == 0 {
+				kept = a.KeepOnRelease([]string{svc}, now)
+			}
 			a.Release(svc)
+			for _, r := range kept {
+				if err := a.Reserve(r); err != nil {
+					t.Fatalf("keep %s for %s: %v", r.IP, svc, err)
+				}
+			}
 		case 4:
 			fs := ""
 			if y&1 == 0 {
@@ -293,7 +306,13 @@ func runOps(t *testing.T, ops []byte) {
 			}
 			a.Reserve(Reservation{IP: ip(y >> 1), Note: "n", ForService: fs})
 		case 5:
-			a.Unreserve(ip(y))
+			if y&1 == 0 {
+				a.Unreserve(ip(y >> 1))
+				break
+			}
+			for _, r := range a.ExpiredKept(now.Add(time.Duration(y) * time.Second)) {
+				a.Unreserve(r.IP)
+			}
 		case 6:
 			a.SetPools(poolSets[int(y)%len(poolSets)])
 		}

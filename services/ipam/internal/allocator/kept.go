@@ -318,7 +318,10 @@ func (a *Allocator) keptFor(p *Pool, f Family, req Request) (netip.Addr, bool) {
 	for _, ips := range lists {
 		var best netip.Addr
 		for _, ip := range ips {
-			if FamilyOf(ip) == f && p.allocatable(ip) && !a.claimedByOther(ip, req.Service) && (!best.IsValid() || ip.Less(best)) {
+			// A kept address its own Service holds again (an Assign from
+			// its status) ends with that Service's next grant.
+			held := len(a.ips[ip].holders) > 0
+			if FamilyOf(ip) == f && p.allocatable(ip) && !held && !a.claimedByOther(ip, req.Service) && (!best.IsValid() || ip.Less(best)) {
 				best = ip
 			}
 		}
@@ -336,7 +339,7 @@ func (a *Allocator) keptFor(p *Pool, f Family, req Request) (netip.Addr, bool) {
 // addresses before anyone else's); ownOnly: only those.
 func (a *Allocator) oldestKept(p *Pool, f Family, service string, ownOnly bool) (netip.Addr, bool) {
 	ok := func(ip netip.Addr) bool {
-		return FamilyOf(ip) == f && p.allocatable(ip) && !a.claimedByOther(ip, service)
+		return FamilyOf(ip) == f && p.allocatable(ip) && !a.claimedByOther(ip, service) && len(a.ips[ip].holders) == 0
 	}
 	if ip, found := a.kept.oldest(namespaceOf(service), ok); found || ownOnly {
 		return ip, found
