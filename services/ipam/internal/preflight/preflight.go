@@ -161,7 +161,7 @@ func Check(in preview.Inputs) *Report {
 		lb := ips(entries)
 		r.Changes = append(r.Changes, Change{Namespace: ns, Name: name, UID: entries[0].Service.UID, Change: LedgerReleased,
 			IPsBefore: []string{}, IPsAfter: []string{}, LedgerBefore: lb, LedgerAfter: []string{},
-			Why: fmt.Sprintf("The Service is gone; the ledger still records %s for it, which would be released.", strings.Join(lb, ", "))})
+			Why: fmt.Sprintf("The Service is gone; the ledger still records %s for it, which would be released: kept for its namespace/name for its pool's grace period (--keep-released-addresses, spec.allocation.keepReleasedSeconds), then free.", strings.Join(lb, ", "))})
 	}
 	slices.SortFunc(r.Changes, func(a, b Change) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
