@@ -309,7 +309,8 @@ func keptForRequest(r *Reservation, req Request) bool {
 }
 
 // keptFor returns the lowest address of family f in pool p kept for req
-// (its Service's own first, then its sharing key's) that p may give it.
+// (its Service's own first, then its sharing key's) that p may give it,
+// whoever else requests it.
 func (a *Allocator) keptFor(p *Pool, f Family, req Request) (netip.Addr, bool) {
 	lists := [][]netip.Addr{a.kept.byService[req.Service]}
 	if req.Sharing.Key != "" {
@@ -321,7 +322,9 @@ func (a *Allocator) keptFor(p *Pool, f Family, req Request) (netip.Addr, bool) {
 			// A kept address its own Service holds again (an Assign from
 			// its status) ends with that Service's next grant.
 			held := len(a.ips[ip].holders) > 0
-			if FamilyOf(ip) == f && p.allocatable(ip) && !held && !a.claimedByOther(ip, req.Service) && (!best.IsValid() || ip.Less(best)) {
+			// Another Service's request (claim) does not stand in the way:
+			// it may not have a kept address, and must not block it.
+			if FamilyOf(ip) == f && p.allocatable(ip) && !held && (!best.IsValid() || ip.Less(best)) {
 				best = ip
 			}
 		}

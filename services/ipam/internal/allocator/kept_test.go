@@ -305,3 +305,21 @@ func TestChurnUsesItsOwnKeptAddresses(t *testing.T) {
 		t.Fatalf("prod/web, back, got %v: evil's churn took its kept address", got)
 	}
 }
+
+// Another namespace requesting a kept address cannot keep it from its
+// Service.
+func TestKeptAddressIsNotBlockedByAClaim(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "p", keeping(time.Hour, spec("10.0.0.0/29"))))
+	mustAllocate(t, a, Request{Service: "prod/web"})
+	releaseKeeping(t, a, "prod/web", time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC))
+	thief := Request{Service: "evil/thief", RequestedIPs: addrs("10.0.0.0")}
+	if err := a.Claim(thief); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Allocate(thief); reasonOf(err) != ReasonRequestedIPInUse {
+		t.Fatalf("evil/thief: err = %v, want RequestedIPInUse", err)
+	}
+	if got := ipsOf(mustAllocate(t, a, Request{Service: "prod/web"})); !slices.Equal(got, []string{"10.0.0.0"}) {
+		t.Fatalf("prod/web, back, got %v: another namespace's request kept its address from it", got)
+	}
+}

@@ -147,3 +147,45 @@ func TestKeptAddressesStarveNoOneAndExpire(t *testing.T) {
 	h.service("x", onShort)
 	h.expect(wait, map[string]string{"x": "10.81.3.1"})
 }
+
+// Another namespace can neither take a kept address by requesting it nor
+// learn whose it is; a Service of the same name in another namespace gets
+// its own address.
+func TestKeptAddressStaysInItsNamespace(t *testing.T) {
+	h := newHarness(t)
+	h.keepReleased = time.Hour
+	h.pool("tkept-ns-"+h.lease[len("ipam-"):], "10.81.4.0/29")
+	other := h.env.Namespace(t, nil)
+	h.start("ipam-0")
+	h.service("web", nil)
+	h.expect(wait, map[string]string{"web": "10.81.4.0"})
+	h.deleteService("web")
+	h.expectKept(h.ns + "/web=10.81.4.0")
+
+	h.serviceIn(other, "thief", map[string]string{"ipledger.io/loadBalancerIPs": "10.81.4.0"})
+	h.serviceIn(other, "web", nil)
+	var thief, web corev1.Service
+	testenv.Eventually(t, wait, func() error {
+		for name, into := range map[string]*corev1.Service{"thief": &thief, "web": &web} {
+			s, err := h.env.Client.CoreV1().Services(other).Get(context.Background(), name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if len(s.Status.Conditions) == 0 {
+				return fmt.Errorf("%s/%s has no condition yet", other, name)
+			}
+			*into = *s
+		}
+		return nil
+	})
+	c := thief.Status.Conditions[0]
+	if c.Reason != "RequestedIPInUse" || strings.Contains(c.Message, h.ns) || !strings.Contains(c.Message, "kept for a Service in another namespace") {
+		t.Errorf("%s/thief: %s %q, want RequestedIPInUse saying only that a Service of another namespace released it", other, c.Reason, c.Message)
+	}
+	if got := web.Status.LoadBalancer.Ingress; len(got) != 1 || got[0].IP == "10.81.4.0" {
+		t.Errorf("%s/web got %v, want an address of its own", other, got)
+	}
+	h.expectKept(h.ns + "/web=10.81.4.0")
+	h.service("web", nil)
+	h.expect(wait, map[string]string{"web": "10.81.4.0"})
+}
