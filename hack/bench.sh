@@ -25,7 +25,8 @@ for s in $suites; do
       # start-up, and 50 subscribers' snapshot (time, extra RSS). ~15 min.
       run go test -run XXX -bench BinaryMemory -benchtime 1x -timeout 60m ./services/watcher/internal/app/ ;;
     ipam)
-      run go test -run XXX -bench 'ColdStart|SteadyState' -benchtime 1x -timeout 60m ./services/ipam/internal/bench/ ;;
+      # -v: without it go test keeps only a benchmark's first log lines, and the later rounds' and the restart's are lost.
+      run go test -v -run XXX -bench 'ColdStart|SteadyState' -benchtime 1x -timeout 60m ./services/ipam/internal/bench/ ;;
     endpoints)
       run go test -run XXX -bench . -benchtime 1x -timeout 30m ./services/endpoints/internal/app/ ;;
     eipd)
