@@ -277,7 +277,6 @@ func (c *Client) HasSynced() bool {
 func (c *Client) AddHandler(h Handler) Registration {
 	c.dispatchMu.Lock()
 	defer c.dispatchMu.Unlock()
-	r := &registration{h: h}
 	replay := h.OnAdd
 	if ih, ok := h.(InitialListHandler); ok {
 		replay = ih.OnInitialAdd
@@ -287,6 +286,24 @@ func (c *Client) AddHandler(h Handler) Registration {
 	for o := range c.store.all() {
 		replay(o)
 	}
+	return c.register(h)
+}
+
+// Follow registers h for the events from now on and replays nothing: for a
+// caller that reads the whole store itself once Follow returns (ipam's term
+// start rebuilds from every object), to whom AddHandler's replay would be a
+// decode of every object for nothing. An event applied while Follow
+// registers is either in the store the caller reads next or delivered to h.
+func (c *Client) Follow(h Handler) Registration {
+	c.dispatchMu.Lock()
+	defer c.dispatchMu.Unlock()
+	return c.register(h)
+}
+
+// register adds h to the handlers events are delivered to; the caller
+// holds dispatchMu.
+func (c *Client) register(h Handler) Registration {
+	r := &registration{h: h}
 	c.handlersMu.Lock()
 	old := *c.handlers.Load()
 	next := append(append(make([]*registration, 0, len(old)+1), old...), r)

@@ -149,6 +149,19 @@ func TestLateHandlerGetsReplayThenLiveEvents(t *testing.T) {
 	}
 }
 
+// TestFollowDeliversOnlyLaterEvents: a handler registered with Follow is
+// told nothing of what the store already holds, and everything after.
+func TestFollowDeliversOnlyLaterEvents(t *testing.T) {
+	f := startFake(t, "e1", svc("a", "x", "1", nil), svc("b", "y", "1", nil))
+	c := runClient(t, f.addr)
+	waitSync(t, c)
+	r := newRecorder()
+	c.Follow(r)
+	f.upsert(svc("b", "y", "2", nil))
+	f.upsert(svc("c", "z", "1", nil))
+	wantEvents(t, r, "update b/y@1->2", "add c/z@1")
+}
+
 // TestFailoverToNewEpochDeletesWhatDidNotComeBack runs two replicas with
 // different epochs; objects deleted while the client moves from one to the
 // other must be deleted from the store, with OnDelete, and nothing else.
@@ -156,6 +169,7 @@ func TestFailoverToNewEpochDeletesWhatDidNotComeBack(t *testing.T) {
 	a, b, x := svc("ns", "a", "1", nil), svc("ns", "b", "1", nil), svc("ns", "x", "1", nil)
 	r1 := startFake(t, "epoch-1", a, b, x)
 	addr2 := testenv.FreeAddr(t)
+
 	// Round robin only uses ready replicas: the client starts on r1.
 	c2 := runClient(t, "static:///"+r1.addr+","+addr2)
 	waitSync(t, c2)

@@ -8,13 +8,15 @@
 //	go test -run XXX -bench ColdStart ./internal/bench/                          # N = 1,000
 //	IPLEDGER_BENCH_N=10000 IPLEDGER_BENCH_ROUNDS=3 go test -run XXX -bench ColdStart -timeout 60m ./internal/bench/
 //
-// IPLEDGER_BENCH_ROUNDS repeats floors and cold start over the same
+// IPLEDGER_BENCH_RESTARTS repeats the restart (each with
+// one new Service), with the milestones of each. IPLEDGER_BENCH_ROUNDS repeats floors and cold start over the same
 // Services (statuses, annotations and ledger wiped in between), so that
 // one set-up gives the spread of several runs. IPLEDGER_BENCH_ARGS adds
 // ipam flags, IPLEDGER_BENCH_IPAM_ENV ipam's environment (GOMEMLIMIT=…),
 // IPLEDGER_BENCH_PPROF a CPU profile's path (of the first round), IPLEDGER_BENCH_HEAP
 // the path of a heap profile taken after the first cold start,
-// IPLEDGER_BENCH_APISERVER_PPROF a prefix for the API server's CPU profiles
+// IPLEDGER_BENCH_RESTART_PPROF a prefix for CPU profiles of each restart's
+// first second, IPLEDGER_BENCH_APISERVER_PPROF a prefix for the API server's CPU profiles
 // of the first round's phases.
 package bench
 
@@ -37,7 +39,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
@@ -143,11 +144,11 @@ func BenchmarkColdStart(b *testing.B) {
 	args := strings.Fields(os.Getenv("IPLEDGER_BENCH_ARGS"))
 	// Environment for ipam alone, e.g. IPLEDGER_BENCH_IPAM_ENV="GOMEMLIMIT=64MiB".
 	ipamEnv := strings.Fields(os.Getenv("IPLEDGER_BENCH_IPAM_ENV"))
-	startIPAM := func(name, opsAddr string) *testenv.Process {
-		return testenv.StartProcess(b, name, bin, ipamEnv, append(args,
+	startIPAM := func(name, opsAddr string, extra ...string) *testenv.Process {
+		return testenv.StartProcess(b, name, bin, ipamEnv, slices.Concat(args, []string{
 			"--kubeconfig", env.CP.KubeconfigPath, "--namespace", ns, "--lb-class", class, "--log-format", "text", "--log-level", "warn",
 			"--watcher-addr", watcherAddr, "--watcher-token-file", tokenFile, "--watcher-plaintext",
-			"--grpc-addr", testenv.FreeAddr(b), "--grpc-plaintext", "--ops-addr", opsAddr, "--enable-pprof")...)
+			"--grpc-addr", testenv.FreeAddr(b), "--grpc-plaintext", "--ops-addr", opsAddr, "--enable-pprof"}, extra)...)
 	}
 
 	var results []round
@@ -254,54 +255,10 @@ func BenchmarkColdStart(b *testing.B) {
 			sum(ipamCPU), sum(ipamCPU)/sum(floorCPU), sum(ipamCPU)/sum(patchCPU))
 	}
 
-	// Restart with N ledger entries: time from process start to the first
-	// new allocation, and how many status writes the new process makes
-	// (exactly one — the new Service's — when nothing is re-decided).
-	if err := ipam.Stop(30 * time.Second); err != nil {
-		b.Logf("ipam exited: %v", err)
-	}
-	if _, err := client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "after-restart", Namespace: ns},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
-			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
-	}, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	ops2 := testenv.FreeAddr(b)
-	restartLoad := loadavg()
-	restartBegin := time.Now()
-	restarted := startIPAM("ipam-restarted", ops2)
-	testenv.Eventually(b, 10*time.Minute, func() error {
-		s, err := client.CoreV1().Services(ns).Get(ctx, "after-restart", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if len(s.Status.LoadBalancer.Ingress) == 0 {
-			return fmt.Errorf("no IP yet")
-		}
-		return nil
-	})
-	restart := time.Since(restartBegin)
-	// Let the restarted process finish its first passes, then count.
-	var statusWrites float64
-	testenv.Eventually(b, time.Minute, func() error {
-		statusWrites = scrape(ctx, ops2, `ipledger_ipam_status_writes_total{result="ok"}`)
-		if statusWrites < 1 || scrape(ctx, ops2, "ipledger_ipam_pending_services") != 0 {
-			return fmt.Errorf("the new Service's write is not counted yet")
-		}
-		return nil
-	})
-	step := func(s string) float64 {
-		return scrape(ctx, ops2, `ipledger_ipam_ledger_open_duration_seconds_sum{step="`+s+`"}`)
-	}
-	b.ReportMetric(restart.Seconds(), "restart-first-alloc-s")
-	b.ReportMetric(statusWrites-1, "restart-redundant-writes")
-	b.ReportMetric(step("parse"), "restart-ledger-parse-s")
-	b.ReportMetric(step("fence"), "restart-ledger-fence-s")
-	b.Logf("restart with %d ledger entries: first new allocation after %s; %v status writes besides the new Service's; "+
-		"ledger read %.3f s, parse %.3f s, fence %.3f s; RSS peak %.0f MB; load %s → %s",
-		n, restart.Round(time.Millisecond), statusWrites-1, step("read"), step("parse"), step("fence"),
-		processPeakRSS(b, restarted.PID())/1e6, restartLoad, loadavg())
+	// Restart with N ledger entries, IPLEDGER_BENCH_RESTARTS times (1):
+	// time from process start to the first new allocation, and how many
+	// status writes the new process makes.
+	measureRestarts(b, ctx, client, ns, class, n, envInt("IPLEDGER_BENCH_RESTARTS", 1), ipam, startIPAM)
 
 	// The figures of the median round (by ratio to the 32-worker floor),
 	// the worst RSS of all.

@@ -27,7 +27,7 @@ import (
 // Source is what the controller reads the cluster through: a *stream.Client.
 type Source interface {
 	Store() *stream.Store
-	AddHandler(h stream.Handler) stream.Registration
+	Follow(h stream.Handler) stream.Registration
 	RemoveHandler(r stream.Registration)
 	WaitForSync(ctx context.Context) error
 }
@@ -137,8 +137,9 @@ func (w *worker) Run(term *leader.Term) error {
 	}
 
 	// Handlers only mark keys dirty; registering before the rebuild means
-	// nothing that happens during it is missed.
-	reg := w.c.source.AddHandler(w.handler())
+	// nothing that happens during it is missed, and the rebuild marks
+	// every Service itself (no replay: it would decode every object).
+	reg := w.c.source.Follow(w.handler())
 	defer w.c.source.RemoveHandler(reg)
 
 	// Opening: until the ledger is read, fenced and rebuilt from, the term

@@ -531,9 +531,10 @@ func (w *worker) confirmGone(ctx context.Context, absent []string) []string {
 	return gone
 }
 
-// env finds, in the stream, what requests depend on besides the Services.
+// env finds, in the stream, what requests depend on besides the Services:
+// a new one for each decision (objects.Memo).
 func (w *worker) env() objects.Env {
-	return objects.Env{Objects: w.store(), GatewayServiceNamespaces: w.c.cfg.GatewayServiceNamespaces}
+	return objects.Env{Objects: objects.Memo(w.store()), GatewayServiceNamespaces: w.c.cfg.GatewayServiceNamespaces}
 }
 
 // setPools applies a changed pool set and marks every Service.

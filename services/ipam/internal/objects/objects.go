@@ -211,6 +211,43 @@ type Env struct {
 	GatewayServiceNamespaces []string
 }
 
+// Memo returns a Getter that asks g for each object once and remembers
+// the answer: the Env of one decision (a pass, a term's rebuild, one gRPC
+// call), in which thousands of Services of a namespace ask for the same
+// Namespace, each a decode of the stream's bytes without it. It sees no
+// change made after its first answer, so it must not outlive the decision.
+func Memo(g Getter) Getter {
+	return &memo{g: g, seen: map[memoKey]memoEntry{}}
+}
+
+type memoKey struct {
+	kind            watcherv1.Kind
+	namespace, name string
+}
+
+type memoEntry struct {
+	obj *watcherv1.Object
+	ok  bool
+}
+
+type memo struct {
+	g    Getter
+	mu   sync.Mutex
+	seen map[memoKey]memoEntry
+}
+
+func (m *memo) Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool) {
+	k := memoKey{kind, namespace, name}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, found := m.seen[k]
+	if !found {
+		e.obj, e.ok = m.g.Get(kind, namespace, name)
+		m.seen[k] = e
+	}
+	return e.obj, e.ok
+}
+
 func (e Env) get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool) {
 	if e.Objects == nil {
 		return nil, false

@@ -140,3 +140,33 @@ func TestPoolSetKeepsTheLastValidSpec(t *testing.T) {
 		}
 	}
 }
+
+// countingGetter counts the Gets it answers.
+type countingGetter struct {
+	Index
+	gets int
+}
+
+func (c *countingGetter) Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool) {
+	c.gets++
+	return c.Index.Get(kind, namespace, name)
+}
+
+// TestMemoAsksOnce: a decision's Env asks the stream once per object, found
+// or not, and answers the same every time.
+func TestMemoAsksOnce(t *testing.T) {
+	ns := &watcherv1.Object{Kind: watcherv1.Kind_KIND_NAMESPACE, Meta: &watcherv1.ObjectMeta{Name: "team-a"}}
+	g := &countingGetter{Index: NewIndex(ns)}
+	m := Memo(g)
+	for range 3 {
+		if got, ok := m.Get(watcherv1.Kind_KIND_NAMESPACE, "", "team-a"); !ok || got != ns {
+			t.Fatalf("Get(team-a) = %v, %v; want the Namespace", got, ok)
+		}
+		if _, ok := m.Get(watcherv1.Kind_KIND_NAMESPACE, "", "team-b"); ok {
+			t.Fatal("Get(team-b) found a Namespace that does not exist")
+		}
+	}
+	if g.gets != 2 {
+		t.Fatalf("the stream was asked %d times, want 2 (once per object)", g.gets)
+	}
+}

@@ -139,17 +139,19 @@ func Decide(a *allocator.Allocator, b Batch) Plan {
 	// of them, so an older pending Service is never handed an IP that a
 	// younger one in the same batch asks for (Rebuild does the same for all
 	// Services at the start of a term).
-	for _, obj := range b.Services {
+	asks := make([]ask, len(b.Services))
+	for i, obj := range b.Services {
 		if !b.Class.Serves(obj) {
 			continue
 		}
-		if req, err := objects.Request(obj, b.Env); err == nil {
-			_ = a.Claim(req) // a refused claim: Allocate says why
+		asks[i].req, asks[i].err = objects.Request(obj, b.Env)
+		if asks[i].err == nil {
+			_ = a.Claim(asks[i].req) // a refused claim: Allocate says why
 		}
 	}
-	for _, obj := range b.Services {
+	for i, obj := range b.Services {
 		if b.Class.Serves(obj) {
-			p.decide(a, b, obj)
+			p.decide(a, b, obj, asks[i])
 		} else {
 			p.notOurs(a, b, obj)
 		}
@@ -204,13 +206,19 @@ func (p *Plan) notOurs(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
 	}
 }
 
+// ask is a Service's request (objects.Request), built once per decision.
+type ask struct {
+	req allocator.Request
+	err error
+}
+
 // decide allocates one of our Services and says so in its status.
-func (p *Plan) decide(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
+func (p *Plan) decide(a *allocator.Allocator, b Batch, obj *watcherv1.Object, asked ask) {
 	key := objkey.Of(obj)
 	cur := b.Current[key]
 	held := a.Allocations(key)
 	want := Status{Cond: &Condition{ObservedGeneration: obj.GetMeta().GetGeneration()}}
-	req, err := objects.Request(obj, b.Env)
+	req, err := asked.req, asked.err
 	var res allocator.Result
 	if err == nil {
 		res, err = a.Allocate(req)

@@ -78,9 +78,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
-// env finds, in the stream, what requests depend on besides the Services.
+// env finds, in the stream, what requests depend on besides the Services:
+// a new one for each decision (objects.Memo).
 func (s *Server) env() objects.Env {
-	return objects.Env{Objects: s.store(), GatewayServiceNamespaces: s.cfg.GatewayServiceNamespaces}
+	return objects.Env{Objects: objects.Memo(s.store()), GatewayServiceNamespaces: s.cfg.GatewayServiceNamespaces}
 }
 
 func (s *Server) class() objects.Class {

@@ -1,0 +1,158 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipledger/ipledger/pkg/testenv"
+)
+
+// restartSample is one restart of ipam over N allocated Services: when,
+// after the process started, each milestone of its first term was reached.
+type restartSample struct {
+	synced, leading, termStarted, firstAlloc time.Duration
+	read, parse, fence                       float64
+	redundantWrites                          float64
+	rssMB                                    float64
+	load                                     string
+}
+
+// restartMilestones are the log lines (their msg) that mark a term's start,
+// in order: the stream synced, the Lease won, the ledger fenced and rebuilt.
+var restartMilestones = []string{
+	"Watcher stream synced; campaigning for the Lease",
+	"Started leading",
+	"Term started: ledger fenced and allocations rebuilt",
+}
+
+// measureRestarts stops ipam and starts it again `restarts` times over the
+// N allocated Services, each time with one new Service waiting, and reports
+// the time to that Service's address with the milestones before it. start
+// must start ipam with extra flags appended and its ops address.
+func measureRestarts(b *testing.B, ctx context.Context, client kubernetes.Interface, ns, class string, n, restarts int,
+	running *testenv.Process, start func(name, opsAddr string, extra ...string) *testenv.Process) {
+	var samples []restartSample
+	for i := range restarts {
+		if err := running.Stop(30 * time.Second); err != nil {
+			b.Logf("ipam exited: %v", err)
+		}
+		name := fmt.Sprintf("after-restart-%d", i)
+		if _, err := client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
+				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
+		}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		ops := testenv.FreeAddr(b)
+		load := loadavg()
+		begin := time.Now()
+		running = start(fmt.Sprintf("ipam-restarted-%d", i), ops, "--log-level", "info")
+		if path := os.Getenv("IPLEDGER_BENCH_RESTART_PPROF"); path != "" {
+			go profileFromStart(ops, fmt.Sprintf("%s.%d", path, i))
+		}
+		testenv.Eventually(b, 10*time.Minute, func() error {
+			s, err := client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if len(s.Status.LoadBalancer.Ingress) == 0 {
+				return fmt.Errorf("no IP yet")
+			}
+			return nil
+		})
+		sample := restartSample{firstAlloc: time.Since(begin)}
+		// Let the restarted process finish its first passes, then count:
+		// exactly one status write (the new Service's) when nothing held
+		// is re-decided.
+		testenv.Eventually(b, time.Minute, func() error {
+			sample.redundantWrites = scrape(ctx, ops, `ipledger_ipam_status_writes_total{result="ok"}`) - 1
+			if sample.redundantWrites < 0 || scrape(ctx, ops, "ipledger_ipam_pending_services") != 0 {
+				return fmt.Errorf("the new Service's write is not counted yet")
+			}
+			return nil
+		})
+		step := func(s string) float64 {
+			return scrape(ctx, ops, `ipledger_ipam_ledger_open_duration_seconds_sum{step="`+s+`"}`)
+		}
+		sample.read, sample.parse, sample.fence = step("read"), step("parse"), step("fence")
+		at := milestones(b, running.LogPath, begin)
+		sample.synced, sample.leading, sample.termStarted = at[0], at[1], at[2]
+		sample.rssMB = processPeakRSS(b, running.PID()) / 1e6
+		sample.load = load + " → " + loadavg()
+		samples = append(samples, sample)
+		b.Logf("restart %d with %d ledger entries: first new allocation after %s (stream synced %s, leading %s, term started %s; "+
+			"ledger read %.3f s, parse %.3f s, fence %.3f s); %v status writes besides the new Service's; RSS peak %.0f MB; load %s",
+			i+1, n, ms(sample.firstAlloc), ms(sample.synced), ms(sample.leading), ms(sample.termStarted),
+			sample.read, sample.parse, sample.fence, sample.redundantWrites, sample.rssMB, sample.load)
+	}
+	slices.SortFunc(samples, func(a, b restartSample) int { return int(a.firstAlloc - b.firstAlloc) })
+	med := samples[len(samples)/2]
+	var redundant, rss float64
+	var all []string
+	for _, s := range samples {
+		redundant, rss = max(redundant, s.redundantWrites), max(rss, s.rssMB)
+		all = append(all, ms(s.firstAlloc))
+	}
+	b.ReportMetric(med.firstAlloc.Seconds(), "restart-first-alloc-s")
+	b.ReportMetric(redundant, "restart-redundant-writes")
+	b.ReportMetric(med.parse, "restart-ledger-parse-s")
+	b.ReportMetric(med.fence, "restart-ledger-fence-s")
+	b.Logf("restart with %d ledger entries, %d times: first new allocation after %s (median %s; its milestones: stream synced %s, "+
+		"leading %s, term started %s); at most %v redundant status writes; restart RSS peak at most %.0f MB",
+		n, len(samples), strings.Join(all, " "), ms(med.firstAlloc), ms(med.synced), ms(med.leading), ms(med.termStarted), redundant, rss)
+}
+
+// milestones reads the restartMilestones' times from a text-format log,
+// as durations since begin (0 for a milestone not found).
+func milestones(b *testing.B, logPath string, begin time.Time) []time.Duration {
+	f, err := os.Open(logPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	at := make([]time.Duration, len(restartMilestones))
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for i, msg := range restartMilestones {
+			if at[i] != 0 || !strings.Contains(line, `msg="`+msg+`"`) {
+				continue
+			}
+			stamp, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+			if t, err := time.Parse(time.RFC3339Nano, stamp); err == nil {
+				at[i] = t.Sub(begin)
+			}
+		}
+	}
+	return at
+}
+
+func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+// profileFromStart saves a one-second CPU profile of a process from as soon
+// as its ops server answers: a restart takes well under a second, and the
+// profiles of several restarts are read together (go tool pprof a.0 a.1 …).
+func profileFromStart(opsAddr, path string) {
+	for range 200 {
+		if resp, err := http.Get("http://" + opsAddr + "/healthz"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	saveProfile(opsAddr, "profile?seconds=1", path)
+}
