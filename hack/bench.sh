@@ -13,7 +13,7 @@ export IPLEDGER_TOOLS_BIN=${IPLEDGER_TOOLS_BIN:-$(hack/build-tools.sh)}
 out=.dev/bench/$(date -u +%Y%m%dT%H%M%SZ).txt
 mkdir -p .dev/bench
 suites=${*:-micro watcher ipam endpoints eipd}
-run() { echo "== $*" | tee -a "$out"; "$@" 2>&1 | grep -E '^(Benchmark|ok|FAIL|---|    bench|    anchors|    coldstart)' | tee -a "$out"; }
+run() { echo "== $*" | tee -a "$out"; "$@" 2>&1 | grep -E '^(Benchmark|ok|FAIL|---|    [a-z_]+_test\.go:)' | tee -a "$out"; }
 for s in $suites; do
   case $s in
     micro)

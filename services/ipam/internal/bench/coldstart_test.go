@@ -8,7 +8,7 @@
 //	go test -run XXX -bench ColdStart ./internal/bench/                          # N = 1,000
 //	IPLEDGER_BENCH_N=10000 IPLEDGER_BENCH_ROUNDS=3 go test -run XXX -bench ColdStart -timeout 60m ./internal/bench/
 //
-// IPLEDGER_BENCH_RESTARTS repeats the restart (each with
+// IPLEDGER_BENCH_RESTARTS (5) repeats the restart (each with
 // one new Service), with the milestones of each. IPLEDGER_BENCH_ROUNDS repeats floors and cold start over the same
 // Services (statuses, annotations and ledger wiped in between), so that
 // one set-up gives the spread of several runs. IPLEDGER_BENCH_ARGS adds
@@ -255,10 +255,10 @@ func BenchmarkColdStart(b *testing.B) {
 			sum(ipamCPU), sum(ipamCPU)/sum(floorCPU), sum(ipamCPU)/sum(patchCPU))
 	}
 
-	// Restart with N ledger entries, IPLEDGER_BENCH_RESTARTS times (1):
+	// Restart with N ledger entries, IPLEDGER_BENCH_RESTARTS times (5):
 	// time from process start to the first new allocation, and how many
 	// status writes the new process makes.
-	measureRestarts(b, ctx, client, ns, class, n, envInt("IPLEDGER_BENCH_RESTARTS", 1), ipam, startIPAM)
+	measureRestarts(b, ctx, client, ns, class, n, envInt("IPLEDGER_BENCH_RESTARTS", 5), ipam, startIPAM)
 
 	// The figures of the median round (by ratio to the 32-worker floor),
 	// the worst RSS of all.

@@ -231,10 +231,21 @@ type Ledger struct {
 	foreign []ForeignWrite
 	// bySvc indexes the allocations of shards by Service (ByService).
 	bySvc ByService
+	// read is the State of the shards as last read or fenced, handed to
+	// the first State call after (the term's rebuild, right after Open,
+	// which has just assembled and sorted every entry) unless a commit
+	// came first; never kept longer, or it would be a second copy of every
+	// entry for the whole term.
+	read *State
 }
 
-// reindex rebuilds bySvc from the shards (after they were read).
-func (l *Ledger) reindex() { l.bySvc = IndexByService(l.layout().State().Allocations) }
+// adopt takes st, the State of the shards just read or fenced, as what the
+// next State call answers (unless a commit comes first), and indexes it by
+// Service.
+func (l *Ledger) adopt(st State) {
+	l.read = &st
+	l.bySvc = IndexByService(st.Allocations)
+}
 
 // ByService is the ledger's allocations by Service key as this term last
 // wrote them: the index the ledger keeps, not a copy. Read it only from the
@@ -395,7 +406,7 @@ func (l *Ledger) fence(ctx context.Context) error {
 		}
 		l.shards = []*liveShard{head}
 		l.measure()
-		l.reindex()
+		l.adopt(State{})
 		l.opts.Metrics.opened(snap.listed, snap.parsed, time.Since(start))
 		l.opts.Log.Info("Fenced a new ledger", "term", l.opts.Term, "epoch", epoch)
 		return nil
@@ -423,7 +434,7 @@ func (l *Ledger) fence(ctx context.Context) error {
 	}
 	l.shards = shards
 	l.measure()
-	l.reindex()
+	l.adopt(snap.state) // the shards as rewritten hold exactly its entries
 	l.opts.Metrics.opened(snap.listed, snap.parsed, time.Since(start))
 	l.opts.Log.Info("Fenced the ledger", "term", l.opts.Term, "epoch", epoch, "previousEpoch", snap.layout.Epoch(),
 		"previousTerm", head.Term, "shards", len(l.shards), "read", snap.listed, "parse", snap.parsed, "fence", time.Since(start),
@@ -516,12 +527,17 @@ func resultOf(err error) string {
 }
 
 // State returns the ledger as this term last wrote it, assembled from its
-// shards at each call (a term start, an operator's reservation): keeping it
-// assembled beside the shards was a second copy of every entry, rebuilt and
-// sorted at every commit.
+// shards at each call (an operator's reservation) but the first after a
+// read (a term start: the read's own, ledger.read): keeping it assembled
+// beside the shards was a second copy of every entry, rebuilt and sorted at
+// every commit.
 func (l *Ledger) State() State {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if st := l.read; st != nil {
+		l.read = nil
+		return *st
+	}
 	return l.layout().State()
 }
 
@@ -571,6 +587,7 @@ func (l *Ledger) Commit(ctx context.Context, ch Change) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.read = nil // whatever happens, some shards may change
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		if err = l.commit(ctx, ch); err == nil {
@@ -626,7 +643,7 @@ func (l *Ledger) reload(ctx context.Context) error {
 	}
 	l.shards = shards
 	l.measure()
-	l.reindex()
+	l.adopt(snap.state)
 	return nil
 }
 
