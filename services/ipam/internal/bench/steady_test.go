@@ -33,7 +33,8 @@ import (
 // does what the contract requires of ipam — a compare-and-swap write of a
 // ConfigMap the size of ipam's ledger shard, then the same status merge
 // patch. IPLEDGER_BENCH_ROUNDS repeats both (new Services each round) for
-// the spread.
+// the spread. Then, under the same load, the pool's spec is edited
+// (poolEditUnderLoad): how long new Services wait behind the re-decide.
 //
 //	IPLEDGER_BENCH_N=10000 IPLEDGER_BENCH_ROUNDS=3 go test -run XXX -bench SteadyState -timeout 60m ./internal/bench/
 func BenchmarkSteadyState(b *testing.B) {
@@ -83,8 +84,8 @@ func BenchmarkSteadyState(b *testing.B) {
 	b.ResetTimer()
 	for r := range rounds {
 		load := loadavg()
-		gotIPAM := createAtRate(b, client, ns, class, fmt.Sprintf("r%d-ipam-", r), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
-		gotFloor := createAtRate(b, client, ns, floorClass, fmt.Sprintf("r%d-floor-", r), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
+		gotIPAM, _ := createAtRate(b, client, ns, class, fmt.Sprintf("r%d-ipam-", r), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
+		gotFloor, _ := createAtRate(b, client, ns, floorClass, fmt.Sprintf("r%d-floor-", r), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
 		ipamRuns, floorRuns = append(ipamRuns, gotIPAM), append(floorRuns, gotFloor)
 		b.Logf("round %d: N=%d, %d creates at %d/s, %d deletes beside them; ipam p50 %s p99 %s max %s; floor (CAS of a %d-byte ConfigMap, then the patch) p50 %s p99 %s max %s; "+
 			"ratios p50 %.2f× p99 %.2f×; load %s → %s",
@@ -93,6 +94,7 @@ func BenchmarkSteadyState(b *testing.B) {
 	}
 	b.StopTimer()
 	floor.stop()
+	poolEditUnderLoad(b, client, env, ns, class, m, rate)
 	// The median round by p99 ratio.
 	idx := make([]int, rounds)
 	for i := range idx {
@@ -139,8 +141,9 @@ func ratio(a, b time.Duration) float64 {
 // createAtRate creates m LoadBalancer Services of class named prefix+i, rate
 // per second (each after the previous Create returned, and on the ticker),
 // calling between() after every fourth; it returns each one's time from its
-// Create's return to a status address, seen by a watch opened before.
-func createAtRate(b *testing.B, client kubernetes.Interface, ns, class, prefix string, m, rate int, between func()) latencies {
+// Create's return to a status address, seen by a watch opened before:
+// sorted, and in the order of the creates.
+func createAtRate(b *testing.B, client kubernetes.Interface, ns, class, prefix string, m, rate int, between func()) (sorted latencies, inOrder []time.Duration) {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -201,13 +204,14 @@ func createAtRate(b *testing.B, client kubernetes.Interface, ns, class, prefix s
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	out := make(latencies, 0, m)
-	for name, c := range created {
+	for i := range m {
+		name := fmt.Sprintf("%s%05d", prefix, i)
 		// A watch event can beat the Create's return: never negative.
-		out = append(out, max(addressed[name].Sub(c), 0))
+		inOrder = append(inOrder, max(addressed[name].Sub(created[name]), 0))
 	}
-	slices.Sort(out)
-	return out
+	sorted = slices.Clone(inOrder)
+	slices.Sort(sorted)
+	return sorted, inOrder
 }
 
 // deleteOne deletes the next of the set-up's Services.
@@ -308,4 +312,40 @@ func startFloor(b *testing.B, client kubernetes.Interface, ns, class string, sha
 func (f *floorController) stop() {
 	f.cancel()
 	<-f.done
+}
+
+// poolEditUnderLoad creates m more Services at rate per second and, after a
+// quarter of them, edits the pool's spec (a range added), which makes ipam
+// decide every Service again (issue 31 §1: the re-decide must not stall new
+// allocations). It reports the creates' latencies before the edit and
+// after it, the worst of them the longest a new Service waited behind the
+// re-decide.
+func poolEditUnderLoad(b *testing.B, client kubernetes.Interface, env *testenv.Env, ns, class string, m, rate int) {
+	editAfter := max(m/16, 1) * 4 // a quarter, at a call of between (every fourth create)
+	calls := 0
+	var editedAt time.Time
+	edit := func() {
+		calls++
+		if calls*4 != editAfter {
+			return
+		}
+		patch := []byte(`{"spec":{"addresses":["10.96.0.0/15","10.200.0.0/24"]}}`)
+		if _, err := env.Dynamic.Resource(controller.PoolGVR).Patch(context.Background(), "steady", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		editedAt = time.Now()
+	}
+	load := loadavg()
+	sorted, inOrder := createAtRate(b, client, ns, class, "edit-", m, rate, edit)
+	if editedAt.IsZero() {
+		b.Fatalf("the pool was not edited (%d creates, edit after %d)", m, editAfter)
+	}
+	before, after := slices.Clone(inOrder[:editAfter]), slices.Clone(inOrder[editAfter:])
+	slices.Sort(before)
+	slices.Sort(after)
+	b.ReportMetric(latencies(after).p(100).Seconds()*1000, "edit-worst-ms")
+	b.Logf("pool edit under load: %d creates at %d/s, the pool's spec edited after %d; before the edit p50 %s p99 %s max %s; "+
+		"after it p50 %s p99 %s max %s (the worst wait behind the re-decide); all p99 %s; load %s → %s",
+		m, rate, editAfter, latencies(before).p(50), latencies(before).p(99), latencies(before).p(100),
+		latencies(after).p(50), latencies(after).p(99), latencies(after).p(100), sorted.p(99), load, loadavg())
 }
