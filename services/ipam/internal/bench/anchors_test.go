@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -43,7 +44,10 @@ type anchorRun struct {
 // benchmark's class. Both are reported against the floors of the same run
 // (N UpdateStatus calls from 1 and from 32 workers), with the peak RSS of
 // each process (VmHWM) and the Service status writes each made, counted by
-// the API server itself:
+// the API server itself. Each controller, once it has allocated the N, then
+// serves BenchmarkSteadyState's load (steadyCreates: N/5 creates at
+// IPLEDGER_BENCH_RATE per second, a quarter of them deleted meanwhile),
+// against the steady-state floor run in ipam's turn:
 //
 //	go test -run XXX -bench Anchors -benchtime 1x ./internal/bench/                          # N = 1,000
 //	IPLEDGER_BENCH_N=10000 go test -run XXX -bench Anchors -benchtime 1x -timeout 60m ./internal/bench/
@@ -82,12 +86,22 @@ func BenchmarkAnchors(b *testing.B) {
 
 	tokenFile := env.TokenFile(b, testenv.SystemNamespace, "ipledger-ipam")
 	ipamBin := env.Binary(b, "ipam")
+	// The steady state of each controller once it has allocated the N
+	// (issue 31 §1): m more Services at rate per second, and the floor of
+	// BenchmarkSteadyState in ipam's turn (ipam still running).
+	m, rate := max(n/5, 20), envInt("IPLEDGER_BENCH_RATE", 50)
+	var ipamSteady, floorSteady, mlbSteady latencies
 	b.ResetTimer()
 	ipam := coldStart(b, client, ns, n, pool, "ipam", func() *testenv.Process {
 		return testenv.StartProcess(b, "ipam", ipamBin, nil,
 			"--kubeconfig", env.CP.KubeconfigPath, "--namespace", ns, "--lb-class", class, "--log-format", "text", "--log-level", "warn",
 			"--watcher-addr", watcherAddr, "--watcher-token-file", tokenFile, "--watcher-plaintext",
 			"--grpc-addr", testenv.FreeAddr(b), "--grpc-plaintext", "--ops-addr", testenv.FreeAddr(b))
+	}, func() {
+		ipamSteady = steadyCreates(b, client, ns, class, "ipam-steady-", m, rate)
+		floor := startFloor(b, client, ns, floorClass, ledgerShardBytes(b, client, ns))
+		floorSteady = steadyCreates(b, client, ns, floorClass, "floor-steady-", m, rate)
+		floor.stop()
 	})
 	// ipam reads the world from the watcher, which is part of every
 	// ipledger installation: its memory is reported beside ipam's. MetalLB
@@ -109,6 +123,8 @@ func BenchmarkAnchors(b *testing.B) {
 			[]string{"KUBECONFIG=" + env.CP.KubeconfigPath},
 			"--namespace", mlbNS, "--pod-name", "controller", "--lb-class", class, "--webhook-mode", "disabled",
 			"--port", port(b), "--health-probe-port", port(b), "--log-level", "warn")
+	}, func() {
+		mlbSteady = steadyCreates(b, client, ns, class, "metallb-steady-", m, rate)
 	})
 	b.StopTimer()
 
@@ -134,6 +150,60 @@ func BenchmarkAnchors(b *testing.B) {
 			r.took.Seconds()/floor32.Seconds(), r.took.Seconds()/floor1.Seconds(), r.peakRSS/1e6, r.writes, r.refuse)
 	}
 	b.Logf("ipam's watcher (the stream ipam reads the world from; it ran through the floors and ipam's run): peak RSS %.0f MB", watcherRSS/1e6)
+	b.Logf("steady state, N=%d allocated, %d creates at %d/s (and %d of them deleted meanwhile): create → address p50 / p99 / max", n, m, rate, m/4)
+	b.Log("| controller | p50 | p99 | max | × floor p50 | × floor p99 |")
+	for _, r := range []struct {
+		name string
+		l    latencies
+	}{{"floor (CAS of a ledger-shard-sized ConfigMap, then ipam's patch)", floorSteady}, {"ipam", ipamSteady}, {mlb.name, mlbSteady}} {
+		b.Logf("| %s | %s | %s | %s | %.2f× | %.2f× |", r.name, r.l.p(50), r.l.p(99), r.l.p(100),
+			ratio(r.l.p(50), floorSteady.p(50)), ratio(r.l.p(99), floorSteady.p(99)))
+	}
+	b.ReportMetric(ratio(ipamSteady.p(50), floorSteady.p(50)), "ipam-steady-x-floor-p50")
+	b.ReportMetric(ratio(ipamSteady.p(99), floorSteady.p(99)), "ipam-steady-x-floor-p99")
+	b.ReportMetric(ratio(mlbSteady.p(50), floorSteady.p(50)), "metallb-steady-x-floor-p50")
+	b.ReportMetric(ratio(mlbSteady.p(99), floorSteady.p(99)), "metallb-steady-x-floor-p99")
+}
+
+// steadyCreates is BenchmarkSteadyState's load for a controller that has
+// allocated the N: m Services created at rate per second, one in four of
+// them deleted meanwhile (the oldest that has an address; the N must stay
+// for the next controller's cold start), then every one of them deleted
+// and gone. It returns their create → address latencies.
+func steadyCreates(b *testing.B, client kubernetes.Interface, ns, class, prefix string, m, rate int) latencies {
+	b.Helper()
+	ctx := context.Background()
+	next := 0
+	deleteOldest := func() {
+		name := fmt.Sprintf("%s%05d", prefix, next)
+		s, err := client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
+			return // not addressed yet: deleted at a later call
+		}
+		if err := client.CoreV1().Services(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			b.Fatal(err)
+		}
+		next++
+	}
+	got, _ := createAtRate(b, client, ns, class, prefix, m, rate, deleteOldest)
+	for i := next; i < m; i++ {
+		if err := client.CoreV1().Services(ns).Delete(ctx, fmt.Sprintf("%s%05d", prefix, i), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			b.Fatal(err)
+		}
+	}
+	testenv.Eventually(b, 5*time.Minute, func() error {
+		list, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, s := range list.Items {
+			if strings.HasPrefix(s.Name, prefix) {
+				return fmt.Errorf("Service %s is not gone yet", s.Name)
+			}
+		}
+		return nil
+	})
+	return got
 }
 
 // coldStart starts a controller with start and measures its cold start over
@@ -141,7 +211,7 @@ func BenchmarkAnchors(b *testing.B) {
 // IP, its peak RSS, and the Service status writes the API server saw from
 // then until they stopped. It checks that every IP is in pool and on one
 // Service only, and stops the process.
-func coldStart(b *testing.B, client kubernetes.Interface, ns string, n int, pool netip.Prefix, name string, start func() *testenv.Process) anchorRun {
+func coldStart(b *testing.B, client kubernetes.Interface, ns string, n int, pool netip.Prefix, name string, start func() *testenv.Process, running func()) anchorRun {
 	b.Helper()
 	ctx := context.Background()
 	okBefore, refusedBefore := apiStatusWrites(b, client)
@@ -165,6 +235,9 @@ func coldStart(b *testing.B, client kubernetes.Interface, ns string, n int, pool
 		return nil
 	})
 	r.peakRSS = processPeakRSS(b, p.PID())
+	if running != nil {
+		running()
+	}
 	if err := p.Stop(30 * time.Second); err != nil {
 		b.Logf("%s exited: %v", name, err)
 	}

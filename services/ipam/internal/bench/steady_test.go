@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ import (
 // patch. IPLEDGER_BENCH_ROUNDS repeats both (new Services each round) for
 // the spread. Then, under the same load, the pool's spec is edited
 // (poolEditUnderLoad): how long new Services wait behind the re-decide.
+// IPLEDGER_BENCH_PPROF: a CPU profile of ipam during the first round.
 //
 //	IPLEDGER_BENCH_N=10000 IPLEDGER_BENCH_ROUNDS=3 go test -run XXX -bench SteadyState -timeout 60m ./internal/bench/
 func BenchmarkSteadyState(b *testing.B) {
@@ -46,7 +48,7 @@ func BenchmarkSteadyState(b *testing.B) {
 	ctx := context.Background()
 	client := benchClient(env)
 	ns := env.Namespace(b, nil)
-	class, floorClass := "bench.ipledger.io/lb", "floor.bench.ipledger.io/lb"
+	class := "bench.ipledger.io/lb"
 	pool := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool", "metadata": map[string]any{"name": "steady"},
 		"spec": map[string]any{"addresses": []any{"10.96.0.0/15"}},
@@ -65,7 +67,7 @@ func BenchmarkSteadyState(b *testing.B) {
 	ipam := testenv.StartProcess(b, "ipam", env.Binary(b, "ipam"), nil,
 		"--kubeconfig", env.CP.KubeconfigPath, "--namespace", ns, "--lb-class", class, "--require-lb-class", "--log-format", "text", "--log-level", "warn",
 		"--watcher-addr", watcherAddr, "--watcher-token-file", env.TokenFile(b, testenv.SystemNamespace, "ipledger-ipam"), "--watcher-plaintext",
-		"--grpc-addr", testenv.FreeAddr(b), "--grpc-plaintext", "--ops-addr", opsAddr)
+		"--grpc-addr", testenv.FreeAddr(b), "--grpc-plaintext", "--ops-addr", opsAddr, "--enable-pprof")
 	testenv.Eventually(b, 30*time.Minute, func() error {
 		if ipam.Exited() {
 			return fmt.Errorf("ipam exited: %v", ipam.Err())
@@ -84,6 +86,10 @@ func BenchmarkSteadyState(b *testing.B) {
 	b.ResetTimer()
 	for r := range rounds {
 		load := loadavg()
+		if path := os.Getenv("IPLEDGER_BENCH_PPROF"); path != "" && r == 0 {
+			// The first round's creates for ipam: m at rate per second.
+			go saveProfile(opsAddr, fmt.Sprintf("profile?seconds=%d", m/rate), path)
+		}
 		gotIPAM, _ := createAtRate(b, client, ns, class, fmt.Sprintf("r%d-ipam-", r), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
 		gotFloor, _ := createAtRate(b, client, ns, floorClass, fmt.Sprintf("r%d-floor-", r), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
 		ipamRuns, floorRuns = append(ipamRuns, gotIPAM), append(floorRuns, gotFloor)
@@ -244,6 +250,9 @@ func ledgerShardBytes(b *testing.B, client kubernetes.Interface, ns string) int 
 	}
 	return most
 }
+
+// floorClass is the loadBalancerClass of the steady-state floor's Services.
+const floorClass = "floor.bench.ipledger.io/lb"
 
 // floorController is the steady-state floor: one worker that, for each
 // Service of its class created (a watch's ADDED), replaces a ConfigMap of

@@ -8,15 +8,15 @@ import (
 
 // dirtySet is the work handed to a term's loop: the Services to decide
 // again, whether the IPPools changed (the allocator's pools are set again
-// and every Service decided), whether an IPPool's finalizers must be
-// checked again (no Service is decided for that), and a wake-up. The
+// and every Service decided), whether an IPPool's status or finalizers must
+// be written again (a pass, with no Service decided for it), and a wake-up. The
 // stream's handlers, retries and timers mark it from their goroutines;
 // only the loop takes from it.
 type dirtySet struct {
 	mu         sync.Mutex
 	keys       map[string]struct{}
 	pools      bool
-	finalizers bool
+	poolWrites bool
 	// expiry: a kept address's grace period ended (a pass frees it).
 	expiry bool
 	// wake has a value when something was marked since the loop last
@@ -46,10 +46,11 @@ func (d *dirtySet) markPools() {
 	d.poke()
 }
 
-// markFinalizers says an IPPool's finalizers must be checked again.
-func (d *dirtySet) markFinalizers() {
+// markPoolWrites says an IPPool's status or finalizers must be written
+// again.
+func (d *dirtySet) markPoolWrites() {
 	d.mu.Lock()
-	d.finalizers = true
+	d.poolWrites = true
 	d.mu.Unlock()
 	d.poke()
 }
@@ -74,7 +75,7 @@ func (d *dirtySet) poke() {
 func (d *dirtySet) any() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.keys) > 0 || d.pools || d.finalizers || d.expiry
+	return len(d.keys) > 0 || d.pools || d.poolWrites || d.expiry
 }
 
 // takePools clears the pools flag and says whether it was set. A rebuild
@@ -89,13 +90,13 @@ func (d *dirtySet) takePools() bool {
 }
 
 // take empties the set: the dirty keys (in no order), whether the pools
-// changed; the finalizers and expiry flags are cleared too, as every pass
+// changed; the pool-writes and expiry flags are cleared too, as every pass
 // checks them.
 func (d *dirtySet) take() (keys []string, pools bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	keys = slices.Collect(maps.Keys(d.keys))
 	clear(d.keys)
-	pools, d.pools, d.finalizers, d.expiry = d.pools, false, false, false
+	pools, d.pools, d.poolWrites, d.expiry = d.pools, false, false, false
 	return keys, pools
 }

@@ -39,7 +39,7 @@ func TestDirtySetCoalescesMarksIntoOneWake(t *testing.T) {
 
 func TestDirtySetFinalizersAloneDecideNoService(t *testing.T) {
 	d := newDirtySet()
-	d.markFinalizers()
+	d.markPoolWrites()
 	if !d.any() {
 		t.Fatal("a finalizer check is work")
 	}
@@ -74,7 +74,7 @@ func TestDirtySetIsSafeForConcurrentMarks(t *testing.T) {
 			for j := range 100 {
 				d.mark(string(rune('a'+i)) + "/" + string(rune('a'+j%26)))
 				d.markPools()
-				d.markFinalizers()
+				d.markPoolWrites()
 			}
 		})
 	}

@@ -90,7 +90,7 @@ type familyCounts struct {
 // are not set on either).
 func (s poolStatus) equal(o poolStatus) bool {
 	return slices.Equal(s.Conditions, o.Conditions) && ptrEqual(s.HeldOutside, o.HeldOutside) &&
-		ptrEqual(s.IPv4, o.IPv4) && ptrEqual(s.IPv6, o.IPv6) &&
+		ptrEqual(s.IPv4, o.IPv4) && ptrEqual(s.IPv6, o.IPv6) && ptrEqual(s.Kept, o.Kept) &&
 		(s.NamespacesAtQuota == nil) == (o.NamespacesAtQuota == nil) &&
 		(s.NamespacesAtQuota == nil || slices.Equal(*s.NamespacesAtQuota, *o.NamespacesAtQuota))
 }
@@ -112,11 +112,62 @@ func (s poolStatus) ready() poolCondition {
 	return poolCondition{}
 }
 
+// poolStatusInterval is the least time between two writes of one IPPool's
+// status that change only its counts. Every allocation and release changes
+// them, and a write per pass cost the loop an API round trip for each one
+// in steady state, before it could decide the next Service (issue 31); a
+// change of the pool's conditions is written at once.
+const poolStatusInterval = time.Second
+
+// writtenPoolStatus is the status this term last wrote on a pool, and when.
+type writtenPoolStatus struct {
+	status poolStatus
+	at     time.Time
+}
+
+// poolStatusWrite decides whether a pool's status is written now: not when
+// it is what was last written; at once when nothing was written this term
+// or its conditions changed; when only its counts changed, once
+// poolStatusInterval has passed since the last write, and until then not,
+// with the time it is due.
+func poolStatusWrite(last writtenPoolStatus, written bool, status poolStatus, now time.Time) (write bool, due time.Time) {
+	switch {
+	case !written:
+		return true, time.Time{}
+	case last.status.equal(status):
+		return false, time.Time{}
+	case !slices.Equal(last.status.Conditions, status.Conditions):
+		return true, time.Time{}
+	case now.Sub(last.at) >= poolStatusInterval:
+		return true, time.Time{}
+	}
+	return false, last.at.Add(poolStatusInterval)
+}
+
+// writePoolStatusesAt makes a pass run when a deferred status write is due.
+func (w *worker) writePoolStatusesAt(due time.Time) {
+	if !w.poolStatusDue.IsZero() && !w.poolStatusDue.After(due) {
+		return // a pass is already due by then
+	}
+	w.poolStatusDue = due
+	time.AfterFunc(time.Until(due), func() {
+		select {
+		case <-w.term.Stopping():
+		default:
+			w.dirty.markPoolWrites()
+		}
+	})
+}
+
 // writePoolStatuses writes each IPPool's counts and Ready/Conflicting/Invalid
-// conditions when they differ from what this term last wrote.
+// conditions when they differ from what this term last wrote
+// (poolStatusWrite).
 func (w *worker) writePoolStatuses(ctx context.Context, holders poolHolders) {
 	if w.c.dynamic == nil {
 		return
+	}
+	if !w.poolStatusDue.After(time.Now()) {
+		w.poolStatusDue = time.Time{}
 	}
 	objs := w.store().List(watcherv1.Kind_KIND_IP_POOL)
 	seen := map[string]bool{}
@@ -130,7 +181,10 @@ func (w *worker) writePoolStatuses(ctx context.Context, holders poolHolders) {
 		seen[name] = true
 		status := w.poolStatus(obj, states[i])
 		old, had := w.poolWritten[name]
-		if had && old.equal(status) {
+		if write, due := poolStatusWrite(old, had, status, time.Now()); !write {
+			if !due.IsZero() {
+				w.writePoolStatusesAt(due)
+			}
 			continue
 		}
 		// Transition times are added only now, so they do not make every
@@ -154,8 +208,8 @@ func (w *worker) writePoolStatuses(ctx context.Context, holders poolHolders) {
 			w.log.Warn("Cannot write IPPool status", "pool", name, "err", err)
 			continue
 		}
-		w.poolWritten[name] = status
-		if ready := status.ready(); (!had || old.ready() != ready) && ready.Status == "False" {
+		w.poolWritten[name] = writtenPoolStatus{status: status, at: time.Now()}
+		if ready := status.ready(); (!had || old.status.ready() != ready) && ready.Status == "False" {
 			w.event(poolRef(obj), "Warning", ready.Reason, ready.Message)
 		}
 	}
@@ -264,7 +318,7 @@ func (w *worker) retryFinalizers() {
 		select {
 		case <-w.term.Stopping():
 		default:
-			w.dirty.markFinalizers()
+			w.dirty.markPoolWrites()
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/big"
 	"testing"
+	"time"
 
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 )
@@ -72,6 +73,42 @@ func TestPoolStatusJSON(t *testing.T) {
 			got, err := json.Marshal(map[string]any{"status": tc.status})
 			if err != nil || string(got) != tc.want {
 				t.Fatalf("status JSON =\n%s (%v)\nwant\n%s", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestPoolStatusWrite: conditions are written at once, counts at most once
+// a poolStatusInterval, and nothing unchanged.
+func TestPoolStatusWrite(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
+	ready := []poolCondition{{Type: "Ready", Status: "True", Reason: "Serving", Message: "The pool serves Services"}}
+	terminating := []poolCondition{{Type: "Ready", Status: "False", Reason: "Terminating", Message: "…"}}
+	counts := func(used int64, conds []poolCondition) poolStatus {
+		return poolStatus{Conditions: conds, IPv4: &familyCounts{Total: 256, Used: used, Available: 256 - used}}
+	}
+	kept := func(n int) poolStatus { s := counts(1, ready); s.Kept = &n; return s }
+	last := writtenPoolStatus{status: counts(1, ready), at: t0}
+	tests := []struct {
+		name      string
+		written   bool
+		status    poolStatus
+		now       time.Time
+		wantWrite bool
+		wantDue   time.Time
+	}{
+		{"first write of the term", false, counts(1, ready), t0, true, time.Time{}},
+		{"unchanged", true, counts(1, ready), t0.Add(time.Hour), false, time.Time{}},
+		{"counts changed soon after: deferred", true, counts(2, ready), t0.Add(100 * time.Millisecond), false, t0.Add(poolStatusInterval)},
+		{"kept changed soon after: deferred", true, kept(3), t0.Add(100 * time.Millisecond), false, t0.Add(poolStatusInterval)},
+		{"counts changed an interval later", true, counts(2, ready), t0.Add(poolStatusInterval), true, time.Time{}},
+		{"conditions changed at once", true, counts(1, terminating), t0.Add(time.Millisecond), true, time.Time{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			write, due := poolStatusWrite(last, tc.written, tc.status, tc.now)
+			if write != tc.wantWrite || !due.Equal(tc.wantDue) {
+				t.Fatalf("poolStatusWrite = %v, %v; want %v, %v", write, due, tc.wantWrite, tc.wantDue)
 			}
 		})
 	}

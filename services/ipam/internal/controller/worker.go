@@ -44,9 +44,12 @@ type worker struct {
 	// expect is what this term wrote to each Service, until the stream
 	// shows it (a lagging stream must never make us decide again).
 	expect      *expectations
-	poolWritten map[string]poolStatus // pool -> the status last written
-	retries     map[string]int
-	pending     map[string]pendingService
+	poolWritten map[string]writtenPoolStatus // pool -> the status last written
+	// poolStatusDue is when a deferred IPPool status write is due (zero
+	// when none is): a timer marks the dirty set then.
+	poolStatusDue time.Time
+	retries       map[string]int
+	pending       map[string]pendingService
 
 	// writes are the status writes under way (flight.go).
 	writes *writesInFlight
@@ -63,7 +66,7 @@ type worker struct {
 func newWorker(c *Controller, term *leader.Term) *worker {
 	return &worker{
 		c: c, term: term, log: c.log.With("term", term.ID()),
-		expect: newExpectations(), poolWritten: map[string]poolStatus{},
+		expect: newExpectations(), poolWritten: map[string]writtenPoolStatus{},
 		retries: map[string]int{}, pending: map[string]pendingService{},
 		dirty: newDirtySet(), mutations: make(chan mutation),
 		writes: newWritesInFlight(c.cfg.StatusWorkers),
@@ -109,7 +112,7 @@ func (w *worker) handler() stream.Handler {
 			}
 			if n.GetKind() == watcherv1.Kind_KIND_IP_POOL && !poolSpecChanged(o, n) {
 				if !slices.Equal(o.GetMeta().GetFinalizers(), n.GetMeta().GetFinalizers()) {
-					w.dirty.markFinalizers()
+					w.dirty.markPoolWrites()
 				}
 				return
 			}
