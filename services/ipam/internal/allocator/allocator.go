@@ -353,6 +353,11 @@ type Allocator struct {
 	claimsOf map[string][]netip.Addr            // Service -> requested IPs
 	used     map[string]*[2]*big.Int            // serving pool -> used IPv4, IPv6
 	nsAddrs  nsAddrs                            // what maxAddressesPerNamespace caps
+	// outside counts by origin the held IPs their pool no longer offers
+	// (HeldOutside), kept as IPs are held and released and recounted by
+	// SetPools: every pass's pool status asks, and a scan of every held IP
+	// was a third of ipam's CPU in steady state at 10,000 Services.
+	outside map[string]int
 
 	kept  keptIndex  // kept reservations (kept.go)
 	freed freedOrder // free addresses that were in use, oldest first
@@ -400,6 +405,7 @@ func New() *Allocator {
 		claimsOf:   map[string][]netip.Addr{},
 		used:       map[string]*[2]*big.Int{},
 		foreignOf:  map[string][]netip.Addr{},
+		outside:    map[string]int{},
 	}
 }
 
@@ -446,6 +452,7 @@ func (a *Allocator) SetPools(pools []*Pool) PoolUpdate {
 		a.count(ip, st, 1)
 	}
 	a.recountNamespaces()
+	a.recountOutside()
 	for _, c := range a.conflictOf {
 		upd.Conflicts = append(upd.Conflicts, c)
 	}
@@ -524,6 +531,9 @@ func (a *Allocator) hold(ip netip.Addr, service string, sh Sharing) {
 			a.unshare(old, ip, st)
 		}
 	} else {
+		if len(st.holders) == 0 && a.isOutside(ip, st) {
+			a.outside[st.origin]++
+		}
 		st.holders = slices.Insert(st.holders, i, holder{service, shared})
 		a.nsAddrs.add(st.pool, namespaceOf(service), ip)
 		held := a.bySvc[service]
@@ -631,16 +641,21 @@ func (a *Allocator) usable(ip netip.Addr, service string, sh Sharing, held bool)
 		return nil
 	}
 	ns := namespaceOf(service)
+	// keptForShare: kept under the request's sharing key for its namespace;
+	// a grant ends the reservation, and whoever holds the address meanwhile
+	// (its own Service, back from its status) must still allow the share:
+	// the holders are checked below like any other's.
+	keptForShare := false
 	if r := st.reservation; r != nil && r.Kept && r.ForService != service {
-		if !held && sh.Key != "" && r.SharingKey == sh.Key && namespaceOf(r.ForService) == ns {
-			return nil // kept under its sharing key, for its namespace: a grant ends the reservation
-		}
+		keptForShare = !held && sh.Key != "" && r.SharingKey == sh.Key && namespaceOf(r.ForService) == ns
+	}
+	if r := st.reservation; r != nil && r.Kept && r.ForService != service && !keptForShare {
 		return &Error{Reason: ReasonRequestedIPInUse,
 			Message: fmt.Sprintf("%s is kept for %s, which released it, until %s; request another IP, or ask an operator to release it (kubectl ipledger release %s)",
 				ip, serviceNames([]string{r.ForService}, ns), a.KeptUntil(*r).UTC().Format(time.RFC3339), ip),
 			Detail: fmt.Sprintf("kept for %q since %s", r.ForService, r.CreatedAt.UTC().Format(time.RFC3339))}
 	}
-	if r := st.reservation; r != nil && r.ForService != service {
+	if r := st.reservation; r != nil && r.ForService != service && !keptForShare {
 		msg := fmt.Sprintf("%s is reserved by an operator", ip)
 		if r.ForService != "" && namespaceOf(r.ForService) == ns {
 			msg = fmt.Sprintf("%s is reserved for Service %s", ip, r.ForService)
@@ -821,6 +836,9 @@ func (a *Allocator) Release(service string) []Allocation {
 		}
 		key := st.holders[i].key()
 		st.holders = slices.Delete(st.holders, i, i+1)
+		if len(st.holders) == 0 && a.isOutside(ip, st) {
+			a.addOutside(st.origin, -1)
+		}
 		a.nsAddrs.remove(st.pool, namespaceOf(service), ip)
 		a.unshare(key, ip, st)
 		if a.dropIfFree(ip) {
@@ -1104,6 +1122,10 @@ const NoPool = "(none)"
 // and "" leave it unknown.
 func (a *Allocator) NoteOrigin(ip netip.Addr, pool string) {
 	if st := a.ips[ip]; st != nil && pool != "" && pool != NoPool {
+		if len(st.holders) > 0 && a.isOutside(ip, st) {
+			a.addOutside(st.origin, -1)
+			a.outside[pool]++
+		}
 		st.origin = pool
 	}
 }
@@ -1113,16 +1135,31 @@ func (a *Allocator) NoteOrigin(ip netip.Addr, pool string) {
 // longer hands them out): see ReasonHeldOutsidePool. IPs of unknown origin
 // are counted under "".
 func (a *Allocator) HeldOutside() map[string]int {
-	out := map[string]int{}
+	return maps.Clone(a.outside)
+}
+
+// isOutside reports whether ip, once held, counts as held outside its
+// pool: in no serving pool, or in one that no longer hands it out.
+func (a *Allocator) isOutside(ip netip.Addr, st *ipState) bool {
+	return st.pool == "" || !a.pools[st.pool].allocatable(ip)
+}
+
+// addOutside adds delta to origin's count of IPs held outside, forgetting
+// an origin whose count reaches 0.
+func (a *Allocator) addOutside(origin string, delta int) {
+	if a.outside[origin] += delta; a.outside[origin] == 0 {
+		delete(a.outside, origin)
+	}
+}
+
+// recountOutside counts the IPs held outside from scratch (a new pool set).
+func (a *Allocator) recountOutside() {
+	clear(a.outside)
 	for ip, st := range a.ips {
-		if len(st.holders) == 0 {
-			continue
-		}
-		if st.pool == "" || !a.pools[st.pool].allocatable(ip) {
-			out[st.origin]++
+		if len(st.holders) > 0 && a.isOutside(ip, st) {
+			a.outside[st.origin]++
 		}
 	}
-	return out
 }
 
 // ServicesFrom counts, by pool, the Services holding an address that came

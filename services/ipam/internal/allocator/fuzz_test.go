@@ -329,6 +329,11 @@ func checkInvariants(t *testing.T, a *Allocator) {
 	if !maps.EqualFunc(kept.refs, a.nsAddrs.refs, maps.Equal) {
 		t.Fatalf("namespace counts drifted: kept %v, recounted %v", kept.refs, a.nsAddrs.refs)
 	}
+	keptOutside := a.HeldOutside()
+	a.recountOutside()
+	if !maps.Equal(keptOutside, a.outside) {
+		t.Fatalf("held-outside counts drifted: kept %v, recounted %v", keptOutside, a.outside)
+	}
 	recount := map[string]*[2]*big.Int{}
 	for _, p := range a.ranked {
 		recount[p.name] = &[2]*big.Int{new(big.Int), new(big.Int)}

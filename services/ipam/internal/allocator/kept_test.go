@@ -167,6 +167,29 @@ func TestKeptSharedAddressComesBackToBoth(t *testing.T) {
 	}
 }
 
+// TestKeptSharedAddressStillRefusesAClashingPort: an address kept under a
+// sharing key and taken back from its status by its own Service (Assign)
+// goes to another Service of that key only if the two may share it — found
+// by FuzzAllocatorInvariants: both held it on TCP/80.
+func TestKeptSharedAddressStillRefusesAClashingPort(t *testing.T) {
+	a := newAllocator(t, mustPool(t, "p", keeping(time.Hour, spec("10.0.0.0/30"))))
+	sh := Sharing{Key: "k", Ports: []Port{{"TCP", 80}}}
+	ip := netip.MustParseAddr("10.0.0.1")
+	a.Assign("ns/a", []netip.Addr{ip}, sh)
+	releaseKeeping(t, a, "ns/a", time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC))
+	a.Assign("ns/a", []netip.Addr{ip}, sh) // its status still shows it
+	res, err := a.Allocate(Request{Service: "ns/b", Sharing: sh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(res.IPs, ip) {
+		t.Fatalf("ns/b was given %s on TCP/80, which ns/a holds on TCP/80", ip)
+	}
+	if got := a.Holders(ip); len(got) != 1 || got[0].Service != "ns/a" {
+		t.Fatalf("holders of %s: %+v, want ns/a alone", ip, got)
+	}
+}
+
 // Nobody waits for a kept address while another is free; when nothing else
 // is, a waiter takes the one kept longest, and Result.Kept says whose.
 func TestKeptAddressesNeverStarveAWaiter(t *testing.T) {
