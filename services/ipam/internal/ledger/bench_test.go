@@ -42,3 +42,20 @@ func BenchmarkParse50k(b *testing.B) {
 	b.ReportMetric(float64(len(cms)), "shards")
 	b.ReportMetric(float64(total)/float64(len(cms))/1024, "KiB/shard")
 }
+
+// BenchmarkEncodeFullShard is what every commit pays for each shard it
+// touches: one full shard (DefaultShardLimit) encoded.
+func BenchmarkEncodeFullShard(b *testing.B) {
+	shard := Shard{Name: ShardName(1), Term: "t"}
+	for i := 0; ; i++ {
+		ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		shard.Allocations = append(shard.Allocations, Allocation{IP: ip, Pool: "pool", Service: ServiceRef{Namespace: "ns", Name: fmt.Sprintf("svc-%06d", i), UID: "0b0f3a3e-6c1b-4d8e-9a55-3f1f6a1d2c3b"}, AllocatedAt: t0})
+		if i%100 == 0 && Size(Encode(shard)) >= DefaultShardLimit {
+			break
+		}
+	}
+	for b.Loop() {
+		Encode(shard)
+	}
+	b.ReportMetric(float64(len(shard.Allocations)), "entries")
+}
