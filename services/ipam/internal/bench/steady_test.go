@@ -90,7 +90,9 @@ func BenchmarkSteadyState(b *testing.B) {
 			// The first round's creates for ipam: m at rate per second.
 			go saveProfile(opsAddr, fmt.Sprintf("profile?seconds=%d", m/rate), path)
 		}
+		passes := passHistogram(ctx, opsAddr)
 		gotIPAM, _ := createAtRate(b, client, ns, class, fmt.Sprintf("r%d-ipam-", r), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
+		b.Logf("round %d: ipam's passes meanwhile: %s", r+1, passHistogram(ctx, opsAddr).since(passes))
 		gotFloor, _ := createAtRate(b, client, ns, floorClass, fmt.Sprintf("r%d-floor-", r), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
 		ipamRuns, floorRuns = append(ipamRuns, gotIPAM), append(floorRuns, gotFloor)
 		b.Logf("round %d: N=%d, %d creates at %d/s, %d deletes beside them; ipam p50 %s p99 %s max %s; floor (CAS of a %d-byte ConfigMap, then the patch) p50 %s p99 %s max %s; "+
@@ -357,4 +359,31 @@ func poolEditUnderLoad(b *testing.B, client kubernetes.Interface, env *testenv.E
 		"after it p50 %s p99 %s max %s (the worst wait behind the re-decide); all p99 %s; load %s → %s",
 		m, rate, editAfter, latencies(before).p(50), latencies(before).p(99), latencies(before).p(100),
 		latencies(after).p(50), latencies(after).p(99), latencies(after).p(100), sorted.p(99), load, loadavg())
+}
+
+// passes is ipam's pass-duration histogram: how many passes took at most
+// each bound (cumulative, as Prometheus keeps it).
+type passes map[string]float64
+
+// passBounds are the histogram's bounds the benchmark reports (seconds).
+var passBounds = []string{"0.004", "0.016", "0.064", "0.256", "+Inf"}
+
+func passHistogram(ctx context.Context, opsAddr string) passes {
+	out := passes{}
+	for _, le := range passBounds {
+		out[le] = scrape(ctx, opsAddr, `ipledger_ipam_reconcile_duration_seconds_bucket{le="`+le+`"}`)
+	}
+	return out
+}
+
+// since says how many passes took how long since before.
+func (p passes) since(before passes) string {
+	var parts []string
+	prev := 0.0
+	for _, le := range passBounds {
+		n := p[le] - before[le]
+		parts = append(parts, fmt.Sprintf("%.0f ≤ %s s", n-prev, le))
+		prev = n
+	}
+	return fmt.Sprintf("%.0f passes: %s", p["+Inf"]-before["+Inf"], strings.Join(parts, ", "))
 }
