@@ -587,7 +587,9 @@ func (l *Ledger) Commit(ctx context.Context, ch Change) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.read = nil // whatever happens, some shards may change
+	// Whatever happens, the shards may change (a retry re-reads them too):
+	// the State read last is no longer what State must answer.
+	defer func() { l.read = nil }()
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		if err = l.commit(ctx, ch); err == nil {
