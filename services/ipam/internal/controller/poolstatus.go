@@ -150,13 +150,7 @@ func (w *worker) writePoolStatusesAt(due time.Time) {
 		return // a pass is already due by then
 	}
 	w.poolStatusDue = due
-	time.AfterFunc(time.Until(due), func() {
-		select {
-		case <-w.term.Stopping():
-		default:
-			w.dirty.markPoolWrites()
-		}
-	})
+	w.markAfter(time.Until(due), w.dirty.markPoolWrites)
 }
 
 // writePoolStatuses writes each IPPool's counts and Ready/Conflicting/Invalid
@@ -314,13 +308,7 @@ func (w *worker) syncPoolFinalizers(ctx context.Context, holders poolHolders) {
 // once, a refusal (RBAC, an admission policy) must not become a hot loop.
 func (w *worker) retryFinalizers() {
 	w.finalizerBackoff = min(max(2*w.finalizerBackoff, 250*time.Millisecond), time.Minute)
-	time.AfterFunc(w.finalizerBackoff, func() {
-		select {
-		case <-w.term.Stopping():
-		default:
-			w.dirty.markPoolWrites()
-		}
-	})
+	w.markAfter(w.finalizerBackoff, w.dirty.markPoolWrites)
 }
 
 // poolHolders counts, by pool, the Services holding an address that came

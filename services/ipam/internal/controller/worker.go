@@ -177,11 +177,18 @@ func (w *worker) requeue(key string, failed bool) {
 		w.retries[key] = n + 1
 		d = min(100*time.Millisecond<<min(n, 9), time.Minute)
 	}
-	time.AfterFunc(d, func() {
+	w.markAfter(d, func() { w.mark(key) })
+}
+
+// markAfter calls mark (a mark of the dirty set) after d, unless the term
+// has stopped by then: the one way a term's retries and timers come back to
+// its loop.
+func (w *worker) markAfter(d time.Duration, mark func()) *time.Timer {
+	return time.AfterFunc(d, func() {
 		select {
 		case <-w.term.Stopping():
 		default:
-			w.mark(key)
+			mark()
 		}
 	})
 }
@@ -465,13 +472,7 @@ func (w *worker) scheduleExpiry() {
 	if !ok {
 		return
 	}
-	w.expiry = time.AfterFunc(time.Until(next), func() {
-		select {
-		case <-w.term.Stopping():
-		default:
-			w.dirty.markExpiry()
-		}
-	})
+	w.expiry = w.markAfter(time.Until(next), w.dirty.markExpiry)
 }
 
 // commit writes the pass's ledger change (one write per shard touched; the
