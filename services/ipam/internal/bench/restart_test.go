@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
@@ -50,11 +49,7 @@ func measureRestarts(b *testing.B, ctx context.Context, client kubernetes.Interf
 			b.Logf("ipam exited: %v", err)
 		}
 		name := fmt.Sprintf("after-restart-%d", i)
-		created, err := client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
-				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
-		}, metav1.CreateOptions{})
+		created, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, name, class), metav1.CreateOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}

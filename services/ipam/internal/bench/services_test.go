@@ -37,11 +37,7 @@ func createServices(b *testing.B, client kubernetes.Interface, ns, class string,
 	if err := parallel(n, 32, func(i int) error {
 		name := fmt.Sprintf("s%05d", i)
 		return retryLoaded(func() error {
-			out, err := client.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
-					Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
-			}, metav1.CreateOptions{})
+			out, err := client.CoreV1().Services(ns).Create(context.Background(), lbService(ns, name, class), metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
 				// An earlier try timed out after the API server had created it.
 				out, err = client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
@@ -179,4 +175,15 @@ func ipamStatusPatch(rv string, gen int64, ip, pool string) []byte {
 		},
 	})
 	return body
+}
+
+// lbService is a benchmark's LoadBalancer Service of class: one port, no
+// node ports (none of the controllers measured needs them, and allocating
+// them would slow creation down).
+func lbService(ns, name, class string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
+	}
 }

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
@@ -187,11 +186,7 @@ func createAtRate(b *testing.B, client kubernetes.Interface, ns, class, prefix s
 		<-tick.C
 		name := fmt.Sprintf("%s%05d", prefix, i)
 		if err := retryLoaded(func() error {
-			_, err := client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, AllocateLoadBalancerNodePorts: new(false),
-					Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
-			}, metav1.CreateOptions{})
+			_, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, name, class), metav1.CreateOptions{})
 			return err
 		}); err != nil {
 			b.Fatal(err)
