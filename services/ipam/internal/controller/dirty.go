@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"maps"
-	"slices"
 	"sync"
 )
 
@@ -13,8 +11,9 @@ import (
 // stream's handlers, retries and timers mark it from their goroutines;
 // only the loop takes from it.
 type dirtySet struct {
-	mu         sync.Mutex
-	keys       map[string]struct{}
+	mu sync.Mutex
+	// marks are the dirty Services (marks).
+	marks      marks
 	pools      bool
 	poolWrites bool
 	// expiry: a kept address's grace period ended (a pass frees it).
@@ -25,14 +24,54 @@ type dirtySet struct {
 }
 
 func newDirtySet() *dirtySet {
-	return &dirtySet{keys: map[string]struct{}{}, wake: make(chan struct{}, 1)}
+	return &dirtySet{marks: marks{}, wake: make(chan struct{}, 1)}
+}
+
+// marks are dirty Services by key, each with the resourceVersion of the
+// update event of that Service that marked it when such an event is all
+// that did, and "" when anything else did (an add, a delete, a pool or
+// Namespace change, a retry). An update that is the echo of this term's
+// own status write (worker.ownEcho) is not decided again: the Service is
+// then the version the write was decided on plus the write, and deciding it
+// would decide the same.
+type marks map[string]string
+
+// add records a mark of key: updateRV is the resourceVersion of the update
+// event behind it, "" for any other cause. A key once marked for another
+// cause stays so; a later update replaces an earlier one's version.
+func (m marks) add(key, updateRV string) {
+	if cur, ok := m[key]; ok && cur == "" {
+		return
+	}
+	m[key] = updateRV
 }
 
 // mark makes the Services of keys dirty.
 func (d *dirtySet) mark(keys ...string) {
 	d.mu.Lock()
 	for _, k := range keys {
-		d.keys[k] = struct{}{}
+		d.marks.add(k, "")
+	}
+	d.mu.Unlock()
+	d.poke()
+}
+
+// markUpdate makes a Service dirty for an update event of it at rv.
+func (d *dirtySet) markUpdate(key, rv string) {
+	d.mu.Lock()
+	d.marks.add(key, rv)
+	d.mu.Unlock()
+	d.poke()
+}
+
+// remark marks again what an earlier take handed out (marks.add for each).
+func (d *dirtySet) remark(m marks) {
+	if len(m) == 0 {
+		return
+	}
+	d.mu.Lock()
+	for k, rv := range m {
+		d.marks.add(k, rv)
 	}
 	d.mu.Unlock()
 	d.poke()
@@ -75,7 +114,7 @@ func (d *dirtySet) poke() {
 func (d *dirtySet) any() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.keys) > 0 || d.pools || d.poolWrites || d.expiry
+	return len(d.marks) > 0 || d.pools || d.poolWrites || d.expiry
 }
 
 // takePools clears the pools flag and says whether it was set. A rebuild
@@ -89,14 +128,20 @@ func (d *dirtySet) takePools() bool {
 	return was
 }
 
-// take empties the set: the dirty keys (in no order), whether the pools
-// changed; the pool-writes and expiry flags are cleared too, as every pass
-// checks them.
-func (d *dirtySet) take() (keys []string, pools bool) {
+// taken is what one take emptied the set of.
+type taken struct {
+	marks marks
+	// pools: the IPPools changed. poolWrites, expiry: a pass is due even
+	// with no Service to decide (markPoolWrites, markExpiry).
+	pools, poolWrites, expiry bool
+}
+
+// take empties the set and returns what it held.
+func (d *dirtySet) take() taken {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	keys = slices.Collect(maps.Keys(d.keys))
-	clear(d.keys)
-	pools, d.pools, d.poolWrites, d.expiry = d.pools, false, false, false
-	return keys, pools
+	t := taken{marks: d.marks, pools: d.pools, poolWrites: d.poolWrites, expiry: d.expiry}
+	d.marks = marks{}
+	d.pools, d.poolWrites, d.expiry = false, false, false
+	return t
 }

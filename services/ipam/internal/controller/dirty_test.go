@@ -1,7 +1,7 @@
 package controller
 
 import (
-	"slices"
+	"maps"
 	"sync"
 	"testing"
 )
@@ -27,10 +27,9 @@ func TestDirtySetCoalescesMarksIntoOneWake(t *testing.T) {
 		t.Fatal("four marks woke the loop twice")
 	default:
 	}
-	keys, pools := d.take()
-	slices.Sort(keys)
-	if !slices.Equal(keys, []string{"prod/db", "prod/web"}) || !pools {
-		t.Errorf("take = %v, pools %v; want both keys once and the pools", keys, pools)
+	got := d.take()
+	if !maps.Equal(got.marks, marks{"prod/db": "", "prod/web": ""}) || !got.pools {
+		t.Errorf("take = %v, pools %v; want both keys once and the pools", got.marks, got.pools)
 	}
 	if d.any() {
 		t.Error("take left work behind")
@@ -43,9 +42,9 @@ func TestDirtySetFinalizersAloneDecideNoService(t *testing.T) {
 	if !d.any() {
 		t.Fatal("a finalizer check is work")
 	}
-	keys, pools := d.take()
-	if len(keys) != 0 || pools || d.any() {
-		t.Errorf("take = %v, pools %v, left %v: want nothing to decide, and the check taken", keys, pools, d.any())
+	got := d.take()
+	if len(got.marks) != 0 || got.pools || !got.poolWrites || d.any() {
+		t.Errorf("take = %+v, left %v: want nothing to decide, and the check taken", got, d.any())
 	}
 }
 
@@ -58,7 +57,7 @@ func TestDirtySetPoolEventDuringARebuildIsKept(t *testing.T) {
 		t.Fatal("takePools missed the mark")
 	}
 	d.markPools() // lands while the rebuild reads the pools
-	if _, pools := d.take(); !pools {
+	if !d.take().pools {
 		t.Error("the pool event that landed during the rebuild was lost")
 	}
 	if d.takePools() {
@@ -79,7 +78,38 @@ func TestDirtySetIsSafeForConcurrentMarks(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if keys, _ := d.take(); len(keys) != 8*26 {
-		t.Errorf("%d keys, want %d", len(keys), 8*26)
+	if got := d.take(); len(got.marks) != 8*26 {
+		t.Errorf("%d keys, want %d", len(got.marks), 8*26)
+	}
+}
+
+// A Service marked only by updates keeps the newest update's version (its
+// echo may be dropped); any other mark makes it a plain mark for good, in
+// whichever order the marks come.
+func TestMarksKeepAnUpdateOnlyWhileNothingElseMarked(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		add  [][2]string // key, update version ("" for another cause)
+		want marks
+	}{
+		{"one update", [][2]string{{"a", "5"}}, marks{"a": "5"}},
+		{"a later update replaces an earlier", [][2]string{{"a", "5"}, {"a", "9"}}, marks{"a": "9"}},
+		{"an add after an update", [][2]string{{"a", "5"}, {"a", ""}}, marks{"a": ""}},
+		{"an update after a pool change", [][2]string{{"a", ""}, {"a", "9"}}, marks{"a": ""}},
+		{"keys apart", [][2]string{{"a", "5"}, {"b", ""}}, marks{"a": "5", "b": ""}},
+	} {
+		m := marks{}
+		for _, a := range tc.add {
+			m.add(a[0], a[1])
+		}
+		if !maps.Equal(m, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, m, tc.want)
+		}
+	}
+	d := newDirtySet()
+	d.markUpdate("a", "5")
+	d.remark(marks{"a": "", "b": "7"})
+	if got := d.take().marks; !maps.Equal(got, marks{"a": "", "b": "7"}) {
+		t.Errorf("remark: %v", got)
 	}
 }

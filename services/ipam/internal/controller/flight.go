@@ -42,9 +42,9 @@ type flight struct {
 	writes  []*write
 	results []writeResult
 	done    chan struct{}
-	// held are the Services of writes marked dirty while in flight: they
-	// are decided again once the flight has landed.
-	held []string
+	// held are the Services of writes marked dirty while in flight, with
+	// their marks: they are marked again once the flight has landed.
+	held marks
 }
 
 type writeResult struct {
@@ -61,13 +61,13 @@ type writesInFlight struct {
 	limit   *parallel.Limit
 	flights []*flight
 	keys    map[string]struct{}
-	held    map[string]struct{}
+	held    marks
 	// landed has a value when a flight finished since the loop last looked.
 	landed chan struct{}
 }
 
 func newWritesInFlight(writers int) *writesInFlight {
-	return &writesInFlight{limit: parallel.NewLimit(writers), keys: map[string]struct{}{}, held: map[string]struct{}{},
+	return &writesInFlight{limit: parallel.NewLimit(writers), keys: map[string]struct{}{}, held: marks{},
 		landed: make(chan struct{}, 1)}
 }
 
@@ -98,13 +98,13 @@ func (f *writesInFlight) launch(writes []*write, do func(*write) writeResult) (l
 	return landed
 }
 
-// hold says whether key has a write in flight; if so, key is decided
-// again once that write has landed.
-func (f *writesInFlight) hold(key string) bool {
+// hold says whether key has a write in flight; if so, its mark (marks)
+// is made again once that write has landed.
+func (f *writesInFlight) hold(key, updateRV string) bool {
 	if _, ok := f.keys[key]; !ok {
 		return false
 	}
-	f.held[key] = struct{}{}
+	f.held.add(key, updateRV)
 	return true
 }
 
@@ -122,9 +122,12 @@ func (f *writesInFlight) land() []*flight {
 		f.flights = f.flights[1:]
 		for _, wr := range fl.writes {
 			delete(f.keys, wr.key)
-			if _, ok := f.held[wr.key]; ok {
+			if rv, ok := f.held[wr.key]; ok {
 				delete(f.held, wr.key)
-				fl.held = append(fl.held, wr.key)
+				if fl.held == nil {
+					fl.held = marks{}
+				}
+				fl.held[wr.key] = rv
 			}
 		}
 		out = append(out, fl)
@@ -174,7 +177,8 @@ func (w *worker) settle(flights ...*flight) {
 }
 
 func (w *worker) settleFlight(f *flight) {
-	w.mark(f.held...)
+	// After the expectations below: a held echo of a write is then known as one.
+	defer w.dirty.remark(f.held)
 	for i, wr := range f.writes {
 		key, r := wr.key, f.results[i]
 		switch {

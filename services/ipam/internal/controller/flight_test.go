@@ -2,7 +2,7 @@ package controller
 
 import (
 	"errors"
-	"slices"
+	"maps"
 	"sync"
 	"testing"
 )
@@ -44,7 +44,7 @@ func TestWritesInFlightHoldTheirServicesUntilTheyLand(t *testing.T) {
 	if landed := f.launch(writesOf("a/1", "a/2"), g.do); len(landed) != 0 {
 		t.Fatalf("a first flight landed %d others", len(landed))
 	}
-	if !f.hold("a/1") || f.hold("b/1") {
+	if !f.hold("a/1", "7") || f.hold("b/1", "") {
 		t.Fatal("hold: a/1 is in flight and b/1 is not")
 	}
 	if len(f.land()) != 0 {
@@ -58,13 +58,13 @@ func TestWritesInFlightHoldTheirServicesUntilTheyLand(t *testing.T) {
 		t.Fatalf("%d flights landed, want 1", len(landed))
 	}
 	fl := landed[0]
-	if !slices.Equal(fl.held, []string{"a/1"}) {
-		t.Errorf("held %v, want [a/1]: it was marked while its write was in flight", fl.held)
+	if !maps.Equal(fl.held, marks{"a/1": "7"}) {
+		t.Errorf("held %v, want a/1 by its update at 7: it was marked while its write was in flight", fl.held)
 	}
 	if fl.results[0].rv != "rv-a/1" || fl.results[1].err == nil {
 		t.Errorf("results %+v: want a/1's version and a/2's error, in the order of the writes", fl.results)
 	}
-	if f.hold("a/1") {
+	if f.hold("a/1", "") {
 		t.Error("a/1 is still held after its flight landed")
 	}
 }

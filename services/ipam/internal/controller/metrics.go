@@ -14,13 +14,15 @@ import (
 )
 
 type metrics struct {
-	addresses     *prometheus.GaugeVec
-	allocations   prometheus.Counter
-	failures      *prometheus.CounterVec
-	statusWrites  *prometheus.CounterVec
-	pending       leader.Gauge
-	pendingSince  *prometheus.GaugeVec
-	passSeconds   prometheus.Histogram
+	addresses    *prometheus.GaugeVec
+	allocations  prometheus.Counter
+	failures     *prometheus.CounterVec
+	statusWrites *prometheus.CounterVec
+	pending      leader.Gauge
+	pendingSince *prometheus.GaugeVec
+	passSeconds  prometheus.Histogram
+	// decided counts the Services passes decide.
+	decided       prometheus.Counter
 	ledgerCorrupt leader.Gauge
 	// ledgerOverruled counts ledger entries not obeyed at a term start.
 	ledgerOverruled prometheus.Counter
@@ -66,6 +68,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Duration of one reconcile pass (decide a batch, commit the ledger, write statuses).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
+		decided: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ipledger_ipam_services_decided_total",
+			Help: "Services decided by reconcile passes (an update that is only the echo of ipam's own status write is not decided again).",
+		}),
 		ledgerCorrupt: leader.NewGauge(prometheus.GaugeOpts{
 			Name: "ipledger_ipam_ledger_corrupt",
 			Help: "1 while the ledger cannot be read and allocation is stopped.",
@@ -80,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				"returned (taken back by it, or under its sharing key), taken (by another Service: its pool had nothing else free), expired (the grace period ended).",
 		}, []string{"outcome"}),
 	}
-	if err := promreg.Register(reg, m.addresses, m.allocations, m.failures, m.statusWrites, m.pending, m.pendingSince, m.passSeconds, m.ledgerCorrupt, m.ledgerOverruled, m.kept); err != nil {
+	if err := promreg.Register(reg, m.addresses, m.allocations, m.failures, m.statusWrites, m.pending, m.pendingSince, m.passSeconds, m.decided, m.ledgerCorrupt, m.ledgerOverruled, m.kept); err != nil {
 		return nil, err
 	}
 	return m, nil

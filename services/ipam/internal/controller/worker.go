@@ -116,6 +116,12 @@ func (w *worker) handler() stream.Handler {
 				}
 				return
 			}
+			// A Service's update may be the echo of this term's own
+			// status write: the pass tells (marks, worker.ownEcho).
+			if n.GetKind() == watcherv1.Kind_KIND_SERVICE {
+				w.dirty.markUpdate(objkey.Of(n), n.GetMeta().GetResourceVersion())
+				return
+			}
 			on(n)
 		},
 		DeleteFunc: on,
@@ -313,15 +319,20 @@ func (w *worker) reportCorrupt(ctx context.Context, ce *ledger.CorruptError) {
 // take returns up to n dirty Services in allocation order, and the dirty
 // keys the stream does not show (first in that order: the stream gave them
 // no creation time); the others stay dirty for the next pass. A Service
-// with a status write in flight is held back until the write returns.
-func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, poolsChanged bool) {
+// with a status write in flight is held back until the write returns; one
+// marked only by the echo of this term's write is dropped (ownEcho). The
+// flags of the take come back as they were taken.
+func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, t taken) {
 	type candidate struct {
 		key     string
 		created int64 // 0 when the stream has not shown it (gone, or never seen)
 	}
-	keys, poolsChanged := w.dirty.take()
-	candidates := make([]candidate, 0, len(keys))
-	for _, k := range keys {
+	t = w.dirty.take()
+	candidates := make([]candidate, 0, len(t.marks))
+	for k, updateRV := range t.marks {
+		if w.writes.hold(k, updateRV) || updateRV != "" && w.ownEcho(k, updateRV) {
+			continue
+		}
 		created, _ := w.store().Attribute(watcherv1.Kind_KIND_SERVICE, attrCreated, k)
 		ts, _ := created.(int64)
 		candidates = append(candidates, candidate{k, ts})
@@ -331,9 +342,6 @@ func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, pool
 	slices.SortFunc(candidates, func(a, b candidate) int { return objects.CompareByAge(a.created, a.key, b.created, b.key) })
 	var rest []string
 	for _, c := range candidates {
-		if w.writes.hold(c.key) {
-			continue
-		}
 		if len(present) == n {
 			rest = append(rest, c.key)
 			continue
@@ -352,7 +360,21 @@ func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, pool
 	if len(rest) > 0 {
 		w.mark(rest...)
 	}
-	return present, absent, poolsChanged
+	return present, absent, t
+}
+
+// ownEcho reports whether the update at rv that marked key is the echo of
+// this term's own status write: the version that write produced, which is
+// the version it was decided on plus the write (the write is conditional on
+// that version), so deciding it again would decide the same. What else
+// changes a decision marks the Service itself. Its expectation is done.
+func (w *worker) ownEcho(key, rv string) bool {
+	e, ok := w.expect.Get(key)
+	if !ok || e.rv != rv {
+		return false
+	}
+	w.expect.Forget(key)
+	return true
 }
 
 // write is one Service's write of a pass: status and allocated-from-pool
@@ -380,8 +402,11 @@ type write struct {
 // commits (flight.go).
 func (w *worker) pass(ctx context.Context) {
 	start := time.Now()
-	present, absent, poolsChanged := w.take(w.c.cfg.BatchSize)
-	if poolsChanged {
+	present, absent, t := w.take(w.c.cfg.BatchSize)
+	if len(present) == 0 && len(absent) == 0 && !t.pools && !t.poolWrites && !t.expiry {
+		return // only echoes of this term's writes
+	}
+	if t.pools {
 		w.setPools()
 	}
 	b := plan.Batch{
@@ -395,6 +420,7 @@ func (w *worker) pass(ctx context.Context) {
 		b.Current[objkey.Of(obj)] = cur.Status
 	}
 	p := plan.Decide(w.alloc, b)
+	w.c.metrics.decided.Add(float64(len(present) + len(absent)))
 	w.note(p)
 	if !w.commit(ctx, p.Change) {
 		return

@@ -121,3 +121,27 @@ func TestOneWritePerAllocation(t *testing.T) {
 	}
 	_ = r
 }
+
+// The stream's echo of ipam's own status write is not decided again: each
+// Service created while ipam serves is decided exactly once, while a status
+// written by someone else (the wipe of TestWipedStatusRestoredFromLedger) is.
+// The last Service is the barrier: once it holds its address the stream has
+// brought the earlier ones' echoes, and their marks were taken by its pass.
+func TestOwnWriteEchoIsNotDecidedAgain(t *testing.T) {
+	h := newHarness(t)
+	h.pool("techo-"+h.lease[len("ipam-"):], "10.77.17.0/29")
+	h.service("s0", nil)
+	r := h.start("ipam-0")
+	h.expect(wait, map[string]string{"s0": "10.77.17.0"})
+	before := counterValue(t, r.reg, "ipledger_ipam_services_decided_total")
+	want := map[string]string{"s0": "10.77.17.0"}
+	for i := 1; i <= 4; i++ {
+		name := fmt.Sprintf("s%d", i)
+		h.service(name, nil)
+		want[name] = fmt.Sprintf("10.77.17.%d", i)
+		h.expect(wait, want)
+	}
+	if got := counterValue(t, r.reg, "ipledger_ipam_services_decided_total") - before; got != 4 {
+		t.Errorf("4 Services created one after another were decided %v times, want 4: the echoes of ipam's own writes were decided again", got)
+	}
+}
