@@ -76,7 +76,7 @@ func BenchmarkAnchors(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = env.Dynamic.Resource(controller.PoolGVR).Delete(ctx, poolName, metav1.DeleteOptions{}) })
 
-	svcs := createServices(b, client, ns, class, n)
+	svcs := createServices(b, env, client, ns, class, n)
 	watcherAddr := testenv.FreeAddr(b)
 	watcher := testenv.StartProcess(b, "watcher", env.Binary(b, "watcher"), nil,
 		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", watcherAddr, "--grpc-plaintext", "--namespace", ns,

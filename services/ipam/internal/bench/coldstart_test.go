@@ -116,7 +116,7 @@ func BenchmarkColdStart(b *testing.B) {
 	if _, err := env.Dynamic.Resource(controller.PoolGVR).Create(ctx, pool, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	svcs := createServices(b, client, ns, class, n)
+	svcs := createServices(b, env, client, ns, class, n)
 	b.Logf("set-up load %s", loadavg())
 	// The floors' addresses: 10.base.0.0 on, 65,536 to each second octet
 	// (so base, base+1 for N up to 131,072).

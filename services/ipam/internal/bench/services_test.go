@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -29,9 +30,14 @@ type lbServices struct {
 
 // createServices creates n LoadBalancer Services of class in ns from 32
 // workers, with no node ports (none of the controllers measured needs them,
-// and allocating them would slow creation down).
-func createServices(b *testing.B, client kubernetes.Interface, ns, class string, n int) *lbServices {
+// and allocating them would slow creation down). Above injectAbove, or when
+// IPLEDGER_BENCH_SETUP=etcd, they are written into etcd (injectServices).
+func createServices(b *testing.B, env *testenv.Env, client kubernetes.Interface, ns, class string, n int) *lbServices {
 	b.Helper()
+	switch setup := os.Getenv("IPLEDGER_BENCH_SETUP"); {
+	case setup == "etcd", setup != "api" && n > injectAbove:
+		return injectServices(b, env, client, ns, class, n)
+	}
 	s := &lbServices{client: client, ns: ns, objs: make([]*corev1.Service, n)}
 	start := time.Now()
 	if err := parallel(n, 32, func(i int) error {

@@ -57,7 +57,7 @@ func BenchmarkSteadyState(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = env.Dynamic.Resource(controller.PoolGVR).Delete(ctx, "steady", metav1.DeleteOptions{}) })
 	setupStart := time.Now()
-	svcs := createServices(b, client, ns, class, n)
+	svcs := createServices(b, env, client, ns, class, n)
 
 	watcherAddr, watcherOps, opsAddr := testenv.FreeAddr(b), testenv.FreeAddr(b), testenv.FreeAddr(b)
 	testenv.StartProcess(b, "watcher", env.Binary(b, "watcher"), nil,
