@@ -232,19 +232,18 @@ func compareReservations(a, b Reservation) int { return a.IP.Compare(b.IP) }
 
 // Encode renders a shard as ConfigMap data. Entries are sorted; the output is
 // a pure function of the input so an unchanged shard encodes to equal bytes.
-func Encode(s Shard) map[string]string {
+func Encode(s Shard) map[string]string { return encode(s, nil) }
+
+// encode is Encode taking the allocations' lines from c where it kept them
+// (nil: none), and keeping this shard's in it for the next time.
+func encode(s Shard, c *lineCache) map[string]string {
 	allocs := slices.Clone(s.Allocations)
 	slices.SortFunc(allocs, CompareAllocations)
 	res := slices.Clone(s.Reservations)
 	slices.SortFunc(res, compareReservations)
 
 	data := map[string]string{keyFormat: Format, keyEpoch: strconv.FormatUint(s.Epoch, 10), keyTerm: s.Term}
-	data[keyAllocations] = lines(allocs, typicalLine, func(b []byte, a Allocation) []byte {
-		return allocationLine{
-			IP: a.IP.String(), Pool: a.Pool, Service: a.Service.Key(), UID: a.Service.UID,
-			SharingKey: a.SharingKey, AllocatedAt: formatTime(a.AllocatedAt),
-		}.append(b)
-	})
+	data[keyAllocations] = c.allocationLines(s.Name, allocs)
 	data[keyReservations] = lines(res, typicalLine, func(b []byte, r Reservation) []byte {
 		l := reservationLine{IP: r.IP.String(), Note: r.Note, CreatedAt: formatTime(r.CreatedAt)}
 		if r.ForService != nil {
@@ -258,6 +257,14 @@ func Encode(s Shard) map[string]string {
 		})
 	}
 	return data
+}
+
+// allocationLineOf is a's line.
+func allocationLineOf(a Allocation) allocationLine {
+	return allocationLine{
+		IP: a.IP.String(), Pool: a.Pool, Service: a.Service.Key(), UID: a.Service.UID,
+		SharingKey: a.SharingKey, AllocatedAt: formatTime(a.AllocatedAt),
+	}
 }
 
 // append appends the line as encoding/json's Encoder writes the struct

@@ -3,9 +3,11 @@ package ledger
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -338,6 +340,33 @@ func TestLinesAreEncodingJSON(t *testing.T) {
 			if tc.got != tc.want {
 				t.Errorf("%s line of %q, %q:\n got %q\nwant %q", tc.name, v, w, tc.got, tc.want)
 			}
+		}
+	}
+}
+
+// Lines kept from earlier encodings change nothing: encoding with the cache
+// gives Encode's bytes as shards gain and lose entries, alternate, and
+// outnumber the shards it keeps.
+func TestEncodeWithCachedLinesIsEncode(t *testing.T) {
+	var c lineCache
+	shards := []Shard{{Name: ShardName(1), Term: "t"}, {Name: ShardName(2), Term: "t"}, {Name: ShardName(3), Term: "t"}}
+	for i := range 300 {
+		s := &shards[i%7%3]
+		ip := netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})
+		s.Allocations = append(s.Allocations, Allocation{IP: ip, Pool: "p", Service: ServiceRef{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i), UID: "u"},
+			SharingKey: map[bool]string{true: "k<&>"}[i%5 == 0], AllocatedAt: t0.Add(time.Duration(i) * time.Second)})
+		if i%4 == 0 && len(s.Allocations) > 2 {
+			s.Allocations = slices.Delete(s.Allocations, 1, 2)
+		}
+		if i%9 == 0 && len(s.Allocations) > 0 {
+			s.Allocations[0].AllocatedAt = s.Allocations[0].AllocatedAt.Add(time.Hour) // same IP, another line
+		}
+		s.Epoch = uint64(i)
+		if got, want := encode(*s, &c), Encode(*s); !maps.Equal(got, want) {
+			t.Fatalf("step %d, shard %s: the cached encoding differs:\n%s\nwant\n%s", i, s.Name, got[keyAllocations], want[keyAllocations])
+		}
+		if len(c.shards) > lineCacheShards {
+			t.Fatalf("step %d: %d shards' lines kept, at most %d", i, len(c.shards), lineCacheShards)
 		}
 	}
 }

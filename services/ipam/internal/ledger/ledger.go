@@ -231,6 +231,8 @@ type Ledger struct {
 	foreign []ForeignWrite
 	// bySvc indexes the allocations of shards by Service (ByService).
 	bySvc ByService
+	// lines are the encoded lines of the shards committed last.
+	lines lineCache
 	// read is the State of the shards as last read or fenced, handed to
 	// the first State call after (the term's rebuild, right after Open,
 	// which has just assembled and sorted every entry) unless a commit
@@ -655,7 +657,7 @@ func (l *Ledger) reload(ctx context.Context) error {
 // in-memory shards follow each write that succeeds, so that they stay
 // equal to what is stored.
 func (l *Ledger) commit(ctx context.Context, ch Change) error {
-	p := layOutCommit(l.layout(), ch, l.epoch, l.opts.Term, l.opts.ShardLimit, l.maxNum)
+	p := layOutCommit(l.layout(), ch, l.epoch, l.opts.Term, l.opts.ShardLimit, l.maxNum, &l.lines)
 	l.maxNum = p.maxNum
 	created, err := l.createAll(ctx, &p)
 	if err != nil {

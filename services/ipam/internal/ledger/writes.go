@@ -42,13 +42,14 @@ type shardWrite struct {
 // layout[0]), stamped with epoch and term: every shard ch touches is
 // written whole, and one whose encoding outgrows limit is split, its new
 // pieces named from maxNum+1 on and listed by the head. Each shard that
-// fits is encoded once here: that encoding is the one written.
-func layOutCommit(layout Layout, ch Change, epoch uint64, term string, limit, maxNum int) commitWrites {
+// fits is encoded once here (with the lines of c): that encoding is the one
+// written.
+func layOutCommit(layout Layout, ch Change, epoch uint64, term string, limit, maxNum int, c *lineCache) commitWrites {
 	p := commitWrites{writes: editShards(layout, ch, epoch, term), maxNum: maxNum}
 	var from []netip.Addr
 	for k := range p.writes {
 		w := &p.writes[k]
-		if data := Encode(w.shard); Size(data) <= limit {
+		if data := encode(w.shard, c); Size(data) <= limit {
 			w.data = data
 			continue
 		}

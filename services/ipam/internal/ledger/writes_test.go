@@ -89,7 +89,7 @@ func TestPlanCommit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := fmt.Sprint(tc.layout)
-			p := layOutCommit(tc.layout, tc.ch, 2, "new", DefaultShardLimit, 1)
+			p := layOutCommit(tc.layout, tc.ch, 2, "new", DefaultShardLimit, 1, nil)
 			if fmt.Sprint(tc.layout) != before {
 				t.Fatalf("layOutCommit changed its layout")
 			}
@@ -144,7 +144,7 @@ func TestPlanCommitSplits(t *testing.T) {
 			[]string{HeadName, ShardName(4)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := layOutCommit(tc.layout, tc.ch, 2, "new", limit, 4)
+			p := layOutCommit(tc.layout, tc.ch, 2, "new", limit, 4, nil)
 			var names []string
 			for _, w := range p.writes {
 				names = append(names, w.shard.Name)
@@ -219,7 +219,7 @@ func indexed(index []IndexEntry, name string) bool {
 
 func TestCommitPlanRename(t *testing.T) {
 	big := bigShard(600)
-	p := layOutCommit(Layout{big}, Change{Allocate: []Allocation{alloc("10.0.9.1", "p", "b/b")}}, 2, "new", Size(Encode(big))/2, 0)
+	p := layOutCommit(Layout{big}, Change{Allocate: []Allocation{alloc("10.0.9.1", "p", "b/b")}}, 2, "new", Size(Encode(big))/2, 0, nil)
 	if len(p.creates) < 2 {
 		t.Fatalf("%d shards created, want 2 or more", len(p.creates))
 	}
