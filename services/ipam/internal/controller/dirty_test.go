@@ -2,6 +2,7 @@ package controller
 
 import (
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -111,5 +112,16 @@ func TestMarksKeepAnUpdateOnlyWhileNothingElseMarked(t *testing.T) {
 	d.remark(marks{"a": "", "b": "7"})
 	if got := d.take().marks; !maps.Equal(got, marks{"a": "", "b": "7"}) {
 		t.Errorf("remark: %v", got)
+	}
+}
+
+// After a rebuild, Services without an address are decided first and
+// those holding one verified after; a key the ledger and the stream both
+// name is decided once.
+func TestSplitHolders(t *testing.T) {
+	held := map[string]bool{"a/old": true, "a/gone": true}
+	none, holding := splitHolders([]string{"a/old", "a/new", "a/gone", "a/old", "a/new"}, func(k string) bool { return held[k] })
+	if !slices.Equal(none, []string{"a/new"}) || !slices.Equal(holding, []string{"a/old", "a/gone"}) {
+		t.Errorf("splitHolders = %v, %v; want [a/new], [a/old a/gone]", none, holding)
 	}
 }

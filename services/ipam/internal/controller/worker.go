@@ -55,6 +55,11 @@ type worker struct {
 	writes *writesInFlight
 
 	dirty *dirtySet
+	// verify are the Services the last rebuild found holding addresses,
+	// in allocation order: decided again (a pool or spec may have changed
+	// while no term ran) once nothing else is dirty, a batch at a time, so
+	// that a restart over many Services serves new ones first.
+	verify []string
 	// finalizerBackoff is the delay before the next retry of a failed
 	// finalizer patch (0 after a success).
 	finalizerBackoff time.Duration
@@ -280,9 +285,10 @@ func (w *worker) rebuild(overruled []ledger.Allocation) []plan.Suspect {
 	w.dirty.takePools()
 	st := w.ldg.State()
 	pools, invalid := w.c.pools.Parse(w.store().List(watcherv1.Kind_KIND_IP_POOL))
-	// Every Service is marked: those the rebuild reads, those a handler
-	// adds meanwhile (it marks them itself), and those only the ledger
-	// names.
+	// Every Service is decided again: those the rebuild reads, those a
+	// handler adds meanwhile (it marks them itself), and those only the
+	// ledger names. Those that hold addresses now are verified after the
+	// others (w.verify).
 	var keys []string
 	services := func(yield func(*watcherv1.Object) bool) {
 		for obj := range w.store().All(watcherv1.Kind_KIND_SERVICE) {
@@ -298,10 +304,61 @@ func (w *worker) rebuild(overruled []ledger.Allocation) []plan.Suspect {
 	for k := range w.ldg.ByService() {
 		keys = append(keys, k)
 	}
-	w.mark(keys...)
+	first, verify := splitHolders(keys, func(k string) bool { return len(w.alloc.Allocations(k)) > 0 })
+	w.mark(first...)
+	w.verify = w.inAllocationOrder(verify)
 	clear(w.poolWritten)
 	return r.Suspects
 }
+
+// splitHolders splits keys (without repeats) into those that hold no
+// address (holds false) and those that do.
+func splitHolders(keys []string, holds func(string) bool) (none, holding []string) {
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		if holds(k) {
+			holding = append(holding, k)
+		} else {
+			none = append(none, k)
+		}
+	}
+	return none, holding
+}
+
+// inAllocationOrder sorts keys in allocation order (objects.Less: oldest
+// first, then by key) by the store's creation-time attribute, keys the
+// stream does not show first.
+func (w *worker) inAllocationOrder(keys []string) []string {
+	cs := make([]aged, len(keys))
+	for i, k := range keys {
+		cs[i] = w.aged(k)
+	}
+	slices.SortFunc(cs, compareAged)
+	for i, c := range cs {
+		keys[i] = c.key
+	}
+	return keys
+}
+
+// aged is a Service's key and its creation time as the store's attribute
+// has it: 0 when the stream does not show the Service (gone, or never seen).
+type aged struct {
+	key     string
+	created int64
+}
+
+func (w *worker) aged(key string) aged {
+	created, _ := w.store().Attribute(watcherv1.Kind_KIND_SERVICE, attrCreated, key)
+	ts, _ := created.(int64)
+	return aged{key, ts}
+}
+
+// compareAged is allocation order (objects.Less) by the attribute.
+func compareAged(a, b aged) int { return objects.CompareByAge(a.created, a.key, b.created, b.key) }
 
 // reportCorrupt stops allocation with an Event on the shard and a condition
 // on every pool. The shard itself is never touched.
@@ -323,23 +380,22 @@ func (w *worker) reportCorrupt(ctx context.Context, ce *ledger.CorruptError) {
 // marked only by the echo of this term's write is dropped (ownEcho). The
 // flags of the take come back as they were taken.
 func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, t taken) {
-	type candidate struct {
-		key     string
-		created int64 // 0 when the stream has not shown it (gone, or never seen)
-	}
 	t = w.dirty.take()
-	candidates := make([]candidate, 0, len(t.marks))
+	// Top the batch up from the rebuild's holders (w.verify).
+	for len(t.marks) < n && len(w.verify) > 0 {
+		t.marks.add(w.verify[0], "")
+		w.verify = w.verify[1:]
+	}
+	candidates := make([]aged, 0, len(t.marks))
 	for k, updateRV := range t.marks {
 		if w.writes.hold(k, updateRV) || updateRV != "" && w.ownEcho(k, updateRV) {
 			continue
 		}
-		created, _ := w.store().Attribute(watcherv1.Kind_KIND_SERVICE, attrCreated, k)
-		ts, _ := created.(int64)
-		candidates = append(candidates, candidate{k, ts})
+		candidates = append(candidates, w.aged(k))
 	}
-	// Allocation order (objects.Less: oldest first, then by key), read from
-	// the store's attribute; only the batch is decoded.
-	slices.SortFunc(candidates, func(a, b candidate) int { return objects.CompareByAge(a.created, a.key, b.created, b.key) })
+	// Allocation order, read from the store's attribute; only the batch is
+	// decoded.
+	slices.SortFunc(candidates, compareAged)
 	var rest []string
 	for _, c := range candidates {
 		if len(present) == n {
