@@ -248,11 +248,15 @@ func BenchmarkColdStart(b *testing.B) {
 		if writes != float64(n) {
 			b.Fatalf("ipam made %v status writes for %d Services, want exactly one each", writes, n)
 		}
-		b.Logf("round %d: N=%d ipam %s = %.2f× the 32-worker floor, %.2f× the 1-worker floor, %.2f× the patch floor (first write after %s); RSS peak %.0f MB; %v ledger writes, %v passes; load %s",
+		passes := scrape(ctx, opsAddr, "ipledger_ipam_reconcile_duration_seconds_count")
+		shards := scrape(ctx, opsAddr, "ipledger_ipam_ledger_shards")
+		b.Logf("round %d: N=%d ipam %s = %.2f× the 32-worker floor, %.2f× the 1-worker floor, %.2f× the patch floor (first write after %s); RSS peak %.0f MB; "+
+			"%v ledger writes, %v passes of %.0f ms on average (decide, commit, launch the writes); ledger %v shards, %.0f KB each on average; load %s",
 			r+1, n, took.Round(time.Millisecond), took.Seconds()/floor32.Seconds(), took.Seconds()/floor1.Seconds(), took.Seconds()/patch32.Seconds(),
 			firstWrite.Round(time.Millisecond), rss,
-			scrape(ctx, opsAddr, `ipledger_ipam_ledger_writes_total{result="ok"}`),
-			scrape(ctx, opsAddr, "ipledger_ipam_reconcile_duration_seconds_count"), results[r].load)
+			scrape(ctx, opsAddr, `ipledger_ipam_ledger_writes_total{result="ok"}`), passes,
+			1000*scrape(ctx, opsAddr, "ipledger_ipam_reconcile_duration_seconds_sum")/passes,
+			shards, scrape(ctx, opsAddr, "ipledger_ipam_ledger_bytes")/shards/1000, results[r].load)
 		// CPU is what contention on a shared machine cannot blur: the
 		// work all the processes did for ipam's cold start, against the
 		// work they did for each floor.
