@@ -90,8 +90,10 @@ func BenchmarkSteadyState(b *testing.B) {
 			go saveProfile(opsAddr, fmt.Sprintf("profile?seconds=%d", m/rate), path)
 		}
 		passes := passHistogram(ctx, opsAddr)
+		decided := scrape(ctx, opsAddr, "ipledger_ipam_services_decided_total")
 		gotIPAM, _ := createAtRate(b, client, ns, class, fmt.Sprintf("r%d-ipam-", r), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
-		b.Logf("round %d: ipam's passes meanwhile: %s", r+1, passHistogram(ctx, opsAddr).since(passes))
+		b.Logf("round %d: ipam's passes meanwhile: %s; %.0f Services decided", r+1, passHistogram(ctx, opsAddr).since(passes),
+			scrape(ctx, opsAddr, "ipledger_ipam_services_decided_total")-decided)
 		gotFloor, _ := createAtRate(b, client, ns, floorClass, fmt.Sprintf("r%d-floor-", r), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
 		ipamRuns, floorRuns = append(ipamRuns, gotIPAM), append(floorRuns, gotFloor)
 		b.Logf("round %d: N=%d, %d creates at %d/s, %d deletes beside them; ipam p50 %s p99 %s max %s; floor (CAS of a %d-byte ConfigMap, then the patch) p50 %s p99 %s max %s; "+
