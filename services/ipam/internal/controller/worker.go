@@ -287,8 +287,8 @@ func (w *worker) rebuild(overruled []ledger.Allocation) []plan.Suspect {
 	pools, invalid := w.c.pools.Parse(w.store().List(watcherv1.Kind_KIND_IP_POOL))
 	// Every Service is decided again: those the rebuild reads, those a
 	// handler adds meanwhile (it marks them itself), and those only the
-	// ledger names. Those that hold addresses now are verified after the
-	// others (w.verify).
+	// ledger names. Those the stream shows holding addresses are verified
+	// after the others (w.verify).
 	var keys []string
 	services := func(yield func(*watcherv1.Object) bool) {
 		for obj := range w.store().All(watcherv1.Kind_KIND_SERVICE) {
@@ -304,7 +304,12 @@ func (w *worker) rebuild(overruled []ledger.Allocation) []plan.Suspect {
 	for k := range w.ldg.ByService() {
 		keys = append(keys, k)
 	}
-	first, verify := splitHolders(keys, func(k string) bool { return len(w.alloc.Allocations(k)) > 0 })
+	// A Service the stream does not show is not verified later: if it is
+	// gone, the addresses it frees may be what a pending Service needs.
+	first, verify := splitHolders(keys, func(k string) bool {
+		_, shown := w.store().Attribute(watcherv1.Kind_KIND_SERVICE, attrCreated, k)
+		return shown && len(w.alloc.Allocations(k)) > 0
+	})
 	w.mark(first...)
 	w.verify = w.inAllocationOrder(verify)
 	clear(w.poolWritten)
