@@ -46,14 +46,7 @@ func BenchmarkParse50k(b *testing.B) {
 // BenchmarkEncodeFullShard is what every commit pays for each shard it
 // touches: one full shard (DefaultShardLimit) encoded.
 func BenchmarkEncodeFullShard(b *testing.B) {
-	shard := Shard{Name: ShardName(1), Term: "t"}
-	for i := 0; ; i++ {
-		ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
-		shard.Allocations = append(shard.Allocations, Allocation{IP: ip, Pool: "pool", Service: ServiceRef{Namespace: "ns", Name: fmt.Sprintf("svc-%06d", i), UID: "0b0f3a3e-6c1b-4d8e-9a55-3f1f6a1d2c3b"}, AllocatedAt: t0})
-		if i%100 == 0 && Size(Encode(shard)) >= DefaultShardLimit {
-			break
-		}
-	}
+	shard := fullShard()
 	for b.Loop() {
 		Encode(shard)
 	}
@@ -64,14 +57,7 @@ func BenchmarkEncodeFullShard(b *testing.B) {
 // the same full shard with one allocation added each time, its other lines
 // kept from the encoding before (lineCache).
 func BenchmarkEncodeFullShardOneNewLine(b *testing.B) {
-	shard := Shard{Name: ShardName(1), Term: "t"}
-	for i := 0; ; i++ {
-		ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
-		shard.Allocations = append(shard.Allocations, Allocation{IP: ip, Pool: "pool", Service: ServiceRef{Namespace: "ns", Name: fmt.Sprintf("svc-%06d", i), UID: "0b0f3a3e-6c1b-4d8e-9a55-3f1f6a1d2c3b"}, AllocatedAt: t0})
-		if i%100 == 0 && Size(Encode(shard)) >= DefaultShardLimit {
-			break
-		}
-	}
+	shard := fullShard()
 	var c lineCache
 	encode(shard, &c)
 	last := len(shard.Allocations) - 1
@@ -80,4 +66,16 @@ func BenchmarkEncodeFullShardOneNewLine(b *testing.B) {
 		encode(shard, &c)
 	}
 	b.ReportMetric(float64(len(shard.Allocations)), "entries")
+}
+
+// fullShard is a shard of allocations filled to DefaultShardLimit.
+func fullShard() Shard {
+	shard := Shard{Name: ShardName(1), Term: "t"}
+	for i := 0; ; i++ {
+		ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		shard.Allocations = append(shard.Allocations, Allocation{IP: ip, Pool: "pool", Service: ServiceRef{Namespace: "ns", Name: fmt.Sprintf("svc-%06d", i), UID: "0b0f3a3e-6c1b-4d8e-9a55-3f1f6a1d2c3b"}, AllocatedAt: t0})
+		if i%100 == 0 && Size(Encode(shard)) >= DefaultShardLimit {
+			return shard
+		}
+	}
 }
