@@ -244,19 +244,22 @@ func encode(s Shard, c *lineCache) map[string]string {
 
 	data := map[string]string{keyFormat: Format, keyEpoch: strconv.FormatUint(s.Epoch, 10), keyTerm: s.Term}
 	data[keyAllocations] = c.allocationLines(s.Name, allocs)
-	data[keyReservations] = lines(res, typicalLine, func(b []byte, r Reservation) []byte {
-		l := reservationLine{IP: r.IP.String(), Note: r.Note, CreatedAt: formatTime(r.CreatedAt)}
-		if r.ForService != nil {
-			l.ForService, l.ForUID = r.ForService.Key(), r.ForService.UID
-		}
-		return l.append(b)
-	})
+	data[keyReservations] = lines(res, typicalLine, func(b []byte, r Reservation) []byte { return reservationLineOf(r).append(b) })
 	if s.Name == HeadName {
 		data[keyShards] = lines(s.Index, 64, func(b []byte, e IndexEntry) []byte {
 			return indexLine{Name: e.Name, From: e.From.String()}.append(b)
 		})
 	}
 	return data
+}
+
+// reservationLineOf is r's line.
+func reservationLineOf(r Reservation) reservationLine {
+	l := reservationLine{IP: r.IP.String(), Note: r.Note, CreatedAt: formatTime(r.CreatedAt)}
+	if r.ForService != nil {
+		l.ForService, l.ForUID = r.ForService.Key(), r.ForService.UID
+	}
+	return l
 }
 
 // allocationLineOf is a's line.
@@ -817,18 +820,7 @@ func Split(s Shard, limit int, newName func() string) (first Shard, rest []Shard
 }
 
 // lineSize is the length of a's line in allocations.jsonl.
-func lineSize(a Allocation) int {
-	b, _ := json.Marshal(allocationLine{IP: a.IP.String(), Pool: a.Pool, Service: a.Service.Key(), UID: a.Service.UID,
-		SharingKey: a.SharingKey, AllocatedAt: formatTime(a.AllocatedAt)})
-	return len(b) + 1
-}
+func lineSize(a Allocation) int { return len(allocationLineOf(a).append(nil)) }
 
 // reservationSize is the length of r's line in reservations.jsonl.
-func reservationSize(r Reservation) int {
-	l := reservationLine{IP: r.IP.String(), Note: r.Note, CreatedAt: formatTime(r.CreatedAt)}
-	if r.ForService != nil {
-		l.ForService, l.ForUID = r.ForService.Key(), r.ForService.UID
-	}
-	b, _ := json.Marshal(l)
-	return len(b) + 1
-}
+func reservationSize(r Reservation) int { return len(reservationLineOf(r).append(nil)) }
