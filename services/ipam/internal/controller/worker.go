@@ -204,24 +204,40 @@ func (w *worker) markAfter(d time.Duration, mark func()) *time.Timer {
 	})
 }
 
+// openAttempts bounds how often open reads the ledger again when another
+// writer got in between its read and its fence (ledger.Contended).
+const openAttempts = 10
+
 // open fences the ledger and rebuilds every allocation from it, the pools
-// and the Services, before anything is allocated.
+// and the Services, before anything is allocated. The shards after the
+// head are fenced while the allocator is rebuilt (ledger.Begin): nothing is
+// acted on until they are.
 func (w *worker) open(ctx context.Context) error {
-	l, err := ledger.Open(ctx, w.c.client, ledger.Options{
-		Namespace: w.c.cfg.Namespace, Term: w.term.ID(), ShardLimit: w.c.cfg.ShardLimit,
-		Metrics: w.c.ledgerM, Log: w.log, Holds: w.term.Holds,
-	})
-	if err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		l, err := ledger.Begin(ctx, w.c.client, ledger.Options{
+			Namespace: w.c.cfg.Namespace, Term: w.term.ID(), ShardLimit: w.c.cfg.ShardLimit,
+			Metrics: w.c.ledgerM, Log: w.log, Holds: w.term.Holds,
+		})
+		if err != nil {
+			return err
+		}
+		w.ldg = l
+		if overruled := w.overrule(ctx, w.rebuild(nil)); len(overruled) > 0 {
+			w.rebuild(overruled)
+		}
+		err = l.Fenced(ctx)
+		if err == nil {
+			break
+		}
+		if !ledger.Contended(err) || attempt == openAttempts {
+			return err
+		}
 	}
-	w.ldg = l
+	l := w.ldg
 	for _, f := range l.ForeignWrites() {
 		w.event(configMapRef(w.c.cfg.Namespace, f.Shard), "Warning", "LedgerForeignWrite", fmt.Sprintf(
 			"Written by %q at %s, not by ipam; ipam obeys its entries only where the Services' statuses do not contradict them. "+
 				"Only ipam and the break-glass group may write the ledger (docs/security.md)", f.Manager, f.At.UTC().Format(time.RFC3339)))
-	}
-	if overruled := w.overrule(ctx, w.rebuild(nil)); len(overruled) > 0 {
-		w.rebuild(overruled)
 	}
 	for _, cf := range w.conflicts {
 		w.log.Warn("Conflicting claim to an IP", "service", cf.Service, "ip", addrs(cf.IPs), "source", string(cf.Source), "reason", cf.Message)

@@ -239,6 +239,10 @@ type Ledger struct {
 	// came first; never kept longer, or it would be a second copy of every
 	// entry for the whole term.
 	read *State
+	// fenced is closed once every shard carries this term's epoch, or the
+	// fence failed (fenceErr); nothing is committed before.
+	fenced   chan struct{}
+	fenceErr error
 }
 
 // adopt takes st, the State of the shards just read or fenced, as what the
@@ -320,8 +324,33 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string) (S
 // the ledger again it finds a higher epoch and stops (ErrFenced). Before
 // writing, Open asks opts.Holds whether the term still holds its lease, and
 // returns ErrFenced if not. A corrupt ledger is returned as *CorruptError and
-// left untouched.
+// left untouched. Open is Begin then Fenced, read again from the start when
+// another writer got in between.
 func Open(ctx context.Context, client kubernetes.Interface, opts Options) (*Ledger, error) {
+	var err error
+	for attempt := 0; attempt < 10; attempt++ {
+		var l *Ledger
+		if l, err = Begin(ctx, client, opts); err == nil {
+			if err = l.Fenced(ctx); err == nil {
+				return l, nil
+			}
+		}
+		if !Contended(err) {
+			return nil, err
+		}
+		opts.Metrics.write("conflict")
+	}
+	return nil, err
+}
+
+// Begin is Open up to the head: it reads the ledger, confirms the lease and
+// rewrites the head (the write that orders this term against any other that
+// read the same ledger), and returns with State and ByService answering
+// what it read while the other shards are rewritten in the background. The
+// caller may rebuild from it meanwhile, but must act on nothing before
+// Fenced returns nil (Commit waits for it too). A head write that lost to
+// another writer is retried from the read.
+func Begin(ctx context.Context, client kubernetes.Interface, opts Options) (*Ledger, error) {
 	if opts.Term == "" {
 		return nil, errors.New("ledger: a term is required")
 	}
@@ -331,7 +360,7 @@ func Open(ctx context.Context, client kubernetes.Interface, opts Options) (*Ledg
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	l := &Ledger{client: client, opts: opts}
+	l := &Ledger{client: client, opts: opts, fenced: make(chan struct{})}
 	var err error
 	defer func() {
 		for _, f := range l.foreign {
@@ -343,7 +372,7 @@ func Open(ctx context.Context, client kubernetes.Interface, opts Options) (*Ledg
 		}
 	}()
 	for attempt := 0; attempt < 10; attempt++ {
-		if err = l.fence(ctx); err == nil || !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+		if err = l.fence(ctx); !Contended(err) {
 			break
 		}
 		// Another writer (an older term still finishing, or a rival) wrote
@@ -354,6 +383,23 @@ func Open(ctx context.Context, client kubernetes.Interface, opts Options) (*Ledg
 		return nil, err
 	}
 	return l, nil
+}
+
+// Contended reports whether err is another writer's write that landed
+// between a read of the ledger and its fence (a term still finishing, or a
+// rival): the answer is to read it again and start over.
+func Contended(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
+
+// Fenced waits until every shard carries this term's epoch, and returns why
+// not if a shard could not be rewritten (Contended: another writer got in
+// after the read, so open the ledger again).
+func (l *Ledger) Fenced(ctx context.Context) error {
+	select {
+	case <-l.fenced:
+		return l.fenceErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Epoch is the fencing epoch this term writes with.
@@ -411,6 +457,7 @@ func (l *Ledger) fence(ctx context.Context) error {
 		l.adopt(State{})
 		l.opts.Metrics.opened(snap.listed, snap.parsed, time.Since(start))
 		l.opts.Log.Info("Fenced a new ledger", "term", l.opts.Term, "epoch", epoch)
+		close(l.fenced)
 		return nil
 	}
 	head := snap.layout[0]
@@ -430,17 +477,26 @@ func (l *Ledger) fence(ctx context.Context) error {
 	if err := l.update(ctx, shards[0], nil); err != nil {
 		return err
 	}
-	rest := shards[1:]
-	if err := parallel.EachErr(len(rest), fenceWriters, func(i int) error { return l.update(ctx, rest[i], nil) }); err != nil {
-		return err
-	}
+	// The rest of the fence writes exactly what was read: the caller may
+	// rebuild from it while they are under way (Begin). Only their
+	// resourceVersions change, which only a commit reads, after Fenced.
 	l.shards = shards
-	l.measure()
-	l.adopt(snap.state) // the shards as rewritten hold exactly its entries
-	l.opts.Metrics.opened(snap.listed, snap.parsed, time.Since(start))
-	l.opts.Log.Info("Fenced the ledger", "term", l.opts.Term, "epoch", epoch, "previousEpoch", snap.layout.Epoch(),
-		"previousTerm", head.Term, "shards", len(l.shards), "read", snap.listed, "parse", snap.parsed, "fence", time.Since(start),
-		"allocations", len(snap.state.Allocations), "reservations", len(snap.state.Reservations))
+	l.adopt(snap.state)
+	rest := shards[1:]
+	go func() {
+		defer close(l.fenced)
+		if err := parallel.EachErr(len(rest), fenceWriters, func(i int) error { return l.update(ctx, rest[i], nil) }); err != nil {
+			l.fenceErr = err
+			return
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.measure()
+		l.opts.Metrics.opened(snap.listed, snap.parsed, time.Since(start))
+		l.opts.Log.Info("Fenced the ledger", "term", l.opts.Term, "epoch", epoch, "previousEpoch", snap.layout.Epoch(),
+			"previousTerm", head.Term, "shards", len(l.shards), "read", snap.listed, "parse", snap.parsed, "fence", time.Since(start),
+			"allocations", len(snap.state.Allocations), "reservations", len(snap.state.Reservations))
+	}()
 	return nil
 }
 
@@ -586,6 +642,9 @@ func (c Change) Empty() bool {
 func (l *Ledger) Commit(ctx context.Context, ch Change) error {
 	if ch.Empty() {
 		return nil
+	}
+	if err := l.Fenced(ctx); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

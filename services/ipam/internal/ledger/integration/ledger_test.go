@@ -540,3 +540,57 @@ func TestOpenFencesEveryShard(t *testing.T) {
 		t.Fatalf("ipledger_ipam_ledger_open_duration_seconds samples by step = %v, want %v", steps, want)
 	}
 }
+
+// The shards after the head are fenced while the new term rebuilds
+// (ledger.Begin). A write of the older term that lands on one of them
+// between the new term's read and its fence makes Fenced say so (the term
+// must read again, not act on what it read), the older term's commit ends
+// the only way it may, and Open, reading again, carries the late write.
+func TestOlderTermWritingDuringTheFenceMakesItReadAgain(t *testing.T) {
+	ctx := context.Background()
+	client, ns := namespace(t)
+	const limit = 8 * 1024
+	old, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "a/1/t", ShardLimit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ch ledger.Change
+	for i := range 200 {
+		ch.Allocate = append(ch.Allocate, alloc(netip.AddrFrom4([4]byte{10, 0, byte(i), 1}).String(), fmt.Sprintf("ns/svc-%d", i)))
+	}
+	if err := old.Commit(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	// The highest entry lives in a shard after the head; releasing it
+	// writes that shard alone.
+	last := ch.Allocate[len(ch.Allocate)-1]
+	lateWrite := func(ctx context.Context) (bool, error) {
+		if err := old.Commit(ctx, ledger.Change{Release: []ledger.Allocation{last}}); err != nil {
+			t.Errorf("the older term's late write: %v", err)
+		}
+		return true, nil
+	}
+	next, err := ledger.Begin(ctx, client, ledger.Options{Namespace: ns, Term: "b/2/t", ShardLimit: limit, Holds: lateWrite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(next.State().Allocations); got != 200 {
+		t.Fatalf("Begin read %d allocations, want the 200 read before the late write", got)
+	}
+	if err := next.Fenced(ctx); !ledger.Contended(err) {
+		t.Fatalf("Fenced after a late write to a later shard: %v, want a conflict", err)
+	}
+	if err := next.Commit(ctx, ledger.Change{Allocate: []ledger.Allocation{alloc("10.0.9.9", "ns/new")}}); !ledger.Contended(err) {
+		t.Fatalf("Commit on a ledger whose fence failed: %v, want the fence's conflict", err)
+	}
+	again, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "b/2/t", ShardLimit: limit, Holds: holds(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(again.State().Allocations); got != 199 {
+		t.Fatalf("reading again gives %d allocations, want 199 (the late release carried)", got)
+	}
+	if err := old.Commit(ctx, ledger.Change{Allocate: []ledger.Allocation{alloc("10.0.9.8", "ns/stale")}}); !errors.Is(err, ledger.ErrFenced) {
+		t.Fatalf("the older term after the fence: %v, want ErrFenced", err)
+	}
+}
