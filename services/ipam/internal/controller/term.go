@@ -131,7 +131,7 @@ func (w *worker) step(ctx context.Context) {
 	case opening, reopening, corrupt:
 		w.openLedger(ctx)
 	case serving:
-		if w.dirty.any() || len(w.verify) > 0 || w.releasesReady() {
+		if w.dirty.any() || len(w.verify) > 0 {
 			w.pass(ctx)
 		}
 	case fenced:
@@ -144,7 +144,7 @@ func (w *worker) ready() bool {
 	case opening, reopening, corrupt:
 		return !time.Now().Before(w.retryAt)
 	case serving:
-		return w.dirty.any() || len(w.verify) > 0 || w.releasesReady()
+		return w.dirty.any() || len(w.verify) > 0
 	}
 	return false
 }

@@ -60,10 +60,6 @@ type worker struct {
 	// while no term ran) once nothing else is dirty, a batch at a time, so
 	// that a restart over many Services serves new ones first.
 	verify []string
-	// releases are Services gone from the stream whose release waits for
-	// others to go with it until releasesDue (deferRelease).
-	releases    map[string]struct{}
-	releasesDue time.Time
 	// finalizerBackoff is the delay before the next retry of a failed
 	// finalizer patch (0 after a success).
 	finalizerBackoff time.Duration
@@ -76,7 +72,7 @@ func newWorker(c *Controller, term *leader.Term) *worker {
 	return &worker{
 		c: c, term: term, log: c.log.With("term", term.ID()),
 		expect: newExpectations(), poolWritten: map[string]writtenPoolStatus{},
-		retries: map[string]int{}, pending: map[string]pendingService{}, releases: map[string]struct{}{},
+		retries: map[string]int{}, pending: map[string]pendingService{},
 		dirty: newDirtySet(), mutations: make(chan mutation),
 		writes: newWritesInFlight(c.cfg.StatusWorkers),
 	}
@@ -332,7 +328,6 @@ func (w *worker) rebuild(overruled []ledger.Allocation) []plan.Suspect {
 	})
 	w.mark(first...)
 	w.verify = w.inAllocationOrder(verify)
-	clear(w.releases) // marked again above
 	clear(w.poolWritten)
 	return r.Suspects
 }
@@ -412,24 +407,12 @@ func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, t ta
 		t.marks.add(w.verify[0], "")
 		w.verify = w.verify[1:]
 	}
-	flush := w.releasesReady()
-	if flush {
-		for k := range w.releases {
-			t.marks.add(k, "")
-		}
-		clear(w.releases)
-	}
 	candidates := make([]aged, 0, len(t.marks))
 	for k, updateRV := range t.marks {
 		if w.writes.hold(k, updateRV) || updateRV != "" && w.ownEcho(k, updateRV) {
 			continue
 		}
-		a := w.aged(k)
-		if a.created == 0 && !flush && len(w.ldg.ByService()[k]) > 0 {
-			w.deferRelease(k)
-			continue
-		}
-		candidates = append(candidates, a)
+		candidates = append(candidates, w.aged(k))
 	}
 	// Allocation order, read from the store's attribute; only the batch is
 	// decoded.
@@ -455,33 +438,6 @@ func (w *worker) take(n int) (present []*watcherv1.Object, absent []string, t ta
 		w.mark(rest...)
 	}
 	return present, absent, t
-}
-
-// releaseBatchPeriod is how long a Service gone from the stream waits for
-// others to be released with it. Each release rewrites the shard holding
-// its address, anywhere in the ledger, and a create that arrives meanwhile
-// waits for that write: at 50 creates and 12 deletes a second, one pass per
-// delete kept ipam's loop busy a third of the time. Batched, the releases
-// of a quarter second are confirmed together and written in one commit
-// (its shards at once). An address is never given away sooner for it.
-const releaseBatchPeriod = 250 * time.Millisecond
-
-// deferRelease holds key (a Service the stream does not show, which the
-// ledger names) back for the next batch of releases, which is due
-// releaseBatchPeriod after the first Service of the batch was held back.
-// One the ledger does not name costs no write and is decided at once: it
-// may free another controller's address (allocator.SetForeign).
-func (w *worker) deferRelease(key string) {
-	if len(w.releases) == 0 {
-		w.releasesDue = time.Now().Add(releaseBatchPeriod)
-		w.markAfter(releaseBatchPeriod, w.dirty.poke)
-	}
-	w.releases[key] = struct{}{}
-}
-
-// releasesReady says whether a batch of releases is due.
-func (w *worker) releasesReady() bool {
-	return len(w.releases) > 0 && !time.Now().Before(w.releasesDue)
 }
 
 // ownEcho reports whether the update at rv that marked key is the echo of

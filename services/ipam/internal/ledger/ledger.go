@@ -722,43 +722,15 @@ func (l *Ledger) commit(ctx context.Context, ch Change) error {
 	if err != nil {
 		return err
 	}
-	write := func(k int) (*liveShard, error) {
+	for k := range p.writes {
 		w := &p.writes[k]
 		ls := &liveShard{Shard: w.shard, rv: l.shards[w.pos].rv}
 		data := w.data
 		w.data = nil // garbage once sent
-		return ls, l.update(ctx, ls, data)
-	}
-	if len(p.creates) > 0 {
-		// The head first (it publishes the created shards), then the
-		// trimmed shards, stopping at the first failure: a shard is
-		// trimmed only once the head lists where its entries went.
-		for k := range p.writes {
-			ls, err := write(k)
-			if err != nil {
-				return err
-			}
-			l.shards[p.writes[k].pos] = ls
-		}
-	} else {
-		// Independent compare-and-swaps (a writer of an older term fails
-		// on whichever it meets): at once, as the fence's.
-		written := make([]*liveShard, len(p.writes))
-		err := parallel.EachErr(len(p.writes), fenceWriters, func(k int) error {
-			ls, err := write(k)
-			if err == nil {
-				written[k] = ls
-			}
-			return err
-		})
-		for k, ls := range written {
-			if ls != nil {
-				l.shards[p.writes[k].pos] = ls
-			}
-		}
-		if err != nil {
+		if err := l.update(ctx, ls, data); err != nil {
 			return err
 		}
+		l.shards[w.pos] = ls
 	}
 	if p.index != nil {
 		l.shards = relayout(l.shards, created, p.index)

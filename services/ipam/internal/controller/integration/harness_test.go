@@ -338,29 +338,18 @@ func unstructuredSlice(obj map[string]any, fields ...string) ([]any, bool, error
 	return unstructured.NestedSlice(obj, fields...)
 }
 
-// counterValue is the value of counter name in reg: of its one series, or,
-// given a label and its value (label, value), of the series carrying it.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string, label ...string) float64 {
+// counterValue is the value of the unlabelled counter name in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if len(label) == 0 && len(mf.GetMetric()) == 1 {
-				return m.GetCounter().GetValue()
-			}
-			for _, lp := range m.GetLabel() {
-				if len(label) == 2 && lp.GetName() == label[0] && lp.GetValue() == label[1] {
-					return m.GetCounter().GetValue()
-				}
-			}
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
-	t.Fatalf("no counter %s %v", name, label)
+	t.Fatalf("no counter %s", name)
 	return 0
 }

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
-	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 )
 
 // serviceWrites records every version of one Service the API server stores
@@ -144,42 +143,5 @@ func TestOwnWriteEchoIsNotDecidedAgain(t *testing.T) {
 	}
 	if got := counterValue(t, r.reg, "ipledger_ipam_services_decided_total") - before; got != 4 {
 		t.Errorf("4 Services created one after another were decided %v times, want 4: the echoes of ipam's own writes were decided again", got)
-	}
-}
-
-// Services deleted one after another are released together: their
-// releases wait a moment for each other (releaseBatchPeriod) and share
-// commits instead of one ledger write each, and every address is released.
-func TestDeletesAreReleasedTogether(t *testing.T) {
-	h := newHarness(t)
-	h.pool("tbatch-"+h.lease[len("ipam-"):], "10.77.19.0/28")
-	want := map[string]string{}
-	for i := range 8 {
-		name := fmt.Sprintf("s%d", i)
-		h.service(name, nil)
-		want[name] = fmt.Sprintf("10.77.19.%d", i)
-	}
-	r := h.start("ipam-0")
-	h.expect(wait, want)
-	before := counterValue(t, r.reg, "ipledger_ipam_ledger_writes_total", "result", "ok")
-	// One after another, as a person or a pipeline deletes: each delete
-	// reaches ipam on its own.
-	for name := range want {
-		if err := h.env.Client.CoreV1().Services(h.ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testenv.Eventually(t, wait, func() error {
-		st, err := ledger.Read(context.Background(), h.env.Client, h.ledgerNS)
-		if err != nil {
-			return err
-		}
-		if n := len(st.Allocations); n != 0 {
-			return fmt.Errorf("the ledger still holds %d allocations", n)
-		}
-		return nil
-	})
-	if writes := counterValue(t, r.reg, "ipledger_ipam_ledger_writes_total", "result", "ok") - before; writes >= 8 {
-		t.Errorf("8 Services deleted one after another cost %v ledger writes: their releases were not batched", writes)
 	}
 }
