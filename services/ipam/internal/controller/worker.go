@@ -204,36 +204,25 @@ func (w *worker) markAfter(d time.Duration, mark func()) *time.Timer {
 	})
 }
 
-// openAttempts bounds how often open reads the ledger again when another
-// writer got in between its read and its fence (ledger.Contended).
-const openAttempts = 10
-
 // open fences the ledger and rebuilds every allocation from it, the pools
-// and the Services, before anything is allocated. The shards after the
-// head are fenced while the allocator is rebuilt (ledger.Begin): nothing is
-// acted on until they are.
+// and the Services, before anything is allocated. The allocator is rebuilt
+// while the shards after the head are fenced (ledger.Options.WhileFencing):
+// nothing is acted on until they are.
 func (w *worker) open(ctx context.Context) error {
-	for attempt := 1; ; attempt++ {
-		l, err := ledger.Begin(ctx, w.c.client, ledger.Options{
-			Namespace: w.c.cfg.Namespace, Term: w.term.ID(), ShardLimit: w.c.cfg.ShardLimit,
-			Metrics: w.c.ledgerM, Log: w.log, Holds: w.term.Holds,
-		})
-		if err != nil {
-			return err
-		}
-		w.ldg = l
-		if overruled := w.overrule(ctx, w.rebuild(nil)); len(overruled) > 0 {
-			w.rebuild(overruled)
-		}
-		err = l.Fenced(ctx)
-		if err == nil {
-			break
-		}
-		if !ledger.Contended(err) || attempt == openAttempts {
-			return err
-		}
+	l, err := ledger.Open(ctx, w.c.client, ledger.Options{
+		Namespace: w.c.cfg.Namespace, Term: w.term.ID(), ShardLimit: w.c.cfg.ShardLimit,
+		Metrics: w.c.ledgerM, Log: w.log, Holds: w.term.Holds,
+		WhileFencing: func(l *ledger.Ledger) {
+			w.ldg = l
+			if overruled := w.overrule(ctx, w.rebuild(nil)); len(overruled) > 0 {
+				w.rebuild(overruled)
+			}
+		},
+	})
+	if err != nil {
+		return err
 	}
-	l := w.ldg
+	w.ldg = l
 	for _, f := range l.ForeignWrites() {
 		w.event(configMapRef(w.c.cfg.Namespace, f.Shard), "Warning", "LedgerForeignWrite", fmt.Sprintf(
 			"Written by %q at %s, not by ipam; ipam obeys its entries only where the Services' statuses do not contradict them. "+

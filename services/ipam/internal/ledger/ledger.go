@@ -210,6 +210,12 @@ type Options struct {
 	// before opening the ledger cannot fence out the one that replaced it.
 	// nil means the caller owns the ledger without a lease (tests, tools).
 	Holds func(ctx context.Context) (bool, error)
+	// WhileFencing, when set, is called by Open with the Ledger once it is
+	// read and its head fenced, while the other shards are rewritten (a
+	// term rebuilds its allocator from State then). It is called again if
+	// Open must read the ledger again; nothing it computed may be acted on
+	// unless Open returns the Ledger it was given.
+	WhileFencing func(*Ledger)
 	// ShardLimit is the encoded size above which a shard is split;
 	// 0 means DefaultShardLimit.
 	ShardLimit int
@@ -324,13 +330,16 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string) (S
 // the ledger again it finds a higher epoch and stops (ErrFenced). Before
 // writing, Open asks opts.Holds whether the term still holds its lease, and
 // returns ErrFenced if not. A corrupt ledger is returned as *CorruptError and
-// left untouched. Open is Begin then Fenced, read again from the start when
-// another writer got in between.
+// left untouched. Open is Begin, opts.WhileFencing, then Fenced, read again
+// from the start when another writer got in between.
 func Open(ctx context.Context, client kubernetes.Interface, opts Options) (*Ledger, error) {
 	var err error
 	for attempt := 0; attempt < 10; attempt++ {
 		var l *Ledger
 		if l, err = Begin(ctx, client, opts); err == nil {
+			if opts.WhileFencing != nil {
+				opts.WhileFencing(l)
+			}
 			if err = l.Fenced(ctx); err == nil {
 				return l, nil
 			}

@@ -337,19 +337,3 @@ func poolGVR() schema.GroupVersionResource { return controller.PoolGVR }
 func unstructuredSlice(obj map[string]any, fields ...string) ([]any, bool, error) {
 	return unstructured.NestedSlice(obj, fields...)
 }
-
-// counterValue is the value of the unlabelled counter name in reg.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no counter %s", name)
-	return 0
-}

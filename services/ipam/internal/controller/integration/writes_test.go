@@ -133,7 +133,7 @@ func TestOwnWriteEchoIsNotDecidedAgain(t *testing.T) {
 	h.service("s0", nil)
 	r := h.start("ipam-0")
 	h.expect(wait, map[string]string{"s0": "10.77.17.0"})
-	before := counterValue(t, r.reg, "ipledger_ipam_services_decided_total")
+	before := testenv.MetricValue(t, r.reg, "ipledger_ipam_services_decided_total", nil)
 	want := map[string]string{"s0": "10.77.17.0"}
 	for i := 1; i <= 4; i++ {
 		name := fmt.Sprintf("s%d", i)
@@ -141,7 +141,7 @@ func TestOwnWriteEchoIsNotDecidedAgain(t *testing.T) {
 		want[name] = fmt.Sprintf("10.77.17.%d", i)
 		h.expect(wait, want)
 	}
-	if got := counterValue(t, r.reg, "ipledger_ipam_services_decided_total") - before; got != 4 {
+	if got := testenv.MetricValue(t, r.reg, "ipledger_ipam_services_decided_total", nil) - before; got != 4 {
 		t.Errorf("4 Services created one after another were decided %v times, want 4: the echoes of ipam's own writes were decided again", got)
 	}
 }
