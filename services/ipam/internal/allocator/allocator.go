@@ -347,6 +347,12 @@ type Allocator struct {
 	// foreignOf: Services ipam does not serve -> the addresses their status
 	// shows (SetForeign).
 	foreignOf map[string][]netip.Addr
+	// foreignAt: held or reserved addresses -> the Services ipam does not
+	// serve whose status shows them (sorted): another controller gave
+	// them out, so ipam never does. Kept beside ips, not in its ipState,
+	// because almost no address has any (a field would cost every held
+	// address 32 bytes).
+	foreignAt map[netip.Addr][]string
 
 	claimed  addrSet                            // IPs some Service requests
 	claims   map[netip.Addr]map[string]struct{} // IP -> requesting Services
@@ -373,9 +379,6 @@ type ipState struct {
 	origin      string
 	holders     []holder // sorted by service
 	reservation *Reservation
-	// foreign are the Services ipam does not serve whose status shows the
-	// IP (sorted): another controller gave it out, so ipam never does.
-	foreign []string
 }
 
 type holder struct {
@@ -405,6 +408,7 @@ func New() *Allocator {
 		claimsOf:   map[string][]netip.Addr{},
 		used:       map[string]*[2]*big.Int{},
 		foreignOf:  map[string][]netip.Addr{},
+		foreignAt:  map[netip.Addr][]string{},
 		outside:    map[string]int{},
 	}
 }
@@ -509,7 +513,7 @@ func (a *Allocator) state(ip netip.Addr) *ipState {
 // whether it did.
 func (a *Allocator) dropIfFree(ip netip.Addr) bool {
 	st := a.ips[ip]
-	if st == nil || len(st.holders) > 0 || st.reservation != nil || len(st.foreign) > 0 {
+	if st == nil || len(st.holders) > 0 || st.reservation != nil || len(a.foreignAt[ip]) > 0 {
 		return false
 	}
 	a.count(ip, st, -1)
@@ -663,7 +667,7 @@ func (a *Allocator) usable(ip netip.Addr, service string, sh Sharing, held bool)
 		return &Error{Reason: ReasonRequestedIPInUse, Message: msg + "; request another IP, or ask an operator to release the reservation",
 			Detail: fmt.Sprintf("reservation %q for %q", r.Note, r.ForService)}
 	}
-	if others := without(st.foreign, service); len(others) > 0 {
+	if others := without(a.foreignAt[ip], service); len(others) > 0 {
 		return &Error{
 			Reason: ReasonRequestedIPInUse,
 			Message: fmt.Sprintf("%s is in the status of %s, which ipam does not serve: another controller (MetalLB, the cloud provider) gave it out; "+
@@ -984,10 +988,12 @@ func (a *Allocator) SetForeign(service string, ips []netip.Addr) {
 		return
 	}
 	for _, ip := range old {
-		if st := a.ips[ip]; st != nil {
-			st.foreign = without(st.foreign, service)
-			a.dropIfFree(ip)
+		if left := without(a.foreignAt[ip], service); len(left) > 0 {
+			a.foreignAt[ip] = left
+		} else {
+			delete(a.foreignAt, ip)
 		}
+		a.dropIfFree(ip)
 	}
 	delete(a.foreignOf, service)
 	var kept []netip.Addr
@@ -996,9 +1002,9 @@ func (a *Allocator) SetForeign(service string, ips []netip.Addr) {
 			continue
 		}
 		kept = append(kept, ip)
-		st := a.state(ip)
-		if i, found := slices.BinarySearch(st.foreign, service); !found {
-			st.foreign = slices.Insert(st.foreign, i, service)
+		a.state(ip)
+		if i, found := slices.BinarySearch(a.foreignAt[ip], service); !found {
+			a.foreignAt[ip] = slices.Insert(a.foreignAt[ip], i, service)
 		}
 	}
 	if len(kept) > 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -180,5 +181,33 @@ func BenchmarkTakeKeptFromFullPool(b *testing.B) {
 			b.Fatalf("%v %+v", err, res)
 		}
 		keepAll(svc)
+	}
+}
+
+// BenchmarkHeldBytes reports the allocator's live heap per held address:
+// 100,000 Services of 100 namespaces, each allocated one IPv4 address from
+// a /15, as a cold start leaves them (BENCHMARKS.md, where ipam's bytes go).
+// The Service keys are made before the measurement starts: the worker's
+// own strings, which the allocator shares rather than copies.
+func BenchmarkHeldBytes(b *testing.B) {
+	const n = 100000
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("bench-%02d/svc-%06d", i%100, i)
+	}
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		a := newAllocator(b, mustPool(b, "bench", spec("10.0.0.0/15")))
+		for _, k := range keys {
+			if _, err := a.Allocate(Request{Service: k}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/held")
+		runtime.KeepAlive(a)
 	}
 }

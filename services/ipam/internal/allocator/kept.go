@@ -251,7 +251,7 @@ func (a *Allocator) KeepOnRelease(services []string, at time.Time) []Reservation
 	for _, s := range slices.Sorted(maps.Keys(releasing)) {
 		for _, ip := range a.bySvc[s] {
 			st := a.ips[ip]
-			if st == nil || st.reservation != nil || len(st.foreign) > 0 || a.keepFor(ip) <= 0 || st.holders[0].service != s ||
+			if st == nil || st.reservation != nil || len(a.foreignAt[ip]) > 0 || a.keepFor(ip) <= 0 || st.holders[0].service != s ||
 				slices.ContainsFunc(st.holders, func(h holder) bool { return !releasing[h.service] }) {
 				continue
 			}

@@ -19,12 +19,18 @@ type poolNS struct{ pool, namespace string }
 // the cap; a namespace at its cap takes its own kept addresses (lowestFree). An
 // address held and requested, or held by two Services of the namespace,
 // counts once (refs counts its references).
+//
+// Only the pools that set a cap are counted (capped): the others would
+// cost a map entry per held address (≈ 150 B, a third of what the
+// allocator keeps per address) that nothing reads. SetPools recounts when
+// a cap appears.
 type nsAddrs struct {
-	refs map[poolNS]map[netip.Addr]int
+	refs   map[poolNS]map[netip.Addr]int
+	capped map[string]bool
 }
 
 func (n *nsAddrs) add(pool, namespace string, ip netip.Addr) {
-	if pool == "" {
+	if !n.capped[pool] {
 		return
 	}
 	k := poolNS{pool, namespace}
@@ -95,10 +101,15 @@ func (a *Allocator) overQuota(p *Pool, ns string, ip netip.Addr, fresh int) bool
 	return max > 0 && !a.nsAddrs.has(p.name, ns, ip) && a.nsAddrs.count(p.name, ns)+fresh >= max
 }
 
-// recountNamespaces rebuilds the counts from every hold and claim, after
-// SetPools re-attributed addresses to pools.
+// recountNamespaces rebuilds the counts of the capped pools from every hold
+// and claim, after SetPools re-attributed addresses to pools.
 func (a *Allocator) recountNamespaces() {
-	a.nsAddrs = nsAddrs{}
+	a.nsAddrs = nsAddrs{capped: map[string]bool{}}
+	for name, p := range a.pools {
+		if p.spec.MaxAddressesPerNamespace > 0 {
+			a.nsAddrs.capped[name] = true
+		}
+	}
 	for ip, st := range a.ips {
 		for _, h := range st.holders {
 			a.nsAddrs.add(st.pool, namespaceOf(h.service), ip)

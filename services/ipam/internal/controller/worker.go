@@ -306,9 +306,7 @@ func (w *worker) rebuild(overruled []ledger.Allocation) []plan.Suspect {
 	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Services: services, Env: w.env(), LBClass: w.c.cfg.LBClass,
 		RequireLBClass: w.c.cfg.RequireLBClass, Overruled: overruled})
 	w.alloc, w.invalidPools, w.conflicts = r.Alloc, invalid, r.Conflicts
-	for k := range w.ldg.ByService() {
-		keys = append(keys, k)
-	}
+	keys = append(keys, w.ldg.Services()...)
 	// A Service the stream does not show is not verified later: if it is
 	// gone, the addresses it frees may be what a pending Service needs.
 	first, verify := splitHolders(keys, func(k string) bool {
@@ -477,7 +475,7 @@ func (w *worker) pass(ctx context.Context) {
 	}
 	b := plan.Batch{
 		Services: present, Current: map[string]plan.Status{}, Env: w.env(),
-		Gone: w.confirmGone(ctx, absent), Absent: absent, Ledger: w.ldg.ByService(), Class: w.c.class(), Now: time.Now(),
+		Gone: w.confirmGone(ctx, absent), Absent: absent, Ledger: w.ldg.Entries(), Class: w.c.class(), Now: time.Now(),
 	}
 	current := make(map[string]svcStatus, len(present))
 	for _, obj := range present {
@@ -596,7 +594,7 @@ const confirmGoneWorkers = 8
 func (w *worker) confirmGone(ctx context.Context, absent []string) []string {
 	var ask []string
 	for _, key := range absent {
-		if len(w.alloc.Allocations(key)) == 0 && len(w.ldg.ByService()[key]) == 0 {
+		if len(w.alloc.Allocations(key)) == 0 && !w.ldg.Records(key) {
 			w.expect.Forget(key)
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -235,8 +236,8 @@ type Ledger struct {
 	maxNum int          // highest shard number of any ledger ConfigMap seen
 	// foreign are the writes not made by ipam that the last read found.
 	foreign []ForeignWrite
-	// bySvc indexes the allocations of shards by Service (ByService).
-	bySvc ByService
+	// addrs indexes the allocations of shards by Service.
+	addrs addrIndex
 	// lines are the encoded lines of the shards committed last.
 	lines lineCache
 	// read is the State of the shards as last read or fenced, handed to
@@ -256,16 +257,53 @@ type Ledger struct {
 // Service.
 func (l *Ledger) adopt(st State) {
 	l.read = &st
-	l.bySvc = IndexByService(st.Allocations)
+	l.addrs = indexAddrs(st.Allocations)
 }
 
-// ByService is the ledger's allocations by Service key as this term last
-// wrote them: the index the ledger keeps, not a copy. Read it only from the
-// goroutine that commits, between commits (a Commit changes it in place).
-func (l *Ledger) ByService() ByService {
+// Entries answers, for any Service, its allocations as this term last
+// wrote them: a view of the ledger, not a copy.
+func (l *Ledger) Entries() Entries { return ledgerEntries{l} }
+
+type ledgerEntries struct{ l *Ledger }
+
+// Of reads each address the Service holds from the one shard whose range
+// holds it.
+func (e ledgerEntries) Of(service string) []Allocation {
+	l := e.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.bySvc
+	ips := l.addrs[service]
+	if len(ips) == 0 {
+		return nil
+	}
+	ns, name, _ := strings.Cut(service, "/")
+	out := make([]Allocation, 0, len(ips))
+	for _, ip := range ips {
+		allocs := l.shards[ShardFor(l.shards[0].Shard, ip)].Allocations
+		i, _ := slices.BinarySearchFunc(allocs, ip, func(a Allocation, ip netip.Addr) int { return a.IP.Compare(ip) })
+		for ; i < len(allocs) && allocs[i].IP == ip; i++ {
+			if allocs[i].Service.Namespace == ns && allocs[i].Service.Name == name {
+				out = append(out, allocs[i])
+			}
+		}
+	}
+	return out
+}
+
+// Records reports whether the ledger records any address for the Service
+// "namespace/name".
+func (l *Ledger) Records(service string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.addrs[service]) > 0
+}
+
+// Services returns the keys of the Services the ledger records addresses
+// for, in no order.
+func (l *Ledger) Services() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Collect(l.addrs.keys())
 }
 
 // ForeignWrites returns the writes not made by ipam that Open found.
@@ -663,7 +701,7 @@ func (l *Ledger) Commit(ctx context.Context, ch Change) error {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		if err = l.commit(ctx, ch); err == nil {
-			l.bySvc.Apply(ch)
+			l.addrs.apply(ch)
 			return nil
 		}
 		if errors.Is(err, ErrFenced) || ctx.Err() != nil {

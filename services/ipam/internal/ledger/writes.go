@@ -119,6 +119,10 @@ func editShards(layout Layout, ch Change, epoch uint64, term string) []shardWrit
 	}
 	writes := make([]shardWrite, 0, len(e.edits))
 	for i, s := range e.edits {
+		// Kept sorted, as Decode leaves a shard: the Ledger finds a
+		// Service's entries by address in the shards it holds.
+		slices.SortFunc(s.Allocations, CompareAllocations)
+		slices.SortFunc(s.Reservations, compareReservations)
 		writes = append(writes, shardWrite{pos: i, shard: *s})
 	}
 	slices.SortFunc(writes, func(a, b shardWrite) int { return a.pos - b.pos })

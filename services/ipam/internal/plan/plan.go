@@ -40,13 +40,21 @@ type Batch struct {
 	// are those of them that held an address): what another controller's
 	// status showed for them is forgotten.
 	Absent []string
-	// Ledger is what the ledger records, by Service key.
-	Ledger ledger.ByService
+	// Ledger is what the ledger records for each Service (nil: nothing).
+	Ledger ledger.Entries
 	// Class is the set of Services served.
 	Class objects.Class
 	// Now stamps new ledger entries and starts the wait of new pending
 	// Services.
 	Now time.Time
+}
+
+// entries is what the ledger records for the Service key.
+func (b Batch) entries(key string) []ledger.Allocation {
+	if b.Ledger == nil {
+		return nil
+	}
+	return b.Ledger.Of(key)
 }
 
 // Write is one Service's status write: status and allocated-from-pool
@@ -170,7 +178,7 @@ func Decide(a *allocator.Allocator, b Batch) Plan {
 // commit, from the allocator after it. keep: the Service is gone or no
 // longer ours, and what it held is kept for it (keep).
 func (p *Plan) release(b Batch, key string, keep bool) {
-	p.Change.Release = append(p.Change.Release, b.Ledger[key]...)
+	p.Change.Release = append(p.Change.Release, b.entries(key)...)
 	p.Release = append(p.Release, key)
 	if keep {
 		p.keeping = append(p.keeping, key)
@@ -183,7 +191,7 @@ func (p *Plan) release(b Batch, key string, keep bool) {
 func (p *Plan) keep(a *allocator.Allocator, b Batch) {
 	for _, r := range a.KeepOnRelease(p.keeping, b.Now.UTC().Truncate(time.Second)) {
 		uid := ""
-		if entries := b.Ledger[r.ForService]; len(entries) > 0 {
+		if entries := b.entries(r.ForService); len(entries) > 0 {
 			uid = entries[0].Service.UID
 		}
 		p.Change.Reserve = append(p.Change.Reserve, objects.KeptReservation(r, uid))
@@ -201,7 +209,7 @@ func (p *Plan) notOurs(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
 	switch {
 	case cur.ShowsAny(held) || cur.Cond != nil || cur.Pool != "":
 		p.Writes = append(p.Writes, Write{Service: obj, Key: key, Release: true, Want: cur.Without(held)})
-	case len(held) > 0 || len(b.Ledger[key]) > 0:
+	case len(held) > 0 || len(b.entries(key)) > 0:
 		p.release(b, key, true)
 	}
 }
@@ -249,8 +257,9 @@ func (p *Plan) decide(a *allocator.Allocator, b Batch, obj *watcherv1.Object, as
 	// Commit before status: every held IP must be in the ledger, as this
 	// Service (uid, pool, sharing key) holds it now; and nothing else: an
 	// entry the term did not obey (a conflict, an overruled entry) goes.
-	p.Change.Allocate = append(p.Change.Allocate, ledgerEdits(obj, held, b.Ledger[key], b.Now)...)
-	for _, e := range b.Ledger[key] {
+	entries := b.entries(key)
+	p.Change.Allocate = append(p.Change.Allocate, ledgerEdits(obj, held, entries, b.Now)...)
+	for _, e := range entries {
 		if !slices.ContainsFunc(held, func(h allocator.Allocation) bool { return h.IP == e.IP }) {
 			p.Change.Release = append(p.Change.Release, e)
 		}

@@ -162,11 +162,28 @@ func TestShardsSplitAndReassemble(t *testing.T) {
 			t.Fatalf("batch %d: %v", batch, err)
 		}
 	}
+	// Entries reads a Service's entries from the shards by address: the
+	// same as a State read whole says, across splits, a release, an
+	// address moved to another Service and an address shared by two.
+	if err := l.Commit(ctx, ledger.Change{
+		Release:  []ledger.Allocation{alloc("10.0.5.1", "ns/svc-105"), alloc("10.0.6.1", "ns/svc-106")},
+		Allocate: []ledger.Allocation{alloc("10.0.6.1", "ns/moved"), alloc("10.0.7.1", "ns/moved"), alloc("10.0.7.1", "ns/sharing")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	checkEntries(t, l)
+	if err := l.Commit(ctx, ledger.Change{
+		Release:  []ledger.Allocation{alloc("10.0.6.1", "ns/moved"), alloc("10.0.7.1", "ns/sharing")},
+		Allocate: []ledger.Allocation{alloc("10.0.5.1", "ns/svc-105"), alloc("10.0.6.1", "ns/svc-106")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	checkEntries(t, l)
 	for _, a := range l.State().Allocations {
 		want = append(want, a.IP.String()+"="+a.Service.Key())
 	}
-	if len(want) != 400 {
-		t.Fatalf("State holds %d allocations, want 400", len(want))
+	if len(want) != 401 {
+		t.Fatalf("State holds %d allocations, want 401", len(want))
 	}
 	list, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: ledger.LabelKey + "=true"})
 	if err != nil {
@@ -189,6 +206,24 @@ func TestShardsSplitAndReassemble(t *testing.T) {
 	}
 	if err := l.Commit(ctx, ledger.Change{Release: []ledger.Allocation{alloc("10.0.0.0", "ns/svc-0")}}); !errors.Is(err, ledger.ErrFenced) {
 		t.Fatalf("old term after split: %v, want ErrFenced", err)
+	}
+}
+
+// checkEntries checks that l.Entries answers for every Service what its
+// State says, and nothing for a Service it does not record.
+func checkEntries(t *testing.T, l *ledger.Ledger) {
+	t.Helper()
+	want := ledger.IndexByService(l.State().Allocations)
+	if got := len(l.Services()); got != len(want) {
+		t.Errorf("Services lists %d, State holds entries of %d", got, len(want))
+	}
+	for key, entries := range want {
+		if got := l.Entries().Of(key); !reflect.DeepEqual(got, entries) || !l.Records(key) {
+			t.Errorf("Entries().Of(%s) = %+v, State says %+v", key, got, entries)
+		}
+	}
+	if got := l.Entries().Of("ns/svc-missing"); got != nil || l.Records("ns/svc-missing") {
+		t.Errorf("Entries().Of an unrecorded Service = %+v", got)
 	}
 }
 
