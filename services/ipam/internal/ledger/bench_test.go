@@ -3,6 +3,7 @@ package ledger
 import (
 	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 )
 
@@ -77,5 +78,48 @@ func fullShard() Shard {
 		if i%100 == 0 && Size(Encode(shard)) >= DefaultShardLimit {
 			return shard
 		}
+	}
+}
+
+// BenchmarkHeldBytes reports what a term's Ledger keeps per entry once
+// opened over 100,000 allocations: its shards and its index by Service (the
+// entries themselves, their strings as decoded, the addresses by Service;
+// index-B/entry is the index's share).
+// full-index-B/entry is what indexing the entries whole (IndexByService)
+// would add, for comparison: how the Ledger indexed them before.
+func BenchmarkHeldBytes(b *testing.B) {
+	const n = 100000
+	cms := shardsOf(n)
+	for b.Loop() {
+		var before, sharded, addressed, opened, indexed runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		st, layout, err := Parse(cms)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l := &Ledger{}
+		for i, s := range layout {
+			ls := &liveShard{Shard: Shard{Name: s.Name, Index: s.Index}}
+			layout.inShardRange(i, func(a *Allocation) { ls.Allocations = append(ls.Allocations, *a) },
+				func(r *Reservation) { ls.Reservations = append(ls.Reservations, *r) })
+			l.shards = append(l.shards, ls)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&sharded)
+		l.addrs = indexAddrs(st.Allocations) // as adopt does
+		runtime.GC()
+		runtime.ReadMemStats(&addressed)
+		runtime.KeepAlive(st) // alive at both readings: only the index differs
+		runtime.GC()
+		runtime.ReadMemStats(&opened)
+		full := IndexByService(l.State().Allocations)
+		runtime.GC()
+		runtime.ReadMemStats(&indexed)
+		b.ReportMetric(float64(opened.HeapAlloc-before.HeapAlloc)/n, "B/entry")
+		b.ReportMetric(float64(addressed.HeapAlloc-sharded.HeapAlloc)/n, "index-B/entry")
+		b.ReportMetric(float64(indexed.HeapAlloc-opened.HeapAlloc)/n, "full-index-B/entry")
+		runtime.KeepAlive(l)
+		runtime.KeepAlive(full)
 	}
 }
