@@ -16,7 +16,7 @@
 // IPLEDGER_BENCH_PPROF a CPU profile's path (of the first round), IPLEDGER_BENCH_HEAP
 // the path of a heap profile taken after the first cold start,
 // IPLEDGER_BENCH_RESTART_PPROF a prefix for CPU profiles of each restart's
-// first second, IPLEDGER_BENCH_APISERVER_PPROF a prefix for the API server's CPU profiles
+// first IPLEDGER_BENCH_RESTART_PPROF_SECONDS (1), IPLEDGER_BENCH_APISERVER_PPROF a prefix for the API server's CPU profiles
 // of the first round's phases, IPLEDGER_BENCH_SKIP_FLOOR1 (non-empty) leaves the
 // 1-worker floor out (7 minutes at 100,000 Services), IPLEDGER_BENCH_SETUP
 // how the Services are made (createServices).

@@ -138,9 +138,10 @@ func milestones(b *testing.B, logPath string, begin time.Time) []time.Duration {
 
 func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
-// profileFromStart saves a one-second CPU profile of a process from as soon
-// as its ops server answers: a restart takes well under a second, and the
-// profiles of several restarts are read together (go tool pprof a.0 a.1 …).
+// profileFromStart saves a CPU profile (IPLEDGER_BENCH_RESTART_PPROF_SECONDS
+// long, 1 s unless set) of a process from as soon as its ops server
+// answers; the profiles of several restarts are read together (go tool
+// pprof a.0 a.1 …).
 func profileFromStart(opsAddr, path string) {
 	for range 200 {
 		if resp, err := http.Get("http://" + opsAddr + "/healthz"); err == nil {
@@ -149,7 +150,7 @@ func profileFromStart(opsAddr, path string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	saveProfile(opsAddr, "profile?seconds=1", path)
+	saveProfile(opsAddr, fmt.Sprintf("profile?seconds=%d", envInt("IPLEDGER_BENCH_RESTART_PPROF_SECONDS", 1)), path)
 }
 
 // waitForAddress reads w until the Service shows an address, for at most

@@ -303,7 +303,8 @@ func (w *worker) rebuild(overruled []ledger.Allocation) []plan.Suspect {
 			}
 		}
 	}
-	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Services: services, Env: w.env(), LBClass: w.c.cfg.LBClass,
+	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Services: services, ServiceCount: w.store().Len(watcherv1.Kind_KIND_SERVICE),
+		Env: w.env(), LBClass: w.c.cfg.LBClass,
 		RequireLBClass: w.c.cfg.RequireLBClass, Overruled: overruled})
 	w.alloc, w.invalidPools, w.conflicts = r.Alloc, invalid, r.Conflicts
 	keys = append(keys, w.ldg.Services()...)

@@ -703,6 +703,8 @@ func Assemble(shards map[string]Shard) (State, Layout, error) {
 // (an interrupted split leaves copies outside it), sorted.
 func (l Layout) State() State {
 	var st State
+	allocs, res := l.Counts()
+	st.Allocations, st.Reservations = make([]Allocation, 0, allocs), make([]Reservation, 0, res)
 	l.inRange(func(a *Allocation) { st.Allocations = append(st.Allocations, *a) },
 		func(r *Reservation) { st.Reservations = append(st.Reservations, *r) })
 	slices.SortFunc(st.Allocations, CompareAllocations)

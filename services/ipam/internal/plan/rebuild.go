@@ -22,6 +22,9 @@ type Inputs struct {
 	// a time; slices.Values for a slice). Rebuild keeps only what it needs
 	// of each, never the Services themselves.
 	Services iter.Seq[*watcherv1.Object]
+	// ServiceCount is about how many Services yields (stream.Store.Len), 0
+	// when unknown: room is made for them at once.
+	ServiceCount int
 	// Env finds the Namespaces (their labels select pools) and the
 	// Gateways the Services' requests depend on.
 	Env     objects.Env
@@ -86,15 +89,27 @@ type Rebuilt struct {
 func Rebuild(in Inputs) Rebuilt {
 	b := newRebuilder(in)
 	b.reservations(in.Ledger.Reservations)
-	byService := ledger.IndexByService(slices.DeleteFunc(slices.Clone(in.Ledger.Allocations), func(e ledger.Allocation) bool {
-		return slices.ContainsFunc(in.Overruled, func(o ledger.Allocation) bool { return o.IP == e.IP && o.Service.Key() == e.Service.Key() })
-	}))
+	byService := ledger.IndexByService(obeyed(in.Ledger.Allocations, in.Overruled))
 	b.fromLedger(byService)   // 1.
 	b.fromStatuses(byService) // 2.
 	b.foreign()
 	b.claimRequests()
 	b.fromRequests() // 3.
 	return b.r
+}
+
+// obeyed are the ledger's allocations but the overruled ones: all of them,
+// not a copy, when none is overruled (a copy of every entry was 13 MB of a
+// restart's peak at 100,000 Services).
+func obeyed(allocs, overruled []ledger.Allocation) []ledger.Allocation {
+	if len(overruled) == 0 {
+		return allocs
+	}
+	return slices.DeleteFunc(slices.Clone(allocs), func(e ledger.Allocation) bool {
+		return slices.ContainsFunc(overruled, func(o ledger.Allocation) bool {
+			return o.IP == e.IP && o.Service.Namespace == e.Service.Namespace && o.Service.Name == e.Service.Name
+		})
+	})
 }
 
 // rebuilder is one Rebuild's state: the allocator being filled, what it
@@ -297,7 +312,7 @@ func readServices(in Inputs) []service {
 		return nil
 	}
 	class := objects.Class{Name: in.LBClass, Required: in.RequireLBClass}
-	var out []service
+	out := make([]service, 0, in.ServiceCount)
 	for obj := range in.Services {
 		s := service{key: objkey.Of(obj), created: obj.GetMeta().GetCreationTimestamp(), statusIPs: objects.StatusIPs(obj)}
 		if class.Serves(obj) {

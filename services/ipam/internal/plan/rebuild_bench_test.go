@@ -32,7 +32,7 @@ func BenchmarkRebuild100k(b *testing.B) {
 		ip = ip.Next()
 	}
 	for b.Loop() {
-		r := Rebuild(Inputs{Ledger: st, Pools: []*allocator.Pool{p}, Services: slices.Values(services), LBClass: objects.DefaultLBClass})
+		r := Rebuild(Inputs{Ledger: st, Pools: []*allocator.Pool{p}, Services: slices.Values(services), ServiceCount: n, LBClass: objects.DefaultLBClass})
 		if len(r.Conflicts) > 0 {
 			b.Fatal(r.Conflicts[0])
 		}
