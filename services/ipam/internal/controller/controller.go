@@ -150,7 +150,7 @@ func (w *worker) Run(term *leader.Term) error {
 		return nil
 	}
 	log.Info("Term started: ledger fenced and allocations rebuilt",
-		"services", len(w.ldg.Services()), "conflicts", len(w.conflicts))
+		"services", w.ldg.ServiceCount(), "conflicts", len(w.conflicts))
 	w.c.setActive(w)
 	defer w.c.setActive(nil)
 	defer w.c.metrics.forgetLeaderGauges()

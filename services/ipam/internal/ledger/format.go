@@ -744,6 +744,23 @@ func (l Layout) inShardRange(i int, alloc func(*Allocation), res func(*Reservati
 	}
 }
 
+// withinRange returns the entries of the i-th shard within its range: the
+// shard's own slices when all are (no interrupted split left copies in it),
+// so that a term's shards and the layout it read share their entries
+// rather than hold them twice while the term starts. Nothing edits a
+// shard's slices in place (editShards edits copies).
+func (l Layout) withinRange(i int) ([]Allocation, []Reservation) {
+	s := &l[i]
+	nAllocs, nRes := 0, 0
+	l.inShardRange(i, func(*Allocation) { nAllocs++ }, func(*Reservation) { nRes++ })
+	if nAllocs == len(s.Allocations) && nRes == len(s.Reservations) {
+		return slices.Clip(s.Allocations), slices.Clip(s.Reservations)
+	}
+	allocs, res := make([]Allocation, 0, nAllocs), make([]Reservation, 0, nRes)
+	l.inShardRange(i, func(a *Allocation) { allocs = append(allocs, *a) }, func(r *Reservation) { res = append(res, *r) })
+	return allocs, res
+}
+
 // bounds returns the range [lo, hi) of the i-th shard of the layout; an
 // invalid Addr means unbounded.
 func bounds(head Shard, i int) (lo, hi netip.Addr) {

@@ -310,6 +310,13 @@ func (l *Ledger) Records(service string) bool {
 	return len(l.addrs[service]) > 0
 }
 
+// ServiceCount is how many Services the ledger records addresses for.
+func (l *Ledger) ServiceCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.addrs)
+}
+
 // Services returns the keys of the Services the ledger records addresses
 // for, in no order.
 func (l *Ledger) Services() []string {
@@ -524,10 +531,8 @@ func (l *Ledger) fence(ctx context.Context) error {
 	for i, s := range snap.layout {
 		// Rewrite the shard with only the entries its range covers: this
 		// also clears the leftovers of an interrupted split.
-		ls := &liveShard{Shard: Shard{Name: s.Name, Epoch: epoch, Term: l.opts.Term, Index: s.Index,
-			Allocations: make([]Allocation, 0, len(s.Allocations))}, rv: snap.rvs[s.Name]}
-		snap.layout.inShardRange(i, func(a *Allocation) { ls.Allocations = append(ls.Allocations, *a) },
-			func(r *Reservation) { ls.Reservations = append(ls.Reservations, *r) })
+		ls := &liveShard{Shard: Shard{Name: s.Name, Epoch: epoch, Term: l.opts.Term, Index: s.Index}, rv: snap.rvs[s.Name]}
+		ls.Allocations, ls.Reservations = snap.layout.withinRange(i)
 		shards[i] = ls
 	}
 	// The head first: it is what orders two terms that read the same

@@ -214,8 +214,8 @@ func TestShardsSplitAndReassemble(t *testing.T) {
 func checkEntries(t *testing.T, l *ledger.Ledger) {
 	t.Helper()
 	want := ledger.IndexByService(l.State().Allocations)
-	if got := len(l.Services()); got != len(want) {
-		t.Errorf("Services lists %d, State holds entries of %d", got, len(want))
+	if got, count := len(l.Services()), l.ServiceCount(); got != len(want) || count != len(want) {
+		t.Errorf("Services lists %d and ServiceCount says %d, State holds entries of %d", got, count, len(want))
 	}
 	for key, entries := range want {
 		if got := l.Entries().Of(key); !reflect.DeepEqual(got, entries) || !l.Records(key) {
