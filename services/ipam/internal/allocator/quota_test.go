@@ -69,6 +69,39 @@ func TestNamespaceQuota(t *testing.T) {
 	}
 }
 
+// TestNamespaceQuotaSetLater: a pool without a cap keeps no count per
+// namespace; a cap set later counts what each namespace already holds,
+// requests and keeps.
+func TestNamespaceQuotaSetLater(t *testing.T) {
+	open := spec("10.0.0.0/28")
+	a := newAllocator(t, mustPool(t, "p", open))
+	mustAllocate(t, a, Request{Service: "a/one"})
+	mustAllocate(t, a, Request{Service: "a/two"})
+	if err := a.Claim(Request{Service: "a/asks", RequestedIPs: addrs("10.0.0.9")}); err != nil {
+		t.Fatal(err)
+	}
+	mustAllocate(t, a, Request{Service: "b/one"})
+	if len(a.nsAddrs.refs) != 0 {
+		t.Fatalf("a pool without a cap is counted per namespace: %v", a.nsAddrs.refs)
+	}
+	capped := open
+	capped.MaxAddressesPerNamespace = 3
+	a.SetPools([]*Pool{mustPool(t, "p", capped)})
+	if got := a.AtQuota("p"); !slices.Equal(got, []NamespaceUse{{"a", 3}}) {
+		t.Fatalf("AtQuota once the cap is set = %v, want a at 3 (two held, one requested)", got)
+	}
+	if _, err := a.Allocate(Request{Service: "a/three"}); reasonOf(err) != ReasonNamespaceQuotaExceeded {
+		t.Fatalf("a/three: %v, want NamespaceQuotaExceeded", err)
+	}
+	mustAllocate(t, a, Request{Service: "b/two"})
+	// The cap lifted again: nothing is counted, a takes what it asks.
+	a.SetPools([]*Pool{mustPool(t, "p", open)})
+	mustAllocate(t, a, Request{Service: "a/three"})
+	if len(a.nsAddrs.refs) != 0 {
+		t.Fatalf("counts kept after the cap was lifted: %v", a.nsAddrs.refs)
+	}
+}
+
 // TestNamespaceQuotaSendsToAnotherPool: a namespace at one pool's cap takes
 // the next pool that serves it; a dual-stack Service needs room for both.
 func TestNamespaceQuotaSendsToAnotherPool(t *testing.T) {
