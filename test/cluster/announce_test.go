@@ -336,6 +336,16 @@ func (e *env) restartSpeaker(t *testing.T) {
 	next := e.speakerReady(t, old.Name)
 	t.Logf("speaker %s replaced by %s", old.Name, next.Name)
 	e.noRBACDenials(t, next)
+	// What the new speaker said, when the test fails after it took over:
+	// nothing else tells why it did not answer.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		tail := int64(80)
+		raw, err := pods.GetLogs(next.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
+		t.Logf("speaker %s, its last log lines (%v):\n%s", next.Name, err, raw)
+	})
 }
 
 // announcePool creates ipledger's IPPool over announcePool for ns, and
