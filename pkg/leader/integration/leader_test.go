@@ -279,15 +279,20 @@ func countConfigMaps(t *testing.T, client kubernetes.Interface, ns string) int {
 func steal(t *testing.T, client kubernetes.Interface, ns, name, thief string, seconds int32) {
 	t.Helper()
 	ctx := context.Background()
-	l, err := client.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+	// The holder renews meanwhile: read again and retry on a conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l, err := client.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec.HolderIdentity = &thief
+		l.Spec.LeaseDurationSeconds = &seconds
+		l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+		_, err = client.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	now := metav1.NewMicroTime(time.Now())
-	l.Spec.HolderIdentity = &thief
-	l.Spec.LeaseDurationSeconds = &seconds
-	l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
-	if _, err := client.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

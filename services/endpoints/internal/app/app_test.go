@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/ipledger/ipledger/pkg/cmdmain"
 	"github.com/ipledger/ipledger/pkg/leader"
@@ -619,14 +620,20 @@ func TestReacquireAfterLosingLease(t *testing.T) {
 func takeLease(t *testing.T, env *testenv.Env, lease string, d time.Duration) {
 	t.Helper()
 	ctx := context.Background()
-	l, err := env.Client.CoordinationV1().Leases(system).Get(ctx, lease, metav1.GetOptions{})
+	// The holder renews meanwhile: read again and retry on a conflict, as
+	// a real intruder would.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l, err := env.Client.CoordinationV1().Leases(system).Get(ctx, lease, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		intruder, secs := "intruder", int32(d.Seconds())
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.AcquireTime, l.Spec.RenewTime = &intruder, &secs, &now, &now
+		_, err = env.Client.CoordinationV1().Leases(system).Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	intruder, secs := "intruder", int32(d.Seconds())
-	now := metav1.NewMicroTime(time.Now())
-	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.AcquireTime, l.Spec.RenewTime = &intruder, &secs, &now, &now
-	if _, err := env.Client.CoordinationV1().Leases(system).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -411,7 +411,7 @@ func Open(ctx context.Context, client kubernetes.Interface, opts Options) (*Ledg
 
 // Begin is Open up to the head: it reads the ledger, confirms the lease and
 // rewrites the head (the write that orders this term against any other that
-// read the same ledger), and returns with State and ByService answering
+// read the same ledger), and returns with State and Entries answering
 // what it read while the other shards are rewritten in the background. The
 // caller may rebuild from it meanwhile, but must act on nothing before
 // Fenced returns nil (Commit waits for it too). A head write that lost to
