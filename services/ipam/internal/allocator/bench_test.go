@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/ipledger/ipledger/pkg/heapstat"
 )
 
 // nth returns base + i (IPv4, or IPv6 within the low 64 bits).
@@ -196,18 +198,14 @@ func BenchmarkHeldBytes(b *testing.B) {
 		keys[i] = fmt.Sprintf("bench-%02d/svc-%06d", i%100, i)
 	}
 	for b.Loop() {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
+		before := heapstat.Live()
 		a := newAllocator(b, mustPool(b, "bench", spec("10.0.0.0/15")))
 		for _, k := range keys {
 			if _, err := a.Allocate(Request{Service: k}); err != nil {
 				b.Fatal(err)
 			}
 		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/held")
+		b.ReportMetric(heapstat.PerItem(before, heapstat.Live(), n), "B/held")
 		runtime.KeepAlive(a)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"runtime"
 	"testing"
+
+	"github.com/ipledger/ipledger/pkg/heapstat"
 )
 
 // shardsOf builds a ledger of n allocations split like the Ledger splits it.
@@ -91,34 +93,27 @@ func BenchmarkHeldBytes(b *testing.B) {
 	const n = 100000
 	cms := shardsOf(n)
 	for b.Loop() {
-		var before, sharded, addressed, opened, indexed runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
+		before := heapstat.Live()
 		st, layout, err := Parse(cms)
 		if err != nil {
 			b.Fatal(err)
 		}
 		l := &Ledger{}
-		for i, s := range layout {
+		for i, s := range layout { // as the fence makes a term's shards
 			ls := &liveShard{Shard: Shard{Name: s.Name, Index: s.Index}}
-			layout.inShardRange(i, func(a *Allocation) { ls.Allocations = append(ls.Allocations, *a) },
-				func(r *Reservation) { ls.Reservations = append(ls.Reservations, *r) })
+			ls.Allocations, ls.Reservations = layout.withinRange(i)
 			l.shards = append(l.shards, ls)
 		}
-		runtime.GC()
-		runtime.ReadMemStats(&sharded)
+		sharded := heapstat.Live()
 		l.addrs = indexAddrs(st.Allocations) // as adopt does
-		runtime.GC()
-		runtime.ReadMemStats(&addressed)
+		addressed := heapstat.Live()
 		runtime.KeepAlive(st) // alive at both readings: only the index differs
-		runtime.GC()
-		runtime.ReadMemStats(&opened)
+		opened := heapstat.Live()
 		full := IndexByService(l.State().Allocations)
-		runtime.GC()
-		runtime.ReadMemStats(&indexed)
-		b.ReportMetric(float64(opened.HeapAlloc-before.HeapAlloc)/n, "B/entry")
-		b.ReportMetric(float64(addressed.HeapAlloc-sharded.HeapAlloc)/n, "index-B/entry")
-		b.ReportMetric(float64(indexed.HeapAlloc-opened.HeapAlloc)/n, "full-index-B/entry")
+		indexed := heapstat.Live()
+		b.ReportMetric(heapstat.PerItem(before, opened, n), "B/entry")
+		b.ReportMetric(heapstat.PerItem(sharded, addressed, n), "index-B/entry")
+		b.ReportMetric(heapstat.PerItem(opened, indexed, n), "full-index-B/entry")
 		runtime.KeepAlive(l)
 		runtime.KeepAlive(full)
 	}

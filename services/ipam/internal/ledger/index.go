@@ -1,8 +1,6 @@
 package ledger
 
 import (
-	"iter"
-	"maps"
 	"net/netip"
 	"slices"
 )
@@ -49,7 +47,7 @@ func (b ByService) Apply(c Change) {
 
 // addrIndex is the live ledger's index by Service: the addresses each
 // Service holds, and nothing else. The entries themselves stay in the
-// shards, found by address (entriesOf): kept whole here too, they were a
+// shards, found by address (Ledger.Entries): kept whole here too, they were a
 // second copy of every entry (≈ 210 bytes per Service, 21 MB of ipam's heap
 // at 100,000 Services).
 type addrIndex map[string][]netip.Addr
@@ -87,6 +85,3 @@ func (x addrIndex) apply(c Change) {
 		x.add(a)
 	}
 }
-
-// keys yields every Service key, in no order.
-func (x addrIndex) keys() iter.Seq[string] { return maps.Keys(x) }

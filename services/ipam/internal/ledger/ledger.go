@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -322,7 +323,7 @@ func (l *Ledger) ServiceCount() int {
 func (l *Ledger) Services() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return slices.Collect(l.addrs.keys())
+	return slices.Collect(maps.Keys(l.addrs))
 }
 
 // ForeignWrites returns the writes not made by ipam that Open found.

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/authz"
+	"github.com/ipledger/ipledger/pkg/heapstat"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
@@ -557,24 +558,17 @@ func (c *countingBody) Read(p []byte) (int, error) {
 // unstructured objects: about what one informer's cache costs its process.
 func heapOfOneList(b *testing.B, ctx context.Context, dyn dynamic.Interface, ns string) uint64 {
 	b.Helper()
-	before := heapInUse()
+	before := heapstat.Live()
 	l, err := dyn.Resource(externalWorkloads).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	after := heapInUse()
+	after := heapstat.Live()
 	runtime.KeepAlive(l)
 	if len(l.Items) == 0 || after < before {
 		return 0
 	}
 	return after - before
-}
-
-func heapInUse() uint64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }
 
 func pct(sorted []float64, p int) float64 {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ipledger/ipledger/pkg/convert"
+	"github.com/ipledger/ipledger/pkg/heapstat"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 	"github.com/ipledger/ipledger/services/watcher/internal/store"
@@ -250,14 +250,11 @@ func BenchmarkStoreMemory(b *testing.B) {
 var keep any
 
 func heapDelta(build func() any) float64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
+	before := heapstat.Live()
 	keep = build()
-	runtime.GC()
-	runtime.ReadMemStats(&after)
+	after := heapstat.Live()
 	keep = nil
-	return float64(after.HeapAlloc) - float64(before.HeapAlloc)
+	return float64(after) - float64(before)
 }
 
 // benchService is a typical LoadBalancer Service as the API server returns it

@@ -38,6 +38,25 @@ func alloc(ip, svc string) ledger.Allocation {
 		AllocatedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 }
 
+// filled opens a ledger in ns for term, its shards split above limit
+// bytes, and commits n allocations, entry(i) the i-th, in one change.
+func filled(t *testing.T, client kubernetes.Interface, ns, term string, limit, n int, entry func(i int) ledger.Allocation) *ledger.Ledger {
+	t.Helper()
+	ctx := context.Background()
+	l, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: term, ShardLimit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ch ledger.Change
+	for i := range n {
+		ch.Allocate = append(ch.Allocate, entry(i))
+	}
+	if err := l.Commit(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 func keys(st ledger.State) []string {
 	var out []string
 	for _, a := range st.Allocations {
@@ -479,17 +498,9 @@ func TestRestoredLedgerOpensUnderANewLease(t *testing.T) {
 	ctx := context.Background()
 	client, src := namespace(t)
 	const limit = 4 * 1024 // several shards
-	l, err := ledger.Open(ctx, client, ledger.Options{Namespace: src, Term: "a/9/2026-11-30T12:00:00Z", ShardLimit: limit})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ch ledger.Change
-	for i := range 120 {
-		ch.Allocate = append(ch.Allocate, alloc(netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}).String(), fmt.Sprintf("x/s%d", i)))
-	}
-	if err := l.Commit(ctx, ch); err != nil {
-		t.Fatal(err)
-	}
+	filled(t, client, src, "a/9/2026-11-30T12:00:00Z", limit, 120, func(i int) ledger.Allocation {
+		return alloc(netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}).String(), fmt.Sprintf("x/s%d", i))
+	})
 	backup := copyLedger(t, client, src)
 	if len(backup) < 2 {
 		t.Fatalf("the backup holds %d shards, want several", len(backup))
@@ -516,17 +527,9 @@ func TestOpenFencesEveryShard(t *testing.T) {
 	ctx := context.Background()
 	client, ns := namespace(t)
 	const limit = 4 * 1024
-	old, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "a/1/t", ShardLimit: limit})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ch ledger.Change
-	for i := range 600 {
-		ch.Allocate = append(ch.Allocate, alloc(netip.AddrFrom4([4]byte{10, 1, byte(i / 250), byte(i % 250)}).String(), fmt.Sprintf("ns/svc-%d", i)))
-	}
-	if err := old.Commit(ctx, ch); err != nil {
-		t.Fatal(err)
-	}
+	old := filled(t, client, ns, "a/1/t", limit, 600, func(i int) ledger.Allocation {
+		return alloc(netip.AddrFrom4([4]byte{10, 1, byte(i / 250), byte(i % 250)}).String(), fmt.Sprintf("ns/svc-%d", i))
+	})
 	reg := prometheus.NewRegistry()
 	m, err := ledger.NewMetrics(reg)
 	if err != nil {
@@ -585,20 +588,13 @@ func TestOlderTermWritingDuringTheFenceMakesItReadAgain(t *testing.T) {
 	ctx := context.Background()
 	client, ns := namespace(t)
 	const limit = 8 * 1024
-	old, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "a/1/t", ShardLimit: limit})
-	if err != nil {
-		t.Fatal(err)
+	entry := func(i int) ledger.Allocation {
+		return alloc(netip.AddrFrom4([4]byte{10, 0, byte(i), 1}).String(), fmt.Sprintf("ns/svc-%d", i))
 	}
-	var ch ledger.Change
-	for i := range 200 {
-		ch.Allocate = append(ch.Allocate, alloc(netip.AddrFrom4([4]byte{10, 0, byte(i), 1}).String(), fmt.Sprintf("ns/svc-%d", i)))
-	}
-	if err := old.Commit(ctx, ch); err != nil {
-		t.Fatal(err)
-	}
+	old := filled(t, client, ns, "a/1/t", limit, 200, entry)
 	// The highest entry lives in a shard after the head; releasing it
 	// writes that shard alone.
-	last := ch.Allocate[len(ch.Allocate)-1]
+	last := entry(199)
 	lateWrite := func(ctx context.Context) (bool, error) {
 		if err := old.Commit(ctx, ledger.Change{Release: []ledger.Allocation{last}}); err != nil {
 			t.Errorf("the older term's late write: %v", err)
