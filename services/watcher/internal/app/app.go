@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/authz"
@@ -54,6 +55,9 @@ type Config struct {
 	HistoryBytes int
 	// DiscoveryInterval: how often to look for the Gateway API's CRDs.
 	DiscoveryInterval time.Duration
+	// LedgerReadInterval: how often, at most, a ledger shard that keeps
+	// changing is read and streamed.
+	LedgerReadInterval time.Duration
 }
 
 // Defaults fills the fields left unset with the watcher's defaults.
@@ -78,6 +82,9 @@ func (c *Config) Defaults() {
 	if c.DiscoveryInterval == 0 {
 		c.DiscoveryInterval = informers.DefaultDiscoveryInterval
 	}
+	if c.LedgerReadInterval == 0 {
+		c.LedgerReadInterval = informers.DefaultLedgerReadInterval
+	}
 }
 
 // Flags registers every flag of the watcher with the current values (after
@@ -97,6 +104,9 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 		"what the kept changes' objects may weigh, in bytes; the oldest are forgotten first (a subscriber resuming from before them gets a snapshot)")
 	fs.DurationVar(&c.DiscoveryInterval, "gateway-api-discovery-interval", c.DiscoveryInterval,
 		"how often to ask the API server whether the Gateway API CRDs (gateway.networking.k8s.io/v1) are installed: Gateways and GatewayClasses are streamed while they are, and deleted from the stream when they go")
+	fs.DurationVar(&c.LedgerReadInterval, "ledger-read-interval", c.LedgerReadInterval,
+		"how often, at most, a ledger ConfigMap that ipam keeps rewriting is read and streamed: a shard that changes after a quiet interval is read at once, and a burst of writes costs one read per interval; "+
+			"shorter makes ipam's read API (ListAllocations, ListPools) fresher during bursts of allocations, at the cost of reading up to 480 KiB per shard that often")
 }
 
 // Watcher is an assembled, not yet running, watcher.
@@ -106,6 +116,7 @@ type Watcher struct {
 	reg    *prometheus.Registry
 	client kubernetes.Interface
 	dyn    dynamic.Interface
+	meta   metadata.Interface
 	store  *store.Store
 	grpc   *grpcserver.Server
 	srv    *server.Server
@@ -128,7 +139,11 @@ func New(cfg Config, restCfg *rest.Config, log *slog.Logger, reg *prometheus.Reg
 	if err != nil {
 		return nil, err
 	}
-	w := &Watcher{cfg: cfg, log: log, reg: reg, client: client, dyn: dyn}
+	meta, err := metadata.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	w := &Watcher{cfg: cfg, log: log, reg: reg, client: client, dyn: dyn, meta: meta}
 	w.store = store.New(newEpoch(), cfg.HistorySize)
 	w.store.LimitHistoryBytes(cfg.HistoryBytes)
 	revision := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipledger_watcher_revision", Help: "Revision of the watcher's store."})
@@ -178,7 +193,8 @@ func (w *Watcher) Store() *store.Store { return w.store }
 // Run starts the informers and serves until ctx ends.
 func (w *Watcher) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	inf, err := informers.Start(ctx, informers.Config{Namespace: w.cfg.Common.Namespace, DiscoveryInterval: w.cfg.DiscoveryInterval}, w.client, w.dyn, w.store, w.log, w.reg)
+	inf, err := informers.Start(ctx, informers.Config{Namespace: w.cfg.Common.Namespace, DiscoveryInterval: w.cfg.DiscoveryInterval,
+		LedgerReadInterval: w.cfg.LedgerReadInterval}, w.client, w.dyn, w.meta, w.store, w.log, w.reg)
 	if err != nil {
 		return err
 	}

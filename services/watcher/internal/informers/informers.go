@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ipledger/ipledger/pkg/convert"
@@ -67,6 +68,9 @@ type Config struct {
 	// DiscoveryInterval: how often discovery is asked whether the Gateway
 	// API's CRDs are installed; DefaultDiscoveryInterval when 0.
 	DiscoveryInterval time.Duration
+	// LedgerReadInterval: how often, at most, a ledger shard that keeps
+	// changing is read (ledger.go); DefaultLedgerReadInterval when 0.
+	LedgerReadInterval time.Duration
 }
 
 // Set is the running informers.
@@ -85,9 +89,10 @@ type namedSync struct {
 }
 
 type metrics struct {
-	synced     *prometheus.GaugeVec
-	served     *prometheus.GaugeVec
-	convertErr *prometheus.CounterVec
+	synced      *prometheus.GaugeVec
+	served      *prometheus.GaugeVec
+	convertErr  *prometheus.CounterVec
+	ledgerReads *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -98,6 +103,8 @@ func newMetrics() *metrics {
 			Help: "1 while the CRD of an optional kind (the Gateway API's) is installed and the watcher serves the kind, 0 while it is not."}, []string{"kind"}),
 		convertErr: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipledger_watcher_convert_errors_total",
 			Help: "Objects that could not be converted to the compact form (skipped)."}, []string{"kind"}),
+		ledgerReads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ipledger_watcher_ledger_shard_reads_total",
+			Help: "Reads of a ledger ConfigMap after the metadata informer saw it change, by result: ok, gone (deleted meanwhile), error (retried)."}, []string{"result"}),
 	}
 }
 
@@ -131,10 +138,10 @@ func StripManagedFields(obj any) (any, error) {
 }
 
 // Start creates and starts the informers; they run until ctx ends.
-func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dynamic.Interface, sink Sink,
+func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dynamic.Interface, meta metadata.Interface, sink Sink,
 	log *slog.Logger, reg prometheus.Registerer) (*Set, error) {
 	m := newMetrics()
-	if err := promreg.Register(reg, m.synced, m.served, m.convertErr); err != nil {
+	if err := promreg.Register(reg, m.synced, m.served, m.convertErr, m.ledgerReads); err != nil {
 		return nil, err
 	}
 	s := &Set{log: log, m: m, done: make(chan struct{})}
@@ -151,8 +158,6 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = PodLabelSelector }))
 	slices := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = EndpointSliceLabelSelector }))
-	ledger := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LedgerLabelSelector }))
 	crds := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 
 	type inf struct {
@@ -165,7 +170,6 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 		{watcherv1.Kind_KIND_NAMESPACE, all.Core().V1().Namespaces().Informer()},
 		{watcherv1.Kind_KIND_POD, pods.Core().V1().Pods().Informer()},
 		{watcherv1.Kind_KIND_ENDPOINT_SLICE, slices.Discovery().V1().EndpointSlices().Informer()},
-		{watcherv1.Kind_KIND_LEDGER_CONFIG_MAP, ledger.Core().V1().ConfigMaps().Informer()},
 		{watcherv1.Kind_KIND_IP_POOL, crds.ForResource(convert.IPPoolResource).Informer()},
 		{watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, crds.ForResource(convert.ExternalWorkloadResource).Informer()},
 	}
@@ -183,10 +187,18 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 		s.synced = append(s.synced, namedSync{kind: i.kind, synced: reg.HasSynced})
 		m.synced.WithLabelValues(i.kind.String()).Set(0)
 	}
+	// The ledger ConfigMaps: a metadata informer, each shard read as it
+	// changes (ledger.go).
+	ledger, err := newLedgerShards(meta, client, cfg.Namespace, cmp.Or(cfg.LedgerReadInterval, DefaultLedgerReadInterval), sink, log, m.ledgerReads)
+	if err != nil {
+		return nil, fmt.Errorf("ledger shards: %w", err)
+	}
+	s.synced = append(s.synced, namedSync{kind: watcherv1.Kind_KIND_LEDGER_CONFIG_MAP, synced: ledger.synced})
+	m.synced.WithLabelValues(watcherv1.Kind_KIND_LEDGER_CONFIG_MAP.String()).Set(0)
 	all.Start(ctx.Done())
 	pods.Start(ctx.Done())
 	slices.Start(ctx.Done())
-	ledger.Start(ctx.Done())
+	go ledger.run(ctx)
 	crds.Start(ctx.Done())
 	go s.optional.run(ctx)
 	go s.watchSync(ctx)
