@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -32,10 +33,10 @@ const DefaultLedgerReadInterval = 500 * time.Millisecond
 // watcher and on to ipam, which cost each status write ipam makes beside it
 // ~2.7 ms on a 2-core node at 50 allocations/s (BENCHMARKS.md, steady
 // state). Here a metadata-only informer says which shard changed, and the
-// shard is read with a GET: at once when it was not read within the
+// shard is read: at once when it was not read within the
 // interval, else when the interval has passed (readDelay). A burst of
 // writes to one shard costs one read per interval, and the Sink always ends
-// with a shard's latest content. Reads run one at a time: a GET without a
+// with a shard's latest content. Reads run one at a time: a read without a
 // resourceVersion is served from etcd, so each read of a shard is at least
 // as new as the one before.
 type ledgerShards struct {
@@ -162,6 +163,21 @@ func (l *ledgerShards) run(ctx context.Context) {
 	}
 }
 
+// read reads the shard key, or nil if it is gone or no longer labelled as
+// a shard. It lists by name (which the API server reads as one key, from
+// etcd) rather than getting: the Role that lets the watcher list and watch
+// the namespace's ConfigMaps needs no get, so a watcher of this release
+// runs under an older release's RBAC too.
+func (l *ledgerShards) read(ctx context.Context, key string) (*corev1.ConfigMap, error) {
+	ns, name, _ := cache.SplitMetaNamespaceKey(key)
+	list, err := l.client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: LedgerLabelSelector,
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	if err != nil || len(list.Items) == 0 {
+		return nil, err
+	}
+	return &list.Items[0], nil
+}
+
 // readNext reads one scheduled shard and gives it to the Sink, unless the
 // informer no longer shows it (deleted, or its label removed, meanwhile).
 func (l *ledgerShards) readNext(ctx context.Context) bool {
@@ -173,10 +189,9 @@ func (l *ledgerShards) readNext(ctx context.Context) bool {
 	l.mu.Lock()
 	l.readAt[key] = time.Now()
 	l.mu.Unlock()
-	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	cm, err := l.client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	cm, err := l.read(ctx, key)
 	switch {
-	case apierrors.IsNotFound(err):
+	case err == nil && cm == nil:
 		l.reads.WithLabelValues("gone").Inc()
 		l.queue.Forget(key)
 		return true // its delete is on its way
