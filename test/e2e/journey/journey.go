@@ -99,30 +99,38 @@ func Run(t *testing.T, target Target, ns string) {
 
 	t.Run("grpcurl lists what the statuses say", func(t *testing.T) {
 		token := ViewerToken(t, c)
-		out := Grpcurl(t, target.Grpcurl, token, target.IPAM[0], "ipledger.ipam.v1.IPAMService/ListAllocations", fmt.Sprintf(`{"namespace":%q}`, ns))
-		var resp struct {
-			Allocations []struct {
-				IP      string `json:"ip"`
-				Pool    string `json:"pool"`
-				Service struct{ Namespace, Name string }
-			} `json:"allocations"`
-		}
-		if err := json.Unmarshal(out, &resp); err != nil {
-			t.Fatalf("grpcurl output %s: %v", out, err)
-		}
-		var listed, statuses []string
-		for _, a := range resp.Allocations {
-			listed = append(listed, a.Service.Name+"="+a.IP+"@"+a.Pool)
-		}
-		for _, name := range []string{"web", "dns-tcp", "dns-udp"} {
-			svc, _ := c.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-			statuses = append(statuses, name+"="+svc.Status.LoadBalancer.Ingress[0].IP+"@"+pool)
-		}
-		sort.Strings(listed)
-		sort.Strings(statuses)
-		if strings.Join(listed, " ") != strings.Join(statuses, " ") {
-			t.Errorf("grpcurl ListAllocations = %v, statuses = %v", listed, statuses)
-		}
+		// The statuses are written after the ledger, but the watcher reads a
+		// ledger shard that keeps changing at most once per
+		// --ledger-read-interval (docs/ipam-api.md, "How fresh"): the three
+		// allocations made at once may reach a replica's reads that much
+		// after its stream shows the statuses.
+		testenv.Eventually(t, 30*time.Second, func() error {
+			out := Grpcurl(t, target.Grpcurl, token, target.IPAM[0], "ipledger.ipam.v1.IPAMService/ListAllocations", fmt.Sprintf(`{"namespace":%q}`, ns))
+			var resp struct {
+				Allocations []struct {
+					IP      string `json:"ip"`
+					Pool    string `json:"pool"`
+					Service struct{ Namespace, Name string }
+				} `json:"allocations"`
+			}
+			if err := json.Unmarshal(out, &resp); err != nil {
+				t.Fatalf("grpcurl output %s: %v", out, err)
+			}
+			var listed, statuses []string
+			for _, a := range resp.Allocations {
+				listed = append(listed, a.Service.Name+"="+a.IP+"@"+a.Pool)
+			}
+			for _, name := range []string{"web", "dns-tcp", "dns-udp"} {
+				svc, _ := c.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+				statuses = append(statuses, name+"="+svc.Status.LoadBalancer.Ingress[0].IP+"@"+pool)
+			}
+			sort.Strings(listed)
+			sort.Strings(statuses)
+			if strings.Join(listed, " ") != strings.Join(statuses, " ") {
+				return fmt.Errorf("grpcurl ListAllocations = %v, statuses = %v", listed, statuses)
+			}
+			return nil
+		})
 		explained := string(Grpcurl(t, target.Grpcurl, token, target.IPAM[len(target.IPAM)-1], "ipledger.ipam.v1.IPAMService/ExplainService",
 			fmt.Sprintf(`{"service":{"namespace":%q,"name":"wants-other"}}`, ns)))
 		if !strings.Contains(explained, "RequestedIPNotInPool") || !strings.Contains(explained, "203.0.113.7") {
