@@ -33,12 +33,14 @@ const DefaultLedgerReadInterval = 500 * time.Millisecond
 // watcher and on to ipam, which cost each status write ipam makes beside it
 // ~2.7 ms on a 2-core node at 50 allocations/s (BENCHMARKS.md, steady
 // state). Here a metadata-only informer says which shard changed, and the
-// shard is read: at once when it was not read within the
-// interval, else when the interval has passed (readDelay). A burst of
-// writes to one shard costs one read per interval, and the Sink always ends
-// with a shard's latest content. A shard is read by one reader at a time,
-// and a read without a resourceVersion is served from etcd, so each read of
-// a shard is at least as new as the one before.
+// shard is read: at once when it was not read within the interval, else
+// when the interval has passed (readDelay). A burst of writes to one shard
+// costs one read per interval, and the Sink always ends with a shard's
+// latest content. A shard is read by one reader at a time, and a read
+// without a resourceVersion is served from etcd, so each read of a shard is
+// at least as new as the one before. (A shard deleted and created again
+// while a read of it was under way may show the old content until the read
+// that follows, which the create scheduled.)
 type ledgerShards struct {
 	client   kubernetes.Interface
 	sink     Sink
