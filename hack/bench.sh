@@ -17,7 +17,8 @@ run() { echo "== $*" | tee -a "$out"; "$@" 2>&1 | grep -E '^(Benchmark|ok|FAIL|-
 for s in $suites; do
   case $s in
     micro)
-      run go test -run XXX -bench . -benchmem -count 5 ./services/ipam/internal/allocator/ ./services/ipam/internal/ledger/ ./services/ipam/internal/plan/ ./services/ipam/internal/server/ ./services/endpoints/internal/planner/ ;;
+      run go test -run XXX -bench . -benchmem -count 5 ./services/ipam/internal/allocator/ ./services/ipam/internal/ledger/ ./services/ipam/internal/plan/ ./services/ipam/internal/server/ ./services/endpoints/internal/planner/
+      run go test -run XXX -bench StoreHeldBytes -benchtime 1x -count 3 ./pkg/stream/ ;;
     watcher)
       run go test -run XXX -bench 'SnapshotFanout|StoreMemory' -benchtime 3x ./services/watcher/internal/server/
       run go test -run XXX -bench DeltaLatency -benchtime 3000x ./services/watcher/internal/server/
