@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
@@ -20,8 +19,6 @@ import (
 	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/services/watcher/internal/store"
 )
-
-var configMapsResource = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 
 // DefaultLedgerReadInterval is how often, at most, one ledger shard is read
 // while ipam keeps writing it.
@@ -68,7 +65,7 @@ func newLedgerShards(meta metadata.Interface, client kubernetes.Interface, names
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ledger_shards"}),
 		sent: map[string]*store.Object{}, readAt: map[string]time.Time{}, unread: map[string]struct{}{}}
-	l.informer = metadatainformer.NewFilteredMetadataInformer(meta, configMapsResource, namespace, 0, cache.Indexers{},
+	l.informer = metadatainformer.NewFilteredMetadataInformer(meta, corev1.SchemeGroupVersion.WithResource("configmaps"), namespace, 0, cache.Indexers{},
 		func(o *metav1.ListOptions) { o.LabelSelector = LedgerLabelSelector }).Informer()
 	reg, err := l.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
@@ -94,9 +91,6 @@ func newLedgerShards(meta metadata.Interface, client kubernetes.Interface, names
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
 			if key, ok := keyOf(obj); ok {
 				l.deleted(key)
 			}
@@ -109,8 +103,9 @@ func newLedgerShards(meta metadata.Interface, client kubernetes.Interface, names
 	return l, nil
 }
 
+// keyOf is obj's namespace/name, a deleted one's too.
 func keyOf(obj any) (string, bool) {
-	key, err := cache.MetaNamespaceKeyFunc(obj)
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	return key, err == nil
 }
 
