@@ -105,17 +105,6 @@ func resourceVersion(t *testing.T, env *testenv.Env, ns, name string) string {
 	return u.GetResourceVersion()
 }
 
-// waitAccepts waits until the listener has accepted at least n probes.
-func waitAccepts(t *testing.T, l *probetest.Listener, n int) {
-	t.Helper()
-	testenv.Eventually(t, 30*time.Second, func() error {
-		if got := len(l.Accepted()); got < n {
-			return fmt.Errorf("%d probes so far, want %d", got, n)
-		}
-		return nil
-	})
-}
-
 // TestNoProbeNoConditionIsReady: a workload that has no readiness probe and
 // no Ready condition is ready, as a Pod without a readiness probe, and the
 // leader writes no condition for it.
@@ -164,8 +153,7 @@ func TestReadinessProbe(t *testing.T) {
 	// One probe per period for the workload, though two Services select it;
 	// and while it stays ready, nothing more is written.
 	rv := resourceVersion(t, env, ns, "vm-0")
-	waitAccepts(t, l, len(l.Accepted())+4)
-	times := l.Accepted()
+	times := l.WaitAccepted(t, l.Count()+4)
 	for i := 1; i < len(times); i++ {
 		if gap := times[i].Sub(times[i-1]); gap < 500*time.Millisecond {
 			t.Fatalf("probes %d and %d %s apart with periodSeconds 1: more than one probe per period", i-1, i, gap)
@@ -213,7 +201,7 @@ func TestProbesOnlyWhileLeading(t *testing.T) {
 	})
 	waitCondition(t, env, ns, "vm-0", "True", "ProbeSucceeded")
 	waitEndpoint(t, env, ns, "web", "vm-0", true)
-	waitAccepts(t, l, 3)
+	l.WaitAccepted(t, 3)
 	if n := b.probes(t); n != 0 {
 		t.Fatalf("the standby probed %v times", n)
 	}
@@ -246,7 +234,7 @@ func TestProbesOnlyWhileLeading(t *testing.T) {
 	})
 	// The new leader probes; the condition already says True, so it
 	// writes nothing, from its first probe on.
-	waitAccepts(t, l, len(l.Accepted())+3)
+	l.WaitAccepted(t, l.Count()+3)
 	if now := resourceVersion(t, env, ns, "vm-0"); now != rv {
 		t.Fatalf("the workload was written (resourceVersion %s -> %s) by a new leader though its condition already said True", rv, now)
 	}
@@ -328,9 +316,7 @@ func TestProbeNeverDialsWhatThePolicyRefuses(t *testing.T) {
 		probeFlags: []string{"--pod-cidrs=192.0.2.0/24", "--probe-allowed-cidrs=192.0.2.1/32,fd00::/8"}})
 	waitCondition(t, env, ns, "in-pods", "True", "ProbeSucceeded", fmt.Sprintf("192.0.2.1:%d", l.Port()))
 	waitEndpoint(t, env, ns, "web", "in-pods", true)
-	if n := l.Count(); n == 0 {
-		t.Fatal("Ready without a connection")
-	}
+	l.WaitAccepted(t, 1) // Ready came from a connection
 	waitCondition(t, env, ns, "imds", "False", "ProbeRefused", "fd00:ec2::254")
 	mu.Lock()
 	defer mu.Unlock()

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
 // Listener accepts TCP connections on 127.0.0.1, closes them at once and
@@ -52,6 +54,21 @@ func (l *Listener) Accepted() []time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]time.Time(nil), l.times...)
+}
+
+// WaitAccepted waits until at least n connections were accepted and returns
+// when each arrived. A probe's dial returns once the kernel completed the
+// handshake, before this listener's Accept does, so a test that saw the
+// probe's result waits here rather than reading Accepted at once.
+func (l *Listener) WaitAccepted(t testing.TB, n int) []time.Time {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if got := l.Count(); got < n {
+			return fmt.Errorf("%d probes accepted so far, want %d", got, n)
+		}
+		return nil
+	})
+	return l.Accepted()
 }
 
 // Count is the number of connections accepted so far.
