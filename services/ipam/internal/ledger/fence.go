@@ -32,6 +32,16 @@ func FenceEpoch(layout Layout, term string) (uint64, error) {
 	return e + 1, nil
 }
 
+// handedOver reports whether the term that wrote the ledger last released it
+// cleanly: the head names its epoch as released (released, 0 for none) and
+// no shard carries a higher one. The next term may then rewrite the head
+// alone: that term's writes have all been answered and it writes no more,
+// and every earlier term was fenced out of the shards before it, so nobody
+// else holds a resourceVersion the shards still have (docs/fencing.md).
+func handedOver(layout Layout, released uint64) bool {
+	return len(layout) > 0 && released > 0 && layout[0].Epoch == released && layout.Epoch() == released
+}
+
 // ownership is what a term finds when it reads the ledger again after a
 // write of its own failed.
 type ownership int
@@ -50,8 +60,10 @@ const (
 )
 
 // ownershipOf classifies the layout for a term holding epoch; the shard
-// returned is the first that is not the term's.
-func ownershipOf(layout Layout, epoch uint64, term string) (ownership, Shard) {
+// returned is the first that is not the term's. A shard in unchanged (one
+// the term took over from a clean release and has not written, still at
+// the resourceVersion it read) is the term's whatever epoch it carries.
+func ownershipOf(layout Layout, epoch uint64, term string, unchanged map[string]bool) (ownership, Shard) {
 	if len(layout) == 0 {
 		return rewritten, Shard{Name: HeadName}
 	}
@@ -61,7 +73,7 @@ func ownershipOf(layout Layout, epoch uint64, term string) (ownership, Shard) {
 		}
 	}
 	for _, s := range layout {
-		if s.Epoch != epoch || s.Term != term {
+		if (s.Epoch != epoch || s.Term != term) && !unchanged[s.Name] {
 			return rewritten, s
 		}
 	}

@@ -52,6 +52,11 @@ const (
 	NamePrefix = "ipledger-ledger-"
 	// HeadName is the shard that lists the others.
 	HeadName = NamePrefix + "0"
+	// ReleasedAnnotation on the head names the epoch whose term ended
+	// cleanly: every write of it answered, none to come (Ledger.Release).
+	// The next term then rewrites the head alone (docs/fencing.md). Any
+	// write of the head drops it.
+	ReleasedAnnotation = "ipledger.io/released-epoch"
 
 	keyFormat       = "format"
 	keyEpoch        = "epoch"

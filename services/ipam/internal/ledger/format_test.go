@@ -286,25 +286,56 @@ func TestFenceEpoch(t *testing.T) {
 	}
 }
 
+func TestHandedOver(t *testing.T) {
+	shard := func(name string, epoch uint64) Shard { return Shard{Name: name, Epoch: epoch} }
+	for _, tc := range []struct {
+		name     string
+		layout   Layout
+		released uint64
+		want     bool
+	}{
+		{"released at the head's epoch", Layout{shard(HeadName, 6), shard("ipledger-ledger-1", 6)}, 6, true},
+		{"released; a shard not written since an earlier handover", Layout{shard(HeadName, 6), shard("ipledger-ledger-1", 4)}, 6, true},
+		{"nothing released", Layout{shard(HeadName, 6), shard("ipledger-ledger-1", 6)}, 0, false},
+		{"an older epoch released: a later term wrote the head", Layout{shard(HeadName, 7), shard("ipledger-ledger-1", 6)}, 6, false},
+		{"a shard of a higher epoch: a later term is fencing", Layout{shard(HeadName, 6), shard("ipledger-ledger-1", 7)}, 6, false},
+		{"a ledger from before epochs", Layout{shard(HeadName, 0)}, 0, false},
+		{"no ledger", nil, 6, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := handedOver(tc.layout, tc.released); got != tc.want {
+				t.Fatalf("handedOver = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestOwnershipOf(t *testing.T) {
 	const me, other = "b/0/2026-12-01T00:00:00Z", "a/9/2026-11-30T12:00:00Z"
 	shard := func(name string, epoch uint64, term string) Shard { return Shard{Name: name, Epoch: epoch, Term: term} }
 	for _, tc := range []struct {
-		name   string
-		layout Layout
-		want   ownership
-		shard  string
+		name      string
+		layout    Layout
+		unchanged map[string]bool
+		want      ownership
+		shard     string
 	}{
-		{"ours", Layout{shard(HeadName, 6, me), shard("ipledger-ledger-1", 6, me)}, owned, ""},
-		{"a later term fenced the head", Layout{shard(HeadName, 7, other), shard("ipledger-ledger-1", 6, me)}, overtaken, HeadName},
-		{"a later term fenced one shard so far", Layout{shard(HeadName, 6, me), shard("ipledger-ledger-1", 7, other)}, overtaken, "ipledger-ledger-1"},
-		{"a higher epoch wins over a rewrite", Layout{shard(HeadName, 3, other), shard("ipledger-ledger-1", 9, other)}, overtaken, "ipledger-ledger-1"},
-		{"restored from an older backup", Layout{shard(HeadName, 4, other)}, rewritten, HeadName},
-		{"our epoch under another term", Layout{shard(HeadName, 6, other)}, rewritten, HeadName},
-		{"deleted", nil, rewritten, HeadName},
+		{"ours", Layout{shard(HeadName, 6, me), shard("ipledger-ledger-1", 6, me)}, nil, owned, ""},
+		{"taken over from a clean release, not written since", Layout{shard(HeadName, 6, me), shard("ipledger-ledger-1", 5, other)},
+			map[string]bool{"ipledger-ledger-1": true}, owned, ""},
+		{"taken over from a clean release, changed since", Layout{shard(HeadName, 6, me), shard("ipledger-ledger-1", 5, other)},
+			nil, rewritten, "ipledger-ledger-1"},
+		{"unchanged does not hide a later term", Layout{shard(HeadName, 6, me), shard("ipledger-ledger-1", 7, other)},
+			map[string]bool{"ipledger-ledger-1": true}, overtaken, "ipledger-ledger-1"},
+		{"a later term fenced the head", Layout{shard(HeadName, 7, other), shard("ipledger-ledger-1", 6, me)}, nil, overtaken, HeadName},
+		{"a later term fenced one shard so far", Layout{shard(HeadName, 6, me), shard("ipledger-ledger-1", 7, other)}, nil, overtaken, "ipledger-ledger-1"},
+		{"a higher epoch wins over a rewrite", Layout{shard(HeadName, 3, other), shard("ipledger-ledger-1", 9, other)}, nil, overtaken, "ipledger-ledger-1"},
+		{"restored from an older backup", Layout{shard(HeadName, 4, other)}, nil, rewritten, HeadName},
+		{"our epoch under another term", Layout{shard(HeadName, 6, other)}, nil, rewritten, HeadName},
+		{"deleted", nil, nil, rewritten, HeadName},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, s := ownershipOf(tc.layout, 6, me)
+			got, s := ownershipOf(tc.layout, 6, me, tc.unchanged)
 			if got != tc.want || s.Name != tc.shard {
 				t.Fatalf("ownershipOf = %d (shard %q), want %d (shard %q)", got, s.Name, tc.want, tc.shard)
 			}

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"net/netip"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +37,10 @@ var ErrFenced = errors.New("ledger was fenced by a newer lease term")
 // hand). The ledger is still this term's to write: open it again, which
 // fences it anew.
 var ErrStaleWrite = errors.New("the ledger was rewritten while this term holds the lease")
+
+// ErrReleased means this term released the ledger (Release): it writes
+// nothing more.
+var ErrReleased = errors.New("this term released the ledger")
 
 // FieldManager is the field manager of every ledger write of ipam's: a
 // shard whose managedFields name another manager, later than ipam's own
@@ -139,6 +146,7 @@ func Parse(configMaps map[string]map[string]string) (State, Layout, error) {
 type Metrics struct {
 	writes  *prometheus.CounterVec
 	open    *prometheus.HistogramVec
+	opens   *prometheus.CounterVec
 	bytes   leader.Gauge
 	shards  leader.Gauge
 	entries *prometheus.GaugeVec
@@ -167,6 +175,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time of each step of opening the ledger at the start of a term: read (LIST the ConfigMaps), parse, fence (rewrite every shard).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}, []string{"step"}),
+		opens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ipledger_ipam_ledger_opens_total",
+			Help: "Terms that opened the ledger, by what they rewrote: head (the term before released it cleanly, or there was no ledger) or every-shard (the full fence).",
+		}, []string{"fence"}),
 		bytes: leader.NewGauge(prometheus.GaugeOpts{
 			Name: "ipledger_ipam_ledger_bytes",
 			Help: "Encoded size of the ledger, all shards.",
@@ -184,7 +196,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Writes to a ledger ConfigMap by a field manager other than ipam's, by shard, counted when a term reads the ledger (a restore, a repair, or an attack).",
 		}, []string{"shard"}),
 	}
-	if err := promreg.Register(reg, m.writes, m.open, m.bytes, m.shards, m.entries, m.foreign); err != nil {
+	if err := promreg.Register(reg, m.writes, m.open, m.opens, m.bytes, m.shards, m.entries, m.foreign); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -197,9 +209,11 @@ func (m *Metrics) write(result string) {
 	}
 }
 
-// opened records how long each step of an Open took.
-func (m *Metrics) opened(read, parse, fence time.Duration) {
+// opened counts an Open by what it rewrote (fenced: "head" or
+// "every-shard") and records how long each step took.
+func (m *Metrics) opened(fenced string, read, parse, fence time.Duration) {
 	if m != nil {
+		m.opens.WithLabelValues(fenced).Inc()
 		m.open.WithLabelValues("read").Observe(read.Seconds())
 		m.open.WithLabelValues("parse").Observe(parse.Seconds())
 		m.open.WithLabelValues("fence").Observe(fence.Seconds())
@@ -263,6 +277,12 @@ type Ledger struct {
 	// fence failed (fenceErr); nothing is committed before.
 	fenced   chan struct{}
 	fenceErr error
+	// unanswered is set once a write of this term failed without the API
+	// server's answer that it was not made (the connection broke, it timed
+	// out): it may still land, so the term cannot release cleanly.
+	unanswered atomic.Bool
+	// released is set by Release: the term writes nothing more.
+	released bool
 }
 
 // adopt takes st, the State of the shards just read or fenced, as what the
@@ -335,6 +355,10 @@ type liveShard struct {
 	size int
 }
 
+// inherited reports whether s is a shard this term took over from a clean
+// release and has not written: it carries another term's epoch.
+func (l *Ledger) inherited(s *liveShard) bool { return s.Epoch != l.epoch || s.Term != l.opts.Term }
+
 type snapshot struct {
 	state  State
 	layout Layout
@@ -343,6 +367,8 @@ type snapshot struct {
 	maxNum int
 	// listed and parsed are how long the LIST and the parse took.
 	listed, parsed time.Duration
+	// released is the epoch the head's ReleasedAnnotation names (0: none).
+	released uint64
 	// foreign are the shards' writes not made by ipam (ForeignWrite).
 	foreign []ForeignWrite
 }
@@ -367,6 +393,9 @@ func read(ctx context.Context, client kubernetes.Interface, namespace string) (s
 		data[cm.Name] = cm.Data
 		snap.rvs[cm.Name] = cm.ResourceVersion
 		snap.sizes[cm.Name] = Size(cm.Data)
+		if cm.Name == HeadName {
+			snap.released, _ = parseEpoch(cm.Annotations[ReleasedAnnotation]) // anything else: not released
+		}
 		snap.foreign = append(snap.foreign, foreignWrites(&cm)...)
 	}
 	snap.state, snap.layout, err = Parse(data)
@@ -476,6 +505,37 @@ func (l *Ledger) Epoch() uint64 {
 	return l.epoch
 }
 
+// Release ends the term's writing and, if every write of it was answered,
+// says so on the head (ReleasedAnnotation): the next term then rewrites the
+// head alone instead of every shard (handedOver, docs/fencing.md). Call it
+// last, when the term has stopped: after Release, Commit returns
+// ErrReleased, whatever Release returned. It returns why the head does not
+// say so (a write without an answer, the fence unfinished, the head's own
+// write failed); the next term then fences every shard, as after a crash.
+func (l *Ledger) Release(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return ErrReleased
+	}
+	l.released = true
+	select {
+	case <-l.fenced:
+		if l.fenceErr != nil {
+			return fmt.Errorf("the term's fence failed: %w", l.fenceErr)
+		}
+	default:
+		return errors.New("the term's fence is still under way")
+	}
+	if l.unanswered.Load() {
+		return errors.New("a write of this term failed without an answer and may still land")
+	}
+	head := l.shards[0]
+	cm := l.configMap(head, Encode(head.Shard))
+	cm.Annotations = map[string]string{ReleasedAnnotation: strconv.FormatUint(l.epoch, 10)}
+	return l.put(ctx, head, cm)
+}
+
 // confirm asks opts.Holds whether the term still holds its lease.
 func (l *Ledger) confirm(ctx context.Context) error {
 	if l.opts.Holds == nil {
@@ -522,19 +582,31 @@ func (l *Ledger) fence(ctx context.Context) error {
 		l.shards = []*liveShard{head}
 		l.measure()
 		l.adopt(State{})
-		l.opts.Metrics.opened(snap.listed, snap.parsed, time.Since(start))
+		l.opts.Metrics.opened("head", snap.listed, snap.parsed, time.Since(start))
 		l.opts.Log.Info("Fenced a new ledger", "term", l.opts.Term, "epoch", epoch)
 		close(l.fenced)
 		return nil
 	}
 	head := snap.layout[0]
+	// After a clean release only the head is rewritten (handedOver).
+	handover := handedOver(snap.layout, snap.released)
 	shards := make([]*liveShard, len(snap.layout))
 	for i, s := range snap.layout {
 		// Rewrite the shard with only the entries its range covers: this
 		// also clears the leftovers of an interrupted split.
 		ls := &liveShard{Shard: Shard{Name: s.Name, Epoch: epoch, Term: l.opts.Term, Index: s.Index}, rv: snap.rvs[s.Name]}
 		ls.Allocations, ls.Reservations = snap.layout.withinRange(i)
+		if len(ls.Allocations) != len(s.Allocations) || len(ls.Reservations) != len(s.Reservations) {
+			handover = false // leftovers to clear: rewrite every shard
+		}
 		shards[i] = ls
+	}
+	if handover {
+		for i, s := range snap.layout[1:] {
+			// Kept as stored: their epoch, term and size.
+			ls := shards[i+1]
+			ls.Epoch, ls.Term, ls.size = s.Epoch, s.Term, snap.sizes[s.Name]
+		}
 	}
 	// The head first: it is what orders two terms that read the same
 	// ledger (only one compare-and-swap on it succeeds). The other shards
@@ -548,6 +620,15 @@ func (l *Ledger) fence(ctx context.Context) error {
 	// resourceVersions change, which only a commit reads, after Fenced.
 	l.shards = shards
 	l.adopt(snap.state)
+	if handover {
+		l.measure()
+		l.opts.Metrics.opened("head", snap.listed, snap.parsed, time.Since(start))
+		l.opts.Log.Info("Took over a ledger its last term released cleanly: fenced its head only", "term", l.opts.Term, "epoch", epoch,
+			"previousEpoch", snap.released, "previousTerm", head.Term, "shards", len(l.shards), "read", snap.listed, "parse", snap.parsed,
+			"fence", time.Since(start), "allocations", len(snap.state.Allocations), "reservations", len(snap.state.Reservations))
+		close(l.fenced)
+		return nil
+	}
 	rest := shards[1:]
 	go func() {
 		defer close(l.fenced)
@@ -558,7 +639,7 @@ func (l *Ledger) fence(ctx context.Context) error {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.measure()
-		l.opts.Metrics.opened(snap.listed, snap.parsed, time.Since(start))
+		l.opts.Metrics.opened("every-shard", snap.listed, snap.parsed, time.Since(start))
 		l.opts.Log.Info("Fenced the ledger", "term", l.opts.Term, "epoch", epoch, "previousEpoch", snap.layout.Epoch(),
 			"previousTerm", head.Term, "shards", len(l.shards), "read", snap.listed, "parse", snap.parsed, "fence", time.Since(start),
 			"allocations", len(snap.state.Allocations), "reservations", len(snap.state.Reservations))
@@ -609,7 +690,7 @@ func (l *Ledger) create(ctx context.Context, s *liveShard) error {
 	s.rv = ""
 	out, err := l.client.CoreV1().ConfigMaps(l.opts.Namespace).Create(ctx, l.configMap(s, Encode(s.Shard)), metav1.CreateOptions{FieldManager: FieldManager})
 	if err != nil {
-		l.opts.Metrics.write(resultOf(err))
+		l.failed(err)
 		return fmt.Errorf("create ledger shard %s: %w", s.Name, err)
 	}
 	l.opts.Metrics.write("ok")
@@ -626,10 +707,16 @@ func (l *Ledger) update(ctx context.Context, s *liveShard, data map[string]strin
 	if data == nil {
 		data = Encode(s.Shard)
 	}
+	return l.put(ctx, s, l.configMap(s, data))
+}
+
+// put writes cm, shard s as a ConfigMap, with compare-and-swap on s's
+// resourceVersion, and records the new one.
+func (l *Ledger) put(ctx context.Context, s *liveShard, cm *corev1.ConfigMap) error {
 	raw, err := l.client.CoreV1().RESTClient().Put().Namespace(l.opts.Namespace).Resource("configmaps").Name(s.Name).
-		Param("fieldManager", FieldManager).SetHeader("Accept", metaonly.Accept).Body(l.configMap(s, data)).Do(ctx).Raw()
+		Param("fieldManager", FieldManager).SetHeader("Accept", metaonly.Accept).Body(cm).Do(ctx).Raw()
 	if err != nil {
-		l.opts.Metrics.write(resultOf(err))
+		l.failed(err)
 		return fmt.Errorf("update ledger shard %s: %w", s.Name, err)
 	}
 	out, err := metaonly.Parse(raw)
@@ -640,6 +727,28 @@ func (l *Ledger) update(ctx context.Context, s *liveShard, data map[string]strin
 	l.opts.Metrics.write("ok")
 	s.rv = out.ResourceVersion
 	return nil
+}
+
+// failed counts a write that failed, and remembers one that may still land.
+func (l *Ledger) failed(err error) {
+	l.opts.Metrics.write(resultOf(err))
+	if !refused(err) {
+		l.unanswered.Store(true)
+	}
+}
+
+// refused reports whether err is the API server's answer that it did not
+// make the write (a conflict, a denial, an invalid object, too many
+// requests). A write that failed any other way — the connection broke, it
+// timed out, the server failed inside — may have been made, or be made
+// later.
+func refused(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	code := status.Status().Code
+	return code >= 400 && code < 500 && code != http.StatusRequestTimeout
 }
 
 // resultOf is the writes metric's result for a failed write.
@@ -714,6 +823,9 @@ func (l *Ledger) Commit(ctx context.Context, ch Change) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.released {
+		return ErrReleased
+	}
 	// Whatever happens, the shards may change (a retry re-reads them too):
 	// the State read last is no longer what State must answer.
 	defer func() { l.read = nil }()
@@ -737,7 +849,8 @@ func (l *Ledger) Commit(ctx context.Context, ch Change) error {
 }
 
 // reload re-reads the ledger after a failed write. Every listed shard must
-// still carry this term's epoch and term: a higher epoch means a later term
+// still carry this term's epoch and term, or be as this term took it over
+// from a clean release: a higher epoch means a later term
 // fenced the ledger (ErrFenced, unless this term still holds the lease, as
 // when a backup of a longer history was restored); any other change was made
 // outside the fencing protocol and the ledger must be fenced anew
@@ -748,7 +861,13 @@ func (l *Ledger) reload(ctx context.Context) error {
 		return err
 	}
 	l.maxNum = max(l.maxNum, snap.maxNum)
-	switch v, s := ownershipOf(snap.layout, l.epoch, l.opts.Term); v {
+	unchanged := map[string]bool{}
+	for _, s := range l.shards {
+		if l.inherited(s) && snap.rvs[s.Name] == s.rv {
+			unchanged[s.Name] = true
+		}
+	}
+	switch v, s := ownershipOf(snap.layout, l.epoch, l.opts.Term, unchanged); v {
 	case overtaken:
 		if l.opts.Holds != nil {
 			held, err := l.opts.Holds(ctx)

@@ -1,0 +1,192 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+)
+
+// shardRVs returns each ledger shard's resourceVersion and epoch by name.
+func shardRVs(t *testing.T, client kubernetes.Interface, ns string) (rvs, epochs map[string]string) {
+	t.Helper()
+	list, err := client.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{LabelSelector: ledger.LabelKey + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rvs, epochs = map[string]string{}, map[string]string{}
+	for _, cm := range list.Items {
+		rvs[cm.Name], epochs[cm.Name] = cm.ResourceVersion, cm.Data["epoch"]
+	}
+	return rvs, epochs
+}
+
+// opens is how many Opens fenced the head alone ("head") or every shard
+// ("every-shard"), as ipledger_ipam_ledger_opens_total counts them.
+func opens(t *testing.T, reg *prometheus.Registry, fence string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "ipledger_ipam_ledger_opens_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "fence" && lp.GetValue() == fence {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// A term that ends cleanly (every write of it answered) says so on the
+// head: the next term rewrites the head alone, not every shard, and acts at
+// once. The released term writes nothing more. A term that ends any other
+// way leaves no such word, and the term after it fences every shard.
+func TestCleanReleaseHandsOverWithTheHeadAlone(t *testing.T) {
+	ctx := context.Background()
+	client, ns := namespace(t)
+	const limit = 4 * 1024
+	entry := func(i int) ledger.Allocation {
+		return alloc(netip.AddrFrom4([4]byte{10, 1, byte(i / 250), byte(i % 250)}).String(), fmt.Sprintf("ns/svc-%d", i))
+	}
+	first := filled(t, client, ns, "a/1/t", limit, 600, entry)
+	if err := first.Release(ctx); err != nil {
+		t.Fatalf("a clean release: %v", err)
+	}
+	if err := first.Commit(ctx, ledger.Change{Release: []ledger.Allocation{entry(599)}}); err == nil {
+		t.Fatalf("a released term committed")
+	}
+	before, _ := shardRVs(t, client, ns)
+	if len(before) < 10 {
+		t.Fatalf("%d shards, want at least 10", len(before))
+	}
+
+	reg := prometheus.NewRegistry()
+	m, err := ledger.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "b/2/t", ShardLimit: limit, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := second.Epoch(); got != 2 {
+		t.Fatalf("epoch %d after a clean release of epoch 1, want 2", got)
+	}
+	after, epochs := shardRVs(t, client, ns)
+	for name, rv := range before {
+		switch {
+		case name == ledger.HeadName && (rv == after[name] || epochs[name] != "2"):
+			t.Errorf("the head was not rewritten at epoch 2 (epoch %q)", epochs[name])
+		case name != ledger.HeadName && rv != after[name]:
+			t.Errorf("shard %s was rewritten after a clean release", name)
+		}
+	}
+	if got := len(second.State().Allocations); got != 600 {
+		t.Fatalf("the next term reads %d allocations, want 600", got)
+	}
+	if h, all := opens(t, reg, "head"), opens(t, reg, "every-shard"); h != 1 || all != 0 {
+		t.Fatalf("opens by fence: head %v, every-shard %v; want 1 and 0", h, all)
+	}
+	// The next term writes any shard, the ones it did not rewrite too.
+	if err := second.Commit(ctx, ledger.Change{Release: []ledger.Allocation{entry(599)}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The second term ends without a word (a crash, a lost Lease): the
+	// third rewrites every shard, and the second can write no more.
+	before, _ = shardRVs(t, client, ns)
+	third, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "c/3/t", ShardLimit: limit, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, epochs = shardRVs(t, client, ns)
+	for name, rv := range before {
+		if rv == after[name] || epochs[name] != "3" {
+			t.Errorf("shard %s not fenced at epoch 3 after an unclean end (epoch %q)", name, epochs[name])
+		}
+	}
+	if all := opens(t, reg, "every-shard"); all != 1 {
+		t.Fatalf("opens that fenced every shard: %v, want 1", all)
+	}
+	if err := second.Commit(ctx, ledger.Change{Release: []ledger.Allocation{entry(598)}}); !errors.Is(err, ledger.ErrFenced) {
+		t.Fatalf("the unclean term after the fence: %v, want ErrFenced", err)
+	}
+	if got := len(third.State().Allocations); got != 599 {
+		t.Fatalf("the third term reads %d allocations, want 599", got)
+	}
+}
+
+// A write whose answer was lost may still land: a term that made one may
+// not say it ended cleanly, and the next term fences every shard, so that
+// the late write cannot land on what it read.
+func TestReleaseRefusedAfterAWriteOfUnknownOutcome(t *testing.T) {
+	ctx := context.Background()
+	env := testenv.Get(t)
+	ns := env.Namespace(t, nil)
+	var lose atomic.Bool
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if err == nil && r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/configmaps/") && lose.CompareAndSwap(true, false) {
+				resp.Body.Close()
+				return nil, errors.New("connection reset after the request was sent")
+			}
+			return resp, err
+		})
+	})
+	lossy := kubernetes.NewForConfigOrDie(cfg)
+	const limit = 4 * 1024
+	entry := func(i int) ledger.Allocation {
+		return alloc(netip.AddrFrom4([4]byte{10, 2, byte(i / 250), byte(i % 250)}).String(), fmt.Sprintf("ns/svc-%d", i))
+	}
+	first := filled(t, lossy, ns, "a/1/t", limit, 300, entry)
+	lose.Store(true)
+	if err := first.Commit(ctx, ledger.Change{Release: []ledger.Allocation{entry(0)}}); err == nil {
+		t.Fatalf("the commit whose answer was lost succeeded")
+	}
+	if err := first.Release(ctx); err == nil {
+		t.Fatalf("a term with a write of unknown outcome released the ledger cleanly")
+	}
+	before, _ := shardRVs(t, env.Client, ns)
+	reg := prometheus.NewRegistry()
+	m, err := ledger.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ledger.Open(ctx, env.Client, ledger.Options{Namespace: ns, Term: "b/2/t", ShardLimit: limit, Metrics: m}); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := shardRVs(t, env.Client, ns)
+	for name, rv := range before {
+		if rv == after[name] {
+			t.Errorf("shard %s not fenced after a term whose write had no answer", name)
+		}
+	}
+	if all := opens(t, reg, "every-shard"); all != 1 {
+		t.Fatalf("opens that fenced every shard: %v, want 1", all)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
