@@ -157,5 +157,6 @@ func (w *worker) Run(term *leader.Term) error {
 	defer w.c.ledgerM.Forget()
 	defer w.writes.wait()
 	w.loop(term.Context(), term, func(phase) bool { return false })
+	w.release(term.Context())
 	return nil
 }

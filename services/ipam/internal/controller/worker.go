@@ -240,6 +240,23 @@ func (w *worker) open(ctx context.Context) error {
 	return nil
 }
 
+// release ends the term's ledger writing. A term that stopped gracefully
+// (its context still live: the process is shutting down) says on the
+// ledger's head that every write of it was answered, if that is so, and the
+// next term fences the head alone instead of every shard (ledger.Release).
+// A term that lost its Lease says nothing: the next one fences every shard.
+func (w *worker) release(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	start := time.Now()
+	if err := w.ldg.Release(ctx); err != nil {
+		w.log.Info("Stopped without releasing the ledger cleanly; the next term fences every shard", "reason", err)
+		return
+	}
+	w.log.Info("Released the ledger cleanly; the next term fences its head only", "epoch", w.ldg.Epoch(), "took", time.Since(start))
+}
+
 // overrule confirms from the API server each ledger entry the stream's
 // statuses contradict (plan.Suspect) and returns those to overrule: the
 // Service its status shows it on still shows it, and the entry's own

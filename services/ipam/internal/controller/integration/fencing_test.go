@@ -163,3 +163,41 @@ func TestRestoredLedgerIsNotFenced(t *testing.T) {
 	h.expect(wait, map[string]string{"s0": "10.77.14.0", "s1": "10.77.14.1"})
 	h.ledgerEqualsStatuses()
 }
+
+// A replica that stops gracefully (the process shuts down; every ledger
+// write of its term was answered) says so on the ledger's head, and the next
+// leader rewrites the head alone instead of every shard. It still takes the
+// next epoch and allocates. The head's word is gone once the next term
+// wrote it, so a crash of that term leaves the term after it to fence
+// everything.
+func TestGracefulRestartFencesTheHeadOnly(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.pool("tgrace", "10.77.12.1/32", "10.77.12.2/32")
+	h.service("a", nil)
+	h.watchDuplicates()
+	r := h.start("ipam-0")
+	h.expect(wait, map[string]string{"a": "10.77.12.1"})
+	r.stop()
+	head, err := h.env.Client.CoreV1().ConfigMaps(h.ledgerNS).Get(ctx, ledger.HeadName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := head.Annotations[ledger.ReleasedAnnotation]; got != head.Data["epoch"] || got == "" {
+		t.Fatalf("after a graceful stop the head says released %q, epoch %q", got, head.Data["epoch"])
+	}
+	r = h.start("ipam-1")
+	h.service("b", nil)
+	h.expect(wait, map[string]string{"a": "10.77.12.1", "b": "10.77.12.2"})
+	if got := testenv.MetricValue(t, r.reg, "ipledger_ipam_ledger_opens_total", map[string]string{"fence": "head"}); got != 1 {
+		t.Fatalf("the next leader fenced the head alone %v times, want 1", got)
+	}
+	head, err = h.env.Client.CoreV1().ConfigMaps(h.ledgerNS).Get(ctx, ledger.HeadName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := head.Annotations[ledger.ReleasedAnnotation]; ok || !strings.HasPrefix(head.Data["term"], "ipam-1/") {
+		t.Fatalf("the next term's head: term %q, annotations %v; want ipam-1's, without the released word", head.Data["term"], head.Annotations)
+	}
+	h.ledgerEqualsStatuses()
+}
