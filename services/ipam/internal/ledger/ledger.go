@@ -588,8 +588,10 @@ func (l *Ledger) fence(ctx context.Context) error {
 		return nil
 	}
 	head := snap.layout[0]
-	// After a clean release only the head is rewritten (handedOver).
-	handover := handedOver(snap.layout, snap.released)
+	// After a clean release only the head is rewritten (handedOver), unless
+	// somebody else wrote a shard since: the fence takes it back, so that
+	// the write is reported once, not by every term after.
+	handover := handedOver(snap.layout, snap.released) && len(snap.foreign) == 0
 	shards := make([]*liveShard, len(snap.layout))
 	for i, s := range snap.layout {
 		// Rewrite the shard with only the entries its range covers: this

@@ -190,3 +190,53 @@ func TestReleaseRefusedAfterAWriteOfUnknownOutcome(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A shard somebody else wrote after a clean release (a repair by the
+// break-glass group) is reported, and the next term fences every shard,
+// taking it back: the term after does not report it again.
+func TestForeignWriteAfterReleaseFencesEveryShard(t *testing.T) {
+	ctx := context.Background()
+	client, ns := namespace(t)
+	const limit = 4 * 1024
+	first := filled(t, client, ns, "a/1/t", limit, 300, func(i int) ledger.Allocation {
+		return alloc(netip.AddrFrom4([4]byte{10, 3, byte(i / 250), byte(i % 250)}).String(), fmt.Sprintf("ns/svc-%d", i))
+	})
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rvs, _ := shardRVs(t, client, ns)
+	var edited string
+	for name := range rvs {
+		if name != ledger.HeadName {
+			edited = name
+			break
+		}
+	}
+	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, edited, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Labels["repaired-by"] = "admin"
+	if _, err := client.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{FieldManager: "kubectl-edit"}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := ledger.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := ledger.Open(ctx, client, ledger.Options{Namespace: ns, Term: "b/2/t", ShardLimit: limit, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := second.ForeignWrites(); len(f) != 1 || f[0].Shard != edited {
+		t.Fatalf("foreign writes %+v, want the edit of %s", f, edited)
+	}
+	if all := opens(t, reg, "every-shard"); all != 1 {
+		t.Fatalf("opens that fenced every shard: %v, want 1", all)
+	}
+	_, epochs := shardRVs(t, client, ns)
+	if epochs[edited] != "2" {
+		t.Fatalf("the edited shard carries epoch %q, want 2 (taken back)", epochs[edited])
+	}
+}
