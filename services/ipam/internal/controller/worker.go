@@ -209,30 +209,13 @@ func (w *worker) markAfter(d time.Duration, mark func()) *time.Timer {
 // while the shards after the head are fenced (ledger.Options.WhileFencing):
 // nothing is acted on until they are.
 func (w *worker) open(ctx context.Context) error {
-	// At the term's first open the Services are read (decoded, 0.5 s of CPU
-	// at 100,000) while the ledger is read from the API server, not after.
-	var early chan plan.Services
-	if w.phase == opening {
-		early = make(chan plan.Services, 1)
-		go func() { early <- w.readServices() }()
-	}
-	var read *plan.Services
 	l, err := ledger.Open(ctx, w.c.client, ledger.Options{
 		Namespace: w.c.cfg.Namespace, Term: w.term.ID(), ShardLimit: w.c.cfg.ShardLimit,
 		Metrics: w.c.ledgerM, Log: w.log, Holds: w.term.Holds,
 		WhileFencing: func(l *ledger.Ledger) {
 			w.ldg = l
-			if read == nil {
-				var services plan.Services
-				if early != nil {
-					services = <-early
-				} else {
-					services = w.readServices()
-				}
-				read = &services
-			}
-			if overruled := w.overrule(ctx, w.rebuild(read, nil)); len(overruled) > 0 {
-				w.rebuild(read, overruled)
+			if overruled := w.overrule(ctx, w.rebuild(nil)); len(overruled) > 0 {
+				w.rebuild(overruled)
 			}
 		},
 	})
@@ -313,11 +296,10 @@ func (w *worker) overrule(ctx context.Context, suspects []plan.Suspect) []ledger
 	return out
 }
 
-// rebuild resets the allocator from the ledger writer's state, the pools
-// and read (the Services, as readServices read them), leaving out the
-// overruled ledger entries, and marks every Service for a pass. It returns
-// the entries the statuses contradict.
-func (w *worker) rebuild(read *plan.Services, overruled []ledger.Allocation) []plan.Suspect {
+// rebuild resets the allocator from the ledger writer's state and the
+// stream, leaving out the overruled ledger entries, and marks every
+// Service for a pass. It returns the entries the statuses contradict.
+func (w *worker) rebuild(overruled []ledger.Allocation) []plan.Suspect {
 	// Clear the flag before reading the pools, never after: a pool event
 	// that lands while the rebuild runs must leave it set, or that pool
 	// would be ignored until the next pool change (seen in e2e: a pool
@@ -325,14 +307,24 @@ func (w *worker) rebuild(read *plan.Services, overruled []ledger.Allocation) []p
 	w.dirty.takePools()
 	st := w.ldg.State()
 	pools, invalid := w.c.pools.Parse(w.store().List(watcherv1.Kind_KIND_IP_POOL))
-	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Read: read, Env: w.env(), LBClass: w.c.cfg.LBClass,
+	// Every Service is decided again: those the rebuild reads, those a
+	// handler adds meanwhile (it marks them itself), and those only the
+	// ledger names. Those the stream shows holding addresses are verified
+	// after the others (w.verify).
+	var keys []string
+	services := func(yield func(*watcherv1.Object) bool) {
+		for obj := range w.store().All(watcherv1.Kind_KIND_SERVICE) {
+			keys = append(keys, objkey.Of(obj))
+			if !yield(obj) {
+				return
+			}
+		}
+	}
+	r := plan.Rebuild(plan.Inputs{Ledger: st, Pools: pools, Services: services, ServiceCount: w.store().Len(watcherv1.Kind_KIND_SERVICE),
+		Env: w.env(), LBClass: w.c.cfg.LBClass,
 		RequireLBClass: w.c.cfg.RequireLBClass, Overruled: overruled})
 	w.alloc, w.invalidPools, w.conflicts = r.Alloc, invalid, r.Conflicts
-	// Every Service is decided again: those read (read), those a handler
-	// marked since (it marks them itself), and those only the ledger names.
-	// Those the stream shows holding addresses are verified after the
-	// others (w.verify).
-	keys := append(read.Keys(), w.ldg.Services()...)
+	keys = append(keys, w.ldg.Services()...)
 	// A Service the stream does not show is not verified later: if it is
 	// gone, the addresses it frees may be what a pending Service needs.
 	first, verify := splitHolders(keys, func(k string) bool {
@@ -343,13 +335,6 @@ func (w *worker) rebuild(read *plan.Services, overruled []ledger.Allocation) []p
 	w.verify = w.inAllocationOrder(verify)
 	clear(w.poolWritten)
 	return r.Suspects
-}
-
-// readServices reads what a rebuild needs of every Service the stream shows
-// (plan.ReadServices), decoding them one at a time.
-func (w *worker) readServices() plan.Services {
-	return plan.ReadServices(plan.Inputs{Services: w.store().All(watcherv1.Kind_KIND_SERVICE), ServiceCount: w.store().Len(watcherv1.Kind_KIND_SERVICE),
-		Env: w.env(), LBClass: w.c.cfg.LBClass, RequireLBClass: w.c.cfg.RequireLBClass})
 }
 
 // splitHolders splits keys (without repeats) into those that hold no

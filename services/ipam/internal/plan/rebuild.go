@@ -25,10 +25,6 @@ type Inputs struct {
 	// ServiceCount is about how many Services yields (stream.Store.Len), 0
 	// when unknown: room is made for them at once.
 	ServiceCount int
-	// Read, when set, is what ReadServices already read of the Services
-	// (a term start reads them while the ledger comes from the API server);
-	// Services is then not read again.
-	Read *Services
 	// Env finds the Namespaces (their labels select pools) and the
 	// Gateways the Services' requests depend on.
 	Env     objects.Env
@@ -125,12 +121,7 @@ type rebuilder struct {
 }
 
 func newRebuilder(in Inputs) *rebuilder {
-	read := in.Read
-	if read == nil {
-		r := ReadServices(in)
-		read = &r
-	}
-	b := &rebuilder{r: Rebuilt{Alloc: allocator.New()}, services: read.list, ours: map[string]*service{}}
+	b := &rebuilder{r: Rebuilt{Alloc: allocator.New()}, services: readServices(in), ours: map[string]*service{}}
 	b.r.Alloc.SetPools(in.Pools)
 	for i := range b.services {
 		if b.services[i].ours {
@@ -314,26 +305,11 @@ type service struct {
 	request *allocator.Request
 }
 
-// Services is what Rebuild needs of every Service, in the order it goes
-// through them (objects.Less: creation time, then namespace/name). Rebuild
-// only reads it, so one read serves several Rebuilds.
-type Services struct{ list []service }
-
-// Keys returns the Services' keys.
-func (s Services) Keys() []string {
-	keys := make([]string, len(s.list))
-	for i, sv := range s.list {
-		keys[i] = sv.key
-	}
-	return keys
-}
-
-// ReadServices reads in.Services as Rebuild does (with in.ServiceCount,
-// in.Env, in.LBClass and in.RequireLBClass), for a caller that has the
-// Services before the ledger and passes them as Inputs.Read.
-func ReadServices(in Inputs) Services {
+// readServices reads in.Services into the order Rebuild goes through them
+// (objects.Less: creation time, then namespace/name).
+func readServices(in Inputs) []service {
 	if in.Services == nil {
-		return Services{}
+		return nil
 	}
 	class := objects.Class{Name: in.LBClass, Required: in.RequireLBClass}
 	out := make([]service, 0, in.ServiceCount)
@@ -350,7 +326,7 @@ func ReadServices(in Inputs) Services {
 		out = append(out, s)
 	}
 	slices.SortFunc(out, func(a, b service) int { return objects.CompareByAge(a.created, a.key, b.created, b.key) })
-	return Services{out}
+	return out
 }
 
 // foreignIPs are the addresses the status (ips) of the Service with key,
