@@ -29,6 +29,10 @@ const (
 	// restored shards as written by it (LedgerForeignWrite).
 	restoreManager = "kubectl-ipledger-restore"
 	breakGlass     = "ipledger:ledger-admins"
+	// releasedAnnotation is the word a cleanly stopped ipam leaves on the
+	// head (docs/fencing.md): a restore takes it away, so that the next
+	// leader fences every shard of the restored ledger.
+	releasedAnnotation = "ipledger.io/released-epoch"
 )
 
 func newLedgerCommand(o *Options) *cobra.Command {
@@ -180,6 +184,7 @@ func restoreLedger(ctx context.Context, o *Options, client kubernetes.Interface,
 		var err error
 		if have, ok := byName[want.Name]; ok {
 			have.Data, have.Labels = want.Data, want.Labels
+			delete(have.Annotations, releasedAnnotation)
 			_, err = cms.Update(ctx, &have, metav1.UpdateOptions{FieldManager: restoreManager})
 		} else {
 			want.ResourceVersion = ""

@@ -244,9 +244,10 @@ func (w *worker) open(ctx context.Context) error {
 // (its context still live: the process is shutting down) says on the
 // ledger's head that every write of it was answered, if that is so, and the
 // next term fences the head alone instead of every shard (ledger.Release).
-// A term that lost its Lease says nothing: the next one fences every shard.
+// A term that lost its Lease says nothing, nor does one that holds no open
+// ledger (fenced, corrupt, reopening): the next one fences every shard.
 func (w *worker) release(ctx context.Context) {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || w.phase != serving || w.ldg == nil {
 		return
 	}
 	start := time.Now()

@@ -172,7 +172,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"result"}),
 		open: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ipledger_ipam_ledger_open_duration_seconds",
-			Help:    "Time of each step of opening the ledger at the start of a term: read (LIST the ConfigMaps), parse, fence (rewrite every shard).",
+			Help:    "Time of each step of opening the ledger at the start of a term: read (LIST the ConfigMaps), parse, fence (rewrite every shard, or the head alone after a clean release).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}, []string{"step"}),
 		opens: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -410,9 +410,10 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string) (S
 }
 
 // Open reads the ledger from the API server and fences it: every shard is
-// rewritten, head first, with compare-and-swap on the resourceVersion it was
-// read at, stamped with opts.Term and a fencing epoch one higher than any
-// shard carries (FenceEpoch). A writer of an earlier term, whose
+// rewritten (the head alone when the term before released the ledger
+// cleanly: Release, handedOver), head first, with compare-and-swap on the
+// resourceVersion it was read at, stamped with opts.Term and a fencing epoch
+// one higher than any shard carries (FenceEpoch). A writer of an earlier term, whose
 // resourceVersions are now stale, can then no longer write; when it reads
 // the ledger again it finds a higher epoch and stops (ErrFenced). Before
 // writing, Open asks opts.Holds whether the term still holds its lease, and

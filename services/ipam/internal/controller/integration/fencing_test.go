@@ -201,3 +201,49 @@ func TestGracefulRestartFencesTheHeadOnly(t *testing.T) {
 	}
 	h.ledgerEqualsStatuses()
 }
+
+// A leader whose ledger turned unreadable while it served holds no ledger
+// writer; stopping it gracefully then says nothing on the head (and does
+// not crash), and the next leader fences every shard once the ledger is
+// readable again.
+func TestGracefulStopWithoutAnOpenLedger(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.pool("tgrace-corrupt", "10.77.13.1/32", "10.77.13.2/32")
+	h.service("a", nil)
+	r := h.start("ipam-0")
+	h.expect(wait, map[string]string{"a": "10.77.13.1"})
+	head, err := h.env.Client.CoreV1().ConfigMaps(h.ledgerNS).Get(ctx, ledger.HeadName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := head.Data
+	head.Data = map[string]string{"format": ledger.Format, "allocations.jsonl": "{not json\n"}
+	if _, err := h.env.Client.CoreV1().ConfigMaps(h.ledgerNS).Update(ctx, head, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.service("b", nil) // its commit fails, and the term finds the ledger corrupt
+	testenv.Eventually(t, wait, func() error {
+		if v := testenv.MetricValue(t, r.reg, "ipledger_ipam_ledger_corrupt", nil); v != 1 {
+			return fmt.Errorf("ledger corrupt gauge %v", v)
+		}
+		return nil
+	})
+	r.stop()
+	head, err = h.env.Client.CoreV1().ConfigMaps(h.ledgerNS).Get(ctx, ledger.HeadName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := head.Annotations[ledger.ReleasedAnnotation]; ok {
+		t.Fatalf("a term without an open ledger released it (%q)", v)
+	}
+	head.Data = good
+	if _, err := h.env.Client.CoreV1().ConfigMaps(h.ledgerNS).Update(ctx, head, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r = h.start("ipam-1")
+	h.expect(wait, map[string]string{"a": "10.77.13.1", "b": "10.77.13.2"})
+	if got := testenv.MetricValue(t, r.reg, "ipledger_ipam_ledger_opens_total", map[string]string{"fence": "every-shard"}); got != 1 {
+		t.Fatalf("the next leader fenced every shard %v times, want 1", got)
+	}
+}
