@@ -588,27 +588,24 @@ func (l *Ledger) fence(ctx context.Context) error {
 		close(l.fenced)
 		return nil
 	}
-	head := snap.layout[0]
-	// After a clean release only the head is rewritten (handedOver), unless
-	// somebody else wrote a shard since: the fence takes it back, so that
-	// the write is reported once, not by every term after.
-	handover := handedOver(snap.layout, snap.released) && len(snap.foreign) == 0
 	shards := make([]*liveShard, len(snap.layout))
+	leftovers := false
 	for i, s := range snap.layout {
 		// Rewrite the shard with only the entries its range covers: this
 		// also clears the leftovers of an interrupted split.
 		ls := &liveShard{Shard: Shard{Name: s.Name, Epoch: epoch, Term: l.opts.Term, Index: s.Index}, rv: snap.rvs[s.Name]}
 		ls.Allocations, ls.Reservations = snap.layout.withinRange(i)
-		if len(ls.Allocations) != len(s.Allocations) || len(ls.Reservations) != len(s.Reservations) {
-			handover = false // leftovers to clear: rewrite every shard
-		}
+		leftovers = leftovers || len(ls.Allocations) != len(s.Allocations) || len(ls.Reservations) != len(s.Reservations)
 		shards[i] = ls
 	}
+	// After a clean release only the head is rewritten (handedOver); the
+	// other shards are kept as stored. Not when a shard holds leftovers to
+	// clear, nor when somebody else wrote a shard since: the fence takes it
+	// back, so that the write is reported once, not by every term after.
+	handover := handedOver(snap.layout, snap.released) && len(snap.foreign) == 0 && !leftovers
 	if handover {
 		for i, s := range snap.layout[1:] {
-			// Kept as stored: their epoch, term and size.
-			ls := shards[i+1]
-			ls.Epoch, ls.Term, ls.size = s.Epoch, s.Term, snap.sizes[s.Name]
+			shards[i+1] = &liveShard{Shard: s, rv: snap.rvs[s.Name], size: snap.sizes[s.Name]}
 		}
 	}
 	// The head first: it is what orders two terms that read the same
@@ -624,11 +621,7 @@ func (l *Ledger) fence(ctx context.Context) error {
 	l.shards = shards
 	l.adopt(snap.state)
 	if handover {
-		l.measure()
-		l.opts.Metrics.opened("head", snap.listed, snap.parsed, time.Since(start))
-		l.opts.Log.Info("Took over a ledger its last term released cleanly: fenced its head only", "term", l.opts.Term, "epoch", epoch,
-			"previousEpoch", snap.released, "previousTerm", head.Term, "shards", len(l.shards), "read", snap.listed, "parse", snap.parsed,
-			"fence", time.Since(start), "allocations", len(snap.state.Allocations), "reservations", len(snap.state.Reservations))
+		l.fenceDone("head", snap, start)
 		close(l.fenced)
 		return nil
 	}
@@ -641,13 +634,25 @@ func (l *Ledger) fence(ctx context.Context) error {
 		}
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		l.measure()
-		l.opts.Metrics.opened("every-shard", snap.listed, snap.parsed, time.Since(start))
-		l.opts.Log.Info("Fenced the ledger", "term", l.opts.Term, "epoch", epoch, "previousEpoch", snap.layout.Epoch(),
-			"previousTerm", head.Term, "shards", len(l.shards), "read", snap.listed, "parse", snap.parsed, "fence", time.Since(start),
-			"allocations", len(snap.state.Allocations), "reservations", len(snap.state.Reservations))
+		l.fenceDone("every-shard", snap, start)
 	}()
 	return nil
+}
+
+// fenceDone reports a fence of the ledger read in snap, begun at start,
+// that rewrote fenced ("head" or "every-shard"): the ledger's size, the
+// Open's steps, a log line. The caller owns l.shards (holds l.mu, or the
+// fence has not handed them over yet).
+func (l *Ledger) fenceDone(fenced string, snap snapshot, start time.Time) {
+	l.measure()
+	l.opts.Metrics.opened(fenced, snap.listed, snap.parsed, time.Since(start))
+	msg := "Fenced the ledger"
+	if fenced == "head" {
+		msg = "Took over a ledger its last term released cleanly: fenced its head only"
+	}
+	l.opts.Log.Info(msg, "term", l.opts.Term, "epoch", l.epoch, "previousEpoch", snap.layout.Epoch(),
+		"previousTerm", snap.layout[0].Term, "shards", len(l.shards), "read", snap.listed, "parse", snap.parsed, "fence", time.Since(start),
+		"allocations", len(snap.state.Allocations), "reservations", len(snap.state.Reservations))
 }
 
 // measure exports the size of the ledger as this term last wrote it.

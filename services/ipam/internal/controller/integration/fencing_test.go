@@ -172,17 +172,13 @@ func TestRestoredLedgerIsNotFenced(t *testing.T) {
 // everything.
 func TestGracefulRestartFencesTheHeadOnly(t *testing.T) {
 	h := newHarness(t)
-	ctx := context.Background()
 	h.pool("tgrace", "10.77.12.1/32", "10.77.12.2/32")
 	h.service("a", nil)
 	h.watchDuplicates()
 	r := h.start("ipam-0")
 	h.expect(wait, map[string]string{"a": "10.77.12.1"})
 	r.stop()
-	head, err := h.env.Client.CoreV1().ConfigMaps(h.ledgerNS).Get(ctx, ledger.HeadName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	head := h.ledgerHead()
 	if got := head.Annotations[ledger.ReleasedAnnotation]; got != head.Data["epoch"] || got == "" {
 		t.Fatalf("after a graceful stop the head says released %q, epoch %q", got, head.Data["epoch"])
 	}
@@ -192,10 +188,7 @@ func TestGracefulRestartFencesTheHeadOnly(t *testing.T) {
 	if got := testenv.MetricValue(t, r.reg, "ipledger_ipam_ledger_opens_total", map[string]string{"fence": "head"}); got != 1 {
 		t.Fatalf("the next leader fenced the head alone %v times, want 1", got)
 	}
-	head, err = h.env.Client.CoreV1().ConfigMaps(h.ledgerNS).Get(ctx, ledger.HeadName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	head = h.ledgerHead()
 	if _, ok := head.Annotations[ledger.ReleasedAnnotation]; ok || !strings.HasPrefix(head.Data["term"], "ipam-1/") {
 		t.Fatalf("the next term's head: term %q, annotations %v; want ipam-1's, without the released word", head.Data["term"], head.Annotations)
 	}
@@ -213,10 +206,7 @@ func TestGracefulStopWithoutAnOpenLedger(t *testing.T) {
 	h.service("a", nil)
 	r := h.start("ipam-0")
 	h.expect(wait, map[string]string{"a": "10.77.13.1"})
-	head, err := h.env.Client.CoreV1().ConfigMaps(h.ledgerNS).Get(ctx, ledger.HeadName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	head := h.ledgerHead()
 	good := head.Data
 	head.Data = map[string]string{"format": ledger.Format, "allocations.jsonl": "{not json\n"}
 	if _, err := h.env.Client.CoreV1().ConfigMaps(h.ledgerNS).Update(ctx, head, metav1.UpdateOptions{}); err != nil {
@@ -230,10 +220,7 @@ func TestGracefulStopWithoutAnOpenLedger(t *testing.T) {
 		return nil
 	})
 	r.stop()
-	head, err = h.env.Client.CoreV1().ConfigMaps(h.ledgerNS).Get(ctx, ledger.HeadName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	head = h.ledgerHead()
 	if v, ok := head.Annotations[ledger.ReleasedAnnotation]; ok {
 		t.Fatalf("a term without an open ledger released it (%q)", v)
 	}

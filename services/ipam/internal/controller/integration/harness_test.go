@@ -32,6 +32,7 @@ import (
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/app"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -322,14 +323,23 @@ func (h *harness) expect(timeout time.Duration, want map[string]string) {
 }
 
 func (h *harness) ledgerTerm() string {
-	cm, err := h.env.Client.CoreV1().ConfigMaps(h.ledgerNS).Get(context.Background(), "ipledger-ledger-0", metav1.GetOptions{})
+	if cm := h.ledgerHead(); cm != nil {
+		return cm.Data["term"]
+	}
+	return ""
+}
+
+// ledgerHead returns the ledger's head ConfigMap, nil when there is none.
+func (h *harness) ledgerHead() *corev1.ConfigMap {
+	h.t.Helper()
+	cm, err := h.env.Client.CoreV1().ConfigMaps(h.ledgerNS).Get(context.Background(), ledger.HeadName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return ""
+		return nil
 	}
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return cm.Data["term"]
+	return cm
 }
 
 func poolGVR() schema.GroupVersionResource { return controller.PoolGVR }

@@ -53,23 +53,7 @@ func openCounted(t *testing.T, client kubernetes.Interface, ns, term string, lim
 // ("every-shard"), as ipledger_ipam_ledger_opens_total counts them.
 func opens(t *testing.T, reg *prometheus.Registry, fence string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "ipledger_ipam_ledger_opens_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "fence" && lp.GetValue() == fence {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return testenv.MetricValue(t, reg, "ipledger_ipam_ledger_opens_total", map[string]string{"fence": fence})
 }
 
 // A term that ends cleanly (every write of it answered) says so on the
