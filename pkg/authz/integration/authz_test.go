@@ -95,7 +95,7 @@ func countingClient(t *testing.T, cfg *rest.Config, n *atomic.Int32) kubernetes.
 	t.Helper()
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return testenv.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if strings.HasSuffix(r.URL.Path, "/tokenreviews") || strings.HasSuffix(r.URL.Path, "/subjectaccessreviews") {
 				n.Add(1)
 			}
@@ -108,10 +108,6 @@ func countingClient(t *testing.T, cfg *rest.Config, n *atomic.Int32) kubernetes.
 	}
 	return c
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func TestAuthorize(t *testing.T) {
 	env := testenv.Get(t)

@@ -524,7 +524,7 @@ func partitionable(t *testing.T, env *testenv.Env, cut *atomic.Bool) kubernetes.
 	t.Helper()
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return testenv.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if cut.Load() {
 				return nil, errors.New("partitioned")
 			}
@@ -537,10 +537,6 @@ func partitionable(t *testing.T, env *testenv.Env, cut *atomic.Bool) kubernetes.
 	}
 	return c
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // TestPartitionedLeaderStopsBeforeTheNextLeads plays a leader that can no
 // longer reach the API server (the in-process form of a killed leader): the
@@ -691,7 +687,7 @@ func TestRunWhenSyncedCampaignsOnlyAfterTheFirstSynced(t *testing.T) {
 	var isSynced, early atomic.Bool
 	cfgA := rest.CopyConfig(env.Config)
 	cfgA.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return testenv.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if strings.Contains(r.URL.Path, "/leases") && !isSynced.Load() {
 				early.Store(true)
 			}

@@ -528,7 +528,7 @@ func countingConfig(cfg *rest.Config, n *atomic.Int64) *rest.Config {
 	c := rest.CopyConfig(cfg)
 	c.Dial = (&net.Dialer{}).DialContext
 	c.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		return testenv.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(req)
 			if err == nil {
 				resp.Body = &countingBody{ReadCloser: resp.Body, n: n}
@@ -538,10 +538,6 @@ func countingConfig(cfg *rest.Config, n *atomic.Int64) *rest.Config {
 	}
 	return c
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 type countingBody struct {
 	io.ReadCloser

@@ -134,7 +134,7 @@ func TestReleaseRefusedAfterAWriteOfUnknownOutcome(t *testing.T) {
 	var lose atomic.Bool
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return testenv.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(r)
 			if err == nil && r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/configmaps/") && lose.CompareAndSwap(true, false) {
 				resp.Body.Close()
@@ -168,10 +168,6 @@ func TestReleaseRefusedAfterAWriteOfUnknownOutcome(t *testing.T) {
 		t.Fatalf("opens that fenced every shard: %v, want 1", all)
 	}
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // A shard somebody else wrote after a clean release (a repair by the
 // break-glass group) is reported, and the next term fences every shard,
