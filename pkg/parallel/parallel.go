@@ -1,9 +1,14 @@
-// Package parallel is ipledger's one way of fanning out: n calls, a bounded
-// number of them under way at once. ipam's quorum GETs and status writes,
-// the ledger's fence and eipd's live Node reads all use it.
+// Package parallel is ipledger's one way of using more than one core or
+// connection: n calls with a bounded number under way at once (ipam's
+// quorum GETs and status writes, the ledger's fence, eipd's live Node
+// reads), and a sequence computed ahead of its reader (Ahead: the stream
+// store's decodes).
 package parallel
 
-import "sync"
+import (
+	"iter"
+	"sync"
+)
 
 // Limit bounds the calls under way at once across every Run that shares it:
 // ipam's status writes of two passes in flight together take one Limit of
@@ -44,4 +49,54 @@ func EachErr(n, limit int, do func(i int) error) error {
 		}
 	}
 	return nil
+}
+
+// Ahead yields f(x) for every x of in, in order, with f running in a
+// goroutine of its own up to two chunks of chunk items ahead of the caller.
+// A caller whose own work per item is about f's then takes about as long
+// as the slower of the two instead of their sum: the store's decode of
+// every Service beside ipam's rebuild reading them. Items are computed
+// whether or not the caller reaches them, at most two chunks past where it
+// stopped; an input of at most one chunk is computed inline. f must be safe
+// to call from another goroutine.
+func Ahead[T, U any](in []T, chunk int, f func(T) U) iter.Seq[U] {
+	chunk = max(chunk, 1)
+	return func(yield func(U) bool) {
+		if len(in) <= chunk {
+			for _, x := range in {
+				if !yield(f(x)) {
+					return
+				}
+			}
+			return
+		}
+		chunks := make(chan []U, 1)
+		stop, stopped := make(chan struct{}), make(chan struct{})
+		defer func() {
+			close(stop)
+			<-stopped
+		}()
+		go func() {
+			defer close(stopped)
+			defer close(chunks)
+			for start := 0; start < len(in); start += chunk {
+				out := make([]U, min(chunk, len(in)-start))
+				for i := range out {
+					out[i] = f(in[start+i])
+				}
+				select {
+				case chunks <- out:
+				case <-stop:
+					return
+				}
+			}
+		}()
+		for c := range chunks {
+			for _, u := range c {
+				if !yield(u) {
+					return
+				}
+			}
+		}
+	}
 }

@@ -94,3 +94,43 @@ func TestEachErrIsTheFirstFailureByIndex(t *testing.T) {
 		t.Errorf("err %v, want nil", err)
 	}
 }
+
+func TestAheadYieldsEveryItemInOrder(t *testing.T) {
+	for _, tc := range []struct{ n, chunk int }{{0, 4}, {1, 4}, {4, 4}, {5, 4}, {1000, 7}, {9, 0}} {
+		t.Run(fmt.Sprintf("n%d-chunk%d", tc.n, tc.chunk), func(t *testing.T) {
+			in := make([]int, tc.n)
+			for i := range in {
+				in[i] = i
+			}
+			var got []int
+			for v := range Ahead(in, tc.chunk, func(x int) int { return x * 2 }) {
+				got = append(got, v)
+			}
+			if len(got) != tc.n {
+				t.Fatalf("yielded %d items, want %d", len(got), tc.n)
+			}
+			for i, v := range got {
+				if v != 2*i {
+					t.Fatalf("item %d is %d, want %d", i, v, 2*i)
+				}
+			}
+		})
+	}
+}
+
+func TestAheadStopsSoonAfterTheCallerDoes(t *testing.T) {
+	const chunk = 10
+	in := make([]int, 1000)
+	var computed atomic.Int32
+	seen := 0
+	for range Ahead(in, chunk, func(x int) int { computed.Add(1); return x }) {
+		if seen++; seen == 15 {
+			break
+		}
+	}
+	// Ahead has returned, so its goroutine has too: the count is final.
+	// The caller stopped in the second chunk; at most two more were made.
+	if c := computed.Load(); c < 15 || c > 4*chunk {
+		t.Errorf("computed %d items for a caller that read 15, want 15 to %d", c, 4*chunk)
+	}
+}

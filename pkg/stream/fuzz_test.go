@@ -62,7 +62,7 @@ func FuzzClientStore(f *testing.F) {
 			changes   = []*watcherv1.WatchResponse{nil} // by revision
 		)
 		send := func(r *watcherv1.WatchResponse) bool {
-			if err := c.handle(st, r); err != nil {
+			if err := c.handle(st, r, nil); err != nil {
 				st = nil // the client would drop the stream
 				return false
 			}

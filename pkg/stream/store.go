@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/ipledger/ipledger/pkg/parallel"
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
@@ -230,8 +231,15 @@ func (s *Store) Attribute(kind watcherv1.Kind, name, key string) (any, bool) {
 // put stores o in place of held, the object the store holds under o's key
 // (nil when none; only the Run goroutine writes the store, so the caller's
 // read is still current), and reports whether o differs from it.
-func (s *Store) put(o, held *watcherv1.Object) (changed bool) {
-	key, b := Key(o), encode(o)
+func (s *Store) put(o, held *watcherv1.Object) (changed bool) { return s.putEncoded(o, nil, held) }
+
+// putEncoded is put of o whose deterministic encoding is enc, as the watcher
+// sent it (nil: encode o here). enc becomes the store's.
+func (s *Store) putEncoded(o *watcherv1.Object, enc []byte, held *watcherv1.Object) (changed bool) {
+	key, b := Key(o), enc
+	if b == nil {
+		b = encode(o)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ks := s.kind(o.GetKind())
@@ -241,6 +249,11 @@ func (s *Store) put(o, held *watcherv1.Object) (changed bool) {
 		}
 		if held == nil {
 			held = decode(prev)
+		}
+		if proto.Equal(held, o) {
+			// Equal, encoded otherwise: a sender whose encoding is not
+			// deterministic (the watcher's is).
+			return false
 		}
 		ks.unindex(key, held)
 	}
@@ -294,7 +307,7 @@ func (s *Store) keys() map[objectRef]struct{} {
 }
 
 // all yields every object, sorted by kind and Key (for replays), decoded
-// one at a time (see All).
+// as the caller reaches them (see All).
 func (s *Store) all() iter.Seq[*watcherv1.Object] {
 	s.mu.RLock()
 	kinds := slices.Sorted(maps.Keys(s.kinds))
@@ -308,10 +321,11 @@ func (s *Store) all() iter.Seq[*watcherv1.Object] {
 }
 
 // All yields every object of kind, sorted by Key, as the store held them
-// when All was called. Each is decoded as the caller reaches it, so a pass
-// over thousands of objects that keeps none of them holds one decoded
-// object at a time, where List holds them all (a Service decoded is about
-// 2 KB, five times its encoding).
+// when All was called. They are decoded as the caller reaches them (a few
+// hundred ahead, on another core), so a pass over thousands of objects that
+// keeps none of them holds a few hundred decoded objects at a time, where
+// List holds them all (a Service decoded is about 2 KB, five times its
+// encoding).
 func (s *Store) All(kind watcherv1.Kind) iter.Seq[*watcherv1.Object] {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -347,15 +361,15 @@ func (ks *kindStore) encodingsSorted(keys iter.Seq[string]) [][]byte {
 	return encs
 }
 
-// decodeEach yields encs decoded, one at a time.
+// decodeAhead is how many objects All decodes at a time ahead of its
+// caller: a few hundred KB of decoded Services.
+const decodeAhead = 256
+
+// decodeEach yields encs decoded, on another core a few hundred ahead of
+// the caller (parallel.Ahead): ipam's rebuild reads 100,000 Services, and
+// their decode was half of its CPU (BENCHMARKS.md).
 func decodeEach(encs [][]byte) iter.Seq[*watcherv1.Object] {
-	return func(yield func(*watcherv1.Object) bool) {
-		for _, b := range encs {
-			if !yield(decode(b)) {
-				return
-			}
-		}
-	}
+	return parallel.Ahead(encs, decodeAhead, decode)
 }
 
 func (ks *kindStore) unindex(key string, o *watcherv1.Object) {

@@ -405,7 +405,7 @@ func (c *Client) watchOnce(ctx context.Context) (bool, error) {
 	if c.epoch != "" {
 		req.Resume = &watcherv1.ResumePoint{Epoch: c.epoch, Revision: c.resumeRev}
 	}
-	stream, err := watcherv1grpc.NewWatcherServiceClient(c.conn).Watch(ctx, req)
+	stream, err := watcherv1grpc.NewWatcherServiceClient(c.conn).Watch(ctx, req, grpc.ForceCodecV2(wireCodec{}))
 	if err != nil {
 		return false, err
 	}
@@ -432,7 +432,8 @@ func (c *Client) watchOnce(ctx context.Context) (bool, error) {
 	}()
 	var st session
 	for {
-		resp, err := stream.Recv()
+		var r received // a new one each time: the store and handlers keep its object
+		err := stream.RecvMsg(&r)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = status.Error(codes.Unavailable, "watcher ended the stream")
@@ -443,7 +444,7 @@ func (c *Client) watchOnce(ctx context.Context) (bool, error) {
 		case alive <- struct{}{}:
 		default:
 		}
-		if err := c.handle(&st, resp); err != nil {
+		if err := c.handle(&st, &r.resp, r.object); err != nil {
 			return st.synced, err
 		}
 	}
@@ -457,8 +458,9 @@ type session struct {
 	synced   bool
 }
 
-// handle applies one event of the stream.
-func (c *Client) handle(st *session, resp *watcherv1.WatchResponse) error {
+// handle applies one event of the stream; wire is the encoding its object
+// arrived in (nil: the store encodes it).
+func (c *Client) handle(st *session, resp *watcherv1.WatchResponse, wire []byte) error {
 	c.m.received.WithLabelValues(resp.GetObject().GetKind().String(), eventLabel(resp.GetType())).Inc()
 	if !st.started {
 		st.started = true
@@ -482,7 +484,7 @@ func (c *Client) handle(st *session, resp *watcherv1.WatchResponse) error {
 		if st.snapshot {
 			delete(st.stale, ref)
 		}
-		c.applyUpsert(ref, o, now)
+		c.applyUpsert(ref, o, wire, now)
 	case watcherv1.EventType_EVENT_TYPE_DELETE:
 		if !st.synced {
 			return errors.New("DELETE before SYNCED")
@@ -514,9 +516,10 @@ func (c *Client) handle(st *session, resp *watcherv1.WatchResponse) error {
 	return nil
 }
 
-// applyUpsert stores o unless the client has already seen a newer version
-// of it, or deleted a version at least as new.
-func (c *Client) applyUpsert(ref objectRef, o *watcherv1.Object, now time.Time) {
+// applyUpsert stores o (encoded as wire, nil when unknown) unless the client
+// has already seen a newer version of it, or deleted a version at least as
+// new.
+func (c *Client) applyUpsert(ref objectRef, o *watcherv1.Object, wire []byte, now time.Time) {
 	c.lag.observe(ref.kind, o.GetMeta().GetResourceVersion())
 	c.lag.release(ref) // the replica has it: nothing to hold back
 	held, _ := c.store.get(ref.kind, ref.key)
@@ -524,7 +527,7 @@ func (c *Client) applyUpsert(ref objectRef, o *watcherv1.Object, now time.Time) 
 		c.m.staleDropped.Inc()
 	} else {
 		c.lag.forgetTomb(ref)
-		c.upsert(o, held)
+		c.upsert(o, wire, held)
 	}
 	c.deleteConfirmed(ref.kind, now)
 }
@@ -600,12 +603,13 @@ func (c *Client) expire(now time.Time) {
 	c.m.heldBackNow.Set(float64(c.lag.heldBackCount()))
 }
 
-// upsert stores o; held is what the store holds under its key (only the Run
-// goroutine writes the store, so the caller's lookup is still current).
-func (c *Client) upsert(o, held *watcherv1.Object) {
+// upsert stores o, encoded as wire (nil: the store encodes it); held is what
+// the store holds under its key (only the Run goroutine writes the store, so
+// the caller's lookup is still current).
+func (c *Client) upsert(o *watcherv1.Object, wire []byte, held *watcherv1.Object) {
 	c.dispatchMu.Lock()
 	defer c.dispatchMu.Unlock()
-	if !c.store.put(o, held) {
+	if !c.store.putEncoded(o, wire, held) {
 		// A snapshot after a reconnect repeats what is known: not an update.
 		return
 	}
