@@ -13,16 +13,25 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	"google.golang.org/grpc"
+
+	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/testenv"
+	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 )
 
 // restartSample is one restart of ipam over N allocated Services: when,
-// after the process started, each milestone of its first term was reached.
+// after the process started, each milestone of its first term was reached,
+// and the restart floor measured just before it.
 type restartSample struct {
 	synced, leading, termStarted, firstAlloc time.Duration
+	floor                                    time.Duration
 	read, parse, fence                       float64
 	redundantWrites                          float64
 	rssMB                                    float64
@@ -39,15 +48,17 @@ var restartMilestones = []string{
 
 // measureRestarts stops ipam and starts it again `restarts` times over the
 // N allocated Services, each time with one new Service waiting, and reports
-// the time to that Service's address with the milestones before it. start
-// must start ipam with extra flags appended and its ops address.
+// the time to that Service's address with the milestones before it, beside
+// the restart floor (floor) measured while ipam is stopped. start must start
+// ipam with extra flags appended and its ops address.
 func measureRestarts(b *testing.B, ctx context.Context, client kubernetes.Interface, ns, class string, n, restarts int,
-	running *testenv.Process, start func(name, opsAddr string, extra ...string) *testenv.Process) {
+	running *testenv.Process, start func(name, opsAddr string, extra ...string) *testenv.Process, floor func(i int) time.Duration) {
 	var samples []restartSample
 	for i := range restarts {
 		if err := running.Stop(30 * time.Second); err != nil {
 			b.Logf("ipam exited: %v", err)
 		}
+		floorTook := floor(i)
 		name := fmt.Sprintf("after-restart-%d", i)
 		created, err := client.CoreV1().Services(ns).Create(ctx, lbService(ns, name, class), metav1.CreateOptions{})
 		if err != nil {
@@ -68,7 +79,7 @@ func measureRestarts(b *testing.B, ctx context.Context, client kubernetes.Interf
 			go profileFromStart(ops, fmt.Sprintf("%s.%d", path, i))
 		}
 		waitForAddress(b, w, name)
-		sample := restartSample{firstAlloc: time.Since(begin)}
+		sample := restartSample{firstAlloc: time.Since(begin), floor: floorTook}
 		// Let the restarted process finish its first passes, then count:
 		// exactly one status write (the new Service's) when nothing held
 		// is re-decided.
@@ -88,26 +99,83 @@ func measureRestarts(b *testing.B, ctx context.Context, client kubernetes.Interf
 		sample.rssMB = processPeakRSS(b, running.PID()) / 1e6
 		sample.load = load + " → " + loadavg()
 		samples = append(samples, sample)
-		b.Logf("restart %d with %d ledger entries: first new allocation after %s (stream synced %s, leading %s, term started %s; "+
+		b.Logf("restart %d with %d ledger entries: first new allocation after %s = %.2f× the restart floor (%s; stream synced %s, leading %s, term started %s; "+
 			"ledger read %.3f s, parse %.3f s, fence %.3f s); %v status writes besides the new Service's; RSS peak %.0f MB; load %s",
-			i+1, n, ms(sample.firstAlloc), ms(sample.synced), ms(sample.leading), ms(sample.termStarted),
+			i+1, n, ms(sample.firstAlloc), sample.ratio(), ms(sample.floor), ms(sample.synced), ms(sample.leading), ms(sample.termStarted),
 			sample.read, sample.parse, sample.fence, sample.redundantWrites, sample.rssMB, sample.load)
 	}
 	slices.SortFunc(samples, func(a, b restartSample) int { return int(a.firstAlloc - b.firstAlloc) })
 	med := samples[len(samples)/2]
 	var redundant, rss float64
-	var all []string
+	var all, ratios []string
 	for _, s := range samples {
 		redundant, rss = max(redundant, s.redundantWrites), max(rss, s.rssMB)
 		all = append(all, ms(s.firstAlloc))
 	}
+	byRatio := slices.SortedFunc(slices.Values(samples), func(a, b restartSample) int { return cmpFloat(a.ratio(), b.ratio()) })
+	for _, s := range byRatio {
+		ratios = append(ratios, fmt.Sprintf("%.2f", s.ratio()))
+	}
 	b.ReportMetric(med.firstAlloc.Seconds(), "restart-first-alloc-s")
+	b.ReportMetric(byRatio[len(byRatio)/2].ratio(), "restart-x-floor")
 	b.ReportMetric(redundant, "restart-redundant-writes")
 	b.ReportMetric(med.parse, "restart-ledger-parse-s")
 	b.ReportMetric(med.fence, "restart-ledger-fence-s")
 	b.Logf("restart with %d ledger entries, %d times: first new allocation after %s (median %s; its milestones: stream synced %s, "+
-		"leading %s, term started %s); at most %v redundant status writes; restart RSS peak at most %.0f MB",
-		n, len(samples), strings.Join(all, " "), ms(med.firstAlloc), ms(med.synced), ms(med.leading), ms(med.termStarted), redundant, rss)
+		"leading %s, term started %s) = %s× the restart floor; at most %v redundant status writes; restart RSS peak at most %.0f MB",
+		n, len(samples), strings.Join(all, " "), ms(med.firstAlloc), ms(med.synced), ms(med.leading), ms(med.termStarted),
+		strings.Join(ratios, " "), redundant, rss)
+}
+
+// ratio is the restart's time to its first allocation over its floor's.
+func (s restartSample) ratio() float64 { return s.firstAlloc.Seconds() / s.floor.Seconds() }
+
+// restartFloor is the least any restart must do, by a bare client in the
+// bench's process with ipam stopped: read the world from the watcher (a
+// stream of ipam's kinds to SYNCED, every response decoded), then the
+// ledger (a LIST of its ConfigMaps), then write one status patch (of svc,
+// of a class ipam does not serve, with the i-th test address). A restart
+// over its floor is what ipam adds: its process start, the Lease, the
+// fence, the rebuild and the decision.
+func restartFloor(b *testing.B, ctx context.Context, client kubernetes.Interface, watcherAddr, tokenFile, ledgerNS string,
+	svc *corev1.Service, i int) time.Duration {
+	b.Helper()
+	opts, err := authz.DialOptions(tokenFile, "", true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	conn, err := grpc.NewClient(watcherAddr, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	stream, err := watcherv1grpc.NewWatcherServiceClient(conn).Watch(ctx, &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{
+		watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP},
+		OmitOldObject: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if resp.GetType() == watcherv1.EventType_EVENT_TYPE_SYNCED {
+			break
+		}
+	}
+	if _, err := client.CoreV1().ConfigMaps(ledgerNS).List(ctx, metav1.ListOptions{LabelSelector: ledger.LabelKey + "=true"}); err != nil {
+		b.Fatal(err)
+	}
+	// The ingress alone: ipam's condition on a Service of another class
+	// would be taken back by the restarted ipam, a write of its own.
+	body := fmt.Sprintf(`{"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.%d"}]}}}`, 1+i%250)
+	if _, err := client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, []byte(body),
+		metav1.PatchOptions{}, "status"); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
 }
 
 // milestones reads the restartMilestones' times from a text-format log,
