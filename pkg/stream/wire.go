@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ipledger/ipledger/pkg/protofield"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
 
@@ -60,27 +61,9 @@ func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 // decoded object is then their merge, which no single field's bytes are).
 func objectField(b []byte) []byte {
 	var out []byte
-	seen := false
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil
-		}
-		b = b[n:]
-		if num == responseObjectField && typ == protowire.BytesType {
-			v, m := protowire.ConsumeBytes(b)
-			if m < 0 || seen {
-				return nil
-			}
-			out, seen = v, true
-			b = b[m:]
-			continue
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
-			return nil
-		}
-		b = b[m:]
+	n := 0
+	if !protofield.Each(b, responseObjectField, func(v []byte) { out, n = v, n+1 }) || n != 1 {
+		return nil
 	}
 	return bytes.Clone(out)
 }

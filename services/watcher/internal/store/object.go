@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/ipledger/ipledger/pkg/protofield"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
 
@@ -92,34 +93,16 @@ func (o *Object) namespacedName() (namespace, name string) {
 // Labels reads the object's labels from its encoding. Only subscribers with a
 // label selector need them, so they are not kept decoded.
 func (o *Object) Labels() labels.Set {
-	msg := o.message()
-	meta := lastBytesField(msg, metaField)
+	var meta []byte
+	protofield.Each(o.message(), metaField, func(v []byte) { meta = v })
 	var set labels.Set
-	for b := meta; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return set
+	protofield.Each(meta, labelsField, func(entry []byte) {
+		k, v := mapEntry(entry)
+		if set == nil {
+			set = labels.Set{}
 		}
-		b = b[n:]
-		if num == labelsField && typ == protowire.BytesType {
-			entry, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return set
-			}
-			k, v := mapEntry(entry)
-			if set == nil {
-				set = labels.Set{}
-			}
-			set[k] = v
-			b = b[m:]
-			continue
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
-			return set
-		}
-		b = b[m:]
-	}
+		set[k] = v
+	})
 	return set
 }
 
@@ -128,34 +111,6 @@ func (o *Object) message() []byte {
 	_, _, n := protowire.ConsumeTag(o.wire)
 	msg, _ := protowire.ConsumeBytes(o.wire[n:])
 	return msg
-}
-
-// lastBytesField returns the value of the last occurrence of a length-delimited
-// field of msg (protobuf merges repeated occurrences of a message field; the
-// encoder writes one).
-func lastBytesField(msg []byte, field protowire.Number) []byte {
-	var out []byte
-	for len(msg) > 0 {
-		num, typ, n := protowire.ConsumeTag(msg)
-		if n < 0 {
-			return out
-		}
-		msg = msg[n:]
-		if num == field && typ == protowire.BytesType {
-			v, m := protowire.ConsumeBytes(msg)
-			if m < 0 {
-				return out
-			}
-			out, msg = v, msg[m:]
-			continue
-		}
-		m := protowire.ConsumeFieldValue(num, typ, msg)
-		if m < 0 {
-			return out
-		}
-		msg = msg[m:]
-	}
-	return out
 }
 
 // mapEntry decodes a map<string, string> entry (key = 1, value = 2).
