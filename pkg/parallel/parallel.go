@@ -56,9 +56,11 @@ func EachErr(n, limit int, do func(i int) error) error {
 // A caller whose own work per item is about f's then takes about as long
 // as the slower of the two instead of their sum: the store's decode of
 // every Service beside ipam's rebuild reading them. Items are computed
-// whether or not the caller reaches them, at most two chunks past where it
-// stopped; an input of at most one chunk is computed inline. f must be safe
-// to call from another goroutine.
+// whether or not the caller reaches them: a caller that stops early waits
+// for the chunk under way, and at most the rest of its own chunk and two
+// more were computed for nothing. An input of at most one chunk is computed
+// inline. f must be safe to call from another goroutine, and must not
+// panic: a panic there ends the process, where the caller could recover.
 func Ahead[T, U any](in []T, chunk int, f func(T) U) iter.Seq[U] {
 	chunk = max(chunk, 1)
 	return func(yield func(U) bool) {

@@ -61,8 +61,15 @@ func FuzzClientStore(f *testing.F) {
 			past      = []map[string]*watcherv1.Object{{}}
 			changes   = []*watcherv1.WatchResponse{nil} // by revision
 		)
+		sent := 0
 		send := func(r *watcherv1.WatchResponse) bool {
-			if err := c.handle(st, r, nil); err != nil {
+			// Every other object comes with the bytes it was sent in, as
+			// from the watcher; the others the store encodes itself.
+			var wire []byte
+			if sent++; sent%2 == 0 && r.GetObject() != nil {
+				wire = encode(r.GetObject())
+			}
+			if err := c.handle(st, r, wire); err != nil {
 				st = nil // the client would drop the stream
 				return false
 			}

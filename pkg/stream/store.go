@@ -19,7 +19,8 @@ import (
 // Store is the read-only, indexed view of the streamed objects. Every method is
 // safe for concurrent use. Lists are sorted by Key.
 //
-// The store holds each object in its wire encoding (deterministic protobuf)
+// The store holds each object in its protobuf encoding, the bytes the
+// watcher sent (wire.go) or, without them, its own deterministic encoding,
 // and decodes it on every read: a decoded Service costs about 1.9 KB of
 // heap, its encoding a few hundred bytes, and a consumer keeps every object
 // of its kinds for its whole life (BENCHMARKS.md, ipam's RSS). Returned
@@ -70,7 +71,7 @@ func encode(o *watcherv1.Object) []byte {
 	return b
 }
 
-// decode reads an object the store encoded.
+// decode reads an object the store holds.
 func decode(b []byte) *watcherv1.Object {
 	o := &watcherv1.Object{}
 	if err := proto.Unmarshal(b, o); err != nil {
@@ -233,8 +234,8 @@ func (s *Store) Attribute(kind watcherv1.Kind, name, key string) (any, bool) {
 // read is still current), and reports whether o differs from it.
 func (s *Store) put(o, held *watcherv1.Object) (changed bool) { return s.putEncoded(o, nil, held) }
 
-// putEncoded is put of o whose deterministic encoding is enc, as the watcher
-// sent it (nil: encode o here). enc becomes the store's.
+// putEncoded is put of o whose encoding is enc, as the watcher sent it (nil:
+// encode o here). enc becomes the store's when o is a change.
 func (s *Store) putEncoded(o *watcherv1.Object, enc []byte, held *watcherv1.Object) (changed bool) {
 	key, b := Key(o), enc
 	if b == nil {
@@ -323,7 +324,7 @@ func (s *Store) all() iter.Seq[*watcherv1.Object] {
 // All yields every object of kind, sorted by Key, as the store held them
 // when All was called. They are decoded as the caller reaches them (a few
 // hundred ahead, on another core), so a pass over thousands of objects that
-// keeps none of them holds a few hundred decoded objects at a time, where
+// keeps none of them holds at most three chunks of decodeAhead at a time, where
 // List holds them all (a Service decoded is about 2 KB, five times its
 // encoding).
 func (s *Store) All(kind watcherv1.Kind) iter.Seq[*watcherv1.Object] {

@@ -281,8 +281,8 @@ func (c *Client) AddHandler(h Handler) Registration {
 	if ih, ok := h.(InitialListHandler); ok {
 		replay = ih.OnInitialAdd
 	}
-	// One object decoded at a time: a replay of 10,000 Services that
-	// decoded them all first held ≈20 MB for the length of the replay.
+	// Decoded as replayed (a few hundred ahead): a replay of 10,000
+	// Services that decoded them all first held ≈20 MB for its length.
 	for o := range c.store.all() {
 		replay(o)
 	}

@@ -447,6 +447,37 @@ func TestStoreAll(t *testing.T) {
 	}
 }
 
+// TestStoreAllDecodesAheadInOrder: past one chunk (decodeAhead) All decodes
+// on another goroutine, and still yields every object once, sorted, and
+// stops when the caller does.
+func TestStoreAllDecodesAheadInOrder(t *testing.T) {
+	s := newStore()
+	const n = 3*decodeAhead + 7
+	var want []string
+	for i := range n {
+		o := svc("ns", fmt.Sprintf("svc-%05d", n-1-i), "1", nil)
+		s.put(o, nil)
+		want = append(want, Key(o))
+	}
+	slices.Sort(want)
+	var got []string
+	for o := range s.All(watcherv1.Kind_KIND_SERVICE) {
+		got = append(got, Key(o))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("All yielded %d objects out of order or missing, want %d sorted", len(got), n)
+	}
+	read := 0
+	for range s.All(watcherv1.Kind_KIND_SERVICE) {
+		if read++; read == decodeAhead+1 {
+			break
+		}
+	}
+	if read != decodeAhead+1 {
+		t.Errorf("an iteration stopped after %d objects went on to %d", decodeAhead+1, read)
+	}
+}
+
 // A watcher of an older release refuses a kind it does not know: the client
 // watches its Kinds alone rather than wait for a watcher that serves the
 // optional ones (a roll of the watchers must not hold it back), and asks

@@ -29,7 +29,8 @@ type received struct {
 
 // wireCodec is the Watch call's codec: gRPC's proto codec, except that a
 // received is decoded with its object's bytes kept. Its name is the proto
-// codec's, so the watcher sees an ordinary call.
+// codec's, so the watcher decodes the call as any other (its content type is
+// application/grpc+proto, the explicit spelling of application/grpc).
 type wireCodec struct{}
 
 // responseObjectField is WatchResponse.object's field number.
