@@ -251,16 +251,7 @@ func (svc *Service) Metric(t *testing.T, name string, labels ...string) float64 
 // ServiceAccount of ipledger-system.
 func (s *System) Dial(t *testing.T, addr, serviceAccount string, extra ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
-	opts, err := authz.DialOptions(s.env.TokenFile(t, testenv.SystemNamespace, serviceAccount), "", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(addr, append(opts, extra...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
+	return testenv.Dial(t, addr, s.env.TokenFile(t, testenv.SystemNamespace, serviceAccount), extra...)
 }
 
 func tail(s string, n int) string {

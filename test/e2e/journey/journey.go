@@ -353,14 +353,5 @@ func Dial(t testing.TB, addr, token string) *grpc.ClientConn {
 	if err := os.WriteFile(path, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	opts, err := authz.DialOptions(path, "", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
+	return testenv.Dial(t, addr, path)
 }

@@ -17,9 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"google.golang.org/grpc"
-
-	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
@@ -140,15 +137,7 @@ func (s restartSample) ratio() float64 { return s.firstAlloc.Seconds() / s.floor
 func restartFloor(b *testing.B, ctx context.Context, client kubernetes.Interface, watcherAddr, tokenFile, ledgerNS string,
 	svc *corev1.Service, i int) time.Duration {
 	b.Helper()
-	opts, err := authz.DialOptions(tokenFile, "", true)
-	if err != nil {
-		b.Fatal(err)
-	}
-	conn, err := grpc.NewClient(watcherAddr, opts...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
+	conn := testenv.Dial(b, watcherAddr, tokenFile)
 	start := time.Now()
 	stream, err := watcherv1grpc.NewWatcherServiceClient(conn).Watch(ctx, &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{
 		watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP},

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -26,7 +25,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/heapstat"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -436,15 +434,7 @@ func subsReceipts(subs []*benchSubscriber) []*receipts {
 
 func startBenchSubscriber(b *testing.B, ctx context.Context, addr, tokenFile, ns string) *benchSubscriber {
 	b.Helper()
-	opts, err := authz.DialOptions(tokenFile, "", true)
-	if err != nil {
-		b.Fatal(err)
-	}
-	conn, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { conn.Close() })
+	conn := testenv.Dial(b, addr, tokenFile)
 	s := &benchSubscriber{synced: make(chan struct{}), err: make(chan error, 1), rec: newReceipts()}
 	go func() {
 		stream, err := watcherv1grpc.NewWatcherServiceClient(conn).Watch(ctx, &watcherv1.WatchRequest{

@@ -9,13 +9,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/grpcserver"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -75,16 +73,7 @@ func subscriberToken(t *testing.T, env *testenv.Env) string {
 // dial opens a raw client connection with the token file (may be "").
 func dial(t *testing.T, addr, tokenFile string) watcherv1grpc.WatcherServiceClient {
 	t.Helper()
-	opts, err := authz.DialOptions(tokenFile, "", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return watcherv1grpc.NewWatcherServiceClient(conn)
+	return watcherv1grpc.NewWatcherServiceClient(testenv.Dial(t, addr, tokenFile))
 }
 
 // rawStream is a Watch stream read on a goroutine into a channel.
