@@ -37,8 +37,8 @@ var (
 )
 
 // Object converts any supported object (typed core/discovery objects, or an
-// unstructured IPPool, ExternalWorkload, Gateway or GatewayClass) to its
-// compact form.
+// unstructured IPPool, ExternalWorkload, Gateway, GatewayClass or
+// ServiceCIDR) to its compact form.
 func Object(obj runtime.Object) (*watcherv1.Object, error) {
 	switch o := obj.(type) {
 	case *corev1.Service:
@@ -66,6 +66,10 @@ func Object(obj runtime.Object) (*watcherv1.Object, error) {
 		case "GatewayClass":
 			if isGatewayAPI(o) {
 				return GatewayClass(o)
+			}
+		case ServiceCIDRKind.Kind:
+			if o.GroupVersionKind().Group == ServiceCIDRKind.Group {
+				return ServiceCIDR(o)
 			}
 		}
 		return nil, fmt.Errorf("convert: unsupported kind %q of %q", o.GetKind(), o.GetAPIVersion())
@@ -192,7 +196,10 @@ func Service(s *corev1.Service) *watcherv1.Object {
 
 // Node converts a core/v1 Node.
 func Node(n *corev1.Node) *watcherv1.Object {
-	body := &watcherv1.Node{ProviderId: n.Spec.ProviderID, Unschedulable: n.Spec.Unschedulable}
+	body := &watcherv1.Node{ProviderId: n.Spec.ProviderID, Unschedulable: n.Spec.Unschedulable, PodCidrs: n.Spec.PodCIDRs}
+	if len(body.PodCidrs) == 0 && n.Spec.PodCIDR != "" {
+		body.PodCidrs = []string{n.Spec.PodCIDR}
+	}
 	for _, a := range n.Status.Addresses {
 		body.Addresses = append(body.Addresses, &watcherv1.NodeAddress{Type: string(a.Type), Address: a.Address})
 	}

@@ -52,6 +52,14 @@ const (
 	// GATEWAY_CLASS is a gateway.networking.k8s.io/v1 GatewayClass, served as
 	// KIND_GATEWAY is.
 	Kind_KIND_GATEWAY_CLASS Kind = 10
+	// SERVICE_CIDR is a networking.k8s.io/v1 ServiceCIDR: a range the cluster
+	// gives Services their ClusterIPs from. Served while the API serves the
+	// resource (Kubernetes 1.33 and later), as KIND_GATEWAY is.
+	Kind_KIND_SERVICE_CIDR Kind = 11
+	// KUBERNETES_ENDPOINT_SLICE is an EndpointSlice of the Service
+	// default/kubernetes (label `kubernetes.io/service-name=kubernetes`): the
+	// API server's own addresses. Its body is an EndpointSlice.
+	Kind_KIND_KUBERNETES_ENDPOINT_SLICE Kind = 12
 )
 
 // Enum value maps for Kind.
@@ -68,19 +76,23 @@ var (
 		8:  "KIND_LEDGER_CONFIG_MAP",
 		9:  "KIND_GATEWAY",
 		10: "KIND_GATEWAY_CLASS",
+		11: "KIND_SERVICE_CIDR",
+		12: "KIND_KUBERNETES_ENDPOINT_SLICE",
 	}
 	Kind_value = map[string]int32{
-		"KIND_UNSPECIFIED":       0,
-		"KIND_SERVICE":           1,
-		"KIND_NODE":              2,
-		"KIND_NAMESPACE":         3,
-		"KIND_POD":               4,
-		"KIND_ENDPOINT_SLICE":    5,
-		"KIND_IP_POOL":           6,
-		"KIND_EXTERNAL_WORKLOAD": 7,
-		"KIND_LEDGER_CONFIG_MAP": 8,
-		"KIND_GATEWAY":           9,
-		"KIND_GATEWAY_CLASS":     10,
+		"KIND_UNSPECIFIED":               0,
+		"KIND_SERVICE":                   1,
+		"KIND_NODE":                      2,
+		"KIND_NAMESPACE":                 3,
+		"KIND_POD":                       4,
+		"KIND_ENDPOINT_SLICE":            5,
+		"KIND_IP_POOL":                   6,
+		"KIND_EXTERNAL_WORKLOAD":         7,
+		"KIND_LEDGER_CONFIG_MAP":         8,
+		"KIND_GATEWAY":                   9,
+		"KIND_GATEWAY_CLASS":             10,
+		"KIND_SERVICE_CIDR":              11,
+		"KIND_KUBERNETES_ENDPOINT_SLICE": 12,
 	}
 )
 
@@ -443,6 +455,7 @@ type Object struct {
 	//	*Object_ConfigMap
 	//	*Object_Gateway
 	//	*Object_GatewayClass
+	//	*Object_ServiceCidr
 	Body          isObject_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -589,6 +602,15 @@ func (x *Object) GetGatewayClass() *GatewayClass {
 	return nil
 }
 
+func (x *Object) GetServiceCidr() *ServiceCIDR {
+	if x != nil {
+		if x, ok := x.Body.(*Object_ServiceCidr); ok {
+			return x.ServiceCidr
+		}
+	}
+	return nil
+}
+
 type isObject_Body interface {
 	isObject_Body()
 }
@@ -633,6 +655,10 @@ type Object_GatewayClass struct {
 	GatewayClass *GatewayClass `protobuf:"bytes,19,opt,name=gateway_class,json=gatewayClass,proto3,oneof"`
 }
 
+type Object_ServiceCidr struct {
+	ServiceCidr *ServiceCIDR `protobuf:"bytes,20,opt,name=service_cidr,json=serviceCidr,proto3,oneof"`
+}
+
 func (*Object_Service) isObject_Body() {}
 
 func (*Object_Node) isObject_Body() {}
@@ -652,6 +678,8 @@ func (*Object_ConfigMap) isObject_Body() {}
 func (*Object_Gateway) isObject_Body() {}
 
 func (*Object_GatewayClass) isObject_Body() {}
+
+func (*Object_ServiceCidr) isObject_Body() {}
 
 // ObjectMeta is the subset of Kubernetes metadata consumers need.
 type ObjectMeta struct {
@@ -1363,7 +1391,11 @@ type Node struct {
 	Unschedulable bool `protobuf:"varint,3,opt,name=unschedulable,proto3" json:"unschedulable,omitempty"`
 	// taint_keys are the keys of spec.taints, in order (eipd lifts its startup
 	// taint by key).
-	TaintKeys     []string `protobuf:"bytes,4,rep,name=taint_keys,json=taintKeys,proto3" json:"taint_keys,omitempty"`
+	TaintKeys []string `protobuf:"bytes,4,rep,name=taint_keys,json=taintKeys,proto3" json:"taint_keys,omitempty"`
+	// pod_cidrs are spec.podCIDRs: the ranges this Node's Pods get their
+	// addresses from (empty where the CNI does not set them). A watcher older
+	// than the field leaves it empty.
+	PodCidrs      []string `protobuf:"bytes,5,rep,name=pod_cidrs,json=podCidrs,proto3" json:"pod_cidrs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1422,6 +1454,13 @@ func (x *Node) GetUnschedulable() bool {
 func (x *Node) GetTaintKeys() []string {
 	if x != nil {
 		return x.TaintKeys
+	}
+	return nil
+}
+
+func (x *Node) GetPodCidrs() []string {
+	if x != nil {
+		return x.PodCidrs
 	}
 	return nil
 }
@@ -2602,6 +2641,52 @@ func (x *GatewayClass) GetControllerName() string {
 	return ""
 }
 
+// ServiceCIDR is a networking.k8s.io/v1 ServiceCIDR.
+type ServiceCIDR struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cidrs are spec.cidrs: at most one IPv4 and one IPv6 range.
+	Cidrs         []string `protobuf:"bytes,1,rep,name=cidrs,proto3" json:"cidrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceCIDR) Reset() {
+	*x = ServiceCIDR{}
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceCIDR) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceCIDR) ProtoMessage() {}
+
+func (x *ServiceCIDR) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceCIDR.ProtoReflect.Descriptor instead.
+func (*ServiceCIDR) Descriptor() ([]byte, []int) {
+	return file_ipledger_watcher_v1_watcher_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ServiceCIDR) GetCidrs() []string {
+	if x != nil {
+		return x.Cidrs
+	}
+	return nil
+}
+
 var File_ipledger_watcher_v1_watcher_proto protoreflect.FileDescriptor
 
 const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
@@ -2626,7 +2711,7 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x06object\x18\x05 \x01(\v2\x1b.ipledger.watcher.v1.ObjectR\x06object\x12:\n" +
 	"\n" +
 	"old_object\x18\x06 \x01(\v2\x1b.ipledger.watcher.v1.ObjectR\toldObject\x12\x18\n" +
-	"\aresumed\x18\a \x01(\bR\aresumed\"\xed\x05\n" +
+	"\aresumed\x18\a \x01(\bR\aresumed\"\xb4\x06\n" +
 	"\x06Object\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.ipledger.watcher.v1.KindR\x04kind\x123\n" +
 	"\x04meta\x18\x02 \x01(\v2\x1f.ipledger.watcher.v1.ObjectMetaR\x04meta\x128\n" +
@@ -2641,7 +2726,8 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\n" +
 	"config_map\x18\x11 \x01(\v2\x1e.ipledger.watcher.v1.ConfigMapH\x00R\tconfigMap\x128\n" +
 	"\agateway\x18\x12 \x01(\v2\x1c.ipledger.watcher.v1.GatewayH\x00R\agateway\x12H\n" +
-	"\rgateway_class\x18\x13 \x01(\v2!.ipledger.watcher.v1.GatewayClassH\x00R\fgatewayClassB\x06\n" +
+	"\rgateway_class\x18\x13 \x01(\v2!.ipledger.watcher.v1.GatewayClassH\x00R\fgatewayClass\x12E\n" +
+	"\fservice_cidr\x18\x14 \x01(\v2 .ipledger.watcher.v1.ServiceCIDRH\x00R\vserviceCidrB\x06\n" +
 	"\x04body\"\xfd\x04\n" +
 	"\n" +
 	"ObjectMeta\x12\x1c\n" +
@@ -2724,14 +2810,15 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x13LoadBalancerIngress\x12\x0e\n" +
 	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x17\n" +
-	"\aip_mode\x18\x03 \x01(\tR\x06ipMode\"\xac\x01\n" +
+	"\aip_mode\x18\x03 \x01(\tR\x06ipMode\"\xc9\x01\n" +
 	"\x04Node\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12>\n" +
 	"\taddresses\x18\x02 \x03(\v2 .ipledger.watcher.v1.NodeAddressR\taddresses\x12$\n" +
 	"\runschedulable\x18\x03 \x01(\bR\runschedulable\x12\x1d\n" +
 	"\n" +
-	"taint_keys\x18\x04 \x03(\tR\ttaintKeys\";\n" +
+	"taint_keys\x18\x04 \x03(\tR\ttaintKeys\x12\x1b\n" +
+	"\tpod_cidrs\x18\x05 \x03(\tR\bpodCidrs\";\n" +
 	"\vNodeAddress\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"!\n" +
@@ -2824,7 +2911,9 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"7\n" +
 	"\fGatewayClass\x12'\n" +
-	"\x0fcontroller_name\x18\x01 \x01(\tR\x0econtrollerName*\xec\x01\n" +
+	"\x0fcontroller_name\x18\x01 \x01(\tR\x0econtrollerName\"#\n" +
+	"\vServiceCIDR\x12\x14\n" +
+	"\x05cidrs\x18\x01 \x03(\tR\x05cidrs*\xa7\x02\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKIND_SERVICE\x10\x01\x12\r\n" +
@@ -2837,7 +2926,9 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x16KIND_LEDGER_CONFIG_MAP\x10\b\x12\x10\n" +
 	"\fKIND_GATEWAY\x10\t\x12\x16\n" +
 	"\x12KIND_GATEWAY_CLASS\x10\n" +
-	"*\x86\x01\n" +
+	"\x12\x15\n" +
+	"\x11KIND_SERVICE_CIDR\x10\v\x12\"\n" +
+	"\x1eKIND_KUBERNETES_ENDPOINT_SLICE\x10\f*\x86\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11EVENT_TYPE_UPSERT\x10\x01\x12\x15\n" +
@@ -2858,7 +2949,7 @@ func file_ipledger_watcher_v1_watcher_proto_rawDescGZIP() []byte {
 }
 
 var file_ipledger_watcher_v1_watcher_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ipledger_watcher_v1_watcher_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_ipledger_watcher_v1_watcher_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_ipledger_watcher_v1_watcher_proto_goTypes = []any{
 	(Kind)(0),                        // 0: ipledger.watcher.v1.Kind
 	(EventType)(0),                   // 1: ipledger.watcher.v1.EventType
@@ -2892,11 +2983,12 @@ var file_ipledger_watcher_v1_watcher_proto_goTypes = []any{
 	(*Gateway)(nil),                  // 29: ipledger.watcher.v1.Gateway
 	(*GatewayAddress)(nil),           // 30: ipledger.watcher.v1.GatewayAddress
 	(*GatewayClass)(nil),             // 31: ipledger.watcher.v1.GatewayClass
-	nil,                              // 32: ipledger.watcher.v1.ObjectMeta.LabelsEntry
-	nil,                              // 33: ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
-	nil,                              // 34: ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
-	nil,                              // 35: ipledger.watcher.v1.Service.SelectorEntry
-	nil,                              // 36: ipledger.watcher.v1.ConfigMap.DataEntry
+	(*ServiceCIDR)(nil),              // 32: ipledger.watcher.v1.ServiceCIDR
+	nil,                              // 33: ipledger.watcher.v1.ObjectMeta.LabelsEntry
+	nil,                              // 34: ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
+	nil,                              // 35: ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
+	nil,                              // 36: ipledger.watcher.v1.Service.SelectorEntry
+	nil,                              // 37: ipledger.watcher.v1.ConfigMap.DataEntry
 }
 var file_ipledger_watcher_v1_watcher_proto_depIdxs = []int32{
 	0,  // 0: ipledger.watcher.v1.WatchRequest.kinds:type_name -> ipledger.watcher.v1.Kind
@@ -2916,34 +3008,35 @@ var file_ipledger_watcher_v1_watcher_proto_depIdxs = []int32{
 	28, // 14: ipledger.watcher.v1.Object.config_map:type_name -> ipledger.watcher.v1.ConfigMap
 	29, // 15: ipledger.watcher.v1.Object.gateway:type_name -> ipledger.watcher.v1.Gateway
 	31, // 16: ipledger.watcher.v1.Object.gateway_class:type_name -> ipledger.watcher.v1.GatewayClass
-	32, // 17: ipledger.watcher.v1.ObjectMeta.labels:type_name -> ipledger.watcher.v1.ObjectMeta.LabelsEntry
-	33, // 18: ipledger.watcher.v1.ObjectMeta.annotations:type_name -> ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
-	7,  // 19: ipledger.watcher.v1.ObjectMeta.owner_references:type_name -> ipledger.watcher.v1.OwnerReference
-	34, // 20: ipledger.watcher.v1.LabelSelector.match_labels:type_name -> ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
-	10, // 21: ipledger.watcher.v1.LabelSelector.match_expressions:type_name -> ipledger.watcher.v1.LabelSelectorRequirement
-	35, // 22: ipledger.watcher.v1.Service.selector:type_name -> ipledger.watcher.v1.Service.SelectorEntry
-	12, // 23: ipledger.watcher.v1.Service.ports:type_name -> ipledger.watcher.v1.ServicePort
-	13, // 24: ipledger.watcher.v1.Service.ingress:type_name -> ipledger.watcher.v1.LoadBalancerIngress
-	8,  // 25: ipledger.watcher.v1.Service.conditions:type_name -> ipledger.watcher.v1.Condition
-	15, // 26: ipledger.watcher.v1.Node.addresses:type_name -> ipledger.watcher.v1.NodeAddress
-	19, // 27: ipledger.watcher.v1.EndpointSlice.ports:type_name -> ipledger.watcher.v1.EndpointPort
-	20, // 28: ipledger.watcher.v1.EndpointSlice.endpoints:type_name -> ipledger.watcher.v1.Endpoint
-	22, // 29: ipledger.watcher.v1.IPPool.allocation:type_name -> ipledger.watcher.v1.IPPoolAllocation
-	8,  // 30: ipledger.watcher.v1.IPPool.conditions:type_name -> ipledger.watcher.v1.Condition
-	9,  // 31: ipledger.watcher.v1.IPPoolAllocation.namespace_selectors:type_name -> ipledger.watcher.v1.LabelSelector
-	9,  // 32: ipledger.watcher.v1.IPPoolAllocation.service_selectors:type_name -> ipledger.watcher.v1.LabelSelector
-	27, // 33: ipledger.watcher.v1.ExternalWorkload.ports:type_name -> ipledger.watcher.v1.WorkloadPort
-	8,  // 34: ipledger.watcher.v1.ExternalWorkload.conditions:type_name -> ipledger.watcher.v1.Condition
-	24, // 35: ipledger.watcher.v1.ExternalWorkload.readiness_probe:type_name -> ipledger.watcher.v1.ReadinessProbe
-	25, // 36: ipledger.watcher.v1.ReadinessProbe.tcp_socket:type_name -> ipledger.watcher.v1.TCPSocketAction
-	26, // 37: ipledger.watcher.v1.ReadinessProbe.http_get:type_name -> ipledger.watcher.v1.HTTPGetAction
-	36, // 38: ipledger.watcher.v1.ConfigMap.data:type_name -> ipledger.watcher.v1.ConfigMap.DataEntry
-	30, // 39: ipledger.watcher.v1.Gateway.addresses:type_name -> ipledger.watcher.v1.GatewayAddress
-	40, // [40:40] is the sub-list for method output_type
-	40, // [40:40] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	32, // 17: ipledger.watcher.v1.Object.service_cidr:type_name -> ipledger.watcher.v1.ServiceCIDR
+	33, // 18: ipledger.watcher.v1.ObjectMeta.labels:type_name -> ipledger.watcher.v1.ObjectMeta.LabelsEntry
+	34, // 19: ipledger.watcher.v1.ObjectMeta.annotations:type_name -> ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
+	7,  // 20: ipledger.watcher.v1.ObjectMeta.owner_references:type_name -> ipledger.watcher.v1.OwnerReference
+	35, // 21: ipledger.watcher.v1.LabelSelector.match_labels:type_name -> ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
+	10, // 22: ipledger.watcher.v1.LabelSelector.match_expressions:type_name -> ipledger.watcher.v1.LabelSelectorRequirement
+	36, // 23: ipledger.watcher.v1.Service.selector:type_name -> ipledger.watcher.v1.Service.SelectorEntry
+	12, // 24: ipledger.watcher.v1.Service.ports:type_name -> ipledger.watcher.v1.ServicePort
+	13, // 25: ipledger.watcher.v1.Service.ingress:type_name -> ipledger.watcher.v1.LoadBalancerIngress
+	8,  // 26: ipledger.watcher.v1.Service.conditions:type_name -> ipledger.watcher.v1.Condition
+	15, // 27: ipledger.watcher.v1.Node.addresses:type_name -> ipledger.watcher.v1.NodeAddress
+	19, // 28: ipledger.watcher.v1.EndpointSlice.ports:type_name -> ipledger.watcher.v1.EndpointPort
+	20, // 29: ipledger.watcher.v1.EndpointSlice.endpoints:type_name -> ipledger.watcher.v1.Endpoint
+	22, // 30: ipledger.watcher.v1.IPPool.allocation:type_name -> ipledger.watcher.v1.IPPoolAllocation
+	8,  // 31: ipledger.watcher.v1.IPPool.conditions:type_name -> ipledger.watcher.v1.Condition
+	9,  // 32: ipledger.watcher.v1.IPPoolAllocation.namespace_selectors:type_name -> ipledger.watcher.v1.LabelSelector
+	9,  // 33: ipledger.watcher.v1.IPPoolAllocation.service_selectors:type_name -> ipledger.watcher.v1.LabelSelector
+	27, // 34: ipledger.watcher.v1.ExternalWorkload.ports:type_name -> ipledger.watcher.v1.WorkloadPort
+	8,  // 35: ipledger.watcher.v1.ExternalWorkload.conditions:type_name -> ipledger.watcher.v1.Condition
+	24, // 36: ipledger.watcher.v1.ExternalWorkload.readiness_probe:type_name -> ipledger.watcher.v1.ReadinessProbe
+	25, // 37: ipledger.watcher.v1.ReadinessProbe.tcp_socket:type_name -> ipledger.watcher.v1.TCPSocketAction
+	26, // 38: ipledger.watcher.v1.ReadinessProbe.http_get:type_name -> ipledger.watcher.v1.HTTPGetAction
+	37, // 39: ipledger.watcher.v1.ConfigMap.data:type_name -> ipledger.watcher.v1.ConfigMap.DataEntry
+	30, // 40: ipledger.watcher.v1.Gateway.addresses:type_name -> ipledger.watcher.v1.GatewayAddress
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_ipledger_watcher_v1_watcher_proto_init() }
@@ -2962,6 +3055,7 @@ func file_ipledger_watcher_v1_watcher_proto_init() {
 		(*Object_ConfigMap)(nil),
 		(*Object_Gateway)(nil),
 		(*Object_GatewayClass)(nil),
+		(*Object_ServiceCidr)(nil),
 	}
 	file_ipledger_watcher_v1_watcher_proto_msgTypes[20].OneofWrappers = []any{}
 	file_ipledger_watcher_v1_watcher_proto_msgTypes[22].OneofWrappers = []any{
@@ -2974,7 +3068,7 @@ func file_ipledger_watcher_v1_watcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ipledger_watcher_v1_watcher_proto_rawDesc), len(file_ipledger_watcher_v1_watcher_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -111,7 +111,7 @@ func New(cfg Config) (*App, error) {
 		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
 	sc := cfg.Stream
-	sc.Kinds = controller.Kinds
+	sc.Kinds, sc.OptionalKinds = controller.Kinds, controller.OptionalKinds
 	if a.watch, err = stream.New(sc, a.log, a.Registry); err != nil {
 		return nil, fmt.Errorf("watcher stream: %w", err)
 	}

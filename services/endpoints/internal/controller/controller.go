@@ -34,6 +34,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/stream"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/endpoints/internal/clusternet"
 	"github.com/ipledger/ipledger/services/endpoints/internal/planner"
 	"github.com/ipledger/ipledger/services/endpoints/internal/prober"
 )
@@ -58,6 +59,15 @@ var Kinds = []watcherv1.Kind{
 	watcherv1.Kind_KIND_SERVICE,
 	watcherv1.Kind_KIND_EXTERNAL_WORKLOAD,
 	watcherv1.Kind_KIND_ENDPOINT_SLICE,
+	watcherv1.Kind_KIND_NODE,
+}
+
+// OptionalKinds are streamed where the watcher serves them (a watcher of
+// 0.3.0 or older serves neither): the rest of what the cluster's own
+// networks are learnt from (clusternet).
+var OptionalKinds = []watcherv1.Kind{
+	watcherv1.Kind_KIND_SERVICE_CIDR,
+	watcherv1.Kind_KIND_KUBERNETES_ENDPOINT_SLICE,
 }
 
 // DefaultWorkers is the default number of Services synced concurrently.
@@ -120,6 +130,7 @@ func (c *Config) Validate() error {
 // Store is the read side of the stream the controller uses (*stream.Store).
 type Store interface {
 	Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool)
+	List(kind watcherv1.Kind) []*watcherv1.Object
 	ByIndex(kind watcherv1.Kind, name, value string) []*watcherv1.Object
 	IndexKeys(kind watcherv1.Kind, name, value string) []string
 	Attribute(kind watcherv1.Kind, name, key string) (any, bool)
@@ -257,7 +268,8 @@ func (c *Controller) NewWorker(term *leader.Term) (leader.Worker, error) {
 	// term's context and drops what is still buffered when the term ends.
 	st.recorder = term.Recorder()
 	// Probes and their writes use the term's context: none outlives it.
-	st.prober = prober.New(term.Context(), c.cfg.Probe, c.status, c.ProbeMetrics, st.log).WithEvents(st.recorder)
+	st.prober = prober.New(term.Context(), c.cfg.Probe, c.status, c.ProbeMetrics, st.log).WithEvents(st.recorder).
+		WithNetworks(st.networks.Load)
 	return &worker{st: st, queue: q}, nil
 }
 
@@ -268,6 +280,7 @@ func (c *Controller) newTermState(log *slog.Logger) *termState {
 		tracker:  newTracker(c.cfg.ExpectationTimeout, c.now),
 		triggers: map[string]time.Time{},
 		managed:  map[string]int{},
+		refused:  map[string]string{},
 		recorder: &record.FakeRecorder{},
 	}
 }
@@ -295,10 +308,14 @@ func (w *worker) Run(term *leader.Term) error {
 	// (the store replays by kind, Services before everything else), and
 	// a sync reads the store, which already holds the whole world, so the
 	// first writes need not wait for 10,000 workloads to be replayed.
+	st.networks.Store(st.learnNetworks())
+	st.log.Info("Learnt the cluster's own networks", "networks", st.networks.Load().Len())
 	st.replaying.Store(true)
 	registered := make(chan stream.Registration, 1)
 	go func() {
 		registered <- st.c.source.AddHandler(st.handler())
+		// What changed between the first learning and the replay.
+		st.relearnNetworks()
 		st.replaying.Store(false)
 	}()
 	done := make(chan struct{})
@@ -316,6 +333,7 @@ func (w *worker) Run(term *leader.Term) error {
 	close(done)
 	removed.Wait()
 	st.resetManaged()
+	st.resetRefused()
 	st.log.Info("Stopped leading: handlers removed, queue drained")
 	return nil
 }
@@ -332,10 +350,15 @@ type termState struct {
 	replaying atomic.Bool
 	// prober probes the workloads with a readiness probe; nil probes none.
 	prober *prober.Prober
+	// networks are the cluster's own networks (networks.go); netMu
+	// serializes learning them again.
+	networks atomic.Pointer[clusternet.Networks]
+	netMu    sync.Mutex
 
 	mu       sync.Mutex
 	triggers map[string]time.Time // service key -> earliest change not yet synced
 	managed  map[string]int       // service key -> endpoints in its slices
+	refused  map[string]string    // workload key -> why no slice may hold it
 }
 
 func (st *termState) handler() stream.Handler {
@@ -353,9 +376,13 @@ func (st *termState) handler() stream.Handler {
 // the replay's cost: one index lookup per label of each of 10,000
 // workloads); the prober still learns of it.
 func (st *termState) onReplay(o *watcherv1.Object) {
-	if o.GetKind() == watcherv1.Kind_KIND_EXTERNAL_WORKLOAD {
+	switch {
+	case o.GetKind() == watcherv1.Kind_KIND_EXTERNAL_WORKLOAD:
+		st.judge(o)
 		st.prober.Update(o)
 		return
+	case isNetworkKind(o.GetKind()):
+		return // learnt when the term started, and again after the replay
 	}
 	st.onChange(nil, o)
 }
@@ -374,9 +401,14 @@ func (st *termState) onChange(old, o *watcherv1.Object) {
 	case watcherv1.Kind_KIND_SERVICE:
 		st.queue(stream.Key(o))
 	case watcherv1.Kind_KIND_EXTERNAL_WORKLOAD:
+		st.judge(o)
 		st.prober.Update(o)
 		st.queueSelecting(old)
 		st.queueSelecting(o)
+	case watcherv1.Kind_KIND_NODE, watcherv1.Kind_KIND_SERVICE_CIDR, watcherv1.Kind_KIND_KUBERNETES_ENDPOINT_SLICE:
+		if networkFieldsChanged(old, o) {
+			st.relearnNetworks()
+		}
 	case watcherv1.Kind_KIND_ENDPOINT_SLICE:
 		key := planner.ServiceKeyOfSlice(o)
 		if key == "" {
@@ -393,8 +425,11 @@ func (st *termState) onDelete(o *watcherv1.Object) {
 	case watcherv1.Kind_KIND_SERVICE:
 		st.queue(stream.Key(o))
 	case watcherv1.Kind_KIND_EXTERNAL_WORKLOAD:
+		st.forget(o)
 		st.prober.Delete(o)
 		st.queueSelecting(o)
+	case watcherv1.Kind_KIND_NODE, watcherv1.Kind_KIND_SERVICE_CIDR, watcherv1.Kind_KIND_KUBERNETES_ENDPOINT_SLICE:
+		st.relearnNetworks()
 	case watcherv1.Kind_KIND_ENDPOINT_SLICE:
 		key := planner.ServiceKeyOfSlice(o)
 		if key == "" {
@@ -500,6 +535,7 @@ func (st *termState) sync(ctx context.Context, key string) (err error) {
 		MaxEndpointsPerSlice: st.c.cfg.MaxEndpointsPerSlice,
 		TriggerTime:          trigger,
 		TakenNames:           st.tracker.TakenNames(key),
+		Refuse:               st.refuse,
 	})
 	if plan.Writes() > 0 {
 		ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Service", Namespace: ns, Name: name, UID: types.UID(svc.GetMeta().GetUid())}

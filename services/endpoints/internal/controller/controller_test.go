@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -161,6 +162,12 @@ func (s *fakeStream) Get(kind watcherv1.Kind, ns, name string) (*watcherv1.Objec
 	defer s.mu.Unlock()
 	o, ok := s.objs[kind][ns+"/"+name]
 	return o, ok
+}
+
+func (s *fakeStream) List(kind watcherv1.Kind) []*watcherv1.Object {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Values(s.objs[kind]))
 }
 
 func (s *fakeStream) ByIndex(kind watcherv1.Kind, index, value string) []*watcherv1.Object {

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ipledger/ipledger/pkg/promreg"
+	"github.com/ipledger/ipledger/services/endpoints/internal/clusternet"
 )
 
 // Metrics are the controller's process-wide metrics; they outlive terms.
@@ -20,6 +21,10 @@ type Metrics struct {
 	EndpointsManaged prometheus.Gauge
 	// SyncDuration times one Service sync.
 	SyncDuration prometheus.Histogram
+	// WorkloadsRefused counts the ExternalWorkloads with an address no
+	// EndpointSlice may hold (the cluster's own networks, clusternet), by
+	// reason; zero while not leading.
+	WorkloadsRefused *prometheus.GaugeVec
 }
 
 // NewMetrics registers the controller's metrics on reg.
@@ -46,6 +51,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time to sync one Service, writes included.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
+		WorkloadsRefused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ipledger_endpoints_workloads_refused",
+			Help: "ExternalWorkloads with an address that never enters an EndpointSlice (the cluster's own networks: service-cidr, pod-cidr, node-address, api-server; or loopback, link-local, multicast, cloud-metadata, unspecified), by reason (zero while not leading).",
+		}, []string{"reason"}),
+	}
+	for _, r := range clusternet.Reasons {
+		m.WorkloadsRefused.WithLabelValues(r)
 	}
 	for _, op := range []string{opCreate, opUpdate, opDelete} {
 		for _, r := range []string{resultSuccess, resultError} {
@@ -55,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, r := range []string{resultSuccess, resultError, resultStale} {
 		m.Syncs.WithLabelValues(r)
 	}
-	if err := promreg.Register(reg, m.Syncs, m.SliceWrites, m.StaleRetries, m.EndpointsManaged, m.SyncDuration); err != nil {
+	if err := promreg.Register(reg, m.Syncs, m.SliceWrites, m.StaleRetries, m.EndpointsManaged, m.SyncDuration, m.WorkloadsRefused); err != nil {
 		return nil, err
 	}
 	return m, nil

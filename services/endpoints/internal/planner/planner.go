@@ -65,6 +65,11 @@ type Input struct {
 	// TakenNames are slice names known to exist although Existing does not
 	// show them (a create that found the name taken): new slices avoid them.
 	TakenNames []string
+	// Refuse says, in a sentence, why an address may not enter a slice
+	// although the API server would take it (the cluster's own networks,
+	// package clusternet), or "" to admit it. Nil admits every address the
+	// API server takes.
+	Refuse func(netip.Addr) string
 }
 
 // Plan is the set of writes that makes the slices match the desired state.
@@ -154,7 +159,7 @@ func Compute(in Input) Plan {
 	var plan Plan
 	desired := map[discoveryv1.AddressType]map[string]*group{}
 	if Selects(svc) {
-		desired, plan.Endpoints, plan.Skipped = desiredGroups(meta, svc, in.Workloads)
+		desired, plan.Endpoints, plan.Skipped = desiredGroups(meta, svc, in.Workloads, in.Refuse)
 	}
 
 	// Slices of an old Service with the same name, and slices of address
@@ -187,7 +192,7 @@ type group struct {
 	endpoints map[string]discoveryv1.Endpoint // by endpointKey
 }
 
-func desiredGroups(meta *watcherv1.ObjectMeta, svc *watcherv1.Service, workloads []*watcherv1.Object) (map[discoveryv1.AddressType]map[string]*group, int, []Skipped) {
+func desiredGroups(meta *watcherv1.ObjectMeta, svc *watcherv1.Service, workloads []*watcherv1.Object, refuse func(netip.Addr) string) (map[discoveryv1.AddressType]map[string]*group, int, []Skipped) {
 	families := AddressTypes(svc)
 	out := map[discoveryv1.AddressType]map[string]*group{}
 	for _, f := range families {
@@ -210,7 +215,7 @@ func desiredGroups(meta *watcherv1.ObjectMeta, svc *watcherv1.Service, workloads
 		placed := false
 		var refused []string
 		for _, f := range families {
-			addr, ok, why := workloadAddress(ew, f)
+			addr, ok, why := workloadAddress(ew, f, refuse)
 			if why != "" {
 				refused = append(refused, why)
 			}
@@ -298,7 +303,7 @@ func AddressRefused(a netip.Addr) string {
 
 // workloadAddress is the workload's address of type t; refused says why an
 // address of that type cannot be used.
-func workloadAddress(ew *watcherv1.ExternalWorkload, t discoveryv1.AddressType) (addr string, ok bool, refused string) {
+func workloadAddress(ew *watcherv1.ExternalWorkload, t discoveryv1.AddressType, refuse func(netip.Addr) string) (addr string, ok bool, refused string) {
 	for _, ip := range ew.GetWorkloadIps() {
 		a, err := netip.ParseAddr(ip)
 		if err != nil || addressType(a) != t {
@@ -306,6 +311,11 @@ func workloadAddress(ew *watcherv1.ExternalWorkload, t discoveryv1.AddressType) 
 		}
 		if why := AddressRefused(a); why != "" {
 			return "", false, ip + " is " + why
+		}
+		if refuse != nil {
+			if why := refuse(a); why != "" {
+				return "", false, why
+			}
 		}
 		// Canonical form, so what the API server stores compares equal
 		// to what the next plan computes.

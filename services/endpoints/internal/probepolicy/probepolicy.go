@@ -103,7 +103,7 @@ func (r Refusal) Refused() bool { return r.Reason != "" }
 // Check decides whether a may be probed.
 func (p Policy) Check(a netip.Addr) Refusal {
 	a = a.Unmap().WithZone("")
-	if r := builtin(a); r.Refused() {
+	if r := Builtin(a); r.Refused() {
 		return r
 	}
 	var (
@@ -143,8 +143,8 @@ func (p Policy) Check(a netip.Addr) Refusal {
 	return Refusal{}
 }
 
-// builtin is rule 1: addresses no flag admits.
-func builtin(a netip.Addr) Refusal {
+// Builtin is rule 1: addresses no flag admits (and no EndpointSlice holds).
+func Builtin(a netip.Addr) Refusal {
 	for _, m := range metadata {
 		if m.prefix.Contains(a) {
 			return Refusal{Reason: ReasonCloudMetadata, Message: fmt.Sprintf("%s is %s, never probed", a, m.what)}

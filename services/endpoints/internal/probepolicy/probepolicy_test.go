@@ -141,7 +141,7 @@ func FuzzCheck(f *testing.F) {
 		if r.Refused() && r.Message == "" {
 			t.Fatalf("Check(%s) refused without a message", a)
 		}
-		if b := builtin(a.Unmap().WithZone("")); b.Refused() && r.Reason != b.Reason {
+		if b := Builtin(a.Unmap().WithZone("")); b.Refused() && r.Reason != b.Reason {
 			t.Fatalf("Check(%s) with %s allowed = %+v, want the built-in refusal %q", a, allowed, r, b.Reason)
 		}
 	})

@@ -40,6 +40,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/endpoints/internal/clusternet"
 	"github.com/ipledger/ipledger/services/endpoints/internal/probepolicy"
 	"github.com/ipledger/ipledger/services/endpoints/internal/readiness"
 )
@@ -152,6 +153,8 @@ type Prober struct {
 	http   *http.Client
 	dial   func(ctx context.Context, network, address string) (net.Conn, error)
 	wg     sync.WaitGroup
+	// networks are the cluster's own networks (WithNetworks), never probed.
+	networks func() *clusternet.Networks
 
 	mu      sync.Mutex
 	stopped bool
@@ -176,7 +179,8 @@ func New(ctx context.Context, cfg Config, w StatusWriter, m *Metrics, log *slog.
 	if p.dial == nil {
 		p.dial = (&net.Dialer{}).DialContext
 	}
-	p.dial = guard(cfg.Policy, p.dial)
+	p.networks = func() *clusternet.Networks { return nil }
+	p.dial = guard(p.check, p.dial)
 	p.events = &record.FakeRecorder{}
 	m.Workloads.Set(0) // a leader exports it, even with nothing to probe
 	p.http = &http.Client{
@@ -210,11 +214,26 @@ func (p *Prober) WithEvents(r record.EventRecorder) *Prober {
 	return p
 }
 
-// guard refuses, before dialing, an address the policy refuses: probeOne
+// WithNetworks has the prober refuse, before the probe policy, every address
+// in the cluster's own networks as networks returns them at each probe.
+func (p *Prober) WithNetworks(networks func() *clusternet.Networks) *Prober {
+	if p != nil && networks != nil {
+		p.networks = networks
+	}
+	return p
+}
+
+// check decides whether a may be probed: the cluster's networks, then the
+// policy.
+func (p *Prober) check(a netip.Addr) probepolicy.Refusal {
+	return p.networks().Probe(a, p.cfg.Policy)
+}
+
+// guard refuses, before dialing, an address check refuses: probeOne
 // checks the workload's addresses first and never gets here with a refused
 // one; the guard keeps any other dial (an HTTP redirect, should the client
 // ever follow one) from reaching what the policy forbids.
-func guard(pol probepolicy.Policy, dial func(ctx context.Context, network, address string) (net.Conn, error)) func(ctx context.Context, network, address string) (net.Conn, error) {
+func guard(check func(netip.Addr) probepolicy.Refusal, dial func(ctx context.Context, network, address string) (net.Conn, error)) func(ctx context.Context, network, address string) (net.Conn, error) {
 	return func(ctx context.Context, network, address string) (net.Conn, error) {
 		host, _, err := net.SplitHostPort(address)
 		if err != nil {
@@ -224,7 +243,7 @@ func guard(pol probepolicy.Policy, dial func(ctx context.Context, network, addre
 		if err != nil {
 			return nil, fmt.Errorf("%s is not an address: not probed", host)
 		}
-		if r := pol.Check(a); r.Refused() {
+		if r := check(a); r.Refused() {
 			return nil, fmt.Errorf("not probed: %s", r.Message)
 		}
 		return dial(ctx, network, address)
@@ -567,7 +586,7 @@ func (p *Prober) refusal(probe *watcherv1.ReadinessProbe, ip string) (readiness.
 	if addr, err := netip.ParseAddr(ip); err != nil {
 		refusal = probepolicy.Refusal{Reason: probepolicy.ReasonUnspecified, Message: fmt.Sprintf("%q is not an IP address", ip)}
 	} else {
-		refusal = p.cfg.Policy.Check(addr)
+		refusal = p.check(addr)
 	}
 	if !refusal.Refused() {
 		return readiness.Result{}, false

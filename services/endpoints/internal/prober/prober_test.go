@@ -609,7 +609,7 @@ func TestPolicyRefusesBeforeDialing(t *testing.T) {
 // whoever asks for the connection (an HTTP redirect, were one followed).
 func TestGuardRefusesBeforeDialing(t *testing.T) {
 	pods, _ := netip.ParsePrefix("10.244.0.0/16")
-	d := guard(probepolicy.Policy{PodCIDRs: []netip.Prefix{pods}}, func(context.Context, string, string) (net.Conn, error) {
+	d := guard(probepolicy.Policy{PodCIDRs: []netip.Prefix{pods}}.Check, func(context.Context, string, string) (net.Conn, error) {
 		t.Fatal("dialed")
 		return nil, nil
 	})

@@ -52,6 +52,7 @@ var crdKinds = map[watcherv1.Kind]schema.GroupVersionKind{
 	watcherv1.Kind_KIND_EXTERNAL_WORKLOAD: convert.GroupVersion.WithKind("ExternalWorkload"),
 	watcherv1.Kind_KIND_GATEWAY:           convert.GatewayGroupVersion.WithKind("Gateway"),
 	watcherv1.Kind_KIND_GATEWAY_CLASS:     convert.GatewayGroupVersion.WithKind("GatewayClass"),
+	watcherv1.Kind_KIND_SERVICE_CIDR:      convert.ServiceCIDRKind,
 }
 
 // Sink receives converted objects; it must not block.
@@ -158,6 +159,9 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = PodLabelSelector }))
 	slices := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = EndpointSliceLabelSelector }))
+	// The API server's own addresses: the slices of default/kubernetes.
+	apiServer := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(metav1.NamespaceDefault),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = convert.KubernetesServiceLabelSelector }))
 	crds := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 
 	type inf struct {
@@ -170,6 +174,7 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 		{watcherv1.Kind_KIND_NAMESPACE, all.Core().V1().Namespaces().Informer()},
 		{watcherv1.Kind_KIND_POD, pods.Core().V1().Pods().Informer()},
 		{watcherv1.Kind_KIND_ENDPOINT_SLICE, slices.Discovery().V1().EndpointSlices().Informer()},
+		{watcherv1.Kind_KIND_KUBERNETES_ENDPOINT_SLICE, apiServer.Discovery().V1().EndpointSlices().Informer()},
 		{watcherv1.Kind_KIND_IP_POOL, crds.ForResource(convert.IPPoolResource).Informer()},
 		{watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, crds.ForResource(convert.ExternalWorkloadResource).Informer()},
 	}
@@ -198,6 +203,7 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 	all.Start(ctx.Done())
 	pods.Start(ctx.Done())
 	slices.Start(ctx.Done())
+	apiServer.Start(ctx.Done())
 	go ledger.run(ctx)
 	crds.Start(ctx.Done())
 	go s.optional.run(ctx)
@@ -293,6 +299,9 @@ func (h *handler) transform(obj any) (any, error) {
 		h.log.Warn("Skipping an object that does not convert", "kind", h.kind.String(), "err", err)
 		return obj, nil
 	}
+	// The informer's kind names what the object is served as: an
+	// EndpointSlice of default/kubernetes is KIND_KUBERNETES_ENDPOINT_SLICE.
+	o.Kind = h.kind
 	return cached{store.Encode(o)}, nil
 }
 

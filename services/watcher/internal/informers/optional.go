@@ -21,8 +21,9 @@ import (
 // the optional kinds' CRDs are installed.
 const DefaultDiscoveryInterval = 30 * time.Second
 
-// optionalKind is a kind served only while its CRD is installed: the Gateway
-// API's, which ipledger reads but does not ship. An informer started without
+// optionalKind is a kind served only while its resource is: the Gateway
+// API's, which ipledger reads but does not ship, and ServiceCIDR, which the
+// API serves from Kubernetes 1.33. An informer started without
 // its resource would list in vain forever and hold the watcher unsynced.
 type optionalKind struct {
 	kind     watcherv1.Kind
@@ -32,6 +33,7 @@ type optionalKind struct {
 var optionalKinds = []optionalKind{
 	{watcherv1.Kind_KIND_GATEWAY, convert.GatewayResource},
 	{watcherv1.Kind_KIND_GATEWAY_CLASS, convert.GatewayClassResource},
+	{watcherv1.Kind_KIND_SERVICE_CIDR, convert.ServiceCIDRResource},
 }
 
 // optionalInformers starts an optional kind's informer once discovery lists

@@ -1,0 +1,116 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/services/endpoints/internal/clusternet"
+)
+
+// A tenant's workloads at the cluster's own addresses — the API server's
+// ClusterIP, an address in a Node's Pod range, a kubelet's address, the API
+// server's own address — never enter the tenant's slices (issue 47 §1):
+// otherwise the public address ipam gave the tenant would front the cluster.
+// A Node that joins later with a Pod range takes the workloads in it out of
+// the slices. Real API server, real watcher binary.
+func TestClusterOwnAddressesNeverEnterASlice(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t, nil)
+	k8s, err := env.Client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createNode(t, env, "ep-clusternet-1-"+ns, "198.18.0.0/24", "198.18.1.10")
+	// The test API server runs without an endpoint reconciler: write the
+	// slice of default/kubernetes a real one keeps.
+	apiSlice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes-" + ns, Namespace: metav1.NamespaceDefault,
+			Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"}},
+		AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"198.18.2.1"}}},
+	}
+	if _, err := env.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx, apiSlice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Delete(context.Background(), apiSlice.Name, metav1.DeleteOptions{})
+	})
+
+	createService(t, env, ns, "web", svcSpec{})
+	for name, ip := range map[string]string{
+		"at-cluster-ip": k8s.Spec.ClusterIP, "in-pod-range": "198.18.0.7", "at-kubelet": "198.18.1.10",
+		"at-api-server": "198.18.2.1", "vm": "192.0.2.77", "joins-later": "198.18.3.5",
+	} {
+		createWorkload(t, env, ns, name, wlSpec{app: "web", ips: []string{ip}, ready: true})
+	}
+	r := startReplica(t, env, startWatcher(t, env), "a", replicaOpts{lease: leaseName(t)})
+
+	wantOnly := func(names ...string) {
+		t.Helper()
+		got := waitSlices(t, env, ns, "web", 1, len(names))
+		for i, e := range got[0].Endpoints {
+			if e.TargetRef == nil || !slices.Contains(names, e.TargetRef.Name) {
+				t.Fatalf("endpoint %d is %+v, want only %v", i, e.TargetRef, names)
+			}
+		}
+	}
+	wantOnly("vm", "joins-later")
+	testenv.Eventually(t, 30*time.Second, func() error {
+		for _, reason := range []string{clusternet.ReasonServiceCIDR, clusternet.ReasonPodCIDR, clusternet.ReasonNodeAddress, clusternet.ReasonAPIServer} {
+			if v := testutil.ToFloat64(r.Controller.Metrics.WorkloadsRefused.WithLabelValues(reason)); v != 1 {
+				return fmt.Errorf("ipledger_endpoints_workloads_refused{reason=%q} = %v, want 1", reason, v)
+			}
+		}
+		return nil
+	})
+	testenv.Eventually(t, 30*time.Second, func() error {
+		evs, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=in-pod-range,reason=AddressRefused"})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Type == corev1.EventTypeWarning && containsAll(e.Message, "198.18.0.7", "Pod range 198.18.0.0/24", "Node ep-clusternet-1-"+ns) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no AddressRefused Event naming the address, the range and the Node on in-pod-range: %d events", len(evs.Items))
+	})
+
+	// A Node joins with a Pod range holding a workload already in the slice.
+	createNode(t, env, "ep-clusternet-2-"+ns, "198.18.3.0/24", "198.18.4.10")
+	wantOnly("vm")
+}
+
+func createNode(t *testing.T, env *testenv.Env, name, podCIDR, internalIP string) {
+	t.Helper()
+	ctx := context.Background()
+	n, err := env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: internalIP}}
+	if _, err := env.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func containsAll(s string, parts ...string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
