@@ -81,9 +81,9 @@ func TestEndpointsWritesOnlySlicesOfItsServices(t *testing.T) {
 		return err
 	})
 
-	// The forgeries measured against 0.3.0's policy, with everything else
-	// right: the label managed-by endpoints, the owner reference to the real
-	// Service. Only the namespace and name refuse them.
+	// The forgeries measured against the policy before this rule, with
+	// everything else right: the label managed-by endpoints, the owner
+	// reference to the real Service. Only the namespace and name refuse them.
 	dns := service(t, "kube-system", "kube-dns")
 	_, err := endpoints.EndpointSlices("kube-system").Create(ctx, sliceOf("kube-system", "kube-dns-ipledger", "kube-dns", dns), dryRun)
 	refusedNaming(t, "endpoints adds a slice to kube-system/kube-dns", err, "kube-system")
