@@ -6,6 +6,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +31,32 @@ func TestNoInstallSharesAClusterID(t *testing.T) {
 			t.Errorf("%s sets eipd's --cluster-id: every cluster installed from it would share the tag and sweep each other's addresses", k)
 		}
 	}
+}
+
+// TestProductionIgnoresTheLegacyOptIn: the deprecated opt-in
+// ipledger.io/externalip-auto-assign is a label a kubelet may set on its own
+// Node, so with --legacy-opt-in=accept (the binary's default this release) a
+// compromised node gets itself a public address. The production install
+// honours only the operator's label: eipd's last --legacy-opt-in (the one
+// the flag package keeps) is ignore.
+func TestProductionIgnoresTheLegacyOptIn(t *testing.T) {
+	const k = "overlays/production"
+	for _, d := range deployments(t, render(t, k)) {
+		if d.Name != "ipledger-eipd" {
+			continue
+		}
+		last := ""
+		for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+			if v, ok := strings.CutPrefix(a, "--legacy-opt-in="); ok {
+				last = v
+			}
+		}
+		if last != "ignore" {
+			t.Errorf("%s: eipd runs with --legacy-opt-in=%q (none: accept), want ignore: a kubelet could opt its own Node in", k, last)
+		}
+		return
+	}
+	t.Fatalf("%s renders no Deployment ipledger-eipd", k)
 }
 
 // TestE2EOverlayRunsTheImagesMakeImagesBuilds: the real-node tests install

@@ -82,8 +82,9 @@ func TestEndpointsWritesOnlyItsOwnSlices(t *testing.T) {
 	_, err = endpoints.EndpointSlices(ns).Create(ctx, slice(ns, "unlabelled", ""), metav1.CreateOptions{})
 	refusedByPolicy(t, "endpoints creates a slice without managed-by", err, slicesPolicy)
 
-	// Its own slices: the writes of services/endpoints/internal/controller.
-	own, err := endpoints.EndpointSlices(ns).Create(ctx, slice(ns, "vms", ours), metav1.CreateOptions{})
+	// Its own slices: the writes of services/endpoints/internal/controller
+	// (owned by their Service: TestEndpointsWritesOnlySlicesOfItsServices).
+	own, err := endpoints.EndpointSlices(ns).Create(ctx, sliceOf(ns, "vms", "vms", service(t, ns, "vms")), metav1.CreateOptions{})
 	allowed(t, "endpoints creates its own slice", err)
 	if err != nil {
 		t.FailNow()
