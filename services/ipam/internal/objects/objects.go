@@ -430,6 +430,7 @@ func AllocatorReservation(r ledger.Reservation) allocator.Reservation {
 		out.ForService = r.ForService.Key()
 	}
 	out.SharingKey, out.Kept = r.Kept()
+	out.Tenant = r.KeptTenant()
 	return out
 }
 
@@ -438,6 +439,6 @@ func AllocatorReservation(r ledger.Reservation) allocator.Reservation {
 // UID that Service had.
 func KeptReservation(r allocator.Reservation, uid string) ledger.Reservation {
 	ns, name, _ := strings.Cut(r.ForService, "/")
-	return ledger.Reservation{IP: r.IP, Note: ledger.KeptNote(r.SharingKey), CreatedAt: r.CreatedAt.UTC().Truncate(time.Second),
+	return ledger.Reservation{IP: r.IP, Note: ledger.KeptNoteFor(r.SharingKey, r.Tenant), CreatedAt: r.CreatedAt.UTC().Truncate(time.Second),
 		ForService: &ledger.ServiceRef{Namespace: ns, Name: name, UID: uid}}
 }
