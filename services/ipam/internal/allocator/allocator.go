@@ -204,8 +204,10 @@ type Request struct {
 	// Namespace is the namespace whose pools serve the Service (their
 	// spec.allocation.namespaces and namespaceSelectors): the Service's own,
 	// or the Gateway's it serves; "" is the Service's. NamespaceLabels are
-	// that namespace's labels. Quotas and sharing count by the Service's
-	// own namespace.
+	// that namespace's labels. Quotas (maxAddressesPerNamespace) count
+	// against it too: a Gateway's Service is its tenant's, wherever its
+	// Gateway controller made it. Sharing goes by the Service's own
+	// namespace.
 	Namespace       string
 	NamespaceLabels map[string]string
 	ServiceLabels   map[string]string
@@ -286,6 +288,18 @@ type Reservation struct {
 	// SharingKey is the key it was held under.
 	Kept       bool
 	SharingKey string
+	// Tenant is the namespace whose quota a kept address counts against
+	// (Request.Namespace of the Service that released it); "" is
+	// ForService's namespace.
+	Tenant string
+}
+
+// tenant is the namespace a kept reservation counts against.
+func (r Reservation) tenant() string {
+	if r.Tenant != "" {
+		return r.Tenant
+	}
+	return namespaceOf(r.ForService)
 }
 
 // FamilyUsage counts the addresses of one family of a pool. Total excludes
@@ -359,6 +373,9 @@ type Allocator struct {
 	claimsOf map[string][]netip.Addr            // Service -> requested IPs
 	used     map[string]*[2]*big.Int            // serving pool -> used IPv4, IPv6
 	nsAddrs  nsAddrs                            // what maxAddressesPerNamespace caps
+	// tenants: Services counted against another namespace than their
+	// own (SetTenant) -> that namespace.
+	tenants map[string]string
 	// outside counts by origin the held IPs their pool no longer offers
 	// (HeldOutside), kept as IPs are held and released and recounted by
 	// SetPools: every pass's pool status asks, and a scan of every held IP
@@ -410,6 +427,7 @@ func New() *Allocator {
 		foreignOf:  map[string][]netip.Addr{},
 		foreignAt:  map[netip.Addr][]string{},
 		outside:    map[string]int{},
+		tenants:    map[string]string{},
 	}
 }
 
@@ -539,7 +557,7 @@ func (a *Allocator) hold(ip netip.Addr, service string, sh Sharing) {
 			a.outside[st.origin]++
 		}
 		st.holders = slices.Insert(st.holders, i, holder{service, shared})
-		a.nsAddrs.add(st.pool, namespaceOf(service), ip)
+		a.nsAddrs.add(st.pool, a.tenantOf(service), ip)
 		held := a.bySvc[service]
 		if !slices.Contains(held, ip) {
 			held = append(held, ip)
@@ -804,6 +822,44 @@ func (r Request) inNamespace() string {
 	return "the Service is in namespace " + r.tenant()
 }
 
+// SetTenant records that service counts against the quotas of namespace
+// ns (Request.Namespace: the namespace of the Gateway it serves) rather than
+// its own, moving what it holds and requests there. Allocate and Claim call
+// it; a caller restoring holds (Assign) calls it first, so that a restart
+// counts as the allocator did before. Release forgets it.
+func (a *Allocator) SetTenant(service, ns string) {
+	if ns == "" || ns == namespaceOf(service) {
+		ns = namespaceOf(service)
+	}
+	old := a.tenantOf(service)
+	if ns == old {
+		return
+	}
+	if ns == namespaceOf(service) {
+		delete(a.tenants, service)
+	} else {
+		a.tenants[service] = ns
+	}
+	for _, ip := range a.bySvc[service] {
+		if st := a.ips[ip]; st != nil {
+			a.nsAddrs.remove(st.pool, old, ip)
+			a.nsAddrs.add(st.pool, ns, ip)
+		}
+	}
+	for _, ip := range a.claimsOf[service] {
+		a.nsAddrs.remove(a.poolName(ip), old, ip)
+		a.nsAddrs.add(a.poolName(ip), ns, ip)
+	}
+}
+
+// tenantOf is the namespace whose quotas service counts against.
+func (a *Allocator) tenantOf(service string) string {
+	if ns, ok := a.tenants[service]; ok {
+		return ns
+	}
+	return namespaceOf(service)
+}
+
 // namespaceOf is the namespace of a "namespace/name" Service key.
 func namespaceOf(service string) string {
 	ns, _, _ := strings.Cut(service, "/")
@@ -843,7 +899,7 @@ func (a *Allocator) Release(service string) []Allocation {
 		if len(st.holders) == 0 && a.isOutside(ip, st) {
 			a.addOutside(st.origin, -1)
 		}
-		a.nsAddrs.remove(st.pool, namespaceOf(service), ip)
+		a.nsAddrs.remove(st.pool, a.tenantOf(service), ip)
 		a.unshare(key, ip, st)
 		if a.dropIfFree(ip) {
 			a.freed.note(ip, service)
@@ -851,6 +907,7 @@ func (a *Allocator) Release(service string) []Allocation {
 	}
 	delete(a.bySvc, service)
 	a.setClaims(service, nil)
+	delete(a.tenants, service)
 	return out
 }
 
@@ -870,6 +927,7 @@ func (a *Allocator) Release(service string) []Allocation {
 // IP outside every serving pool is not claimed and is not an error here
 // (Allocate says RequestedIPNotInPool).
 func (a *Allocator) Claim(req Request) error {
+	a.SetTenant(req.Service, req.tenant())
 	var ok []netip.Addr
 	var refused []string
 	for _, ip := range req.RequestedIPs {
@@ -913,7 +971,7 @@ func (a *Allocator) claimRefusal(p *Pool, req Request) string {
 // claimQuotaRefusal says why ip may not be claimed for req under pool p's
 // maxAddressesPerNamespace, "" when it may.
 func (a *Allocator) claimQuotaRefusal(p *Pool, req Request, ip netip.Addr) string {
-	ns := namespaceOf(req.Service)
+	ns := req.tenant()
 	if !a.overQuota(p, ns, ip, 0) {
 		return ""
 	}
@@ -933,7 +991,7 @@ func quotaMessage(p *Pool, ns string, n, more int) string {
 
 // setClaims replaces the IPs service claims; nil clears.
 func (a *Allocator) setClaims(service string, ips []netip.Addr) {
-	ns := namespaceOf(service)
+	ns := a.tenantOf(service)
 	for _, ip := range a.claimsOf[service] {
 		if m := a.claims[ip]; m != nil {
 			if _, ok := m[service]; ok {
@@ -1062,7 +1120,7 @@ func (a *Allocator) Reserve(r Reservation) error {
 	st.reservation = &rc
 	if rc.Kept {
 		a.kept.add(rc)
-		a.nsAddrs.add(st.pool, namespaceOf(rc.ForService), r.IP)
+		a.nsAddrs.add(st.pool, rc.tenant(), r.IP)
 	}
 	return nil
 }
@@ -1078,7 +1136,7 @@ func (a *Allocator) Unreserve(ip netip.Addr) (Reservation, bool) {
 	st.reservation = nil
 	if r.Kept {
 		a.kept.remove(r)
-		a.nsAddrs.remove(st.pool, namespaceOf(r.ForService), ip)
+		a.nsAddrs.remove(st.pool, r.tenant(), ip)
 	}
 	a.dropIfFree(ip)
 	return r, true

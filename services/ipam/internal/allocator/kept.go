@@ -46,7 +46,7 @@ type keptIndex struct {
 type keptAge struct {
 	ip netip.Addr
 	at time.Time
-	ns string // the namespace of the Service it is kept for
+	ns string // the namespace whose quota it counts against (Reservation.tenant)
 }
 
 func compareAge(x, y keptAge) int {
@@ -64,7 +64,7 @@ func (x *keptIndex) add(r Reservation) {
 		x.byNamespace, x.sorted = map[string][]keptAge{}, true
 	}
 	ns := namespaceOf(r.ForService)
-	e := keptAge{r.IP, r.CreatedAt, ns}
+	e := keptAge{r.IP, r.CreatedAt, r.tenant()}
 	x.all[r.IP] = e
 	x.byService[r.ForService] = append(x.byService[r.ForService], r.IP)
 	if r.SharingKey != "" {
@@ -75,10 +75,10 @@ func (x *keptIndex) add(r Reservation) {
 		x.sorted = false
 	}
 	x.byAge = append(x.byAge, e)
-	if l := x.byNamespace[ns]; len(l) > 0 && compareAge(l[len(l)-1], e) > 0 {
+	if l := x.byNamespace[e.ns]; len(l) > 0 && compareAge(l[len(l)-1], e) > 0 {
 		x.sorted = false
 	}
-	x.byNamespace[ns] = append(x.byNamespace[ns], e)
+	x.byNamespace[e.ns] = append(x.byNamespace[e.ns], e)
 }
 
 func (x *keptIndex) stale(e keptAge) bool {
@@ -255,7 +255,7 @@ func (a *Allocator) KeepOnRelease(services []string, at time.Time) []Reservation
 				slices.ContainsFunc(st.holders, func(h holder) bool { return !releasing[h.service] }) {
 				continue
 			}
-			out = append(out, Reservation{IP: ip, ForService: s, Kept: true, SharingKey: st.holders[0].key(), CreatedAt: at})
+			out = append(out, Reservation{IP: ip, ForService: s, Kept: true, SharingKey: st.holders[0].key(), CreatedAt: at, Tenant: a.tenants[s]})
 		}
 	}
 	slices.SortFunc(out, func(x, y Reservation) int { return x.IP.Compare(y.IP) })
@@ -344,7 +344,7 @@ func (a *Allocator) oldestKept(p *Pool, f Family, service string, ownOnly bool) 
 	ok := func(ip netip.Addr) bool {
 		return FamilyOf(ip) == f && p.allocatable(ip) && !a.claimedByOther(ip, service) && len(a.ips[ip].holders) == 0
 	}
-	if ip, found := a.kept.oldest(namespaceOf(service), ok); found || ownOnly {
+	if ip, found := a.kept.oldest(a.tenantOf(service), ok); found || ownOnly {
 		return ip, found
 	}
 	return a.kept.oldest("", ok)
@@ -391,6 +391,6 @@ func (a *Allocator) unkeep(ip netip.Addr) (Reservation, bool) {
 	r.IP = ip
 	st.reservation = nil
 	a.kept.remove(r)
-	a.nsAddrs.remove(st.pool, namespaceOf(r.ForService), ip)
+	a.nsAddrs.remove(st.pool, r.tenant(), ip)
 	return r, true
 }

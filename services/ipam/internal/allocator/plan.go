@@ -159,7 +159,7 @@ type eval struct {
 // addresses it would give: first the pool's rules (refusal), then the picks
 // of the required and the optional families (picker).
 func (a *Allocator) evaluate(p *Pool, req Request, n need) eval {
-	k := picker{eval: eval{pool: p, verdict: Verdict{Pool: p.name}}, a: a, req: req, ns: namespaceOf(req.Service)}
+	k := picker{eval: eval{pool: p, verdict: Verdict{Pool: p.name}}, a: a, req: req, ns: req.tenant()}
 	if r, msg := a.refusal(p, req, n); r != "" {
 		k.fail(r, msg)
 		return k.eval
@@ -249,7 +249,7 @@ type picker struct {
 	eval
 	a   *Allocator
 	req Request
-	ns  string // the Service's namespace, whose quota counts
+	ns  string // the request's tenant (Request.Namespace), whose quota counts
 }
 
 // fail sets the verdict to reason r with message msg, and reports false.
@@ -406,7 +406,7 @@ func (a *Allocator) pick(p *Pool, f Family, chosen []netip.Addr, req Request) (n
 // longest (kept.go) — never one held, reserved otherwise, claimed by a
 // Service other than service, or skipped by avoidBuggyIPs.
 func (a *Allocator) lowestFree(p *Pool, f Family, service string) (netip.Addr, bool) {
-	if max := p.spec.MaxAddressesPerNamespace; max > 0 && a.nsAddrs.count(p.name, namespaceOf(service)) >= max {
+	if max := p.spec.MaxAddressesPerNamespace; max > 0 && a.nsAddrs.count(p.name, a.tenantOf(service)) >= max {
 		// At its cap, a namespace may still take what is kept for it (a
 		// new address is refused by the quota).
 		if ip, ok := a.oldestKept(p, f, service, true); ok {
@@ -871,6 +871,7 @@ func addrList(ips []netip.Addr) string {
 // nothing changes: Allocate never releases, so an IP still shown in a status
 // is never handed to another Service.
 func (a *Allocator) Allocate(req Request) (Result, error) {
+	a.SetTenant(req.Service, req.tenant())
 	d := a.plan(req)
 	switch o := d.outcome; o.kind {
 	case release:

@@ -11,7 +11,8 @@ type poolNS struct{ pool, namespace string }
 
 // nsAddrs counts, per serving pool and namespace, the distinct addresses
 // that the namespace's Services hold or request (claim) in it, or that are
-// kept for them (kept.go): what a pool's maxAddressesPerNamespace caps. A
+// kept for them (kept.go); a Service serving a Gateway of another namespace
+// is that namespace's (Request.Namespace, SetTenant): what a pool's maxAddressesPerNamespace caps. A
 // claim counts because a requested address is kept from everyone else's
 // auto allocation: uncounted, a namespace under its quota could block a
 // whole pool by requesting every address of it. A kept address counts so
@@ -112,16 +113,16 @@ func (a *Allocator) recountNamespaces() {
 	}
 	for ip, st := range a.ips {
 		for _, h := range st.holders {
-			a.nsAddrs.add(st.pool, namespaceOf(h.service), ip)
+			a.nsAddrs.add(st.pool, a.tenantOf(h.service), ip)
 		}
 		if r := st.reservation; r != nil && r.Kept {
-			a.nsAddrs.add(st.pool, namespaceOf(r.ForService), ip)
+			a.nsAddrs.add(st.pool, r.tenant(), ip)
 		}
 	}
 	for ip, services := range a.claims {
 		pool := a.poolName(ip)
 		for s := range services {
-			a.nsAddrs.add(pool, namespaceOf(s), ip)
+			a.nsAddrs.add(pool, a.tenantOf(s), ip)
 		}
 	}
 }

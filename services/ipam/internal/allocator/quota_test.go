@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestNamespaceQuota: a pool's maxAddressesPerNamespace caps what one
@@ -176,5 +177,80 @@ func TestRequestsFollowThePoolsTenancy(t *testing.T) {
 	}
 	if _, err := a.Allocate(Request{Service: "evil/joins", Sharing: joiner}); reasonOf(err) != ReasonNoMatchingPool {
 		t.Fatalf("evil/joins with the held address's key: %v, want NoMatchingPool", err)
+	}
+}
+
+// TestNamespaceQuotaCountsTheGatewaysNamespace: a Service serving a Gateway
+// of another namespace (Request.Namespace, Envoy Gateway's Services in
+// envoy-gateway-system) counts against the Gateway's namespace: tenants a
+// and b each get their Gateway's address under a cap of 1, a second of a's
+// is refused naming a, and the Gateway controller's namespace counts
+// nothing. The count follows the tenant through Assign (a restart), a
+// release that keeps the address, and SetPools' recount.
+func TestNamespaceQuotaCountsTheGatewaysNamespace(t *testing.T) {
+	capped := spec("10.0.0.0/28")
+	capped.MaxAddressesPerNamespace = 1
+	keep := time.Hour
+	capped.KeepReleased = &keep
+	a := newAllocator(t, mustPool(t, "capped", capped))
+	gw := func(svc, tenant string) Request {
+		return Request{Service: "envoy-gateway-system/" + svc, Namespace: tenant}
+	}
+	mustAllocate(t, a, gw("envoy-a-one", "a"))
+	mustAllocate(t, a, gw("envoy-b-one", "b"))
+	_, err := a.Allocate(gw("envoy-a-two", "a"))
+	if reasonOf(err) != ReasonNamespaceQuotaExceeded || !strings.Contains(err.Error(), "namespace a holds or requests 1 addresses of pool capped") {
+		t.Fatalf("a's second Gateway: %v, want NamespaceQuotaExceeded naming namespace a", err)
+	}
+	if err := a.Claim(Request{Service: "envoy-gateway-system/envoy-a-asks", Namespace: "a", RequestedIPs: addrs("10.0.0.9")}); err == nil || !strings.Contains(err.Error(), "namespace a holds") {
+		t.Fatalf("a's claim past its quota: %v, want it refused naming namespace a", err)
+	}
+	// The controller's own namespace has its own cap, untouched.
+	mustAllocate(t, a, Request{Service: "envoy-gateway-system/metrics"})
+	if got := a.AtQuota("capped"); !slices.Equal(got, []NamespaceUse{{"a", 1}, {"b", 1}, {"envoy-gateway-system", 1}}) {
+		t.Fatalf("AtQuota = %v", got)
+	}
+	a.SetPools([]*Pool{mustPool(t, "capped", capped)})
+	if got := a.AtQuota("capped"); !slices.Equal(got, []NamespaceUse{{"a", 1}, {"b", 1}, {"envoy-gateway-system", 1}}) {
+		t.Fatalf("AtQuota after SetPools = %v", got)
+	}
+
+	// A restart: Assign from the ledger before the tenant is known counts
+	// against the Service's namespace; SetTenant moves it to the Gateway's.
+	b := newAllocator(t, mustPool(t, "capped", capped))
+	b.SetTenant("envoy-gateway-system/envoy-a-one", "a")
+	if err := b.Assign("envoy-gateway-system/envoy-a-one", addrs("10.0.0.0"), Sharing{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Assign("envoy-gateway-system/envoy-b-one", addrs("10.0.0.1"), Sharing{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.AtQuota("capped"); !slices.Equal(got, []NamespaceUse{{"a", 1}, {"envoy-gateway-system", 1}}) {
+		t.Fatalf("AtQuota before b's tenant is known = %v", got)
+	}
+	b.SetTenant("envoy-gateway-system/envoy-b-one", "b")
+	if got := b.AtQuota("capped"); !slices.Equal(got, []NamespaceUse{{"a", 1}, {"b", 1}}) {
+		t.Fatalf("AtQuota once b's tenant is known = %v", got)
+	}
+
+	// Released and kept: the kept address still counts against a, and
+	// the reservation says so (the ledger records it).
+	kept := b.KeepOnRelease([]string{"envoy-gateway-system/envoy-a-one"}, time.Unix(1_700_000_000, 0))
+	if len(kept) != 1 || kept[0].Tenant != "a" {
+		t.Fatalf("KeepOnRelease = %+v, want one reservation kept for tenant a", kept)
+	}
+	b.Release("envoy-gateway-system/envoy-a-one")
+	if err := b.Reserve(kept[0]); err != nil {
+		t.Fatal(err)
+	}
+	if res := mustAllocate(t, b, Request{Service: "envoy-gateway-system/other"}); res.IPs[0] == kept[0].IP {
+		t.Fatalf("another namespace took %s, kept for a", res.IPs[0])
+	}
+	// At its cap, a takes back what is kept for it, and nothing more.
+	if res := mustAllocate(t, b, gw("envoy-a-two", "a")); res.IPs[0] != kept[0].IP {
+		t.Fatalf("a's new Gateway got %v, want %s kept for a", res.IPs, kept[0].IP)
+	}
+	if _, err := b.Allocate(gw("envoy-a-three", "a")); reasonOf(err) != ReasonNamespaceQuotaExceeded {
+		t.Fatalf("a's third Gateway: %v, want NamespaceQuotaExceeded", err)
 	}
 }

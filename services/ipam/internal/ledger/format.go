@@ -108,24 +108,58 @@ const keptNotePrefix = "ipledger.io/kept"
 
 // KeptNote is the note of a reservation that keeps an address for the
 // Service that released it, held under sharingKey ("" for none).
-func KeptNote(sharingKey string) string {
-	if sharingKey == "" {
-		return keptNotePrefix
+func KeptNote(sharingKey string) string { return KeptNoteFor(sharingKey, "") }
+
+// KeptNoteFor is KeptNote for a Service that counted against the quotas of
+// namespace tenant rather than its own (a Gateway's Service made in the
+// Gateway controller's namespace); "" is its own.
+func KeptNoteFor(sharingKey, tenant string) string {
+	note := keptNotePrefix
+	if tenant != "" {
+		note += " tenant=" + tenant
 	}
-	return keptNotePrefix + " sharingKey=" + sharingKey
+	if sharingKey != "" {
+		note += " sharingKey=" + sharingKey
+	}
+	return note
 }
 
 // Kept reports whether r keeps an address for the Service that released it,
 // and the sharing key it was held under.
 func (r Reservation) Kept() (sharingKey string, ok bool) {
+	_, key, ok := r.kept()
+	return key, ok
+}
+
+// KeptTenant is the namespace whose quotas a kept reservation counts
+// against when it is not its Service's own (KeptNoteFor), else "".
+func (r Reservation) KeptTenant() string {
+	tenant, _, _ := r.kept()
+	return tenant
+}
+
+func (r Reservation) kept() (tenant, sharingKey string, ok bool) {
 	if r.ForService == nil {
-		return "", false
+		return "", "", false
 	}
-	if r.Note == keptNotePrefix {
-		return "", true
+	rest, ok := strings.CutPrefix(r.Note, keptNotePrefix)
+	if !ok {
+		return "", "", false
 	}
-	key, ok := strings.CutPrefix(r.Note, keptNotePrefix+" sharingKey=")
-	return key, ok && key != ""
+	if t, ok := strings.CutPrefix(rest, " tenant="); ok {
+		tenant, rest, _ = strings.Cut(t, " ")
+		if tenant == "" {
+			return "", "", false
+		}
+		if rest != "" {
+			rest = " " + rest
+		}
+	}
+	if rest == "" {
+		return tenant, "", true
+	}
+	key, ok := strings.CutPrefix(rest, " sharingKey=")
+	return tenant, key, ok && key != ""
 }
 
 // IsKeptNote reports whether note is in the form of KeptNote, which only ipam

@@ -57,3 +57,19 @@ func TestKeptRecordIsWhatThePreviousReleaseReads(t *testing.T) {
 		t.Errorf("a reservation for no Service reads as kept")
 	}
 }
+
+// TestKeptNoteTenant: a kept reservation of a Gateway's Service records the
+// namespace whose quota it counts against, beside its sharing key.
+func TestKeptNoteTenant(t *testing.T) {
+	svc := &ServiceRef{Namespace: "envoy-gateway-system", Name: "envoy-a", UID: "u"}
+	for _, tc := range []struct{ key, tenant string }{{"", ""}, {"k", ""}, {"", "team-a"}, {"k v", "team-a"}} {
+		r := Reservation{Note: KeptNoteFor(tc.key, tc.tenant), ForService: svc}
+		key, ok := r.Kept()
+		if !ok || key != tc.key || r.KeptTenant() != tc.tenant {
+			t.Errorf("%q: Kept() = %q, %v, KeptTenant() = %q; want %q, %q", r.Note, key, ok, r.KeptTenant(), tc.key, tc.tenant)
+		}
+	}
+	if _, ok := (Reservation{Note: "ipledger.io/kept tenant=", ForService: svc}).Kept(); ok {
+		t.Error("an empty tenant read as kept")
+	}
+}

@@ -33,6 +33,12 @@ const (
 const (
 	LabelEnvoyGatewayName      = "gateway.envoyproxy.io/owning-gateway-name"
 	LabelEnvoyGatewayNamespace = "gateway.envoyproxy.io/owning-gateway-namespace"
+	// LabelEnvoyGatewayClass marks the one Service of every Gateway of a
+	// class when Envoy Gateway merges them (mergeGateways).
+	LabelEnvoyGatewayClass = "gateway.envoyproxy.io/owning-gatewayclass"
+	// EnvoyGatewayControllerName is Envoy Gateway's GatewayClass
+	// spec.controllerName.
+	EnvoyGatewayControllerName = "gateway.envoyproxy.io/gatewayclass-controller"
 )
 
 // viaOwner is GatewayLink.Via for a link by owner reference.
@@ -109,8 +115,67 @@ func envoyGatewayLink(svc *watcherv1.Object, trusted []string) (GatewayLink, boo
 			"label %s names a Gateway of namespace %s, and Services of namespace %s may belong only to Gateways of their own namespace; "+
 				"remove the label, or, if a Gateway controller runs in %s, ask an operator to list it in ipam's --gateway-service-namespaces",
 			LabelEnvoyGatewayNamespace, gwNS, ns, ns)}
+	case gwNS != ns:
+		if err := envoyGatewayForged(svc, name, gwNS); err != nil {
+			return GatewayLink{}, false, err
+		}
 	}
 	return GatewayLink{Namespace: gwNS, Name: name, Via: "labels " + LabelEnvoyGatewayName + " and " + LabelEnvoyGatewayNamespace}, true, nil
+}
+
+// envoyGatewayForged refuses the owning-gateway labels of a Service of a
+// trusted namespace when Envoy Gateway did not set them itself: they move
+// the Service (its pools, its Gateway's addresses, its quota) to another
+// namespace. In Envoy Gateway v1.9.0 (internal/gatewayapi/translator.go
+// buildIR, internal/infrastructure/kubernetes/proxy/resource_provider.go
+// Service) a Gateway's spec.infrastructure.labels are copied before the
+// owner labels, which win; but an EnvoyProxy's envoyService.labels — one a
+// tenant may attach to its own Gateway by spec.infrastructure.parametersRef
+// — are copied after them, and with merged Gateways Envoy Gateway sets no
+// owning-gateway label, so a Gateway's infrastructure labels pass. Neither
+// reaches the selector, which Envoy Gateway derives from its own labels:
+// the Service must select the Pods of the Gateway its labels name, and
+// must not be a merged Gateways' Service. (An EnvoyProxy's envoyService.patch
+// can rewrite any field; docs/security.md says how to keep it from tenants.)
+func envoyGatewayForged(svc *watcherv1.Object, name, gwNS string) error {
+	labels, sel := svc.GetMeta().GetLabels(), svc.GetService().GetSelector()
+	switch {
+	case labels[LabelEnvoyGatewayClass] != "":
+		return &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: fmt.Sprintf(
+			"the Service serves every Gateway of class %s (label %s: Envoy Gateway merges them), so its labels %s and %s name no one Gateway; "+
+				"it is served as a Service of namespace %s, which a merged Gateway's labels cannot change",
+			labels[LabelEnvoyGatewayClass], LabelEnvoyGatewayClass, LabelEnvoyGatewayName, LabelEnvoyGatewayNamespace, svc.GetMeta().GetNamespace())}
+	case sel[LabelEnvoyGatewayName] != name || sel[LabelEnvoyGatewayNamespace] != gwNS:
+		return &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: fmt.Sprintf(
+			"the Service's labels name Gateway %s, and its spec.selector (which Envoy Gateway derives from the Gateway that owns it) selects %s=%q, %s=%q: "+
+				"the labels were set by someone else (an EnvoyProxy's envoyService.labels?), so ipam does not count the Service against namespace %s; "+
+				"remove them",
+			objkey.Join(gwNS, name), LabelEnvoyGatewayNamespace, sel[LabelEnvoyGatewayNamespace], LabelEnvoyGatewayName, sel[LabelEnvoyGatewayName], gwNS)}
+	}
+	return nil
+}
+
+// verifyCrossNamespace checks, for a Service linked to a Gateway of another
+// namespace, that the Gateway exists (gw, found) and is of a class Envoy
+// Gateway — the only implementation that links across namespaces — serves.
+// Until then the Service is no tenant's: it waits (GatewayNotSeen) or is
+// refused, and keeps what it holds.
+func verifyCrossNamespace(link GatewayLink, env Env) error {
+	gw, ok := env.get(watcherv1.Kind_KIND_GATEWAY, link.Namespace, link.Name)
+	if !ok {
+		return &allocator.Error{Reason: allocator.ReasonGatewayNotSeen, Message: fmt.Sprintf(
+			"the Service names Gateway %s of another namespace by %s, and ipam does not see that Gateway (yet): it waits for it before it serves the Service from that namespace's pools",
+			link.Key(), link.Via)}
+	}
+	className := gw.GetGateway().GetGatewayClassName()
+	class, ok := env.get(watcherv1.Kind_KIND_GATEWAY_CLASS, "", className)
+	if ctrl := class.GetGatewayClass().GetControllerName(); !ok || ctrl != EnvoyGatewayControllerName {
+		return &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: fmt.Sprintf(
+			"the Service names Gateway %s of another namespace by %s, and that Gateway's class %s is not served by Envoy Gateway (controllerName %q, want %q): "+
+				"only Envoy Gateway makes a Gateway's Service in another namespace",
+			link.Key(), link.Via, className, ctrl, EnvoyGatewayControllerName)}
+	}
+	return nil
 }
 
 // gatewayRequest reads what the linked Gateway (and its GatewayClass) ask

@@ -2,6 +2,7 @@ package objects
 
 import (
 	"errors"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -17,6 +18,16 @@ func gatewayService(ns string, labels, annotations map[string]string, owners ...
 	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_SERVICE,
 		Meta: &watcherv1.ObjectMeta{Namespace: ns, Name: "gw-svc", Labels: labels, Annotations: annotations, OwnerReferences: owners},
 		Body: &watcherv1.Object_Service{Service: &watcherv1.Service{Type: "LoadBalancer"}}}
+}
+
+// envoyGatewayService is the Service Envoy Gateway makes in
+// envoy-gateway-system for Gateway gwNS/gw: the owner labels, and a selector
+// derived from them.
+func envoyGatewayService(gwNS, gw string, annotations map[string]string) *watcherv1.Object {
+	owner := map[string]string{LabelEnvoyGatewayName: gw, LabelEnvoyGatewayNamespace: gwNS}
+	svc := gatewayService("envoy-gateway-system", maps.Clone(owner), annotations)
+	svc.GetService().Selector, svc.GetService().HasSelector = owner, true
+	return svc
 }
 
 func gatewayOwner(apiVersion, name string) *watcherv1.OwnerReference {
@@ -48,7 +59,7 @@ func TestLinkedGateway(t *testing.T) {
 		{name: "label and owner disagree", svc: gatewayService("shop", map[string]string{LabelGatewayName: "other"}, nil, gatewayOwner("gateway.networking.k8s.io/v1", "gw")),
 			wantErr: "belongs to Gateway shop/gw by owner reference and to Gateway shop/other by label " + LabelGatewayName},
 		{name: "Envoy Gateway in the Gateway's own namespace", svc: gatewayService("shop", envoy("gw", "shop"), nil), want: "shop/gw"},
-		{name: "Envoy Gateway from a trusted namespace", svc: gatewayService("envoy-gateway-system", envoy("gw", "shop"), nil), want: "shop/gw", wantMove: true},
+		{name: "Envoy Gateway from a trusted namespace", svc: envoyGatewayService("shop", "gw", nil), want: "shop/gw", wantMove: true},
 		{name: "Envoy Gateway labels from an untrusted namespace are refused", svc: gatewayService("evil", envoy("gw", "prod"), nil),
 			wantErr: "Services of namespace evil may belong only to Gateways of their own namespace"},
 		{name: "one Envoy Gateway label alone", svc: gatewayService("shop", map[string]string{LabelEnvoyGatewayName: "gw"}, nil),
@@ -99,6 +110,13 @@ func gatewayClassObj(name, pool string) *watcherv1.Object {
 		Body: &watcherv1.Object_GatewayClass{GatewayClass: &watcherv1.GatewayClass{ControllerName: "example.com/gateway"}}}
 }
 
+// envoyClassObj is a GatewayClass Envoy Gateway serves.
+func envoyClassObj(name, pool string) *watcherv1.Object {
+	c := gatewayClassObj(name, pool)
+	c.GetGatewayClass().ControllerName = EnvoyGatewayControllerName
+	return c
+}
+
 func namespaceObj(name string, labels map[string]string) *watcherv1.Object {
 	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_NAMESPACE, Meta: &watcherv1.ObjectMeta{Name: name, Labels: labels},
 		Body: &watcherv1.Object_Namespace{Namespace: &watcherv1.Namespace{}}}
@@ -122,6 +140,8 @@ func TestRequestOfAGatewayService(t *testing.T) {
 		gatewayClassObj("with-pool", "public"),
 		gatewayClassObj("plain", ""),
 		gatewayObj("shop", "ips", "with-pool", ipAddr("192.0.2.10"), &watcherv1.GatewayAddress{Type: "IPAddress", Value: "2001:db8::10"}),
+		envoyClassObj("envoy", "public"),
+		gatewayObj("shop", "envoy-ips", "envoy", ipAddr("192.0.2.10"), &watcherv1.GatewayAddress{Type: "IPAddress", Value: "2001:db8::10"}),
 		gatewayObj("shop", "named", "with-pool", named("private")),
 		gatewayObj("shop", "bare", "with-pool"),
 		gatewayObj("shop", "hostname", "plain", &watcherv1.GatewayAddress{Type: "Hostname", Value: "gw.example.com"}),
@@ -153,11 +173,10 @@ func TestRequestOfAGatewayService(t *testing.T) {
 		{name: "a Hostname cannot be given", svc: gatewayService("shop", label("hostname"), nil), wantErr: "spec.addresses[0]: type Hostname cannot be given"},
 		{name: "a Gateway not streamed (yet, or any more): the Service as any other", svc: gatewayService("shop", label("gone"), nil), wantNamespace: "shop"},
 		{name: "Envoy Gateway's Service is served by the Gateway's namespace's pools",
-			svc:     gatewayService("envoy-gateway-system", map[string]string{LabelEnvoyGatewayName: "ips", LabelEnvoyGatewayNamespace: "shop"}, nil),
+			svc:     envoyGatewayService("shop", "envoy-ips", nil),
 			wantIPs: []string{"192.0.2.10", "2001:db8::10"}, wantDefault: "public", wantNamespace: "shop", wantLabels: map[string]string{"tier": "gold"}},
 		{name: "and shares no address",
-			svc: gatewayService("envoy-gateway-system", map[string]string{LabelEnvoyGatewayName: "ips", LabelEnvoyGatewayNamespace: "shop"},
-				map[string]string{allocator.AnnotationAllowSharedIP: "k"}),
+			svc:     envoyGatewayService("shop", "envoy-ips", map[string]string{allocator.AnnotationAllowSharedIP: "k"}),
 			wantErr: "cannot share its address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -203,5 +222,57 @@ func TestServiceOwnedByAnUnseenGatewayWaits(t *testing.T) {
 	}
 	if _, err := Request(gatewayService("shop", map[string]string{LabelGatewayName: "soon"}, nil), env); err != nil {
 		t.Fatalf("labelled for an unseen Gateway: %v, want the request of any Service", err)
+	}
+}
+
+// TestEnvoyGatewayLinkVerified: a Service of the Gateway controller's
+// namespace counts against (and is served from) another namespace only when
+// Envoy Gateway made it for a Gateway there: labels an EnvoyProxy's
+// envoyService.labels forged (the selector still names the real owner), a
+// merged Gateways' Service, a Gateway not seen, or one of a class another
+// controller serves leave the Service its own namespace's.
+func TestEnvoyGatewayLinkVerified(t *testing.T) {
+	env := Env{Objects: NewIndex(
+		namespaceObj("a", nil), namespaceObj("b", nil), namespaceObj("envoy-gateway-system", nil),
+		envoyClassObj("eg", ""), gatewayClassObj("other", ""),
+		gatewayObj("a", "gw", "eg"), gatewayObj("b", "gw", "eg"), gatewayObj("b", "istio", "other"),
+	), GatewayServiceNamespaces: []string{"envoy-gateway-system"}}
+	relabel := func(svc *watcherv1.Object, ns, name string) *watcherv1.Object {
+		svc.Meta.Labels[LabelEnvoyGatewayNamespace], svc.Meta.Labels[LabelEnvoyGatewayName] = ns, name
+		return svc
+	}
+	merged := envoyGatewayService("b", "gw", nil)
+	merged.Meta.Labels[LabelEnvoyGatewayClass] = "eg"
+	for _, tc := range []struct {
+		name       string
+		svc        *watcherv1.Object
+		wantTenant string
+		wantReason allocator.Reason // "" for none
+		wantErr    string
+	}{
+		{name: "Envoy Gateway's own Service of a's Gateway", svc: envoyGatewayService("a", "gw", nil), wantTenant: "a"},
+		{name: "and of b's", svc: envoyGatewayService("b", "gw", nil), wantTenant: "b"},
+		{name: "a's Service relabelled as b's (envoyService.labels)", svc: relabel(envoyGatewayService("a", "gw", nil), "b", "gw"),
+			wantTenant: "envoy-gateway-system", wantReason: allocator.ReasonInvalidRequest, wantErr: "the labels were set by someone else"},
+		{name: "a merged Gateways' Service whose infrastructure labels name b's Gateway", svc: merged,
+			wantTenant: "envoy-gateway-system", wantReason: allocator.ReasonInvalidRequest, wantErr: "Envoy Gateway merges them"},
+		{name: "a Gateway not seen", svc: envoyGatewayService("b", "soon", nil),
+			wantTenant: "envoy-gateway-system", wantReason: allocator.ReasonGatewayNotSeen, wantErr: "Gateway b/soon"},
+		{name: "a Gateway of another controller's class", svc: envoyGatewayService("b", "istio", nil),
+			wantTenant: "envoy-gateway-system", wantReason: allocator.ReasonInvalidRequest, wantErr: "class other is not served by Envoy Gateway"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := Request(tc.svc, env)
+			var ae *allocator.Error
+			switch {
+			case tc.wantReason == "" && err != nil:
+				t.Fatal(err)
+			case tc.wantReason != "" && (!errors.As(err, &ae) || ae.Reason != tc.wantReason || !strings.Contains(ae.Message, tc.wantErr)):
+				t.Fatalf("err = %v, want %s saying %q", err, tc.wantReason, tc.wantErr)
+			}
+			if req.Namespace != tc.wantTenant {
+				t.Errorf("tenant %q, want %q", req.Namespace, tc.wantTenant)
+			}
+		})
 	}
 }

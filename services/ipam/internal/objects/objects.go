@@ -161,8 +161,10 @@ func Request(obj *watcherv1.Object, env Env) (allocator.Request, error) {
 }
 
 // withGateway joins into sr what the Gateway the Service belongs to asks
-// for, and returns the namespace whose pools serve the Service: the
-// Gateway's. A Service serving a Gateway of another namespace shares no
+// for, and returns the namespace whose pools serve the Service and whose
+// quotas it counts against: the Gateway's, once a link to another namespace
+// is verified (verifyCrossNamespace), else its own. A Service serving a
+// Gateway of another namespace shares no
 // address: sharing keys join Services of one namespace, and that namespace
 // (the Gateway controller's) holds every tenant's Gateway Services.
 func withGateway(obj *watcherv1.Object, sr allocator.ServiceRequest, env Env) (allocator.ServiceRequest, string, error) {
@@ -170,6 +172,11 @@ func withGateway(obj *watcherv1.Object, sr allocator.ServiceRequest, env Env) (a
 	link, ok, err := LinkedGateway(obj, env.GatewayServiceNamespaces)
 	if err != nil || !ok {
 		return sr, ns, err
+	}
+	if link.CrossNamespace(ns) {
+		if err := verifyCrossNamespace(link, env); err != nil {
+			return sr, ns, err
+		}
 	}
 	if link.CrossNamespace(ns) && sr.SharingKey != "" {
 		return sr, link.Namespace, &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: fmt.Sprintf(
@@ -430,6 +437,7 @@ func AllocatorReservation(r ledger.Reservation) allocator.Reservation {
 		out.ForService = r.ForService.Key()
 	}
 	out.SharingKey, out.Kept = r.Kept()
+	out.Tenant = r.KeptTenant()
 	return out
 }
 
@@ -438,6 +446,6 @@ func AllocatorReservation(r ledger.Reservation) allocator.Reservation {
 // UID that Service had.
 func KeptReservation(r allocator.Reservation, uid string) ledger.Reservation {
 	ns, name, _ := strings.Cut(r.ForService, "/")
-	return ledger.Reservation{IP: r.IP, Note: ledger.KeptNote(r.SharingKey), CreatedAt: r.CreatedAt.UTC().Truncate(time.Second),
+	return ledger.Reservation{IP: r.IP, Note: ledger.KeptNoteFor(r.SharingKey, r.Tenant), CreatedAt: r.CreatedAt.UTC().Truncate(time.Second),
 		ForService: &ledger.ServiceRef{Namespace: ns, Name: name, UID: uid}}
 }

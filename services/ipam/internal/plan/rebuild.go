@@ -124,8 +124,13 @@ func newRebuilder(in Inputs) *rebuilder {
 	b := &rebuilder{r: Rebuilt{Alloc: allocator.New()}, services: readServices(in), ours: map[string]*service{}}
 	b.r.Alloc.SetPools(in.Pools)
 	for i := range b.services {
-		if b.services[i].ours {
-			b.ours[b.services[i].key] = &b.services[i]
+		if s := &b.services[i]; s.ours {
+			b.ours[s.key] = s
+			if s.tenant != "" {
+				// Before anything is held: what it holds counts
+				// against its Gateway's namespace.
+				b.r.Alloc.SetTenant(s.key, s.tenant)
+			}
 		}
 	}
 	return b
@@ -303,6 +308,9 @@ type service struct {
 	// Service validly requests IPs.
 	sharing allocator.Sharing
 	request *allocator.Request
+	// tenant is the namespace whose quotas it counts against when not its
+	// own (the Gateway's it serves: allocator.Request.Namespace).
+	tenant string
 }
 
 // readServices reads in.Services into the order Rebuild goes through them
@@ -319,6 +327,9 @@ func readServices(in Inputs) []service {
 			s.ours = true
 			req, err := objects.Request(obj, in.Env)
 			s.sharing = req.Sharing
+			if err == nil && req.Namespace != obj.GetMeta().GetNamespace() {
+				s.tenant = req.Namespace
+			}
 			if err == nil && len(req.RequestedIPs) > 0 {
 				s.request = &req
 			}

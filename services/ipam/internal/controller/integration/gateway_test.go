@@ -108,12 +108,22 @@ func TestGatewayAddresses(t *testing.T) {
 	t.Cleanup(func() {
 		_ = env.Dynamic.Resource(gatewayClassGVR).Delete(context.Background(), class.GetName(), metav1.DeleteOptions{})
 	})
+	// Envoy Gateway's class: only its Gateways' Services link across namespaces.
+	egClass := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+		"metadata": map[string]any{"name": "tgw-eg-" + id},
+		"spec":     map[string]any{"controllerName": "gateway.envoyproxy.io/gatewayclass-controller"}}}
+	if _, err := env.Dynamic.Resource(gatewayClassGVR).Create(context.Background(), egClass, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Dynamic.Resource(gatewayClassGVR).Delete(context.Background(), egClass.GetName(), metav1.DeleteOptions{})
+	})
 
 	h.gateway(h.ns, "ip", class.GetName(), gatewayAddr{value: "10.78.40.9"})
 	namedGW := h.gateway(h.ns, "named", class.GetName(), gatewayAddr{typ: "NamedAddress", value: "tgw-named-" + id})
 	h.gateway(h.ns, "bare", class.GetName())
 	conflictGW := h.gateway(h.ns, "conflict", class.GetName(), gatewayAddr{typ: "IPAddress", value: "10.78.40.10"})
-	h.gateway(h.ns, "envoy", class.GetName(), gatewayAddr{value: "10.78.40.12"})
+	h.gateway(h.ns, "envoy", egClass.GetName(), gatewayAddr{value: "10.78.40.12"})
 
 	// As Istio and NGINX Gateway Fabric make them: the GEP-1762 label
 	// (istio-ip, above) or an owner reference; as Cilium: its own label.
@@ -121,7 +131,9 @@ func TestGatewayAddresses(t *testing.T) {
 	h.service("cilium-bare", nil, labelled(map[string]string{"io.cilium.gateway/owning-gateway": "bare"}))
 	h.service("conflict", map[string]string{"ipledger.io/loadBalancerIPs": "10.78.40.11"}, gatewayOwned(conflictGW))
 	// Envoy Gateway's: in its own namespace, linked by two labels.
-	envoyLabels := labelled(map[string]string{"gateway.envoyproxy.io/owning-gateway-name": "envoy", "gateway.envoyproxy.io/owning-gateway-namespace": h.ns})
+	// Envoy Gateway derives the Service's selector from the same labels.
+	envoyOwner := map[string]string{"gateway.envoyproxy.io/owning-gateway-name": "envoy", "gateway.envoyproxy.io/owning-gateway-namespace": h.ns}
+	envoyLabels := func(s *corev1.Service) { s.Labels, s.Spec.Selector = envoyOwner, envoyOwner }
 	h.serviceIn(egs, "envoy-"+h.ns+"-envoy", nil, envoyLabels)
 	h.serviceIn(evil, "claims-envoy", nil, envoyLabels)
 
