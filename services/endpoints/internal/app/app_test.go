@@ -27,6 +27,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/testenv"
 	"github.com/ipledger/ipledger/services/endpoints/internal/app"
 	"github.com/ipledger/ipledger/services/endpoints/internal/controller"
+	"github.com/ipledger/ipledger/services/endpoints/internal/grants"
 	"github.com/ipledger/ipledger/services/endpoints/internal/planner"
 	"github.com/ipledger/ipledger/services/endpoints/internal/prober"
 	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
@@ -87,6 +88,8 @@ type replicaOpts struct {
 	// dial, when set, sees every dial the prober makes (after its policy)
 	// before it goes to probetest.LoopbackDial.
 	dial func(address string)
+	// grants is --workload-grants ("": off).
+	grants grants.Mode
 }
 
 func startReplica(t *testing.T, env *testenv.Env, watcherAddr, name string, o replicaOpts) *replica {
@@ -117,7 +120,7 @@ func startReplica(t *testing.T, env *testenv.Env, watcherAddr, name string, o re
 			LeaseDuration: o.leaseDuration, RenewDeadline: o.leaseDuration * 2 / 3, RetryPeriod: o.retryPeriod,
 			StopTimeout: 20 * time.Second,
 		},
-		Controller: controller.Config{MaxEndpointsPerSlice: o.maxPerSlice, Workers: o.workers, ExpectationTimeout: time.Minute,
+		Controller: controller.Config{MaxEndpointsPerSlice: o.maxPerSlice, Workers: o.workers, ExpectationTimeout: time.Minute, WorkloadGrants: o.grants,
 			Probe: prober.Config{Concurrency: 10, Dial: probetest.LoopbackDial}},
 	}
 	if cfg.Controller.MaxEndpointsPerSlice == 0 {

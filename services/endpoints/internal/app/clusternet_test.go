@@ -12,9 +12,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 	"github.com/ipledger/ipledger/services/endpoints/internal/clusternet"
+	"github.com/ipledger/ipledger/services/endpoints/internal/controller"
+	"github.com/ipledger/ipledger/services/endpoints/internal/grants"
 )
 
 // A tenant's workloads at the cluster's own addresses — the API server's
@@ -73,18 +77,8 @@ func TestClusterOwnAddressesNeverEnterASlice(t *testing.T) {
 		}
 		return nil
 	})
-	testenv.Eventually(t, 30*time.Second, func() error {
-		evs, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=in-pod-range,reason=AddressRefused"})
-		if err != nil {
-			return err
-		}
-		for _, e := range evs.Items {
-			if e.Type == corev1.EventTypeWarning && containsAll(e.Message, "198.18.0.7", "Pod range 198.18.0.0/24", "Node ep-clusternet-1-"+ns) {
-				return nil
-			}
-		}
-		return fmt.Errorf("no AddressRefused Event naming the address, the range and the Node on in-pod-range: %d events", len(evs.Items))
-	})
+	waitAddressAccepted(t, env, ns, "in-pod-range", metav1.ConditionFalse, controller.ReasonClusterAddress, "198.18.0.7", "Pod range 198.18.0.0/24", "Node ep-clusternet-1-"+ns)
+	waitEvent(t, env, ns, "in-pod-range", controller.ReasonClusterAddress, "198.18.0.7")
 
 	// A Node joins with a Pod range holding a workload already in the slice.
 	createNode(t, env, "ep-clusternet-2-"+ns, "198.18.3.0/24", "198.18.4.10")
@@ -113,4 +107,107 @@ func containsAll(s string, parts ...string) bool {
 		}
 	}
 	return true
+}
+
+// TestWorkloadGrants: an operator grants a namespace its VMs' range; in
+// report mode a workload outside it is served and says it would be refused,
+// enforced it leaves the slice, and granting its address brings it back.
+func TestWorkloadGrants(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t, nil)
+	annotate := func(value string) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, grants.Annotation, value)
+		if _, err := env.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	annotate("192.0.2.0/24")
+	createService(t, env, ns, "web", svcSpec{})
+	createWorkload(t, env, ns, "granted", wlSpec{app: "web", ips: []string{"192.0.2.5"}, ready: true})
+	createWorkload(t, env, ns, "team-as-db", wlSpec{app: "web", ips: []string{"198.51.100.5"}, ready: true})
+	watcher := startWatcher(t, env)
+
+	report := startReplica(t, env, watcher, "report", replicaOpts{lease: leaseName(t), grants: grants.Report})
+	waitSlices(t, env, ns, "web", 1, 2)
+	waitAddressAccepted(t, env, ns, "team-as-db", metav1.ConditionTrue, controller.ReasonNotGrantedReportOnly, "198.51.100.5", "--workload-grants=enforce", "192.0.2.0/24")
+	// Every workload of the test API server outside its namespace's grants
+	// counts (other tests' too): granting this one takes exactly one off.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if n := report.Controller.Pending(); n != 0 {
+			return fmt.Errorf("%d Services pending", n)
+		}
+		return nil
+	})
+	reportOnly := report.Controller.Metrics.WorkloadsRefused.WithLabelValues("not-granted-report-only")
+	before := testutil.ToFloat64(reportOnly)
+	annotate("192.0.2.0/24,198.51.100.5")
+	waitAddressAccepted(t, env, ns, "team-as-db", "", "")
+	if after := testutil.ToFloat64(reportOnly); after != before-1 {
+		t.Errorf("ipledger_endpoints_workloads_refused{reason=\"not-granted-report-only\"} went from %v to %v once granted, want one less", before, after)
+	}
+	annotate("192.0.2.0/24")
+	report.stop()
+
+	startReplica(t, env, watcher, "enforce", replicaOpts{lease: leaseName(t), grants: grants.Enforce})
+	got := waitSlices(t, env, ns, "web", 1, 1)
+	if name := got[0].Endpoints[0].TargetRef.Name; name != "granted" {
+		t.Fatalf("the slice holds %s, want only the granted workload", name)
+	}
+	waitAddressAccepted(t, env, ns, "team-as-db", metav1.ConditionFalse, controller.ReasonNotGranted, "198.51.100.5")
+	waitEvent(t, env, ns, "team-as-db", controller.ReasonNotGranted, "198.51.100.5")
+
+	annotate("192.0.2.0/24,198.51.100.5")
+	waitSlices(t, env, ns, "web", 1, 2)
+	waitAddressAccepted(t, env, ns, "team-as-db", "", "")
+}
+
+// waitAddressAccepted waits until the workload's AddressAccepted condition
+// has the status and reason and names every part ("" status: none).
+func waitAddressAccepted(t *testing.T, env *testenv.Env, ns, name string, status metav1.ConditionStatus, reason string, parts ...string) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		u, err := env.Dynamic.Resource(workloadGVR).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			c, _ := c.(map[string]any)
+			if c["type"] != controller.ConditionAddressAccepted {
+				continue
+			}
+			if status == "" {
+				return fmt.Errorf("%s still has %v", name, c)
+			}
+			msg, _ := c["message"].(string)
+			if c["status"] != string(status) || c["reason"] != reason || !containsAll(msg, parts...) {
+				return fmt.Errorf("%s: %v, want %s %s naming %v", name, c, status, reason, parts)
+			}
+			return nil
+		}
+		if status != "" {
+			return fmt.Errorf("%s has no %s condition", name, controller.ConditionAddressAccepted)
+		}
+		return nil
+	})
+}
+
+// waitEvent waits for a Warning Event of that reason on the workload naming
+// every part.
+func waitEvent(t *testing.T, env *testenv.Env, ns, name, reason string, parts ...string) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		evs, err := env.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Type == corev1.EventTypeWarning && containsAll(e.Message, parts...) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s Event on %s naming %v (%d of that reason)", reason, name, parts, len(evs.Items))
+	})
 }

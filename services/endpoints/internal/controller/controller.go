@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,7 +36,9 @@ import (
 	"github.com/ipledger/ipledger/pkg/stream"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/endpoints/internal/clusternet"
+	"github.com/ipledger/ipledger/services/endpoints/internal/grants"
 	"github.com/ipledger/ipledger/services/endpoints/internal/planner"
+	"github.com/ipledger/ipledger/services/endpoints/internal/probepolicy"
 	"github.com/ipledger/ipledger/services/endpoints/internal/prober"
 )
 
@@ -60,6 +63,7 @@ var Kinds = []watcherv1.Kind{
 	watcherv1.Kind_KIND_EXTERNAL_WORKLOAD,
 	watcherv1.Kind_KIND_ENDPOINT_SLICE,
 	watcherv1.Kind_KIND_NODE,
+	watcherv1.Kind_KIND_NAMESPACE,
 }
 
 // OptionalKinds are streamed where the watcher serves them (a watcher of
@@ -85,6 +89,9 @@ type Config struct {
 	ExpectationTimeout time.Duration
 	// Probe tunes the readiness probes of ExternalWorkloads.
 	Probe prober.Config
+	// WorkloadGrants is how the Namespaces' grants of workload addresses
+	// are applied (package grants): off, report or enforce.
+	WorkloadGrants grants.Mode
 }
 
 // Defaults fills the fields left unset.
@@ -103,6 +110,9 @@ func (c *Config) Defaults() {
 		c.ExpectationTimeout = time.Minute
 	}
 	c.Probe.Defaults()
+	if c.WorkloadGrants == "" {
+		c.WorkloadGrants = grants.Off
+	}
 }
 
 // Flags registers the controller's flags with the current values (after
@@ -114,6 +124,14 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ExpectationTimeout, "expectation-timeout", c.ExpectationTimeout,
 		"how long a sync waits for the watcher stream to show this replica's own EndpointSlice write before acting anyway")
 	c.Probe.Flags(fs)
+	fs.Func("workload-grants", "how the address ranges an operator grants to a namespace (Namespace annotation "+grants.Annotation+
+		") apply to its ExternalWorkloads: off (default: not checked), report (served, but each workload outside its grants says it "+
+		"would be refused, in its AddressAccepted condition, an Event and ipledger_endpoints_workloads_refused) or enforce (not "+
+		"served nor probed); create the grants and watch report mode before enforcing (docs/security.md)", func(s string) error {
+		m, err := grants.ParseMode(s)
+		c.WorkloadGrants = m
+		return err
+	})
 }
 
 // Validate reports a Config that cannot work.
@@ -131,6 +149,7 @@ func (c *Config) Validate() error {
 type Store interface {
 	Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool)
 	List(kind watcherv1.Kind) []*watcherv1.Object
+	ListNamespace(kind watcherv1.Kind, namespace string) []*watcherv1.Object
 	ByIndex(kind watcherv1.Kind, name, value string) []*watcherv1.Object
 	IndexKeys(kind watcherv1.Kind, name, value string) []string
 	Attribute(kind watcherv1.Kind, name, key string) (any, bool)
@@ -262,15 +281,16 @@ func New(cfg Config, client kubernetes.Interface, status prober.StatusWriter, so
 // NewWorker builds the fresh state of one term; it is leader.Run's newWorker.
 func (c *Controller) NewWorker(term *leader.Term) (leader.Worker, error) {
 	q := leader.NewQueue[string]("endpoints", c.reg).WithLogger(c.log)
+	cq := leader.NewQueue[string]("endpoints-conditions", c.reg).WithLogger(c.log)
 	st := c.newTermState(c.log.With("term", term.ID()))
-	st.enqueue = q.Add
+	st.enqueue, st.enqueueCondition = q.Add, cq.Add
 	// Events are writes too: the term's recorder writes them with the
 	// term's context and drops what is still buffered when the term ends.
 	st.recorder = term.Recorder()
 	// Probes and their writes use the term's context: none outlives it.
 	st.prober = prober.New(term.Context(), c.cfg.Probe, c.status, c.ProbeMetrics, st.log).WithEvents(st.recorder).
-		WithNetworks(st.networks.Load)
-	return &worker{st: st, queue: q}, nil
+		WithRefusal(func(ns string, a netip.Addr) probepolicy.Refusal { return st.admission(ns).probe(a) })
+	return &worker{st: st, queue: q, conditions: cq}, nil
 }
 
 func (c *Controller) newTermState(log *slog.Logger) *termState {
@@ -282,6 +302,9 @@ func (c *Controller) newTermState(log *slog.Logger) *termState {
 		managed:  map[string]int{},
 		refused:  map[string]string{},
 		recorder: &record.FakeRecorder{},
+		// NewWorker sets the queues.
+		enqueue:          func(string) {},
+		enqueueCondition: func(string) {},
 	}
 }
 
@@ -289,6 +312,9 @@ func (c *Controller) newTermState(log *slog.Logger) *termState {
 type worker struct {
 	st    *termState
 	queue *leader.Queue[string]
+	// conditions writes the workloads' AddressAccepted condition
+	// (admission.go).
+	conditions *leader.Queue[string]
 }
 
 // Run registers the handlers (replaying the cached world into the queue),
@@ -329,7 +355,10 @@ func (w *worker) Run(term *leader.Term) error {
 		// No update reaches the prober any more; end its probes.
 		st.prober.Stop()
 	})
+	var conditions sync.WaitGroup
+	conditions.Go(func() { w.conditions.Run(term, 2, st.syncCondition) })
 	w.queue.Run(term, st.c.cfg.Workers, st.sync)
+	conditions.Wait()
 	close(done)
 	removed.Wait()
 	st.resetManaged()
@@ -340,17 +369,20 @@ func (w *worker) Run(term *leader.Term) error {
 
 // termState is everything one term owns. Nothing in it survives the term.
 type termState struct {
-	c        *Controller
-	log      *slog.Logger
-	tracker  *tracker
-	enqueue  func(key string)
-	recorder record.EventRecorder
-	inflight atomic.Int32
+	c       *Controller
+	log     *slog.Logger
+	tracker *tracker
+	enqueue func(key string)
+	// enqueueCondition queues a workload whose AddressAccepted condition
+	// should change.
+	enqueueCondition func(key string)
+	recorder         record.EventRecorder
+	inflight         atomic.Int32
 	// replaying: AddHandler is still replaying the store into the queue.
 	replaying atomic.Bool
 	// prober probes the workloads with a readiness probe; nil probes none.
 	prober *prober.Prober
-	// networks are the cluster's own networks (networks.go); netMu
+	// networks are the cluster's own networks (admission.go); netMu
 	// serializes learning them again.
 	networks atomic.Pointer[clusternet.Networks]
 	netMu    sync.Mutex
@@ -381,8 +413,8 @@ func (st *termState) onReplay(o *watcherv1.Object) {
 		st.judge(o)
 		st.prober.Update(o)
 		return
-	case isNetworkKind(o.GetKind()):
-		return // learnt when the term started, and again after the replay
+	case isNetworkKind(o.GetKind()), o.GetKind() == watcherv1.Kind_KIND_NAMESPACE:
+		return // learnt when the term started, and again after the replay; read when judging
 	}
 	st.onChange(nil, o)
 }
@@ -408,6 +440,10 @@ func (st *termState) onChange(old, o *watcherv1.Object) {
 	case watcherv1.Kind_KIND_NODE, watcherv1.Kind_KIND_SERVICE_CIDR, watcherv1.Kind_KIND_KUBERNETES_ENDPOINT_SLICE:
 		if networkFieldsChanged(old, o) {
 			st.relearnNetworks()
+		}
+	case watcherv1.Kind_KIND_NAMESPACE:
+		if old == nil || grantsChanged(old, o) {
+			st.regrant(o)
 		}
 	case watcherv1.Kind_KIND_ENDPOINT_SLICE:
 		key := planner.ServiceKeyOfSlice(o)
@@ -535,7 +571,7 @@ func (st *termState) sync(ctx context.Context, key string) (err error) {
 		MaxEndpointsPerSlice: st.c.cfg.MaxEndpointsPerSlice,
 		TriggerTime:          trigger,
 		TakenNames:           st.tracker.TakenNames(key),
-		Refuse:               st.refuse,
+		Refuse:               st.admission(ns).slice,
 	})
 	if plan.Writes() > 0 {
 		ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Service", Namespace: ns, Name: name, UID: types.UID(svc.GetMeta().GetUid())}

@@ -170,6 +170,16 @@ func (s *fakeStream) List(kind watcherv1.Kind) []*watcherv1.Object {
 	return slices.Collect(maps.Values(s.objs[kind]))
 }
 
+func (s *fakeStream) ListNamespace(kind watcherv1.Kind, ns string) []*watcherv1.Object {
+	var out []*watcherv1.Object
+	for _, o := range s.List(kind) {
+		if o.GetMeta().GetNamespace() == ns {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 func (s *fakeStream) ByIndex(kind watcherv1.Kind, index, value string) []*watcherv1.Object {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -364,8 +374,10 @@ func newHarness(t *testing.T) *harness {
 type term struct {
 	st     *termState
 	queued []string
-	reg    stream.Registration
-	rec    *record.FakeRecorder
+	// conditions are the workloads queued for their AddressAccepted condition.
+	conditions []string
+	reg        stream.Registration
+	rec        *record.FakeRecorder
 }
 
 func (h *harness) startTerm() *term {
@@ -376,6 +388,11 @@ func (h *harness) startTerm() *term {
 	tm.st.enqueue = func(k string) {
 		if !slices.Contains(tm.queued, k) {
 			tm.queued = append(tm.queued, k)
+		}
+	}
+	tm.st.enqueueCondition = func(k string) {
+		if !slices.Contains(tm.conditions, k) {
+			tm.conditions = append(tm.conditions, k)
 		}
 	}
 	tm.reg = h.stream.AddHandler(tm.st.handler())

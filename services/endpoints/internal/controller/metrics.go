@@ -53,10 +53,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		WorkloadsRefused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ipledger_endpoints_workloads_refused",
-			Help: "ExternalWorkloads with an address that never enters an EndpointSlice (the cluster's own networks: service-cidr, pod-cidr, node-address, api-server; or loopback, link-local, multicast, cloud-metadata, unspecified), by reason (zero while not leading).",
+			Help: "ExternalWorkloads with an address that never enters an EndpointSlice (the cluster's own networks: service-cidr, pod-cidr, node-address, api-server; or loopback, link-local, multicast, cloud-metadata, unspecified; not-granted with --workload-grants=enforce) or would not once grants are enforced (not-granted-report-only), by reason (zero while not leading).",
 		}, []string{"reason"}),
 	}
-	for _, r := range clusternet.Reasons {
+	for _, r := range append(clusternet.Reasons, refusedNotGranted, refusedNotGrantedReportOnly) {
 		m.WorkloadsRefused.WithLabelValues(r)
 	}
 	for _, op := range []string{opCreate, opUpdate, opDelete} {

@@ -40,7 +40,6 @@ import (
 	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
-	"github.com/ipledger/ipledger/services/endpoints/internal/clusternet"
 	"github.com/ipledger/ipledger/services/endpoints/internal/probepolicy"
 	"github.com/ipledger/ipledger/services/endpoints/internal/readiness"
 )
@@ -153,8 +152,8 @@ type Prober struct {
 	http   *http.Client
 	dial   func(ctx context.Context, network, address string) (net.Conn, error)
 	wg     sync.WaitGroup
-	// networks are the cluster's own networks (WithNetworks), never probed.
-	networks func() *clusternet.Networks
+	// refuse is what the term refuses beyond the policy (WithRefusal).
+	refuse func(namespace string, a netip.Addr) probepolicy.Refusal
 
 	mu      sync.Mutex
 	stopped bool
@@ -179,8 +178,8 @@ func New(ctx context.Context, cfg Config, w StatusWriter, m *Metrics, log *slog.
 	if p.dial == nil {
 		p.dial = (&net.Dialer{}).DialContext
 	}
-	p.networks = func() *clusternet.Networks { return nil }
-	p.dial = guard(p.check, p.dial)
+	p.refuse = func(string, netip.Addr) probepolicy.Refusal { return probepolicy.Refusal{} }
+	p.dial = guard(func(a netip.Addr) probepolicy.Refusal { return p.check("", a) }, p.dial)
 	p.events = &record.FakeRecorder{}
 	m.Workloads.Set(0) // a leader exports it, even with nothing to probe
 	p.http = &http.Client{
@@ -214,19 +213,23 @@ func (p *Prober) WithEvents(r record.EventRecorder) *Prober {
 	return p
 }
 
-// WithNetworks has the prober refuse, before the probe policy, every address
-// in the cluster's own networks as networks returns them at each probe.
-func (p *Prober) WithNetworks(networks func() *clusternet.Networks) *Prober {
-	if p != nil && networks != nil {
-		p.networks = networks
+// WithRefusal has the prober refuse, before the probe policy, every address
+// refuse refuses for a workload of namespace (the cluster's own networks;
+// addresses not granted to the namespace), asked at each probe. The guard in
+// front of every dial asks with namespace "".
+func (p *Prober) WithRefusal(refuse func(namespace string, a netip.Addr) probepolicy.Refusal) *Prober {
+	if p != nil && refuse != nil {
+		p.refuse = refuse
 	}
 	return p
 }
 
-// check decides whether a may be probed: the cluster's networks, then the
-// policy.
-func (p *Prober) check(a netip.Addr) probepolicy.Refusal {
-	return p.networks().Probe(a, p.cfg.Policy)
+// check decides whether a may be probed for a workload of namespace.
+func (p *Prober) check(namespace string, a netip.Addr) probepolicy.Refusal {
+	if r := p.refuse(namespace, a); r.Refused() {
+		return r
+	}
+	return p.cfg.Policy.Check(a)
 }
 
 // guard refuses, before dialing, an address check refuses: probeOne
@@ -426,8 +429,9 @@ func (p *Prober) probeLoop(ctx context.Context, t *target) {
 	defer ticker.Stop()
 	th := readiness.ThresholdsOf(probe)
 	var st readiness.State
+	ns, _, _ := strings.Cut(t.key, "/")
 	for {
-		rs := p.probeAddresses(ctx, probe, t.spec.GetWorkloadIps())
+		rs := p.probeAddresses(ctx, probe, ns, t.spec.GetWorkloadIps())
 		if ctx.Err() != nil {
 			return
 		}
@@ -555,10 +559,10 @@ func (p *Prober) write(ctx context.Context, t *target, obj *watcherv1.Object, d 
 // probeAddresses probes every address of a workload at once, unless the
 // policy refuses one of them: then it returns the refusals and dials
 // nothing, not even the other address (the workload cannot be Ready).
-func (p *Prober) probeAddresses(ctx context.Context, probe *watcherv1.ReadinessProbe, ips []string) []readiness.Result {
+func (p *Prober) probeAddresses(ctx context.Context, probe *watcherv1.ReadinessProbe, namespace string, ips []string) []readiness.Result {
 	var refused []readiness.Result
 	for _, ip := range ips {
-		if r, ok := p.refusal(probe, ip); ok {
+		if r, ok := p.refusal(probe, namespace, ip); ok {
 			refused = append(refused, r)
 		}
 	}
@@ -581,12 +585,12 @@ func (p *Prober) probeAddresses(ctx context.Context, probe *watcherv1.ReadinessP
 // refusal checks one address against the policy, with the workload's own
 // address (before any Dial a test or a proxy might put in front), and
 // counts a refusal by reason.
-func (p *Prober) refusal(probe *watcherv1.ReadinessProbe, ip string) (readiness.Result, bool) {
+func (p *Prober) refusal(probe *watcherv1.ReadinessProbe, namespace, ip string) (readiness.Result, bool) {
 	var refusal probepolicy.Refusal
 	if addr, err := netip.ParseAddr(ip); err != nil {
 		refusal = probepolicy.Refusal{Reason: probepolicy.ReasonUnspecified, Message: fmt.Sprintf("%q is not an IP address", ip)}
 	} else {
-		refusal = p.check(addr)
+		refusal = p.check(namespace, addr)
 	}
 	if !refusal.Refused() {
 		return readiness.Result{}, false
