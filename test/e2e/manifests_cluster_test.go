@@ -59,6 +59,42 @@ func TestProductionIgnoresTheLegacyOptIn(t *testing.T) {
 	t.Fatalf("%s renders no Deployment ipledger-eipd", k)
 }
 
+// TestProductionEnforcesWorkloadGrants: production serves an ExternalWorkload
+// only at addresses granted to its namespace (components/workload-grants):
+// endpoints' last --workload-grants is enforce, and the admission policy is
+// bound to deny; the other installs leave grants off.
+func TestProductionEnforcesWorkloadGrants(t *testing.T) {
+	for k, want := range map[string]string{"overlays/production": "enforce", "base": "", "overlays/cloud": "", "overlays/e2e": ""} {
+		rendered := render(t, k)
+		for _, d := range deployments(t, rendered) {
+			if d.Name != "ipledger-endpoints" {
+				continue
+			}
+			last := ""
+			for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+				if v, ok := strings.CutPrefix(a, "--workload-grants="); ok {
+					last = v
+				}
+			}
+			if last != want {
+				t.Errorf("%s: endpoints runs with --workload-grants=%q, want %q", k, last, want)
+			}
+		}
+		binding := findObject(t, rendered, "ValidatingAdmissionPolicyBinding", "ipledger-externalworkload-grants")
+		switch {
+		case want == "enforce" && binding == nil:
+			t.Errorf("%s binds no ipledger-externalworkload-grants", k)
+		case want == "enforce":
+			spec, _ := binding["spec"].(map[string]any)
+			if actions, _ := spec["validationActions"].([]any); len(actions) != 1 || actions[0] != "Deny" {
+				t.Errorf("%s: ipledger-externalworkload-grants bound with %v, want [Deny]", k, spec["validationActions"])
+			}
+		case binding != nil:
+			t.Errorf("%s binds ipledger-externalworkload-grants without enforcing grants in endpoints", k)
+		}
+	}
+}
+
 // TestE2EOverlayRunsTheImagesMakeImagesBuilds: the real-node tests install
 // overlays/e2e on a node with no registry, so every container must run an
 // image `make images` builds (every one of them, under the tag it gives) and

@@ -48,6 +48,16 @@ func renderMonitoring(t *testing.T) []byte {
 // renderedObject returns the rendered object of kind and name.
 func renderedObject(t *testing.T, rendered []byte, kind, name string) map[string]any {
 	t.Helper()
+	if m := findObject(t, rendered, kind, name); m != nil {
+		return m
+	}
+	t.Fatalf("the monitoring component renders no %s %s", kind, name)
+	return nil
+}
+
+// findObject is the rendered object of that kind and name, nil if none.
+func findObject(t *testing.T, rendered []byte, kind, name string) map[string]any {
+	t.Helper()
 	for _, doc := range strings.Split(string(rendered), "\n---\n") {
 		var obj struct {
 			Kind     string `json:"kind"`
@@ -66,7 +76,6 @@ func renderedObject(t *testing.T, rendered []byte, kind, name string) map[string
 			return m
 		}
 	}
-	t.Fatalf("the monitoring component renders no %s %s", kind, name)
 	return nil
 }
 
