@@ -191,4 +191,3 @@ func statusWriter(t *testing.T, namespace, name string, subject rbacv1.Subject, 
 		return err
 	})
 }
-
