@@ -153,6 +153,9 @@ func Service(s *corev1.Service) *watcherv1.Object {
 		ExternalTrafficPolicy: string(s.Spec.ExternalTrafficPolicy),
 		HasSelector:           s.Spec.Selector != nil,
 		Conditions:            Conditions(s.Status.Conditions),
+		// Before managedFields go (the watcher converts first): whether ipam
+		// wrote it is told by them.
+		IpamKubeVipLoadBalancerIps: IPAMKubeVIPLoadBalancerIPs(s),
 	}
 	if len(body.ClusterIps) == 0 && s.Spec.ClusterIP != "" {
 		body.ClusterIps = []string{s.Spec.ClusterIP}

@@ -42,6 +42,18 @@ func Carried(m metav1.Object, key string) bool {
 	return true
 }
 
+// IPAMKubeVIPLoadBalancerIPs is the kube-vip.io/loadbalancerIPs annotation
+// of m when ipam's field manager manages it (Carried drops it then), and ""
+// otherwise: what ipam wrote for kube-vip to announce, which ipam compares
+// with what it would write now. Like Carried, it needs managedFields.
+func IPAMKubeVIPLoadBalancerIPs(m metav1.Object) string {
+	v, ok := m.GetAnnotations()[KubeVIPRequestAnnotation]
+	if !ok || Carried(m, KubeVIPRequestAnnotation) {
+		return ""
+	}
+	return v
+}
+
 // managesAnnotation reports whether manager manages metadata.annotations[key]
 // in fields; an entry that does not parse says nothing.
 func managesAnnotation(fields []metav1.ManagedFieldsEntry, manager, key string) bool {

@@ -45,6 +45,15 @@ func TestKubeVIPRequestByWriter(t *testing.T) {
 			if Carried(svc, KubeVIPRequestAnnotation) != tt.want {
 				t.Errorf("Carried = %t, want %t", !tt.want, tt.want)
 			}
+			// What ipam wrote is in a field of its own, for ipam to compare
+			// with what it would write now.
+			wantIPAM := ""
+			if !tt.want {
+				wantIPAM = "192.0.2.1"
+			}
+			if got := Service(svc).GetService().GetIpamKubeVipLoadBalancerIps(); got != wantIPAM {
+				t.Errorf("ipam_kube_vip_load_balancer_ips = %q, want %q", got, wantIPAM)
+			}
 		})
 	}
 }

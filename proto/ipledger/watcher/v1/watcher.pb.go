@@ -1109,13 +1109,19 @@ type Service struct {
 	// ip_families are IPv4 and/or IPv6 in order of preference.
 	IpFamilies []string `protobuf:"bytes,7,rep,name=ip_families,json=ipFamilies,proto3" json:"ip_families,omitempty"`
 	// selector is spec.selector; has_selector tells nil from empty.
-	Selector      map[string]string      `protobuf:"bytes,8,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	HasSelector   bool                   `protobuf:"varint,9,opt,name=has_selector,json=hasSelector,proto3" json:"has_selector,omitempty"`
-	Ports         []*ServicePort         `protobuf:"bytes,10,rep,name=ports,proto3" json:"ports,omitempty"`
-	Ingress       []*LoadBalancerIngress `protobuf:"bytes,11,rep,name=ingress,proto3" json:"ingress,omitempty"`
-	Conditions    []*Condition           `protobuf:"bytes,12,rep,name=conditions,proto3" json:"conditions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Selector    map[string]string      `protobuf:"bytes,8,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	HasSelector bool                   `protobuf:"varint,9,opt,name=has_selector,json=hasSelector,proto3" json:"has_selector,omitempty"`
+	Ports       []*ServicePort         `protobuf:"bytes,10,rep,name=ports,proto3" json:"ports,omitempty"`
+	Ingress     []*LoadBalancerIngress `protobuf:"bytes,11,rep,name=ingress,proto3" json:"ingress,omitempty"`
+	Conditions  []*Condition           `protobuf:"bytes,12,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// ipam_kube_vip_load_balancer_ips is the `kube-vip.io/loadbalancerIPs`
+	// annotation when ipam's field manager (`ipledger-ipam`) manages it, and
+	// so is not among the annotations: what ipam wrote for kube-vip to
+	// announce (ipam's --write-kube-vip-annotation). Empty otherwise. A
+	// watcher older than the field leaves it empty.
+	IpamKubeVipLoadBalancerIps string `protobuf:"bytes,13,opt,name=ipam_kube_vip_load_balancer_ips,json=ipamKubeVipLoadBalancerIps,proto3" json:"ipam_kube_vip_load_balancer_ips,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
@@ -1230,6 +1236,13 @@ func (x *Service) GetConditions() []*Condition {
 		return x.Conditions
 	}
 	return nil
+}
+
+func (x *Service) GetIpamKubeVipLoadBalancerIps() string {
+	if x != nil {
+		return x.IpamKubeVipLoadBalancerIps
+	}
+	return ""
 }
 
 // ServicePort is one port of a Service.
@@ -2778,7 +2791,7 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x18LabelSelectorRequirement\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
 	"\boperator\x18\x02 \x01(\tR\boperator\x12\x16\n" +
-	"\x06values\x18\x03 \x03(\tR\x06values\"\xff\x04\n" +
+	"\x06values\x18\x03 \x03(\tR\x06values\"\xc4\x05\n" +
 	"\aService\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1f\n" +
 	"\vcluster_ips\x18\x02 \x03(\tR\n" +
@@ -2796,7 +2809,8 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\aingress\x18\v \x03(\v2(.ipledger.watcher.v1.LoadBalancerIngressR\aingress\x12>\n" +
 	"\n" +
 	"conditions\x18\f \x03(\v2\x1e.ipledger.watcher.v1.ConditionR\n" +
-	"conditions\x1a;\n" +
+	"conditions\x12C\n" +
+	"\x1fipam_kube_vip_load_balancer_ips\x18\r \x01(\tR\x1aipamKubeVipLoadBalancerIps\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcc\x01\n" +

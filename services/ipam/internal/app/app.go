@@ -81,6 +81,10 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Controller.RequireLBClass, "require-lb-class", c.Controller.RequireLBClass,
 		"serve only Services whose spec.loadBalancerClass is --lb-class; by default Services without a class are served too. "+
 			"Set it where another load-balancer controller (the cloud provider's, MetalLB during a migration) serves class-less Services")
+	fs.BoolVar(&c.Controller.WriteKubeVIPAnnotation, "write-kube-vip-annotation", c.Controller.WriteKubeVIPAnnotation,
+		"write the kube-vip.io/loadbalancerIPs annotation kube-vip announces, with each Service's status: the addresses ipam granted, "+
+			"under field manager ipledger-ipam (never over one another writer set). Off, ipam removes the ones it wrote. "+
+			"Pair it with components/kube-vip's admission policy (docs/reachability.md#kube-vip)")
 	fs.IntVar(&c.Controller.StatusWorkers, "status-workers", c.Controller.StatusWorkers, "Service status writes in flight at once")
 	fs.IntVar(&c.Controller.BatchSize, "batch-size", c.Controller.BatchSize, "Services decided per ledger write")
 	objects.GatewayServiceNamespacesFlag(fs, &c.Controller.GatewayServiceNamespaces)

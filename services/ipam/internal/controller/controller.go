@@ -41,6 +41,10 @@ type Config struct {
 	LBClass string
 	// RequireLBClass serves only Services of LBClass, never class-less ones.
 	RequireLBClass bool
+	// WriteKubeVIPAnnotation writes kube-vip.io/loadbalancerIPs, the
+	// addresses kube-vip announces, with each status: the Service's granted
+	// addresses (plan.Batch.WriteKubeVIPAnnotation).
+	WriteKubeVIPAnnotation bool
 	// StatusWorkers write Service statuses concurrently.
 	StatusWorkers int
 	// BatchSize caps the Services decided per ledger write.

@@ -116,7 +116,8 @@ type ingressJSON struct {
 }
 
 // writeService writes what differs of a Service's status and its
-// allocated-from-pool annotation in one merge patch on the status
+// allocated-from-pool annotation (and kube-vip.io/loadbalancerIPs, under
+// --write-kube-vip-annotation) in one merge patch on the status
 // subresource (statusPatch), and returns the resourceVersion after it. The
 // API server keeps metadata.annotations from a Service status write (its
 // status strategy resets spec, not metadata; TestOneWritePerAllocation
@@ -175,7 +176,7 @@ func transitionTime(cur, want *plan.Condition, now time.Time) time.Time {
 }
 
 // statusPatch is the JSON merge patch that turns cur into want (ingress,
-// ipam's condition, the allocated-from-pool annotation), or nil when they do
+// ipam's condition, the allocated-from-pool and kube-vip annotations), or nil when they do
 // not differ, and the Service's conditions once it has applied. It is
 // conditional on cur's version (metadata.resourceVersion) and carries the
 // conditions of that version with only ipam's own replaced, removed or
@@ -186,12 +187,17 @@ func statusPatch(cur, want svcStatus) (body []byte, conditions []condition) {
 	patch := map[string]any{}
 	meta := map[string]any{}
 	conditions = cur.base.conditions
+	annotations := map[string]any{}
 	if cur.Pool != want.Pool {
-		var pool any // null removes the annotation
-		if want.Pool != "" {
-			pool = want.Pool
-		}
-		meta["annotations"] = map[string]any{allocator.AnnotationAllocatedFromPool: pool}
+		annotations[allocator.AnnotationAllocatedFromPool] = nullIfEmpty(want.Pool) // null removes the annotation
+	}
+	// kube-vip's annotation goes with the status it names, under ipam's
+	// field manager, which tells the watcher it is ipam's and no request.
+	if cur.KubeVIP != want.KubeVIP {
+		annotations[allocator.AnnotationKubeVIPLoadBalancerIPs] = nullIfEmpty(want.KubeVIP)
+	}
+	if len(annotations) > 0 {
+		meta["annotations"] = annotations
 	}
 	statusChanged := cur.Foreign != want.Foreign || !slices.Equal(cur.Ingress, want.Ingress) || !plan.CondEqual(cur.Cond, want.Cond)
 	if !statusChanged && len(meta) == 0 {
@@ -294,4 +300,12 @@ func addrs(ips []netip.Addr) string {
 		s[i] = ip.String()
 	}
 	return strings.Join(s, ", ")
+}
+
+// nullIfEmpty is v in a merge patch, where null removes the key.
+func nullIfEmpty(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
 }

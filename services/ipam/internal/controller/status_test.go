@@ -92,6 +92,34 @@ func TestStatusPatch(t *testing.T) {
 				"status":   map[string]any{"loadBalancer": map[string]any{"ingress": ingress}},
 			},
 		},
+		{
+			name: "kube-vip's annotation with the status that grants its address",
+			cur:  svcStatus{base: version{rv: "14"}},
+			want: svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p", KubeVIP: "10.0.0.1"}},
+			patch: map[string]any{
+				"metadata": map[string]any{"resourceVersion": "14", "annotations": map[string]any{
+					"ipledger.io/allocated-from-pool": "p", "kube-vip.io/loadbalancerIPs": "10.0.0.1"}},
+				"status": map[string]any{"loadBalancer": map[string]any{"ingress": ingress}, "conditions": []any{ours(allocated)}},
+			},
+		},
+		{
+			name: "kube-vip's annotation alone, written where ipam wrote none",
+			cur:  svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p"}, base: version{rv: "15"}},
+			want: svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p", KubeVIP: "10.0.0.1"}},
+			patch: map[string]any{
+				"metadata": map[string]any{"resourceVersion": "15", "annotations": map[string]any{"kube-vip.io/loadbalancerIPs": "10.0.0.1"}},
+			},
+		},
+		{
+			name: "kube-vip's annotation removed with the address",
+			cur:  svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}, Cond: allocated, Pool: "p", KubeVIP: "10.0.0.1"}, base: version{rv: "16"}},
+			want: svcStatus{Status: plan.Status{Cond: allocated}},
+			patch: map[string]any{
+				"metadata": map[string]any{"resourceVersion": "16", "annotations": map[string]any{
+					"ipledger.io/allocated-from-pool": nil, "kube-vip.io/loadbalancerIPs": nil}},
+				"status": map[string]any{"loadBalancer": map[string]any{"ingress": nil}},
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body, after := statusPatch(tc.cur, tc.want)

@@ -495,6 +495,7 @@ func (w *worker) pass(ctx context.Context) {
 	b := plan.Batch{
 		Services: present, Current: map[string]plan.Status{}, Env: w.env(),
 		Gone: w.confirmGone(ctx, absent), Absent: absent, Ledger: w.ldg.Entries(), Class: w.c.class(), Now: time.Now(),
+		WriteKubeVIPAnnotation: w.c.cfg.WriteKubeVIPAnnotation,
 	}
 	current := make(map[string]svcStatus, len(present))
 	for _, obj := range present {

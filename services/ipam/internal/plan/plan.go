@@ -47,6 +47,10 @@ type Batch struct {
 	// Now stamps new ledger entries and starts the wait of new pending
 	// Services.
 	Now time.Time
+	// WriteKubeVIPAnnotation: each of our Services' statuses comes with
+	// kube-vip.io/loadbalancerIPs naming its addresses, for kube-vip to
+	// announce (kubeVIPOf); off, what ipam wrote of it is removed.
+	WriteKubeVIPAnnotation bool
 }
 
 // entries is what the ledger records for the Service key.
@@ -207,7 +211,7 @@ func (p *Plan) notOurs(a *allocator.Allocator, b Batch, obj *watcherv1.Object) {
 	held := a.Allocations(key)
 	p.Settled = append(p.Settled, key)
 	switch {
-	case cur.ShowsAny(held) || cur.Cond != nil || cur.Pool != "":
+	case cur.ShowsAny(held) || cur.Cond != nil || cur.Pool != "" || cur.KubeVIP != "":
 		p.Writes = append(p.Writes, Write{Service: obj, Key: key, Release: true, Want: cur.Without(held)})
 	case len(held) > 0 || len(b.entries(key)) > 0:
 		p.release(b, key, true)
@@ -247,6 +251,7 @@ func (p *Plan) decide(a *allocator.Allocator, b Batch, obj *watcherv1.Object, as
 	p.endKept(req, res)
 	want.Ingress = ingressOf(held, req.Families)
 	want.Pool = poolOf(held)
+	want.KubeVIP = b.kubeVIPOf(obj, want.Ingress)
 	p.condition(key, &want, cur, res, err)
 	p.reaskAcross(a, key, cur, want, held)
 	if len(held) == 0 {

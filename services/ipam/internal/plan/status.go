@@ -2,6 +2,7 @@ package plan
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -20,8 +21,9 @@ type Condition struct {
 	LastTransition          time.Time
 }
 
-// Status is the part of a Service ipam owns: its ingress, its condition and
-// the allocated-from-pool annotation.
+// Status is the part of a Service ipam owns: its ingress, its condition, the
+// allocated-from-pool annotation and the kube-vip.io/loadbalancerIPs ipam
+// wrote.
 type Status struct {
 	Ingress []string // IPs, in order; every entry has ipMode VIP
 	// Foreign is true when the ingress has entries ipam would not write
@@ -29,6 +31,10 @@ type Status struct {
 	Foreign bool
 	Cond    *Condition
 	Pool    string // ipledger.io/allocated-from-pool
+	// KubeVIP is kube-vip.io/loadbalancerIPs as ipam wrote it ("": ipam
+	// wrote none; one another writer set is theirs, a request, never ipam's
+	// to change).
+	KubeVIP string
 }
 
 // StatusOf is the part of a streamed Service ipam owns, as it stands.
@@ -50,6 +56,7 @@ func StatusOf(obj *watcherv1.Object) Status {
 		}
 	}
 	s.Pool = obj.GetMeta().GetAnnotations()[allocator.AnnotationAllocatedFromPool]
+	s.KubeVIP = svc.GetIpamKubeVipLoadBalancerIps()
 	return s
 }
 
@@ -63,7 +70,7 @@ func (s Status) ShowsAny(held []allocator.Allocation) bool {
 	return false
 }
 
-// Without is s with held's IPs, our condition and annotation removed.
+// Without is s with held's IPs, our condition and annotations removed.
 func (s Status) Without(held []allocator.Allocation) Status {
 	out := Status{Foreign: s.Foreign}
 	for _, ip := range s.Ingress {
@@ -75,9 +82,9 @@ func (s Status) Without(held []allocator.Allocation) Status {
 }
 
 // Equal compares what ipam writes: ingress, condition (not its transition
-// time) and annotation.
+// time) and annotations.
 func (s Status) Equal(o Status) bool {
-	if s.Foreign != o.Foreign || !slices.Equal(s.Ingress, o.Ingress) || s.Pool != o.Pool {
+	if s.Foreign != o.Foreign || !slices.Equal(s.Ingress, o.Ingress) || s.Pool != o.Pool || s.KubeVIP != o.KubeVIP {
 		return false
 	}
 	return CondEqual(s.Cond, o.Cond)
@@ -89,4 +96,21 @@ func CondEqual(a, b *Condition) bool {
 		return a == b
 	}
 	return a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message && a.ObservedGeneration == b.ObservedGeneration
+}
+
+// kubeVIPOf is the kube-vip.io/loadbalancerIPs ipam writes for a Service of
+// the batch whose status shows ingress: its addresses, comma-separated in
+// the status's order, as kube-vip reads them (v1.2.3, pkg/instance
+// FetchServiceAddresses); "" (remove what ipam wrote) when it holds none or
+// ipam does not write the annotation. Never when another writer set it (the
+// stream carries it as a request then): what ipam granted for that request
+// is in the status, and overwriting it would erase a request ipam refused.
+func (b Batch) kubeVIPOf(obj *watcherv1.Object, ingress []string) string {
+	if !b.WriteKubeVIPAnnotation {
+		return ""
+	}
+	if _, theirs := obj.GetMeta().GetAnnotations()[allocator.AnnotationKubeVIPLoadBalancerIPs]; theirs {
+		return ""
+	}
+	return strings.Join(ingress, ",")
 }

@@ -112,12 +112,12 @@ func newMetrics() *metrics {
 // StripManagedFields drops what nothing in ipledger reads: managedFields, the
 // largest part of most objects, and annotations outside the prefixes the
 // compact form carries (such as kubectl's last-applied-configuration, a copy
-// of the whole object). The informers' transform applies it first, so that an
-// object that does not convert, and is cached as it came, is cached small.
+// of the whole object). The informers' transform applies it to an object that
+// does not convert, which is cached as it came, so that it is cached small.
 //
 // Annotations are filtered before managedFields go, by convert.Carried: a
 // request annotation ipam itself wrote (kube-vip.io/loadbalancerIPs under
-// ipam's field manager) is dropped here, the last place that can tell.
+// ipam's field manager) is dropped, as convert.Meta drops it.
 func StripManagedFields(obj any) (any, error) {
 	a, ok := obj.(metav1.Object)
 	if !ok {
@@ -287,16 +287,20 @@ func (h *handler) transform(obj any) (any, error) {
 			u.SetGroupVersionKind(gvk)
 		}
 	}
-	obj, _ = StripManagedFields(obj)
+	// Converted with its managedFields, which tell who wrote
+	// kube-vip.io/loadbalancerIPs (convert.Carried,
+	// convert.IPAMKubeVIPLoadBalancerIPs); the compact form keeps none.
 	ro, ok := obj.(runtime.Object)
 	if !ok {
 		h.m.convertErr.WithLabelValues(h.kind.String()).Inc()
+		obj, _ = StripManagedFields(obj)
 		return obj, nil
 	}
 	o, err := convert.Object(ro)
 	if err != nil {
 		h.m.convertErr.WithLabelValues(h.kind.String()).Inc()
 		h.log.Warn("Skipping an object that does not convert", "kind", h.kind.String(), "err", err)
+		obj, _ = StripManagedFields(obj)
 		return obj, nil
 	}
 	// The informer's kind names what the object is served as: an

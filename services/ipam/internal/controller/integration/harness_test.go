@@ -66,6 +66,8 @@ type harness struct {
 	class    string
 	// requireClass starts ipam with --require-lb-class.
 	requireClass bool
+	// writeKubeVIP starts ipam with --write-kube-vip-annotation.
+	writeKubeVIP bool
 	// batchSize is ipam's --batch-size (0: the default).
 	batchSize int
 	// gatewayServiceNamespaces is ipam's --gateway-service-namespaces.
@@ -126,6 +128,7 @@ func (h *harness) startWith(identity string, client kubernetes.Interface) *ipam 
 		t.Fatal(err)
 	}
 	ctrl, err := controller.New(controller.Config{Namespace: h.ledgerNS, LBClass: h.class, RequireLBClass: h.requireClass, BatchSize: h.batchSize,
+		WriteKubeVIPAnnotation:   h.writeKubeVIP,
 		GatewayServiceNamespaces: h.gatewayServiceNamespaces, KeepReleased: h.keepReleased}, client, h.env.Dynamic, src, log, reg)
 	if err != nil {
 		t.Fatal(err)
