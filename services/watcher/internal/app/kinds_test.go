@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,10 +60,27 @@ func TestEveryKindIsServedWithItsServerSideFilter(t *testing.T) {
 		"spec": map[string]any{"workloadIPs": []any{map[string]any{"ip": "192.0.2.50"}}, "ports": []any{map[string]any{"port": int64(80)}}}}},
 		metav1.CreateOptions{}))
 
+	// The cluster's own networks: a Node's Pod ranges, the API server's
+	// slice (the test API server runs no endpoint reconciler: written here),
+	// and the ServiceCIDR the API server makes of its range.
+	nodeName := "node-" + ns
+	must(env.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName},
+		Spec: corev1.NodeSpec{PodCIDR: "10.244.7.0/24", PodCIDRs: []string{"10.244.7.0/24", "fd00:244:7::/64"}}}, metav1.CreateOptions{}))
+	t.Cleanup(func() { env.Client.CoreV1().Nodes().Delete(ctx, nodeName, metav1.DeleteOptions{}) })
+	apiSlice := slice("kubernetes-"+ns, "")
+	apiSlice.Namespace, apiSlice.Labels = metav1.NamespaceDefault, map[string]string{"kubernetes.io/service-name": "kubernetes"}
+	must(env.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx, apiSlice, metav1.CreateOptions{}))
+	t.Cleanup(func() { env.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Delete(ctx, apiSlice.Name, metav1.DeleteOptions{}) })
+	otherSlice := slice("not-the-api-server-"+ns, "endpointslice-controller.k8s.io")
+	otherSlice.Namespace = metav1.NamespaceDefault
+	must(env.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx, otherSlice, metav1.CreateOptions{}))
+	t.Cleanup(func() { env.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Delete(ctx, otherSlice.Name, metav1.DeleteOptions{}) })
+
 	w, _ := startWatcher(t, env, nil)
 	s := watch(t, dial(t, w.Addr().String(), subscriberToken(t, env)), &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{
 		watcherv1.Kind_KIND_POD, watcherv1.Kind_KIND_ENDPOINT_SLICE, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP,
-		watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, watcherv1.Kind_KIND_NAMESPACE}})
+		watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, watcherv1.Kind_KIND_NAMESPACE,
+		watcherv1.Kind_KIND_NODE, watcherv1.Kind_KIND_SERVICE_CIDR, watcherv1.Kind_KIND_KUBERNETES_ENDPOINT_SLICE}})
 	snap, _ := s.untilSynced(t)
 	got := map[string]*watcherv1.Object{}
 	for _, ev := range snap {
@@ -72,18 +90,29 @@ func TestEveryKindIsServedWithItsServerSideFilter(t *testing.T) {
 	for _, want := range []string{
 		"KIND_POD " + ns + "/labelled", "KIND_ENDPOINT_SLICE " + ns + "/ours", "KIND_LEDGER_CONFIG_MAP " + testenv.SystemNamespace + "/" + ledgerName,
 		"KIND_IP_POOL /" + poolName, "KIND_EXTERNAL_WORKLOAD " + ns + "/vm1", "KIND_NAMESPACE /" + ns,
+		"KIND_NODE /" + nodeName, "KIND_SERVICE_CIDR /kubernetes", "KIND_KUBERNETES_ENDPOINT_SLICE default/" + apiSlice.Name,
 	} {
 		if got[want] == nil {
 			t.Errorf("snapshot lacks %s", want)
 		}
 	}
-	for _, unwanted := range []string{"KIND_POD " + ns + "/plain", "KIND_ENDPOINT_SLICE " + ns + "/theirs", "KIND_LEDGER_CONFIG_MAP " + ns + "/not-a-ledger"} {
+	for _, unwanted := range []string{"KIND_POD " + ns + "/plain", "KIND_ENDPOINT_SLICE " + ns + "/theirs", "KIND_LEDGER_CONFIG_MAP " + ns + "/not-a-ledger",
+		"KIND_KUBERNETES_ENDPOINT_SLICE default/" + otherSlice.Name, "KIND_ENDPOINT_SLICE default/" + apiSlice.Name} {
 		if got[unwanted] != nil {
 			t.Errorf("snapshot holds %s, outside the watcher's selectors", unwanted)
 		}
 	}
 	if p := got["KIND_IP_POOL /"+poolName].GetIpPool(); len(p.GetAddresses()) != 1 || !p.GetAutoAssign() {
 		t.Errorf("IPPool body %v", p)
+	}
+	if n := got["KIND_NODE /"+nodeName].GetNode(); !slices.Equal(n.GetPodCidrs(), []string{"10.244.7.0/24", "fd00:244:7::/64"}) {
+		t.Errorf("Node body %v, want both Pod ranges", n)
+	}
+	if c := got["KIND_SERVICE_CIDR /kubernetes"].GetServiceCidr(); !slices.Contains(c.GetCidrs(), "10.96.0.0/12") {
+		t.Errorf("ServiceCIDR body %v, want the API server's 10.96.0.0/12", c)
+	}
+	if e := got["KIND_KUBERNETES_ENDPOINT_SLICE default/"+apiSlice.Name].GetEndpointSlice(); len(e.GetEndpoints()) != 1 {
+		t.Errorf("the API server's slice body %v", e)
 	}
 	if e := got["KIND_EXTERNAL_WORKLOAD "+ns+"/vm1"].GetExternalWorkload(); len(e.GetWorkloadIps()) != 1 || e.GetPorts()[0].GetProtocol() != "TCP" {
 		t.Errorf("ExternalWorkload body %v", e)
