@@ -70,11 +70,15 @@ func TestEveryKindIsServedWithItsServerSideFilter(t *testing.T) {
 	apiSlice := slice("kubernetes-"+ns, "")
 	apiSlice.Namespace, apiSlice.Labels = metav1.NamespaceDefault, map[string]string{"kubernetes.io/service-name": "kubernetes"}
 	must(env.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx, apiSlice, metav1.CreateOptions{}))
-	t.Cleanup(func() { env.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Delete(ctx, apiSlice.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		env.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Delete(ctx, apiSlice.Name, metav1.DeleteOptions{})
+	})
 	otherSlice := slice("not-the-api-server-"+ns, "endpointslice-controller.k8s.io")
 	otherSlice.Namespace = metav1.NamespaceDefault
 	must(env.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Create(ctx, otherSlice, metav1.CreateOptions{}))
-	t.Cleanup(func() { env.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Delete(ctx, otherSlice.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		env.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Delete(ctx, otherSlice.Name, metav1.DeleteOptions{})
+	})
 
 	w, _ := startWatcher(t, env, nil)
 	s := watch(t, dial(t, w.Addr().String(), subscriberToken(t, env)), &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{
