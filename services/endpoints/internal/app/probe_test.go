@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/services/endpoints/internal/controller"
 	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
 )
 
@@ -249,8 +250,8 @@ func TestProbesOnlyWhileLeading(t *testing.T) {
 // workload, unlike 169.254.169.254) are never dialed: the listener the
 // first one names sees no connection, the prober's dialer sees no dial of
 // either; each is Ready=False with reason ProbeRefused naming why and the
-// flag to change, has a ProbeRefused Event and is counted, and the Service's
-// endpoint is not ready. A replica whose --probe-allowed-cidrs names the
+// flag to change, has a ProbeRefused Event and is counted, and the Service
+// has no endpoint of it (AddressAccepted=False). A replica whose --probe-allowed-cidrs names the
 // first address explicitly probes it, and it becomes Ready.
 func TestProbeNeverDialsWhatThePolicyRefuses(t *testing.T) {
 	env := testenv.Get(t)
@@ -273,7 +274,19 @@ func TestProbeNeverDialsWhatThePolicyRefuses(t *testing.T) {
 	waitCondition(t, env, ns, "in-pods", "False", "ProbeRefused",
 		"TCP probe of 192.0.2.1 not probed", "in the pod CIDR 192.0.2.0/24 (--pod-cidrs)", "--probe-allowed-cidrs")
 	waitCondition(t, env, ns, "imds", "False", "ProbeRefused", "fd00:ec2::254 is AWS's instance services")
-	waitEndpoint(t, env, ns, "web", "in-pods", false)
+	// An address in --pod-cidrs never enters a slice either (docs/security.md,
+	// "What an ExternalWorkload may name"): before 0.3.0 it was a not-ready
+	// endpoint.
+	waitAddressAccepted(t, env, ns, "in-pods", metav1.ConditionFalse, controller.ReasonClusterAddress, "192.0.2.1", "--pod-cidrs")
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if n := a.Controller.Pending(); n != 0 {
+			return fmt.Errorf("%d Services pending", n)
+		}
+		return nil
+	})
+	if ss, err := ourSlices(env, ns, "web"); err != nil || endpointCount(ss) != 0 {
+		t.Fatalf("web's slices hold %d endpoints (%v), want none: in-pods is in --pod-cidrs", endpointCount(ss), err)
+	}
 	for _, name := range []string{"in-pods", "imds"} {
 		testenv.Eventually(t, 30*time.Second, func() error {
 			evs, err := env.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
