@@ -1,12 +1,11 @@
 // Package convert turns Kubernetes objects into the compact watcherv1.Object
-// messages that the watcher streams: only the fields consumers use, all labels,
-// and the annotations under the prefixes ipledger reads. It is shared so tests
-// and tools build exactly what the watcher sends.
+// messages that the watcher streams: only the fields consumers use, the labels
+// and the annotations consumers read (carried.go), each bounded in size. It is
+// shared so tests and tools build exactly what the watcher sends.
 package convert
 
 import (
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -17,15 +16,6 @@ import (
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
-
-// AnnotationPrefixes are the annotation prefixes carried in ObjectMeta; every
-// other annotation is dropped (last-applied-configuration alone can dwarf the
-// rest of an object). MetalLB's and Cilium LB-IPAM's are the request and
-// sharing annotations ipam reads for migration (Cilium's older spellings
-// are io.cilium/lb-ipam-*; its other io.cilium/ annotations are dropped).
-// kube-vip's is its request annotation alone (KubeVIPRequestAnnotation).
-var AnnotationPrefixes = []string{"ipledger.io/", "metallb.io/", "metallb.universe.tf/", "lbipam.cilium.io/", "io.cilium/lb-ipam-",
-	"endpoints.kubernetes.io/", KubeVIPRequestAnnotation}
 
 // GroupVersion of ipledger's CRDs.
 var GroupVersion = schema.GroupVersion{Group: "ipledger.io", Version: "v1alpha1"}
@@ -93,21 +83,8 @@ func Meta(m metav1.Object) *watcherv1.ObjectMeta {
 	if f := m.GetFinalizers(); len(f) > 0 {
 		out.Finalizers = append([]string(nil), f...)
 	}
-	if l := m.GetLabels(); len(l) > 0 {
-		out.Labels = make(map[string]string, len(l))
-		for k, v := range l {
-			out.Labels[k] = v
-		}
-	}
-	for k, v := range m.GetAnnotations() {
-		if !Carried(m, k) {
-			continue
-		}
-		if out.Annotations == nil {
-			out.Annotations = map[string]string{}
-		}
-		out.Annotations[k] = v
-	}
+	out.Labels = Labels(m.GetLabels())
+	out.Annotations = Annotations(m)
 	for _, r := range m.GetOwnerReferences() {
 		out.OwnerReferences = append(out.OwnerReferences, &watcherv1.OwnerReference{
 			ApiVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, Uid: string(r.UID), Controller: r.Controller != nil && *r.Controller,
@@ -121,15 +98,6 @@ func unixNano(t metav1.Time) int64 {
 		return 0
 	}
 	return t.UnixNano()
-}
-
-func hasAnyPrefix(s string, prefixes []string) bool {
-	for _, p := range prefixes {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // Conditions converts metav1.Conditions.

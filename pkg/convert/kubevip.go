@@ -23,7 +23,7 @@ const IPAMFieldManager = "ipledger-ipam"
 var writtenByIPAM = []string{KubeVIPRequestAnnotation}
 
 // Carried reports whether the compact form of m carries its annotation key:
-// the key is under AnnotationPrefixes, and is not one of the request
+// the key is one of CarriedAnnotations, and is not one of the request
 // annotations (kube-vip.io/loadbalancerIPs) that ipam's field manager
 // manages — alone or beside another manager, as after two server-side
 // applies of one value: what ipam wrote for kube-vip to announce is its own
@@ -31,7 +31,7 @@ var writtenByIPAM = []string{KubeVIPRequestAnnotation}
 // every later change of the Service. An ipam writer must write it under
 // IPAMFieldManager. The watcher calls Carried before it strips managedFields.
 func Carried(m metav1.Object, key string) bool {
-	if !hasAnyPrefix(key, AnnotationPrefixes) {
+	if _, ok := CarriedAnnotations[key]; !ok {
 		return false
 	}
 	for _, k := range writtenByIPAM {

@@ -32,6 +32,8 @@ type System struct {
 	// EC2Endpoint is where eipd sends EC2 calls (moto, or a fault proxy).
 	EC2Endpoint string
 
+	pprof bool
+
 	// tolerated are time windows in which RBAC denials are expected: an API
 	// server that just restarted refuses requests until its RBAC cache is
 	// filled.
@@ -80,6 +82,9 @@ type SystemOptions struct {
 	ClusterID                       string
 	// WatcherArgs are extra flags for every watcher.
 	WatcherArgs []string
+	// Pprof serves /debug/pprof on every replica's ops port (--enable-pprof),
+	// through which a test can make a process collect its garbage.
+	Pprof bool
 }
 
 // Leader election durations short enough for tests, and said once.
@@ -93,7 +98,7 @@ var leaderFlags = []string{
 // StartSystem starts the requested replicas and waits until each is ready.
 func StartSystem(t *testing.T, opts SystemOptions) *System {
 	t.Helper()
-	s := &System{t: t, env: testenv.Get(t), EC2Endpoint: opts.EC2Endpoint}
+	s := &System{t: t, env: testenv.Get(t), EC2Endpoint: opts.EC2Endpoint, pprof: opts.Pprof}
 	for r := range opts.Watchers {
 		s.Watchers = append(s.Watchers, s.start("watcher", r, opts.WatcherArgs))
 	}
@@ -173,6 +178,9 @@ func (s *System) start(component string, replica int, extra []string) *Service {
 			"--watcher-token-file="+s.env.TokenFileFor(t, testenv.SystemNamespace, "ipledger-"+component, authz.WatcherAudience),
 			fmt.Sprintf("--leader-elect-identity=%s-%d", component, replica))
 		svc.args = append(svc.args, leaderFlags...)
+	}
+	if s.pprof {
+		svc.args = append(svc.args, "--enable-pprof")
 	}
 	svc.args = append(svc.args, extra...)
 	if component == "eipd" {

@@ -689,12 +689,24 @@ type ObjectMeta struct {
 	Uid             string                 `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
 	ResourceVersion string                 `protobuf:"bytes,4,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
 	Generation      int64                  `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
-	// labels are all the object's labels.
+	// labels are all the object's labels while, encoded, they come to
+	// at most 32 KiB (convert.MaxLabelBytes). Larger ones are replaced by the
+	// one label `ipledger.io/labels-truncated`, whose value is their size in
+	// bytes; ipam refuses a Service whose own or whose Namespace's labels are
+	// so replaced, since no pool's selector can be matched against them.
 	Labels map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// annotations holds only those under `ipledger.io/`, `metallb.io/`,
-	// `metallb.universe.tf/`, `lbipam.cilium.io/`, `io.cilium/lb-ipam-` and
-	// `endpoints.kubernetes.io/`, and `kube-vip.io/loadbalancerIPs` unless
-	// ipam's field manager (`ipledger-ipam`) manages it.
+	// annotations holds only the keys some consumer of this release or of the
+	// previous one reads (convert.CarriedAnnotations: ipam's request and
+	// sharing annotations under `ipledger.io/`, `metallb.io/`,
+	// `metallb.universe.tf/`, `lbipam.cilium.io/` and `io.cilium/lb-ipam-`,
+	// `kube-vip.io/loadbalancerIPs` unless ipam's field manager
+	// (`ipledger-ipam`) manages it, `ipledger.io/allocated-from-pool`,
+	// `ipledger.io/eip-allocation-id` and
+	// `endpoints.kubernetes.io/last-change-trigger-time`). A value longer than
+	// 1024 bytes (convert.MaxAnnotationBytes) is replaced by the marker
+	// `ipledger.io/truncated:<bytes>:<sha256 of the value, hex>`, which the
+	// watcher passes on so that ipam refuses the request, naming the
+	// annotation and the limit; equal values keep equal markers.
 	Annotations map[string]string `protobuf:"bytes,7,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// creation_timestamp in Unix nanoseconds.
 	CreationTimestamp int64 `protobuf:"varint,8,opt,name=creation_timestamp,json=creationTimestamp,proto3" json:"creation_timestamp,omitempty"`

@@ -43,6 +43,17 @@ var annotationSpellings = map[string][]string{
 		"lbipam.cilium.io/sharing-cross-namespace", "io.cilium/lb-ipam-sharing-cross-namespace"},
 }
 
+// RequestAnnotations are the keys of every annotation ParseServiceRequest
+// reads, sorted.
+func RequestAnnotations() []string {
+	var out []string
+	for _, keys := range annotationSpellings {
+		out = append(out, keys...)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // ServiceRequest is what a Service's annotations and spec.loadBalancerIP ask for.
 type ServiceRequest struct {
 	RequestedIPs []netip.Addr // at most one per family, in the order written

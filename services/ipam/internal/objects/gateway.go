@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
@@ -197,6 +198,11 @@ func gatewayRequest(link GatewayLink, env Env) (allocator.GatewayRequest, bool, 
 	}
 	if class, ok := env.get(watcherv1.Kind_KIND_GATEWAY_CLASS, "", body.GetGatewayClassName()); ok {
 		gr.Class, gr.ClassPool = class.GetMeta().GetName(), class.GetMeta().GetAnnotations()[allocator.AnnotationAddressPool]
+		if n, ok := convert.ParseTruncated(gr.ClassPool); ok {
+			return allocator.GatewayRequest{}, true, &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: fmt.Sprintf(
+				"GatewayClass %s annotation %s is %d bytes, longer than the %d bytes ipledger reads of an annotation: shorten it",
+				gr.Class, allocator.AnnotationAddressPool, n, convert.MaxAnnotationBytes)}
+		}
 	}
 	return gr, true, nil
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
@@ -133,7 +134,11 @@ func Request(obj *watcherv1.Object, env Env) (allocator.Request, error) {
 		ServiceLabels: obj.GetMeta().GetLabels(),
 		FamilyPolicy:  allocator.FamilyPolicy(svc.GetIpFamilyPolicy()),
 	}
-	sr, err := allocator.ParseServiceRequest(obj.GetMeta().GetAnnotations(), svc.GetLoadBalancerIp())
+	var sr allocator.ServiceRequest
+	err := truncated(obj)
+	if err == nil {
+		sr, err = allocator.ParseServiceRequest(obj.GetMeta().GetAnnotations(), svc.GetLoadBalancerIp())
+	}
 	tenant := obj.GetMeta().GetNamespace()
 	if err == nil {
 		sr, tenant, err = withGateway(obj, sr, env)
@@ -141,6 +146,9 @@ func Request(obj *watcherv1.Object, env Env) (allocator.Request, error) {
 	req.Namespace = tenant
 	if ns, ok := env.get(watcherv1.Kind_KIND_NAMESPACE, "", tenant); ok {
 		req.NamespaceLabels = ns.GetMeta().GetLabels()
+		if err == nil {
+			err = truncated(ns)
+		}
 	}
 	if err != nil {
 		req.Sharing = Sharing(obj, "")
@@ -158,6 +166,34 @@ func Request(obj *watcherv1.Object, env Env) (allocator.Request, error) {
 		req.Families = append(req.Families, fam)
 	}
 	return req, nil
+}
+
+// truncated refuses what the watcher could not carry whole (docs/sizing.md):
+// a request annotation longer than convert.MaxAnnotationBytes, which reaches
+// ipam as its marker, or the labels, larger than convert.MaxLabelBytes, of a
+// Service or of the Namespace whose pools serve it, which pools' selectors
+// could then not be matched against. The error names the annotation or the
+// object and the limit.
+func truncated(obj *watcherv1.Object) error {
+	m := obj.GetMeta()
+	if obj.GetKind() == watcherv1.Kind_KIND_SERVICE {
+		for _, k := range allocator.RequestAnnotations() {
+			if n, ok := convert.ParseTruncated(m.GetAnnotations()[k]); ok {
+				return &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: fmt.Sprintf(
+					"annotation %s is %d bytes, longer than the %d bytes ipledger reads of an annotation: shorten it", k, n, convert.MaxAnnotationBytes)}
+			}
+		}
+	}
+	if n, ok := convert.LabelsTruncated(m.GetLabels()); ok {
+		what := "the Service's labels are"
+		if obj.GetKind() == watcherv1.Kind_KIND_NAMESPACE {
+			what = fmt.Sprintf("the labels of Namespace %s are", m.GetName())
+		}
+		return &allocator.Error{Reason: allocator.ReasonInvalidRequest, Message: fmt.Sprintf(
+			"%s %d bytes, more than the %d bytes ipledger reads of an object's labels, so no pool's selector can be matched against them: remove labels",
+			what, n, convert.MaxLabelBytes)}
+	}
+	return nil
 }
 
 // withGateway joins into sr what the Gateway the Service belongs to asks

@@ -39,7 +39,7 @@ func TestGatewayAPIKindsFollowTheirCRDs(t *testing.T) {
 
 	env.InstallGatewayAPI(t)
 	class := &gatewayv1.GatewayClass{TypeMeta: metav1.TypeMeta{APIVersion: "gateway.networking.k8s.io/v1", Kind: "GatewayClass"},
-		ObjectMeta: metav1.ObjectMeta{Name: "class-" + ns, Annotations: map[string]string{"ipledger.io/ip-pool": "public", "other.io/x": "dropped"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "class-" + ns, Annotations: map[string]string{"ipledger.io/address-pool": "public", "other.io/x": "dropped"}},
 		Spec:       gatewayv1.GatewayClassSpec{ControllerName: "example.com/gateway-controller"}}
 	ipType, named := gatewayv1.IPAddressType, gatewayv1.NamedAddressType
 	gw := &gatewayv1.Gateway{TypeMeta: metav1.TypeMeta{APIVersion: "gateway.networking.k8s.io/v1", Kind: "Gateway"},
@@ -86,8 +86,8 @@ func TestGatewayAPIKindsFollowTheirCRDs(t *testing.T) {
 	}
 	cls := got["KIND_GATEWAY_CLASS"]
 	if cls.GetGatewayClass().GetControllerName() != "example.com/gateway-controller" ||
-		cls.GetMeta().GetAnnotations()["ipledger.io/ip-pool"] != "public" || len(cls.GetMeta().GetAnnotations()) != 1 {
-		t.Fatalf("gateway class %v, want controller example.com/gateway-controller and only the ipledger.io/ annotation", cls)
+		cls.GetMeta().GetAnnotations()["ipledger.io/address-pool"] != "public" || len(cls.GetMeta().GetAnnotations()) != 1 {
+		t.Fatalf("gateway class %v, want controller example.com/gateway-controller and only the ipledger.io/address-pool annotation", cls)
 	}
 
 	// A subscriber arriving now gets them in its snapshot.

@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -110,10 +111,15 @@ func newMetrics() *metrics {
 }
 
 // StripManagedFields drops what nothing in ipledger reads: managedFields, the
-// largest part of most objects, and annotations outside the prefixes the
-// compact form carries (such as kubectl's last-applied-configuration, a copy
-// of the whole object). The informers' transform applies it to an object that
-// does not convert, which is cached as it came, so that it is cached small.
+// largest part of most objects, every annotation but convert.CarriedAnnotations
+// (such as kubectl's last-applied-configuration, a copy of the whole object,
+// or 200 KB under ipledger.io/ that no consumer reads), and it bounds what
+// stays: a carried value longer than convert.MaxAnnotationBytes becomes its
+// marker, labels larger than convert.MaxLabelBytes the one
+// convert.LabelsTruncatedLabel. The informers' transform converts every object
+// first (convert.Meta applies the same table and bounds), so the cache holds
+// only the compact form; it applies StripManagedFields to an object that does
+// not convert, which is cached as it came, so that it is cached small.
 //
 // Annotations are filtered before managedFields go, by convert.Carried: a
 // request annotation ipam itself wrote (kube-vip.io/loadbalancerIPs under
@@ -124,15 +130,12 @@ func StripManagedFields(obj any) (any, error) {
 		return obj, nil
 	}
 	if ann := a.GetAnnotations(); len(ann) > 0 {
-		kept := map[string]string{}
-		for k, v := range ann {
-			if convert.Carried(a, k) {
-				kept[k] = v
-			}
-		}
-		if len(kept) != len(ann) {
+		if kept := convert.Annotations(a); !maps.Equal(kept, ann) {
 			a.SetAnnotations(kept)
 		}
+	}
+	if l := a.GetLabels(); convert.LabelBytes(l) > convert.MaxLabelBytes {
+		a.SetLabels(convert.Labels(l))
 	}
 	a.SetManagedFields(nil)
 	return obj, nil

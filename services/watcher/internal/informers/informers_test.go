@@ -1,7 +1,9 @@
 package informers
 
 import (
+	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/ipledger/ipledger/pkg/convert"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
 
@@ -29,6 +32,28 @@ func TestStripManagedFields(t *testing.T) {
 	}
 	if len(got.Annotations) != 2 || got.Annotations["ipledger.io/loadBalancerIPs"] != "10.0.0.1" || got.Annotations["metallb.io/address-pool"] != "p" {
 		t.Errorf("annotations %v, want only the ipledger.io/ and metallb.io/ ones", got.Annotations)
+	}
+}
+
+// TestStripManagedFieldsBounds: what the informer caches is bounded before
+// anything else sees it: an unknown annotation of 200 KB under ipledger.io/
+// is dropped, a carried one over the limit becomes its marker, and labels
+// over the limit become the one marker label.
+func TestStripManagedFieldsBounds(t *testing.T) {
+	big := strings.Repeat("x", 200_000)
+	labels := map[string]string{}
+	for i := 0; convert.LabelBytes(labels) <= convert.MaxLabelBytes; i++ {
+		labels[fmt.Sprintf("example.com/l-%05d", i)] = strings.Repeat("v", 63)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", Labels: labels,
+		Annotations: map[string]string{"ipledger.io/unknown": big, "ipledger.io/allow-shared-ip": big}}}
+	out, _ := StripManagedFields(svc)
+	got := out.(*corev1.Service)
+	if len(got.Annotations) != 1 || got.Annotations["ipledger.io/allow-shared-ip"] != convert.TruncatedAnnotation(big) {
+		t.Errorf("annotations %.300v, want only ipledger.io/allow-shared-ip's marker", got.Annotations)
+	}
+	if n, ok := convert.LabelsTruncated(got.Labels); !ok || n != convert.LabelBytes(labels) {
+		t.Errorf("labels %.300v, want the marker of %d bytes", got.Labels, convert.LabelBytes(labels))
 	}
 }
 
