@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -45,13 +46,7 @@ func TestProductionIgnoresTheLegacyOptIn(t *testing.T) {
 		if d.Name != "ipledger-eipd" {
 			continue
 		}
-		last := ""
-		for _, a := range d.Spec.Template.Spec.Containers[0].Args {
-			if v, ok := strings.CutPrefix(a, "--legacy-opt-in="); ok {
-				last = v
-			}
-		}
-		if last != "ignore" {
+		if last := lastFlag(d, "--legacy-opt-in"); last != "ignore" {
 			t.Errorf("%s: eipd runs with --legacy-opt-in=%q (none: accept), want ignore: a kubelet could opt its own Node in", k, last)
 		}
 		return
@@ -70,13 +65,7 @@ func TestProductionEnforcesWorkloadGrants(t *testing.T) {
 			if d.Name != "ipledger-endpoints" {
 				continue
 			}
-			last := ""
-			for _, a := range d.Spec.Template.Spec.Containers[0].Args {
-				if v, ok := strings.CutPrefix(a, "--workload-grants="); ok {
-					last = v
-				}
-			}
-			if last != want {
+			if last := lastFlag(d, "--workload-grants"); last != want {
 				t.Errorf("%s: endpoints runs with --workload-grants=%q, want %q", k, last, want)
 			}
 		}
@@ -93,6 +82,18 @@ func TestProductionEnforcesWorkloadGrants(t *testing.T) {
 			t.Errorf("%s binds ipledger-externalworkload-grants without enforcing grants in endpoints", k)
 		}
 	}
+}
+
+// lastFlag is the value the Deployment's container gets for flag: the last
+// one given, which the flag package keeps ("" when none).
+func lastFlag(d appsv1.Deployment, flag string) string {
+	last := ""
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			last = v
+		}
+	}
+	return last
 }
 
 // TestE2EOverlayRunsTheImagesMakeImagesBuilds: the real-node tests install
