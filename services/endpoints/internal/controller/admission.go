@@ -103,7 +103,7 @@ func (st *termState) relearnNetworks() {
 		return
 	}
 	st.log.Info("The cluster's networks changed: judging the workloads in them again", "changed", len(changed), "networks", next.Len())
-	for _, w := range st.c.store.List(watcherv1.Kind_KIND_EXTERNAL_WORKLOAD) {
+	for w := range st.c.store.All(watcherv1.Kind_KIND_EXTERNAL_WORKLOAD) {
 		if inAny(w.GetExternalWorkload().GetWorkloadIps(), changed) {
 			st.judge(w)
 			st.queueSelecting(w)

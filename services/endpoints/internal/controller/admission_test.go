@@ -1,11 +1,14 @@
 package controller
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -76,5 +79,64 @@ func TestWithCondition(t *testing.T) {
 	}
 	if !conditionSays([]*watcherv1.Condition{ready}, nil) || conditionSays([]*watcherv1.Condition{old}, nil) || conditionSays([]*watcherv1.Condition{old}, want) {
 		t.Error("conditionSays")
+	}
+}
+
+// TestRelearnTakesAJoiningNodesRangeOut: a Node that joins with a Pod range
+// holding a workload takes it out at once: the workload is judged again
+// (counted, its condition queued) and its Service queued.
+func TestRelearnTakesAJoiningNodesRangeOut(t *testing.T) {
+	h := newHarness(t)
+	h.stream.upsert(svcObj("a", "web"))
+	h.stream.upsert(wlObj("a", "vm", "web", "10.244.9.7"))
+	tm := h.startTerm()
+	tm.st.networks.Store(tm.st.learnNetworks())
+	tm.queued, tm.conditions = nil, nil
+	h.stream.upsert(nodeObj("n9", "10.244.9.0/24", "192.168.0.9"))
+	if !slices.Contains(tm.queued, "a/web") || !slices.Contains(tm.conditions, "a/vm") {
+		t.Fatalf("queued %v, conditions %v: want a/web and a/vm", tm.queued, tm.conditions)
+	}
+	if v := testutil.ToFloat64(h.c.Metrics.WorkloadsRefused.WithLabelValues(clusternet.ReasonPodCIDR)); v != 1 {
+		t.Errorf("pod-cidr refusals %v, want 1", v)
+	}
+	// A status update of the Node that changes neither learns nothing.
+	tm.queued, tm.conditions = nil, nil
+	n := nodeObj("n9", "10.244.9.0/24", "192.168.0.9")
+	n.GetNode().Unschedulable = true
+	h.stream.upsert(n)
+	if len(tm.queued) != 0 || len(tm.conditions) != 0 {
+		t.Errorf("a Node update that changes no network queued %v and %v", tm.queued, tm.conditions)
+	}
+}
+
+func nodeObj(name, podCIDR, addr string) *watcherv1.Object {
+	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_NODE, Meta: &watcherv1.ObjectMeta{Name: name},
+		Body: &watcherv1.Object_Node{Node: &watcherv1.Node{PodCidrs: []string{podCIDR},
+			Addresses: []*watcherv1.NodeAddress{{Type: "InternalIP", Address: addr}}}}}
+}
+
+// BenchmarkRelearnNetworks: a Node joins (or leaves) a cluster of 1,000
+// Nodes and 50,000 ExternalWorkloads; the pass learns the networks again and
+// judges the workloads in the range that came or went (none here: the cost
+// is the learning and the scan).
+func BenchmarkRelearnNetworks(b *testing.B) {
+	h := newHarness(b)
+	for i := range 1000 {
+		h.stream.upsert(nodeObj(fmt.Sprintf("n%d", i), fmt.Sprintf("10.%d.%d.0/24", 128+i/256, i%256), fmt.Sprintf("172.16.%d.%d", i/256, i%256)))
+	}
+	for i := range 50000 {
+		h.stream.upsert(wlObj(fmt.Sprintf("ns%d", i/100), fmt.Sprintf("vm%d", i), "web", fmt.Sprintf("192.%d.%d.%d", 168+i/65536, i/256%256, i%256)))
+	}
+	st := h.c.newTermState(h.c.log)
+	st.networks.Store(st.learnNetworks())
+	joining := nodeObj("joining", "10.250.0.0/24", "172.31.0.1")
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			h.stream.upsert(joining)
+		} else {
+			h.stream.remove(watcherv1.Kind_KIND_NODE, "joining")
+		}
+		st.relearnNetworks()
 	}
 }

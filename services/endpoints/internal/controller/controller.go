@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -149,6 +150,7 @@ func (c *Config) Validate() error {
 type Store interface {
 	Get(kind watcherv1.Kind, namespace, name string) (*watcherv1.Object, bool)
 	List(kind watcherv1.Kind) []*watcherv1.Object
+	All(kind watcherv1.Kind) iter.Seq[*watcherv1.Object]
 	ListNamespace(kind watcherv1.Kind, namespace string) []*watcherv1.Object
 	ByIndex(kind watcherv1.Kind, name, value string) []*watcherv1.Object
 	IndexKeys(kind watcherv1.Kind, name, value string) []string

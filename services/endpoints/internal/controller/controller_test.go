@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"maps"
 	"slices"
@@ -168,6 +169,10 @@ func (s *fakeStream) List(kind watcherv1.Kind) []*watcherv1.Object {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Collect(maps.Values(s.objs[kind]))
+}
+
+func (s *fakeStream) All(kind watcherv1.Kind) iter.Seq[*watcherv1.Object] {
+	return slices.Values(s.List(kind))
 }
 
 func (s *fakeStream) ListNamespace(kind watcherv1.Kind, ns string) []*watcherv1.Object {
@@ -357,7 +362,7 @@ type harness struct {
 	reg    *prometheus.Registry
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	t.Helper()
 	api, cs := newFakeAPI()
 	fs := newFakeStream()
