@@ -93,10 +93,15 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 		}
 	}
 	fs.Func("probe-allowed-cidrs", "comma-separated `CIDRs` of the networks where ExternalWorkloads live: the readiness prober "+
-		"dials only addresses in them (empty, the default: any address not refused otherwise). An entry inside --pod-cidrs, "+
-		"--service-cidrs or --probe-denied-cidrs admits that narrower range. Loopback, link-local, multicast and cloud "+
-		"metadata addresses (169.254.169.254, fd00:ec2::/64, ...) are never probed",
-		prefixes(&c.Policy.Allowed))
+		"dials only addresses in them (empty, the default: any address not refused otherwise; \"none\": no address, every "+
+		"probe refused, as overlays/production ships until the operator names them; the last occurrence wins). An entry "+
+		"inside --pod-cidrs, --service-cidrs or --probe-denied-cidrs admits that narrower range. Loopback, link-local, "+
+		"multicast and cloud metadata addresses (169.254.169.254, fd00:ec2::/64, ...) are never probed",
+		func(s string) error {
+			var err error
+			c.Policy.Allowed, c.Policy.NoneAllowed, err = probepolicy.ParseAllowed(s)
+			return err
+		})
 	fs.Func("pod-cidrs", "comma-separated `CIDRs` of the cluster's Pod network (kube-controller-manager's --cluster-cidr): "+
 		"never probed (default none: set it, ipledger cannot always discover it)", prefixes(&c.Policy.PodCIDRs))
 	fs.Func("service-cidrs", "comma-separated `CIDRs` of the cluster's Service network (kube-apiserver's "+
