@@ -61,7 +61,6 @@ const (
 // network: every probe is refused until the operator names them.
 const AllowNone = "none"
 
-
 // metadata are cloud metadata and instance-service addresses outside
 // link-local (link-local is refused as a whole), each with what it is.
 var metadata = []struct {
