@@ -182,3 +182,42 @@ func TestGrantInvariants(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkGrant is the cost of deciding one grant and its release with
+// 1,000 namespaces of one probed workload each (the decision scans them)
+// beside one flooding namespace, all slots contended.
+func BenchmarkGrant(b *testing.B) {
+	tb := New(100)
+	names := make([]string, 1000)
+	for i := range names {
+		names[i] = "ns-" + strconv.Itoa(i)
+		tb.SetWorkloads(names[i], 1)
+	}
+	tb.SetWorkloads("flood", 1000)
+	for range 1000 {
+		tb.Enqueue("flood")
+	}
+	for _, ns := range names {
+		tb.Enqueue(ns)
+	}
+	var granted []string // in flight, oldest first
+	for {
+		ns, ok := tb.Grant()
+		if !ok {
+			break
+		}
+		granted = append(granted, ns)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		ns := granted[0]
+		granted = granted[1:]
+		tb.Release(ns)
+		tb.Enqueue(ns)
+		got, ok := tb.Grant()
+		if !ok {
+			b.Fatal("nothing granted after a release")
+		}
+		granted = append(granted, got)
+	}
+}
