@@ -96,6 +96,26 @@ func lastFlag(d appsv1.Deployment, flag string) string {
 	return last
 }
 
+// TestProductionProbesNothingUnlessAllowed: whoever may create an
+// ExternalWorkload aims the endpoints leader's readiness probes, so a
+// production install dials no workload network it was not told of: the
+// endpoints Deployment's last --probe-allowed-cidrs (the one the flag
+// package keeps) is "none", never empty (any address) nor absent. An
+// operator's overlay appends the networks where its VMs live.
+func TestProductionProbesNothingUnlessAllowed(t *testing.T) {
+	const k = "overlays/production"
+	for _, d := range deployments(t, render(t, k)) {
+		if d.Name != "ipledger-endpoints" {
+			continue
+		}
+		if last := lastFlag(d, "--probe-allowed-cidrs"); last != "none" {
+			t.Errorf("%s: endpoints runs with --probe-allowed-cidrs=%q (empty: not set, or set to any address), want none: the prober would dial any address a tenant writes", k, last)
+		}
+		return
+	}
+	t.Fatalf("%s renders no Deployment ipledger-endpoints", k)
+}
+
 // TestE2EOverlayRunsTheImagesMakeImagesBuilds: the real-node tests install
 // overlays/e2e on a node with no registry, so every container must run an
 // image `make images` builds (every one of them, under the tag it gives) and

@@ -120,7 +120,9 @@ func New(cfg Config) (*App, error) {
 	if a.Controller, err = controller.New(cfg.Controller, a.client, prober.DynamicWriter{Client: dyn}, a.watch, a.watch.Store(), a.log, a.Registry); err != nil {
 		return nil, err
 	}
-	if pol := cfg.Controller.Probe.Policy; len(pol.Allowed) == 0 {
+	if pol := cfg.Controller.Probe.Policy; pol.NoneAllowed {
+		a.log.Warn("--probe-allowed-cidrs=none: every readiness probe of an ExternalWorkload is refused (Ready=False, ProbeRefused) until --probe-allowed-cidrs names the networks where they live")
+	} else if len(pol.Allowed) == 0 {
 		// The compatible default (docs/security.md): say so once, where an
 		// operator looks, with what is refused beside the built-in list.
 		a.log.Info("No --probe-allowed-cidrs: readiness probes may dial any address but loopback, link-local, multicast, cloud metadata and the CIDRs denied",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -338,4 +339,45 @@ func TestProbeNeverDialsWhatThePolicyRefuses(t *testing.T) {
 			t.Fatalf("the prober dialed %s", d)
 		}
 	}
+}
+
+// TestProbeAllowedNoneRefusesEveryProbe: overlays/production ships
+// --probe-allowed-cidrs=none until the operator names the workload
+// networks. A replica so configured still starts, syncs and leads — it
+// keeps the Service's slice, the workload's endpoint not ready — but dials
+// nothing: the workload is Ready=False, ProbeRefused, and the message names
+// the flag that would allow it. The operator's own --probe-allowed-cidrs,
+// given after production's (the last one wins), probes it.
+func TestProbeAllowedNoneRefusesEveryProbe(t *testing.T) {
+	env := testenv.Get(t)
+	addr := startWatcher(t, env)
+	ns := env.Namespace(t, nil)
+	l := probetest.Listen(t)
+	var dials atomic.Int32
+	createService(t, env, ns, "web", svcSpec{})
+	createWorkload(t, env, ns, "vm", wlSpec{app: "web", ips: []string{"192.0.2.1"}, noCondition: true, probe: tcpProbe(l.Port(), 3)})
+	lease := leaseName(t)
+	a := startReplica(t, env, addr, "a", replicaOpts{lease: lease, dial: func(string) { dials.Add(1) },
+		probeFlags: []string{"--probe-allowed-cidrs=none"}})
+	waitCondition(t, env, ns, "vm", "False", "ProbeRefused",
+		"TCP probe of 192.0.2.1 not probed", "(--probe-allowed-cidrs=none)", "with --probe-allowed-cidrs=CIDR")
+	waitEndpoint(t, env, ns, "web", "vm", false)
+	if got := a.leader(); got != 1 {
+		t.Fatalf("ipledger_leader_is_leader = %v, want 1: the replica should run and lead with every probe refused", got)
+	}
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if n := a.metric(t, "ipledger_endpoints_probes_refused_total", map[string]string{"reason": "not-allowed"}); n < 2 {
+			return fmt.Errorf("%v not-allowed refusals so far", n)
+		}
+		return nil
+	})
+	if n, c := dials.Load(), l.Count(); n != 0 || c != 0 {
+		t.Fatalf("with --probe-allowed-cidrs=none the prober dialed %d times, the listener accepted %d", n, c)
+	}
+
+	a.stop()
+	startReplica(t, env, addr, "b", replicaOpts{lease: lease,
+		probeFlags: []string{"--probe-allowed-cidrs=none", "--probe-allowed-cidrs=192.0.2.0/24"}})
+	waitCondition(t, env, ns, "vm", "True", "ProbeSucceeded", fmt.Sprintf("192.0.2.1:%d", l.Port()))
+	l.WaitAccepted(t, 1)
 }

@@ -20,7 +20,10 @@
 //     10.244.7.0/24 allowed does (an operator who names a range inside a
 //     denied one means it).
 //  3. An address no list names is probed when --probe-allowed-cidrs is
-//     empty (the compatible default) and refused when it is set.
+//     empty (the compatible default) and refused when it is set, or when it
+//     is "none" (an install that has not named its workload networks yet:
+//     overlays/production ships so, and every probe is refused, each
+//     refusal naming the flag that would allow it).
 package probepolicy
 
 import (
@@ -54,6 +57,10 @@ const (
 	FlagServiceCIDR = "--service-cidrs"
 )
 
+// AllowNone is the value of --probe-allowed-cidrs that names no workload
+// network: every probe is refused until the operator names them.
+const AllowNone = "none"
+
 // metadata are cloud metadata and instance-service addresses outside
 // link-local (link-local is refused as a whole), each with what it is.
 var metadata = []struct {
@@ -77,8 +84,13 @@ var (
 // value refuses only the built-in addresses (rule 1) and probes the rest.
 type Policy struct {
 	// Allowed are the workload networks (--probe-allowed-cidrs). Empty:
-	// every address not refused otherwise.
+	// every address not refused otherwise, unless NoneAllowed.
 	Allowed []netip.Prefix
+	// NoneAllowed is --probe-allowed-cidrs=none: the allowlist is in force
+	// with nothing in it, so every address is refused. It is how an install
+	// says "no probe until the operator names the workload networks"
+	// without changing what an empty flag has always meant.
+	NoneAllowed bool
 	// PodCIDRs and ServiceCIDRs are the cluster's own networks (--pod-cidrs,
 	// --service-cidrs); the component cannot always discover them.
 	PodCIDRs, ServiceCIDRs []netip.Prefix
@@ -139,6 +151,9 @@ func (p Policy) Check(a netip.Addr) Refusal {
 	case len(p.Allowed) > 0:
 		return Refusal{Reason: ReasonNotAllowed, Message: fmt.Sprintf("%s is outside the workload networks the prober may reach (%s=%s)",
 			a, FlagAllowed, joinPrefixes(p.Allowed))}
+	case p.NoneAllowed:
+		return Refusal{Reason: ReasonNotAllowed, Message: fmt.Sprintf("%s is not probed: this install names no workload network the prober may reach "+
+			"(%s=%s); an operator allows the networks where ExternalWorkloads live with %s=CIDR,...", a, FlagAllowed, AllowNone, FlagAllowed)}
 	}
 	return Refusal{}
 }
@@ -161,6 +176,19 @@ func Builtin(a netip.Addr) Refusal {
 		return Refusal{Reason: ReasonMulticast, Message: fmt.Sprintf("%s is multicast or broadcast, never probed", a)}
 	}
 	return Refusal{}
+}
+
+// ParseAllowed parses the value of --probe-allowed-cidrs: a list of CIDRs
+// (ParsePrefixes), empty for any address, or "none" alone for no address.
+func ParseAllowed(s string) (allowed []netip.Prefix, none bool, err error) {
+	if strings.EqualFold(strings.TrimSpace(s), AllowNone) {
+		return nil, true, nil
+	}
+	ps, err := ParsePrefixes(s)
+	if err != nil && strings.Contains(strings.ToLower(s), AllowNone) {
+		err = fmt.Errorf("%w; %q names no network only alone", err, AllowNone)
+	}
+	return ps, false, err
 }
 
 // ParsePrefixes parses a comma-separated list of CIDRs (a flag's value);

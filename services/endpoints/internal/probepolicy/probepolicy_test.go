@@ -73,11 +73,23 @@ func TestCheck(t *testing.T) {
 			message: []string{"10.30.0.1 is outside the workload networks", "--probe-allowed-cidrs=10.20.0.0/16,2001:db8::/32"}},
 		{name: "IPv6 inside the allowlist", allowed: "10.20.0.0/16,2001:db8::/32", addr: "2001:db8::9"},
 		{name: "IPv6 outside an IPv4 allowlist", allowed: "10.20.0.0/16", addr: "2001:db8::9", reason: ReasonNotAllowed},
+
+		// --probe-allowed-cidrs=none: nothing is probed, and the refusal
+		// says which flag would allow it.
+		{name: "none allowed refuses a VM", allowed: "none", addr: "10.20.0.1", reason: ReasonNotAllowed,
+			message: []string{"10.20.0.1 is not probed", "--probe-allowed-cidrs=none", "with --probe-allowed-cidrs=CIDR"}},
+		{name: "none allowed refuses IPv6", allowed: "none", addr: "2001:db8::9", reason: ReasonNotAllowed},
+		{name: "none allowed: the pod CIDR still says pod", allowed: "none", addr: "10.244.3.4", reason: ReasonPodCIDR},
+		{name: "none allowed: metadata still says metadata", allowed: "none", addr: "169.254.169.254", reason: ReasonCloudMetadata},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := Policy{}
 			if !tc.zero {
-				p = cluster(t, tc.allowed)
+				p = cluster(t, "")
+				var err error
+				if p.Allowed, p.NoneAllowed, err = ParseAllowed(tc.allowed); err != nil {
+					t.Fatal(err)
+				}
 			}
 			r := p.Check(netip.MustParseAddr(tc.addr))
 			if r.Reason != tc.reason {
@@ -117,6 +129,31 @@ func TestParsePrefixes(t *testing.T) {
 		}
 		if err != nil || joinPrefixes(ps) != tc.want {
 			t.Errorf("ParsePrefixes(%q) = %q, %v; want %q", tc.in, joinPrefixes(ps), err, tc.want)
+		}
+	}
+}
+
+func TestParseAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		in, want, err string
+		none          bool
+	}{
+		{in: "", want: ""},
+		{in: "none", none: true},
+		{in: " None ", none: true},
+		{in: "10.20.0.0/16", want: "10.20.0.0/16"},
+		{in: "none,10.20.0.0/16", err: `"none" names no network only alone`},
+		{in: "10.0.0.1/8", err: "host bits"},
+	} {
+		ps, none, err := ParseAllowed(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseAllowed(%q) = %v, %v, %v; want an error with %q", tc.in, ps, none, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || none != tc.none || joinPrefixes(ps) != tc.want {
+			t.Errorf("ParseAllowed(%q) = %q, %v, %v; want %q, %v", tc.in, joinPrefixes(ps), none, err, tc.want, tc.none)
 		}
 	}
 }

@@ -3,8 +3,9 @@
 // A Prober is built at the start of a term with the term's context, hears
 // of workloads from the term's stream handler (Update, Delete), probes each
 // workload that has spec.readinessProbe once per period (whatever number of
-// Services select it), never more than Config.Concurrency probes at once,
-// and stops every probe when the term ends (Stop). What the condition should
+// Services select it), never more than Config.Concurrency probes at once —
+// shared fairly among namespaces (package probeslots), so that one tenant's
+// unanswered workloads cannot delay another's probes — and stops every probe when the term ends (Stop). What the condition should
 // say is decided by package readiness; this package dials, times and writes.
 package prober
 
@@ -58,7 +59,10 @@ const maxBodyBytes = 10 << 10
 // Config tunes the probes.
 type Config struct {
 	// Concurrency bounds the probes in flight at once over all workloads;
-	// a probe due while all slots are taken waits for one.
+	// a probe due while all slots are taken waits for one. The slots are
+	// shared among the namespaces with probed workloads (probeslots): each
+	// may hold Concurrency/N of them, and more only while a free slot is
+	// left for every other namespace below its share.
 	Concurrency int
 	// Dial opens the connection of every probe (TCP and HTTP); nil dials
 	// the address directly. Tests set it to send probes of TEST-NET
@@ -83,7 +87,9 @@ func (c *Config) Defaults() {
 func (c *Config) Flags(fs *flag.FlagSet) {
 	c.Defaults()
 	fs.IntVar(&c.Concurrency, "probe-concurrency", c.Concurrency,
-		"readiness probes of ExternalWorkloads in flight at once on the leader; a probe due while all are taken waits")
+		"readiness probes of ExternalWorkloads in flight at once on the leader; a probe due while all are taken waits. "+
+			"Shared among namespaces: with N namespaces probed each may hold probe-concurrency/N (at least 1), and more only "+
+			"while a free slot is left for each other namespace below its share")
 	prefixes := func(dst *[]netip.Prefix) func(string) error {
 		return func(s string) error {
 			ps, err := probepolicy.ParsePrefixes(s)
@@ -92,10 +98,15 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 		}
 	}
 	fs.Func("probe-allowed-cidrs", "comma-separated `CIDRs` of the networks where ExternalWorkloads live: the readiness prober "+
-		"dials only addresses in them (empty, the default: any address not refused otherwise). An entry inside --pod-cidrs, "+
-		"--service-cidrs or --probe-denied-cidrs admits that narrower range. Loopback, link-local, multicast and cloud "+
-		"metadata addresses (169.254.169.254, fd00:ec2::/64, ...) are never probed",
-		prefixes(&c.Policy.Allowed))
+		"dials only addresses in them (empty, the default: any address not refused otherwise; \"none\": no address, every "+
+		"probe refused, as overlays/production ships until the operator names them; the last occurrence wins). An entry "+
+		"inside --pod-cidrs, --service-cidrs or --probe-denied-cidrs admits that narrower range. Loopback, link-local, "+
+		"multicast and cloud metadata addresses (169.254.169.254, fd00:ec2::/64, ...) are never probed",
+		func(s string) error {
+			var err error
+			c.Policy.Allowed, c.Policy.NoneAllowed, err = probepolicy.ParseAllowed(s)
+			return err
+		})
 	fs.Func("pod-cidrs", "comma-separated `CIDRs` of the cluster's Pod network (kube-controller-manager's --cluster-cidr): "+
 		"never probed (default none: set it, ipledger cannot always discover it)", prefixes(&c.Policy.PodCIDRs))
 	fs.Func("service-cidrs", "comma-separated `CIDRs` of the cluster's Service network (kube-apiserver's "+
@@ -148,7 +159,7 @@ type Prober struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	slots  chan struct{}
+	slots  *slots
 	http   *http.Client
 	dial   func(ctx context.Context, network, address string) (net.Conn, error)
 	wg     sync.WaitGroup
@@ -159,6 +170,9 @@ type Prober struct {
 	stopped bool
 	targets map[string]*target // by "namespace/name"
 	probed  int                // targets with a probe (the rest clear a condition)
+	// perNamespace counts the targets with a probe by namespace: the
+	// shares of the slots.
+	perNamespace map[string]int
 }
 
 // New returns the prober of a term: every probe and every write uses ctx
@@ -171,9 +185,10 @@ func New(ctx context.Context, cfg Config, w StatusWriter, m *Metrics, log *slog.
 	p := &Prober{
 		cfg: cfg, writer: w, m: m, log: log, now: time.Now, unit: time.Second,
 		ctx: ctx, cancel: cancel,
-		slots:   make(chan struct{}, cfg.Concurrency),
-		targets: map[string]*target{},
-		dial:    cfg.Dial,
+		slots:        newSlots(cfg.Concurrency),
+		targets:      map[string]*target{},
+		perNamespace: map[string]int{},
+		dial:         cfg.Dial,
 	}
 	if p.dial == nil {
 		p.dial = (&net.Dialer{}).DialContext
@@ -258,6 +273,7 @@ func guard(check func(netip.Addr) probepolicy.Refusal, dial func(ctx context.Con
 // the condition the probe wrote.
 type target struct {
 	key    string
+	ns     string
 	spec   *watcherv1.ExternalWorkload // the probe, addresses
 	uid    string
 	cancel context.CancelFunc
@@ -346,12 +362,14 @@ func (p *Prober) Update(o *watcherv1.Object) {
 		return
 	}
 	ctx, cancel := context.WithCancel(p.ctx)
-	t = &target{key: k, spec: ew, uid: o.GetMeta().GetUid(), cancel: cancel, obj: o,
+	t = &target{key: k, ns: o.GetMeta().GetNamespace(), spec: ew, uid: o.GetMeta().GetUid(), cancel: cancel, obj: o,
 		done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	p.targets[k] = t
 	if ew.GetReadinessProbe() != nil {
 		p.probed++
 		p.m.Workloads.Set(float64(p.probed))
+		p.perNamespace[t.ns]++
+		p.slots.setWorkloads(t.ns, p.perNamespace[t.ns])
 	}
 	p.wg.Add(1)
 	p.running.Add(1)
@@ -386,6 +404,11 @@ func (p *Prober) remove(t *target) {
 	if t.spec.GetReadinessProbe() != nil {
 		p.probed--
 		p.m.Workloads.Set(float64(p.probed))
+		p.perNamespace[t.ns]--
+		p.slots.setWorkloads(t.ns, p.perNamespace[t.ns])
+		if p.perNamespace[t.ns] == 0 {
+			delete(p.perNamespace, t.ns)
+		}
 	}
 }
 
@@ -399,6 +422,10 @@ func (p *Prober) Stop() {
 	p.stopped = true
 	p.cancel()
 	p.targets, p.probed = map[string]*target{}, 0
+	for ns := range p.perNamespace {
+		p.slots.setWorkloads(ns, 0)
+	}
+	p.perNamespace = map[string]int{}
 	p.mu.Unlock()
 	p.wg.Wait()
 	p.m.Workloads.Forget()
@@ -429,9 +456,8 @@ func (p *Prober) probeLoop(ctx context.Context, t *target) {
 	defer ticker.Stop()
 	th := readiness.ThresholdsOf(probe)
 	var st readiness.State
-	ns, _, _ := strings.Cut(t.key, "/")
 	for {
-		rs := p.probeAddresses(ctx, probe, ns, t.spec.GetWorkloadIps())
+		rs := p.probeAddresses(ctx, t.ns, probe, t.spec.GetWorkloadIps())
 		if ctx.Err() != nil {
 			return
 		}
@@ -559,10 +585,10 @@ func (p *Prober) write(ctx context.Context, t *target, obj *watcherv1.Object, d 
 // probeAddresses probes every address of a workload at once, unless the
 // policy refuses one of them: then it returns the refusals and dials
 // nothing, not even the other address (the workload cannot be Ready).
-func (p *Prober) probeAddresses(ctx context.Context, probe *watcherv1.ReadinessProbe, namespace string, ips []string) []readiness.Result {
+func (p *Prober) probeAddresses(ctx context.Context, ns string, probe *watcherv1.ReadinessProbe, ips []string) []readiness.Result {
 	var refused []readiness.Result
 	for _, ip := range ips {
-		if r, ok := p.refusal(probe, namespace, ip); ok {
+		if r, ok := p.refusal(probe, ns, ip); ok {
 			refused = append(refused, r)
 		}
 	}
@@ -571,12 +597,12 @@ func (p *Prober) probeAddresses(ctx context.Context, probe *watcherv1.ReadinessP
 	}
 	rs := make([]readiness.Result, len(ips))
 	if len(ips) == 1 {
-		rs[0] = p.probeOne(ctx, probe, ips[0])
+		rs[0] = p.probeOne(ctx, ns, probe, ips[0])
 		return rs
 	}
 	var wg sync.WaitGroup
 	for i, ip := range ips {
-		wg.Go(func() { rs[i] = p.probeOne(ctx, probe, ip) })
+		wg.Go(func() { rs[i] = p.probeOne(ctx, ns, probe, ip) })
 	}
 	wg.Wait()
 	return rs
@@ -603,15 +629,14 @@ func (p *Prober) refusal(probe *watcherv1.ReadinessProbe, namespace, ip string) 
 	return readiness.Result{Refused: true, Detail: fmt.Sprintf("%s probe of %s not probed: %s", kind, ip, refusal.Message)}, true
 }
 
-// probeOne probes one address once a slot is free.
-func (p *Prober) probeOne(ctx context.Context, probe *watcherv1.ReadinessProbe, ip string) readiness.Result {
+// probeOne probes one address of a workload of namespace ns once the slots
+// grant ns one.
+func (p *Prober) probeOne(ctx context.Context, ns string, probe *watcherv1.ReadinessProbe, ip string) readiness.Result {
 	queued := time.Now()
-	select {
-	case p.slots <- struct{}{}:
-	case <-ctx.Done():
+	if !p.slots.acquire(ctx, ns) {
 		return readiness.Result{Detail: "term ended"}
 	}
-	defer func() { <-p.slots }()
+	defer p.slots.release(ns)
 	start := time.Now()
 	p.m.SlotWait.Observe(start.Sub(queued).Seconds())
 	timeout := p.seconds(max(probe.GetTimeoutSeconds(), 1))

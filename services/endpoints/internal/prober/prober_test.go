@@ -128,6 +128,12 @@ type harness struct {
 
 func newHarness(t *testing.T, concurrency int) *harness {
 	t.Helper()
+	return newHarnessDial(t, concurrency, probetest.LoopbackDial)
+}
+
+// newHarnessDial is newHarness whose probes connect through next.
+func newHarnessDial(t *testing.T, concurrency int, next func(ctx context.Context, network, address string) (net.Conn, error)) *harness {
+	t.Helper()
 	m := testMetrics(t)
 	h := &harness{m: m}
 	h.w = &fakeWriter{p: func() *Prober { return h.p }, m: m, objs: map[string]*watcherv1.Object{}}
@@ -135,7 +141,7 @@ func newHarness(t *testing.T, concurrency int) *harness {
 	h.cancel = cancel
 	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
 		h.dials.Add(1)
-		return probetest.LoopbackDial(ctx, network, address)
+		return next(ctx, network, address)
 	}
 	h.p = New(ctx, Config{Concurrency: concurrency, Dial: dial}, h.w, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h.p.unit = unit
@@ -311,7 +317,9 @@ func TestEveryAddressMustPass(t *testing.T) {
 	l.WaitAccepted(t, 1) // 192.0.2.1 was probed
 }
 
-// Probes in flight never exceed the concurrency, over all workloads.
+// Probes in flight never exceed the concurrency, over all workloads. The
+// workloads are in namespaces of their own: one namespace alone keeps a
+// slot free for the others (probeslots), so only several reach the bound.
 func TestConcurrencyIsBounded(t *testing.T) {
 	h := newHarness(t, 3)
 	var inflight, peak atomic.Int32
@@ -333,7 +341,9 @@ func TestConcurrencyIsBounded(t *testing.T) {
 	t.Cleanup(srv.Close)
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
 	for i := range 10 {
-		h.w.show(workload(fmt.Sprintf("vm-%d", i), httpProbe(port, "/"), "192.0.2.1"))
+		o := workload(fmt.Sprintf("vm-%d", i), httpProbe(port, "/"), "192.0.2.1")
+		o.Meta.Namespace = fmt.Sprintf("ns-%d", i%5)
+		h.w.show(o)
 	}
 	testenv.Eventually(t, 20*time.Second, func() error {
 		if n := inflight.Load(); n != 3 {
