@@ -184,8 +184,8 @@ func (e *Env) Namespace(t testing.TB, labels map[string]string) string {
 // Kubernetes API's own audience: a credential for the API server (see
 // KubeconfigFor, ServiceAccountKubeconfig), which ipledger's gRPC servers
 // refuse. It is bound to no Pod, as `kubectl create token` gives one: ipam
-// needs PodToken to write its ledger. For a token to send to an ipledger server use GRPCToken or
-// TokenFile.
+// needs PodToken to write its ledger. For a token to send to an ipledger
+// server use GRPCToken or TokenFile.
 func (e *Env) ServiceAccountToken(ctx context.Context, namespace, name string) (string, error) {
 	return e.requestToken(ctx, namespace, name, nil)
 }
