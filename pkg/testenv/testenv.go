@@ -183,8 +183,9 @@ func (e *Env) Namespace(t testing.TB, labels map[string]string) string {
 // and returns a one-hour token for it from the TokenRequest API, with the
 // Kubernetes API's own audience: a credential for the API server (see
 // KubeconfigFor, ServiceAccountKubeconfig), which ipledger's gRPC servers
-// refuse. For a token to send to an ipledger server use GRPCToken or
-// TokenFile.
+// refuse. It is bound to no Pod, as `kubectl create token` gives one: ipam
+// needs PodToken to write its ledger. For a token to send to an ipledger
+// server use GRPCToken or TokenFile.
 func (e *Env) ServiceAccountToken(ctx context.Context, namespace, name string) (string, error) {
 	return e.requestToken(ctx, namespace, name, nil)
 }
@@ -251,10 +252,37 @@ func (e *Env) TokenFileFor(t testing.TB, namespace, name string, audiences ...st
 	return path
 }
 
+// PodToken is ServiceAccountToken bound to a Pod of namespace/name, for
+// audiences (none: the Kubernetes API's own), as a Pod's automounted or
+// projected token is: the API server puts the Pod's name in the requests'
+// userInfo.extra (controlplane.PodNameExtra), which the ledger policy asks
+// of ipam's writes and impersonation cannot supply. The Pod,
+// <name>-token-holder, is an object only: nothing here runs Pods
+// (controlplane.PodToken). It is how anything that runs ipam against this
+// API server gets ipam's credential (PodKubeconfig).
+func (e *Env) PodToken(ctx context.Context, namespace, name string, audiences ...string) (string, error) {
+	return controlplane.PodToken(ctx, e.Client, namespace, name, time.Hour, audiences...)
+}
+
+// PodKubeconfig writes a kubeconfig authenticating as ServiceAccount
+// namespace/name from its Pod (PodToken, for the Kubernetes API, as the
+// automounted token of a Pod) and returns its path: the --kubeconfig of a
+// component run under its own RBAC. ipam needs it (ServiceAccountToken's
+// tokens, bound to no Pod, may not write the ledger).
+func (e *Env) PodKubeconfig(t testing.TB, namespace, name string) string {
+	t.Helper()
+	token, err := e.PodToken(context.Background(), namespace, name)
+	if err != nil {
+		t.Fatalf("token for %s/%s: %v", namespace, name, err)
+	}
+	return e.KubeconfigFor(t, token)
+}
+
 // ServiceAccountKubeconfig writes a kubeconfig authenticating as
-// ServiceAccount namespace/name (a token for the Kubernetes API, as a Pod's
-// automounted one) and returns its path: the --kubeconfig of a component run
-// under its own RBAC.
+// ServiceAccount namespace/name with a token bound to no Pod
+// (ServiceAccountToken, as `kubectl create token` gives one) and returns
+// its path: the --kubeconfig of a tool, or of a component run under its own
+// RBAC that writes no ledger; ipam runs with PodKubeconfig.
 func (e *Env) ServiceAccountKubeconfig(t testing.TB, namespace, name string) string {
 	t.Helper()
 	token, err := e.ServiceAccountToken(context.Background(), namespace, name)

@@ -6,11 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/ipledger/ipledger/pkg/controlplane"
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
@@ -176,5 +179,46 @@ func TestServiceAccountsAreLeastPrivileged(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestPodTokenNamesItsPod: a PodToken's requests carry the Pod's name, as a
+// Pod's own token's do (the ledger policy asks ipam for it), and a
+// ServiceAccountToken's carry none.
+func TestPodTokenNamesItsPod(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t, nil)
+	whoami := func(token string) authenticationv1.UserInfo {
+		t.Helper()
+		c, err := kubernetes.NewForConfig(env.CP.TokenConfig(token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Status.UserInfo
+	}
+	for range 2 { // the second token binds to the same Pod
+		token, err := env.PodToken(ctx, ns, "component")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := whoami(token)
+		if want := "system:serviceaccount:" + ns + ":component"; got.Username != want {
+			t.Errorf("user %q, want %q", got.Username, want)
+		}
+		if pod := got.Extra[controlplane.PodNameExtra]; len(pod) != 1 || pod[0] != "component-token-holder" {
+			t.Errorf("extra %s = %q, want [component-token-holder]", controlplane.PodNameExtra, pod)
+		}
+	}
+	token, err := env.ServiceAccountToken(ctx, ns, "component")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod, ok := whoami(token).Extra[controlplane.PodNameExtra]; ok {
+		t.Errorf("a ServiceAccountToken names Pod %q", pod)
 	}
 }

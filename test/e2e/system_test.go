@@ -154,7 +154,9 @@ func (s *System) watcherTarget() string {
 func (s *System) start(component string, replica int, extra []string) *Service {
 	t := s.t
 	t.Helper()
-	token, err := s.env.ServiceAccountToken(context.Background(), testenv.SystemNamespace, "ipledger-"+component)
+	// As a Pod's automounted token, bound to the Pod: ipam writes its ledger
+	// from a Pod only (the policy ipledger-ledger-writers).
+	token, err := s.env.PodToken(context.Background(), testenv.SystemNamespace, "ipledger-"+component)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -224,10 +224,12 @@ func (d *Dev) buildBinaries() error {
 
 // issueTokens writes, per service and for the viewer used with grpcurl, what
 // a Pod of it would mount: a kubeconfig with a ServiceAccount token for the
-// Kubernetes API (the automounted token) and a token file for the gRPC
-// server it calls (the projected token; the kube-apiserver refuses it): a
-// service calls the watcher (authz.WatcherAudience), the viewer ipam and
-// eipd (authz.IPAMAudience, authz.EIPDAudience).
+// Kubernetes API (the automounted token; a service's is bound to a Pod,
+// controlplane.PodToken, since ipam writes its ledger from a Pod only) and a
+// token file for the gRPC server it calls (the projected token; the
+// kube-apiserver refuses it): a service calls the watcher
+// (authz.WatcherAudience), the viewer ipam and eipd (authz.IPAMAudience,
+// authz.EIPDAudience).
 func (d *Dev) issueTokens(ctx context.Context, client kubernetes.Interface) error {
 	_, err := client.CoreV1().ServiceAccounts(systemNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "ipledger-viewer"}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -242,7 +244,13 @@ func (d *Dev) issueTokens(ctx context.Context, client kubernetes.Interface) erro
 		return err
 	}
 	for _, sa := range append(append([]string{}, components...), "viewer") {
-		apiToken, err := requestToken(ctx, client, "ipledger-"+sa, nil)
+		var apiToken string
+		if sa == "viewer" {
+			apiToken, err = requestToken(ctx, client, "ipledger-"+sa, nil)
+		} else {
+			// Bound to a Pod, an object nothing runs here.
+			apiToken, err = controlplane.PodToken(ctx, client, systemNamespace, "ipledger-"+sa, tokenExpiry)
+		}
 		if err != nil {
 			return err
 		}
@@ -265,10 +273,13 @@ func (d *Dev) issueTokens(ctx context.Context, client kubernetes.Interface) erro
 	return nil
 }
 
+// tokenExpiry is how long the tokens of `up` last.
+const tokenExpiry = 24 * time.Hour
+
 // requestToken returns a one-day token of ServiceAccount name for audiences
 // (nil: the Kubernetes API's own).
 func requestToken(ctx context.Context, client kubernetes.Interface, name string, audiences []string) (string, error) {
-	expiry := int64(24 * 3600)
+	expiry := int64(tokenExpiry / time.Second)
 	tr, err := client.CoreV1().ServiceAccounts(systemNamespace).CreateToken(ctx, name,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry, Audiences: audiences}}, metav1.CreateOptions{})
 	if err != nil {

@@ -83,11 +83,8 @@ func (m *Migration) StartWatcher() {
 	testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
 		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", m.watcher, "--grpc-plaintext", "--namespace", sysNS,
 		"--ops-addr", testenv.FreeAddr(t), "--log-format", "text")
-	token, err := env.ServiceAccountToken(context.Background(), sysNS, "ipledger-ipam")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.kubeconfig, m.ipamToken = env.KubeconfigFor(t, token), env.TokenFile(t, sysNS, "ipledger-ipam")
+	// ipam writes its ledger from a Pod only (the policy ipledger-ledger-writers).
+	m.kubeconfig, m.ipamToken = env.PodKubeconfig(t, sysNS, "ipledger-ipam"), env.TokenFile(t, sysNS, "ipledger-ipam")
 	m.viewer = env.TokenFile(t, sysNS, "migration-viewer")
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "migration-viewer"},

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
@@ -39,8 +40,36 @@ func serviceAccount(t *testing.T, namespace, name string) kubernetes.Interface {
 	return as(t, "system:serviceaccount:"+namespace+":"+name, "system:serviceaccounts", "system:serviceaccounts:"+namespace)
 }
 
+// fromPod is a client acting as ServiceAccount namespace/name with a token
+// bound to a Pod of it (testenv.PodToken), as a component's Pod sends its
+// requests: the API server adds the Pod's name to the userInfo.
+func fromPod(t *testing.T, namespace, name string) kubernetes.Interface {
+	t.Helper()
+	env := testenv.Get(t)
+	token, err := env.PodToken(context.Background(), namespace, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return withToken(t, token, rest.ImpersonationConfig{})
+}
+
+// withToken is a client that authenticates with token, impersonating as
+// impersonate says (nobody when it is empty).
+func withToken(t *testing.T, token string, impersonate rest.ImpersonationConfig) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.AnonymousClientConfig(testenv.Get(t).Config)
+	cfg.BearerToken = token
+	cfg.Impersonate = impersonate
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // component is the client of ipledger component c (ipam, endpoints, eipd,
-// watcher) on its ServiceAccount ipledger-<c> of ipledger-system.
+// watcher) on its ServiceAccount ipledger-<c> of ipledger-system, by
+// impersonation: it carries no Pod, so ipam's ledger writes need fromPod.
 func component(t *testing.T, c string) kubernetes.Interface {
 	t.Helper()
 	return serviceAccount(t, system, "ipledger-"+c)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -15,6 +16,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/ipledger/ipledger/pkg/controlplane"
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
@@ -79,13 +81,19 @@ func aggregate(t *testing.T, name string) {
 // authorizer allows it to create ConfigMaps there.
 func editor(t *testing.T, namespace, user string) {
 	t.Helper()
+	bindEdit(t, namespace, user, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user})
+}
+
+// bindEdit is editor for subject, whose user name is user.
+func bindEdit(t *testing.T, namespace, user string, subject rbacv1.Subject) {
+	t.Helper()
 	env := testenv.Get(t)
 	ctx := context.Background()
 	aggregate(t, "edit")
 	_, err := env.Client.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "edit:" + user},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+		Subjects:   []rbacv1.Subject{subject},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -158,8 +166,9 @@ func TestOnlyIPAMWritesTheLedger(t *testing.T) {
 		allowed(t, "edit deletes another ConfigMap", cms.Delete(ctx, notes.Name, metav1.DeleteOptions{}))
 	}
 
-	// ipam, i.e. its ServiceAccount (RBAC: list, create, update).
-	ipam := component(t, "ipam").CoreV1().ConfigMaps(system)
+	// ipam, i.e. its ServiceAccount from a Pod (RBAC: list, create, update;
+	// TestTheLedgerWriterIsIPAMsPod for the Pod).
+	ipam := fromPod(t, system, "ipledger-ipam").CoreV1().ConfigMaps(system)
 	shard, err := ipam.Create(ctx, configMap(system, ledgerPrefix+"903", true), metav1.CreateOptions{})
 	allowed(t, "ipam creates a shard", err)
 	if err == nil {
@@ -237,10 +246,76 @@ func TestLedgerOfAnotherNamespaceIsItsIPAMs(t *testing.T) {
 		_, err := stranger.Create(ctx, configMap(ns, ledgerPrefix+"0", true), dryRun)
 		return err
 	})
-	_, err := serviceAccount(t, system, "ipledger-ipam").CoreV1().ConfigMaps(ns).Create(ctx, configMap(ns, ledgerPrefix+"0", true), dryRun)
+	_, err := fromPod(t, system, "ipledger-ipam").CoreV1().ConfigMaps(ns).Create(ctx, configMap(ns, ledgerPrefix+"0", true), dryRun)
 	refusedByPolicy(t, "ipledger-system's ipam writes another namespace's ledger", err, ledgerPolicy)
-	_, err = serviceAccount(t, ns, "ipledger-ipam").CoreV1().ConfigMaps(ns).Create(ctx, configMap(ns, ledgerPrefix+"0", true), dryRun)
+	_, err = fromPod(t, ns, "ipledger-ipam").CoreV1().ConfigMaps(ns).Create(ctx, configMap(ns, ledgerPrefix+"0", true), dryRun)
 	allowed(t, "the namespace's own ipam writes its ledger", err)
+}
+
+// TestTheLedgerWriterIsIPAMsPod: the built-in edit lets its members
+// impersonate the ServiceAccounts of its namespace, ipledger-ipam included;
+// the policy asks ipam's writes for the Pod name that the API server puts in
+// the userInfo of a token bound to a Pod, which impersonation can only
+// supply with `impersonate` on userextras, which edit lacks. What edit still
+// can (make a Pod of ipam's, mint a token bound to it) docs/security.md says:
+// write access in ipledger's namespace is ledger write.
+func TestTheLedgerWriterIsIPAMsPod(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := context.Background()
+	const deployer = "deployer"
+	user := "system:serviceaccount:" + system + ":" + deployer
+	token, err := env.ServiceAccountToken(ctx, system, deployer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bindEdit(t, system, user, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: deployer, Namespace: system})
+	shard := configMap(system, ledgerPrefix+"960", true)
+	enforced(t, ledgerPolicy, func(ctx context.Context) error {
+		_, err := withToken(t, token, rest.ImpersonationConfig{}).CoreV1().ConfigMaps(system).Create(ctx, shard, dryRun)
+		return err
+	})
+
+	asIPAM := rest.ImpersonationConfig{UserName: "system:serviceaccount:" + system + ":ipledger-ipam"}
+	impersonated := withToken(t, token, asIPAM)
+	if _, err := impersonated.CoreV1().ConfigMaps(system).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("edit impersonates ipam (and reads as it): %v", err)
+	}
+	_, err = impersonated.CoreV1().ConfigMaps(system).Create(ctx, shard, dryRun)
+	refusedByPolicy(t, "edit, impersonating ipam, creates a shard", err, ledgerPolicy)
+	withPod := asIPAM
+	withPod.Extra = map[string][]string{controlplane.PodNameExtra: {"ipledger-ipam-7c9d8-x2x4q"}}
+	_, err = withToken(t, token, withPod).CoreV1().ConfigMaps(system).Create(ctx, shard, dryRun)
+	refusedByRBAC(t, "edit, impersonating ipam and a Pod name, creates a shard", err)
+
+	_, err = component(t, "ipam").CoreV1().ConfigMaps(system).Create(ctx, shard, dryRun)
+	refusedByPolicy(t, "ipam impersonated by system:masters without a Pod creates a shard", err, ledgerPolicy)
+	unbound, err := env.ServiceAccountToken(ctx, system, "ipledger-ipam")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = withToken(t, unbound, rest.ImpersonationConfig{}).CoreV1().ConfigMaps(system).Create(ctx, shard, dryRun)
+	refusedByPolicy(t, "ipam with a token bound to no Pod creates a shard", err, ledgerPolicy)
+	_, err = fromPod(t, system, "ipledger-ipam").CoreV1().ConfigMaps(system).Create(ctx, shard, dryRun)
+	allowed(t, "ipam from its Pod creates a shard", err)
+
+	// What edit can still do, and the docs say: run a Pod as ipam (here one
+	// nothing runs) and mint a token bound to it.
+	editClient := withToken(t, token, rest.ImpersonationConfig{})
+	pod, err := editClient.CoreV1().Pods(system).Create(ctx, controlplane.TokenHolder("impostor", "ipledger-ipam"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("edit creates a Pod running as ipam: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.CoreV1().Pods(system).Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
+	})
+	tr, err := editClient.CoreV1().ServiceAccounts(system).CreateToken(ctx, "ipledger-ipam", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("edit mints a token of ipam bound to its Pod: %v", err)
+	}
+	_, err = withToken(t, tr.Status.Token, rest.ImpersonationConfig{}).CoreV1().ConfigMaps(system).Create(ctx, shard, dryRun)
+	allowed(t, "edit, with a token of ipam bound to a Pod it made, creates a shard (docs/security.md: write access in ipledger-system is ledger write)", err)
 }
 
 // TestBreakGlassByGrantedImpersonation follows docs/security.md for a person

@@ -67,11 +67,8 @@ func startSystem(t *testing.T) *system {
 	testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
 		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", watcherAddr, "--grpc-plaintext", "--namespace", sysNS,
 		"--ops-addr", testenv.FreeAddr(t), "--log-format", "text")
-	token, err := env.ServiceAccountToken(ctx, sysNS, "ipledger-ipam")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, tokenFile, bin := env.KubeconfigFor(t, token), env.TokenFile(t, sysNS, "ipledger-ipam"), env.Binary(t, "ipam")
+	// ipam writes its ledger from a Pod only (the policy ipledger-ledger-writers).
+	kubeconfig, tokenFile, bin := env.PodKubeconfig(t, sysNS, "ipledger-ipam"), env.TokenFile(t, sysNS, "ipledger-ipam"), env.Binary(t, "ipam")
 	s.startIPAM = func(t *testing.T, id string, grpcArgs ...string) (grpcAddr string) {
 		if len(grpcArgs) == 0 {
 			grpcArgs = []string{"--grpc-plaintext"}

@@ -39,11 +39,7 @@ func TestKillLeaderWhileAllocating(t *testing.T) {
 	testenv.StartProcess(t, "watcher", env.Binary(t, "watcher"), nil,
 		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", watcherAddr, "--grpc-plaintext", "--namespace", ns,
 		"--ops-addr", testenv.FreeAddr(t), "--log-format", "text")
-	token, err := env.ServiceAccountToken(ctx, ns, "ipledger-ipam")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := env.KubeconfigFor(t, token)
+	kubeconfig := env.PodKubeconfig(t, ns, "ipledger-ipam") // ipam writes its ledger from a Pod
 	tokenFile := env.TokenFile(t, ns, "ipledger-ipam")
 	bin := env.Binary(t, "ipam")
 	start := func(id string) *testenv.Process {
