@@ -150,7 +150,7 @@ func TestWorkloadGrants(t *testing.T) {
 	annotate("192.0.2.0/24")
 	report.stop()
 
-	startReplica(t, env, watcher, "enforce", replicaOpts{lease: leaseName(t), grants: grants.Enforce})
+	enforce := startReplica(t, env, watcher, "enforce", replicaOpts{lease: leaseName(t), grants: grants.Enforce})
 	got := waitSlices(t, env, ns, "web", 1, 1)
 	if name := got[0].Endpoints[0].TargetRef.Name; name != "granted" {
 		t.Fatalf("the slice holds %s, want only the granted workload", name)
@@ -161,6 +161,28 @@ func TestWorkloadGrants(t *testing.T) {
 	annotate("192.0.2.0/24,198.51.100.5")
 	waitSlices(t, env, ns, "web", 1, 2)
 	waitAddressAccepted(t, env, ns, "team-as-db", "", "")
+
+	// Report and enforce judged every workload of the API server, other
+	// tests' too: grants off again removes what they wrote, so that the
+	// next tests' replicas have no conditions to take back.
+	enforce.stop()
+	off := startReplica(t, env, watcher, "off", replicaOpts{lease: leaseName(t)})
+	testenv.Eventually(t, 60*time.Second, func() error {
+		list, err := env.Dynamic.Resource(workloadGVR).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, u := range list.Items {
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			for _, c := range conds {
+				if c, _ := c.(map[string]any); c["type"] == controller.ConditionAddressAccepted && strings.HasPrefix(fmt.Sprint(c["reason"]), "NotGranted") {
+					return fmt.Errorf("%s/%s still says %v", u.GetNamespace(), u.GetName(), c["reason"])
+				}
+			}
+		}
+		return nil
+	})
+	off.stop()
 }
 
 // waitAddressAccepted waits until the workload's AddressAccepted condition

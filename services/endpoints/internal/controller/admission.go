@@ -113,7 +113,7 @@ func (st *termState) relearnNetworks() {
 
 // regrant judges again the workloads of a Namespace whose grants changed.
 func (st *termState) regrant(ns *watcherv1.Object) {
-	if st.c.cfg.WorkloadGrants == grants.Off {
+	if !st.c.cfg.WorkloadGrants.Checks() {
 		return
 	}
 	for _, w := range st.c.store.ListNamespace(watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, ns.GetMeta().GetName()) {
@@ -150,7 +150,7 @@ type admission struct {
 
 func (st *termState) admission(namespace string) admission {
 	ad := admission{nets: st.networks.Load(), policy: st.c.cfg.Probe.Policy, mode: st.c.cfg.WorkloadGrants, namespace: namespace}
-	if ad.mode != grants.Off && namespace != "" {
+	if ad.mode.Checks() && namespace != "" {
 		ns, _ := st.c.store.Get(watcherv1.Kind_KIND_NAMESPACE, "", namespace)
 		ad.nsAnn = ns.GetMeta().GetAnnotations()
 	}
@@ -200,7 +200,7 @@ func (ad admission) judge(ew *watcherv1.ExternalWorkload) verdict {
 		if r := ad.nets.Slice(a, ad.policy); r.Refused() && !v.refusal.Refused() {
 			v.refusal = r
 		}
-		if ad.mode != grants.Off && v.ungranted == "" {
+		if ad.mode.Checks() && v.ungranted == "" {
 			v.ungranted = grants.Check(ad.namespace, ad.nsAnn, a)
 		}
 	}

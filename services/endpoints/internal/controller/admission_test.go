@@ -31,6 +31,7 @@ func TestAdmissionVerdict(t *testing.T) {
 		sliceRefus bool // the planner's Refuse refuses the first address
 	}{
 		{"admitted, grants off", grants.Off, nil, []string{"198.51.100.1"}, "", "", "", false},
+		{"admitted, the zero mode is off", "", nil, []string{"198.51.100.1"}, "", "", "", false},
 		{"the Service range, grants off", grants.Off, nil, []string{"10.96.0.1"}, clusternet.ReasonServiceCIDR, metav1.ConditionFalse, ReasonClusterAddress, true},
 		{"loopback", grants.Off, nil, []string{"127.0.0.1"}, "loopback", metav1.ConditionFalse, ReasonUnusableAddress, true},
 		{"ungranted, report", grants.Report, granted, []string{"198.51.100.1"}, refusedNotGrantedReportOnly, metav1.ConditionTrue, ReasonNotGrantedReportOnly, false},

@@ -358,7 +358,20 @@ func (w *worker) Run(term *leader.Term) error {
 		st.prober.Stop()
 	})
 	var conditions sync.WaitGroup
-	conditions.Go(func() { w.conditions.Run(term, 2, st.syncCondition) })
+	// One worker: a condition says why a workload is left out, it moves
+	// no traffic, and its writes share the process's budget with the
+	// slices'. Once the term stops, what is queued is dropped rather than
+	// drained (the next term judges every workload again).
+	conditions.Go(func() {
+		w.conditions.Run(term, 1, func(ctx context.Context, key string) error {
+			select {
+			case <-term.Stopping():
+				return nil
+			default:
+				return st.syncCondition(ctx, key)
+			}
+		})
+	})
 	w.queue.Run(term, st.c.cfg.Workers, st.sync)
 	conditions.Wait()
 	close(done)

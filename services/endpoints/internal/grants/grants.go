@@ -33,6 +33,10 @@ const (
 	Enforce Mode = "enforce"
 )
 
+// Checks reports whether grants are checked at all: report or enforce (the
+// zero Mode is off).
+func (m Mode) Checks() bool { return m == Report || m == Enforce }
+
 // ParseMode reads the flag's value.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {

@@ -40,3 +40,10 @@ func TestParseMode(t *testing.T) {
 		t.Errorf("ParseMode(on) = %v, want an error naming the flag", err)
 	}
 }
+
+func TestZeroModeIsOff(t *testing.T) {
+	var zero Mode
+	if zero.Checks() || Off.Checks() || !Report.Checks() || !Enforce.Checks() {
+		t.Error("only report and enforce check grants; the zero Mode is off")
+	}
+}
