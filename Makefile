@@ -2,6 +2,10 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 export GOFLAGS ?= -buildvcs=false
+# The Go toolchain of go.work and every go.mod (docs/security.md, "Supply chain"): the go command fetches it from the
+# module proxy on first use; a machine's own Go (go1.26.8) does not switch by itself. hack/lib/go.sh exports the same
+# for the hack/ scripts and .ci/run.
+export GOTOOLCHAIN := go1.27.3
 
 TOOLS_BIN = $(shell hack/build-tools.sh)
 NODE_BIN = $(shell hack/build-node.sh)
