@@ -147,4 +147,3 @@ func bind(t *testing.T, env *testenv.Env, component string) {
 	}
 	t.Cleanup(func() { _, _ = env.Kubectl(context.Background(), "delete", "--ignore-not-found", "-f", path) })
 }
-
