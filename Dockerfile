@@ -5,7 +5,7 @@
 # `make images` builds the same images without Docker (pkg/containerimage);
 # its TestDockerfileMatchesSettings fails when this file and it disagree on
 # the build flags, the base, the files, the user or the entrypoint.
-FROM golang:1.26 AS build
+FROM golang:1.27 AS build
 ARG SERVICE
 ARG VERSION=0.0.0-unstamped
 ARG REVISION=unknown

@@ -2,6 +2,12 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 export GOFLAGS ?= -buildvcs=false
+# The Go toolchain of go.work and every go.mod (docs/security.md, "Supply chain"): the go command fetches it from the
+# module proxy on first use; a machine's own Go (go1.26.8) does not switch by itself. hack/lib/go.sh exports the same
+# for the hack/ scripts and .ci/run.
+export GOTOOLCHAIN := go1.27.3
+# That toolchain's gofmt, not the one on PATH (the machine's Go): its formatting is the one checked.
+GOFMT = "$$(go env GOROOT)/bin/gofmt"
 
 TOOLS_BIN = $(shell hack/build-tools.sh)
 NODE_BIN = $(shell hack/build-node.sh)
@@ -26,7 +32,7 @@ proto-check: ## Fail when buf lint fails or the generated code drifts from the .
 	hack/proto-check.sh
 
 vet: ## go vet every module, and gofmt.
-	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go') | grep -v '\.pb\.go$$' || true)" || { echo "gofmt needed:"; gofmt -l . | grep -v '\.pb\.go$$'; exit 1; }
+	@test -z "$$($(GOFMT) -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go') | grep -v '\.pb\.go$$' || true)" || { echo "gofmt needed:"; $(GOFMT) -l . | grep -v '\.pb\.go$$'; exit 1; }
 	go vet $(PACKAGES) ./test/cluster/...
 
 vulncheck: ## govulncheck over the shipped binaries, offline (a database built from golang.org/x/vulndb); fails on a reachable module vulnerability.
@@ -68,7 +74,7 @@ run: up ## Start the local system, run the demo, then follow the logs (Ctrl-C st
 	go run ./pkg/cmd/ipledger-dev logs -f
 
 fmt: ## gofmt every Go file.
-	gofmt -w $$(find . -name '*.go' -not -name '*.pb.go' -not -path './.dev/*')
+	$(GOFMT) -w $$(find . -name '*.go' -not -name '*.pb.go' -not -path './.dev/*')
 
 tidy: ## go mod tidy in every module (hack/tools too).
 	for m in $(MODULES) test/cluster hack/tools hack/tools/promtool hack/tools/coredns hack/tools/vuln; do (cd $$m && GOWORK=off go mod tidy); done

@@ -8,6 +8,7 @@
 # micro watcher ipam endpoints eipd anchors.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/lib/go.sh"
 cd "$root"
 export IPLEDGER_TOOLS_BIN=${IPLEDGER_TOOLS_BIN:-$(hack/build-tools.sh)}
 out=.dev/bench/$(date -u +%Y%m%dT%H%M%SZ).txt

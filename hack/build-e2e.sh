@@ -15,6 +15,7 @@
 # about 1.5 minutes on 2 cores; warm, it only prints the path.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/lib/go.sh"
 tools=$root/hack/tools
 cache=${IPLEDGER_E2E_CACHE:-$HOME/.cache/ipledger-e2e}
 # Bump the recipe when the build step below changes in a way that changes the binary.

@@ -10,6 +10,7 @@
 # The first build takes about 3 minutes of CPU (17 wall on a busy 2-core machine).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/lib/go.sh"
 module=$root/hack/tools/metallb
 # Bump recipe when the build steps below change in a way that changes the output.
 recipe=1

@@ -17,6 +17,7 @@
 # script returns at once.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/lib/go.sh"
 module=$root/hack/tools/netpol
 # Bump recipe when the build steps below change in a way that changes the output.
 recipe=1

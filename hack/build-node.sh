@@ -28,6 +28,7 @@
 # reverse.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/lib/go.sh"
 tools=$root/hack/tools
 cache=${IPLEDGER_NODE_CACHE:-$HOME/.cache/ipledger-node}
 hash() { sha256sum | cut -c1-16; }

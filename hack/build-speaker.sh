@@ -16,6 +16,7 @@
 # machine, module downloads included); warm, it returns in milliseconds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/lib/go.sh"
 module=$root/hack/tools/metallb
 # Bump recipe when the build steps below change in a way that changes the output.
 recipe=1

@@ -10,6 +10,7 @@
 # promtool ~6).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/lib/go.sh"
 tools=$root/hack/tools
 # Bump recipe when the build steps below change in a way that changes the binaries.
 recipe=1

@@ -5,6 +5,7 @@
 # Elastic IP, and grpcurl showing it all. Idempotent: safe to run twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. hack/lib/go.sh
 eval "$(go run ./pkg/cmd/ipledger-dev env)"
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 wait_for() { # description, command...

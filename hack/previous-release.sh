@@ -7,10 +7,14 @@
 #   src/      the worktree (its deploy/kustomize is what the test installs)
 #   images/   the OCI archives
 #   overlay/  overlays/e2e of the release with its images re-tagged v<version>
-# GOCACHE is the usual one, so a cold build costs little more than linking.
+# GOCACHE is the usual one. The release builds with its own Go (go1.26.8 for
+# 0.2.0, below), whose compiled packages today's tree (go1.27.3) does not
+# share: on a machine that never built with go1.26.8 its first build compiles
+# everything once (then it is cached by commit).
 # Prints the cache folder on stdout; progress goes to stderr.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/lib/go.sh"
 file=$root/hack/previous-release
 version=$(awk '$1 == "version" {print $2}' "$file")
 commit=$(awk '$1 == "commit" {print $2}' "$file")
@@ -36,7 +40,12 @@ if [ "$(git -C "$dir/src" rev-parse HEAD)" != "$commit" ]; then
   exit 1
 fi
 echo "previous-release.sh: building the images of $version ($commit) in $dir/src" >&2
-(cd "$dir/src" && GOFLAGS=-buildvcs=false go run ./pkg/cmd/ipledger-images --tag "v$version" --out "$dir/images") >&2
+# With the Go the release was built with, its own go.work's (go1.26.8 for
+# 0.2.0), not this tree's GOTOOLCHAIN: the images are then those it shipped.
+# Where that is the machine's own Go, as here, nothing is downloaded.
+release_go=go$(awk '$1 == "go" {print $2}' "$dir/src/go.work")
+echo "previous-release.sh: with $release_go" >&2
+(cd "$dir/src" && GOTOOLCHAIN=$release_go GOFLAGS=-buildvcs=false go run ./pkg/cmd/ipledger-images --tag "v$version" --out "$dir/images") >&2
 mkdir -p "$dir/overlay"
 {
   echo "# Written by hack/previous-release.sh: overlays/e2e of $version, running its own images."

@@ -3,6 +3,7 @@
 # when the committed code differs (someone edited a .proto without `make proto`).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/lib/go.sh"
 bin=$("$root/hack/build-tools.sh")
 export PATH=$bin:$PATH
 cd "$root"

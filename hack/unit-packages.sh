@@ -10,6 +10,7 @@
 #   hack/unit-packages.sh ./pkg/... ./services/ipam/...
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. hack/lib/go.sh
 go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.Dir}} {{.ImportPath}}{{end}}' "$@" |
   while read -r dir pkg; do
     grep -qs '^func TestMain(' "$dir"/*_test.go || echo "$pkg"

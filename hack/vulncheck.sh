@@ -24,6 +24,7 @@
 # that version below.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/hack/lib/go.sh"
 module=$root/hack/tools/vuln
 vulndb=${IPLEDGER_VULNDB_VERSION:-v0.0.0-20261105234957-e22db6528018}
 cache=${IPLEDGER_VULN_CACHE:-$HOME/.cache/ipledger-vuln}

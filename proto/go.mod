@@ -1,6 +1,6 @@
 module github.com/ipledger/ipledger/proto
 
-go 1.26.8
+go 1.27.3
 
 require (
 	google.golang.org/grpc v1.85.0

@@ -301,9 +301,9 @@ func (c *Cluster) writeFiles() error {
 		return err
 	}
 	files := map[string]string{
-		c.l.path("tokens.csv"):                AdminToken + ",admin,admin-uid,system:masters\n",
-		c.l.kubeconfig():                      kubeconfig(c.APIServerURL, c.l.caCert(), AdminToken),
-		c.l.path("containerd", "config.toml"): containerdConfig(c.l, mustFullName(PauseImage)),
+		c.l.path("tokens.csv"):                                       AdminToken + ",admin,admin-uid,system:masters\n",
+		c.l.kubeconfig():                                             kubeconfig(c.APIServerURL, c.l.caCert(), AdminToken),
+		c.l.path("containerd", "config.toml"):                        containerdConfig(c.l, mustFullName(PauseImage)),
 		filepath.Join(c.l.cniConfDir(), "10-ipledger-node.conflist"): cniConfig(c.l),
 		c.l.path("kubelet.yaml"):                                     kubeletConfig(c.l, c.NodeIP),
 		c.l.path("kube-proxy.yaml"):                                  kubeProxyConfig(c.l, c.NodeIP),

@@ -73,7 +73,7 @@ func vcsRevision() string {
 }
 
 // String is the --version line of binary, e.g.
-// "ipledger-ipam 0.3.0 (revision 5c27564…, go1.26.8)".
+// "ipledger-ipam 0.3.0 (revision 5c27564…, go1.27.3)".
 func (i Info) String() string {
 	return fmt.Sprintf("%s (revision %s, %s)", i.Version, i.Revision, i.GoVersion)
 }

@@ -12,11 +12,11 @@ import (
 // revision as labels, at 1.
 func TestBuildInfoMetric(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(Info{Version: "0.3.0", Revision: "abc123", GoVersion: "go1.26.8"}.Collector())
+	reg.MustRegister(Info{Version: "0.3.0", Revision: "abc123", GoVersion: "go1.27.3"}.Collector())
 	want := `
 # HELP ipledger_build_info The release (VERSION) and git revision this binary was built from; always 1.
 # TYPE ipledger_build_info gauge
-ipledger_build_info{goversion="go1.26.8",revision="abc123",version="0.3.0"} 1
+ipledger_build_info{goversion="go1.27.3",revision="abc123",version="0.3.0"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ipledger_build_info"); err != nil {
 		t.Error(err)

@@ -1,6 +1,6 @@
 module github.com/ipledger/ipledger/services/endpoints
 
-go 1.26.8
+go 1.27.3
 
 require (
 	github.com/ipledger/ipledger/pkg v0.0.0
