@@ -638,7 +638,7 @@ func (a *Allocator) Assign(service string, ips []netip.Addr, sharing Sharing) er
 		}
 	}
 	for _, ip := range ips {
-		if err := a.usable(ip, service, sharing, true); err != nil {
+		if err := a.usable(ip, service, a.tenantOf(service), sharing, true); err != nil {
 			return err
 		}
 	}
@@ -648,7 +648,8 @@ func (a *Allocator) Assign(service string, ips []netip.Addr, sharing Sharing) er
 	return nil
 }
 
-// usable says whether service may hold ip next to its current holders and
+// usable says whether service, counted against namespace tenant
+// (Request.tenant), may hold ip next to its current holders and
 // reservation; nil when it may. held: the Service holds ip already (Assign
 // restores it, planHeld checks it), so a share across namespaces from
 // before sharing was kept within a namespace is kept (KeptAcross says so).
@@ -657,19 +658,20 @@ func (a *Allocator) Assign(service string, ips []netip.Addr, sharing Sharing) er
 // Events): a holder, requester or reservation of another namespace is never
 // named, nor its sharing key or a reservation's note. Holders and Detail say
 // it all, for operators (ExplainService, logs).
-func (a *Allocator) usable(ip netip.Addr, service string, sh Sharing, held bool) *Error {
+func (a *Allocator) usable(ip netip.Addr, service, tenant string, sh Sharing, held bool) *Error {
 	st := a.ips[ip]
 	if st == nil {
 		return nil
 	}
 	ns := namespaceOf(service)
-	// keptForShare: kept under the request's sharing key for its namespace;
-	// a grant ends the reservation, and whoever holds the address meanwhile
-	// (its own Service, back from its status) must still allow the share:
-	// the holders are checked below like any other's.
+	// keptForShare: kept under the request's sharing key for its namespace,
+	// or kept for any Service of the requester's tenant (keptInTenant); a
+	// grant ends the reservation, and whoever holds the address meanwhile
+	// (its own Service, back from its status) must still allow it: the
+	// holders are checked below like any other's.
 	keptForShare := false
-	if r := st.reservation; r != nil && r.Kept && r.ForService != service {
-		keptForShare = !held && sh.Key != "" && r.SharingKey == sh.Key && namespaceOf(r.ForService) == ns
+	if r := st.reservation; r != nil && r.Kept && r.ForService != service && !held {
+		keptForShare = sh.Key != "" && r.SharingKey == sh.Key && namespaceOf(r.ForService) == ns || keptInTenant(*r, tenant)
 	}
 	if r := st.reservation; r != nil && r.Kept && r.ForService != service && !keptForShare {
 		return &Error{Reason: ReasonRequestedIPInUse,

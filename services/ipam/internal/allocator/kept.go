@@ -21,6 +21,11 @@ import (
 // that shared it. After the grace period the caller unreserves it
 // (ExpiredKept).
 //
+// A Service that requests an address kept for another Service of its
+// tenant takes it, ending the keep (keptInTenant: a rename); a request
+// from another namespace is refused with RequestedIPInUse until the grace
+// period ends or an operator releases it.
+//
 // Nobody waits for a kept address while another is free: automatic
 // allocation takes, in this order, an address never freed in this
 // allocator's life (lowest first), then the least recently freed, then —
@@ -306,6 +311,25 @@ func keptForRequest(r *Reservation, req Request) bool {
 	}
 	return r.ForService == req.Service ||
 		req.Sharing.Key != "" && r.SharingKey == req.Sharing.Key && namespaceOf(r.ForService) == namespaceOf(req.Service)
+}
+
+// keptInTenant reports whether the kept reservation r counts against
+// namespace tenant (Reservation.tenant: a Gateway Service's address against
+// the Gateway's namespace). A Service of that tenant that requests the
+// address takes it, ending the keep — a rename: shop/web-v1 deleted,
+// shop/web-v2 asking for its address, as MetalLB grants once the holder is
+// gone. A namespace's kept address stays refused to every other namespace.
+func keptInTenant(r Reservation, tenant string) bool {
+	return r.Kept && tenant != "" && r.tenant() == tenant
+}
+
+// TookOnRequest reports whether the grant of req took the kept reservation
+// r (one of its Result.Kept) because req requested the address and r is
+// kept for another Service of req's tenant (keptInTenant) — rather than
+// given back to req's own Service or sharing key, or taken because its pool
+// had nothing else.
+func TookOnRequest(req Request, r Reservation) bool {
+	return !keptForRequest(&r, req) && keptInTenant(r, req.tenant()) && slices.Contains(req.RequestedIPs, r.IP)
 }
 
 // keptFor returns the lowest address of family f in pool p kept for req

@@ -218,21 +218,89 @@ func TestKeptAddressesNeverStarveAWaiter(t *testing.T) {
 	}
 }
 
-// A kept address is kept: another Service requesting it waits until the
-// grace period ends.
-func TestKeptAddressRefusedOnRequest(t *testing.T) {
-	a := newAllocator(t, mustPool(t, "p", keeping(time.Hour, spec("10.0.0.0/29"))))
-	mustAllocate(t, a, Request{Service: "ns/web"})
-	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
-	releaseKeeping(t, a, "ns/web", at)
-	if _, err := a.Allocate(Request{Service: "ns/thief", RequestedIPs: addrs("10.0.0.0")}); reasonOf(err) != ReasonRequestedIPInUse {
-		t.Fatalf("request of a kept address: err = %v, want RequestedIPInUse", err)
-	}
-	if got := ipsOf(mustAllocate(t, a, Request{Service: "ns/web", RequestedIPs: addrs("10.0.0.0")})); !slices.Equal(got, []string{"10.0.0.0"}) {
-		t.Fatalf("its own Service requesting it got %v", got)
-	}
-	if _, ok := a.Reservation(netip.MustParseAddr("10.0.0.0")); ok {
-		t.Fatalf("the kept reservation outlived its Service taking the address back")
+// A request for a kept address takes it when it comes from the tenant the
+// address is kept for (a rename: shop/web-v1 deleted, shop/web-v2 asking
+// for its address), ending the keep; from any other namespace it is refused
+// until the grace period ends. The tenant is the Gateway's namespace for a
+// Gateway's Service, on either side.
+func TestKeptAddressOnRequest(t *testing.T) {
+	kk := Sharing{Key: "k", Ports: []Port{{"TCP", 80}}}
+	for _, tc := range []struct {
+		name string
+		// keptFor held 10.0.0.0 (serving a Gateway of namespace
+		// keptTenant, when set) and released it; it is kept.
+		keptFor, keptTenant string
+		keptSharing         Sharing
+		// back: keptFor holds it again from its status (Assign).
+		back bool
+		req  Request
+		// took: granted, ending the keep, by TookOnRequest; returned:
+		// granted back to its own Service; else RequestedIPInUse.
+		took, returned bool
+	}{
+		{name: "its own Service", keptFor: "shop/web-v1", req: Request{Service: "shop/web-v1"}, returned: true},
+		{name: "a rename in its namespace", keptFor: "shop/web-v1", req: Request{Service: "shop/web-v2"}, took: true},
+		{name: "same namespace, another sharing key", keptFor: "shop/web-v1", keptSharing: kk,
+			req: Request{Service: "shop/web-v2", Sharing: Sharing{Key: "other", Ports: []Port{{"TCP", 80}}}}, took: true},
+		{name: "same namespace, same sharing key", keptFor: "shop/web-v1", keptSharing: kk,
+			req: Request{Service: "shop/web-v2", Sharing: Sharing{Key: "k", Ports: []Port{{"TCP", 443}}}}, returned: true},
+		{name: "another namespace", keptFor: "shop/web-v1", req: Request{Service: "other/thief"}},
+		{name: "another namespace, same sharing key", keptFor: "shop/web-v1", keptSharing: kk,
+			req: Request{Service: "other/thief", Sharing: Sharing{Key: "k", Ports: []Port{{"TCP", 443}}}}},
+		{name: "same namespace while its Service holds it again", keptFor: "shop/web-v1", back: true, req: Request{Service: "shop/web-v2"}},
+		{name: "a Gateway's address, asked by the Gateway's namespace", keptFor: "gw-system/shop-gw", keptTenant: "shop",
+			req: Request{Service: "shop/web"}, took: true},
+		{name: "a Gateway's address, asked by the Gateway Services' namespace", keptFor: "gw-system/shop-gw", keptTenant: "shop",
+			req: Request{Service: "gw-system/plain"}},
+		{name: "a Gateway's address, asked by another Gateway of its namespace", keptFor: "gw-system/shop-gw", keptTenant: "shop",
+			req: Request{Service: "gw-system/shop-gw2", Namespace: "shop"}, took: true},
+		{name: "a Gateway's address, asked by a Gateway of another namespace", keptFor: "gw-system/shop-gw", keptTenant: "shop",
+			req: Request{Service: "gw-system/other-gw", Namespace: "other"}},
+		{name: "a namespace's address, asked by a Gateway of that namespace", keptFor: "shop/web-v1",
+			req: Request{Service: "gw-system/shop-gw", Namespace: "shop"}, took: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newAllocator(t, mustPool(t, "p", keeping(time.Hour, spec("10.0.0.0/29"))))
+			ip := netip.MustParseAddr("10.0.0.0")
+			mustAllocate(t, a, Request{Service: tc.keptFor, Namespace: tc.keptTenant, Sharing: tc.keptSharing})
+			at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+			releaseKeeping(t, a, tc.keptFor, at)
+			if tc.back {
+				if err := a.Assign(tc.keptFor, []netip.Addr{ip}, tc.keptSharing); err != nil {
+					t.Fatal(err)
+				}
+			}
+			req := tc.req
+			req.RequestedIPs = []netip.Addr{ip}
+			if x := a.Explain(req); tc.took != strings.Contains(x.Decision, "10.0.0.0 is kept for Service "+tc.keptFor+", which released it at 2026-12-05T12:00:00Z: it requests it and is of the same namespace, so it takes it, ending the keep.") {
+				t.Fatalf("Explain: %q", x.Decision)
+			}
+			res, err := a.Allocate(req)
+			if !tc.took && !tc.returned {
+				if reasonOf(err) != ReasonRequestedIPInUse {
+					t.Fatalf("err = %v (granted %v), want RequestedIPInUse", err, res.IPs)
+				}
+				if r, ok := a.Reservation(ip); !ok || !r.Kept || r.ForService != tc.keptFor {
+					t.Fatalf("after the refusal 10.0.0.0 is %+v, %v; want still kept for %s", r, ok, tc.keptFor)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("err = %v, want 10.0.0.0 granted", err)
+			}
+			if got := ipsOf(res); !slices.Equal(got, []string{"10.0.0.0"}) {
+				t.Fatalf("granted %v, want 10.0.0.0", got)
+			}
+			if len(res.Kept) != 1 || res.Kept[0].IP != ip || res.Kept[0].ForService != tc.keptFor {
+				t.Fatalf("Result.Kept = %+v, want the keep for %s ended", res.Kept, tc.keptFor)
+			}
+			if got := TookOnRequest(req, res.Kept[0]); got != tc.took {
+				t.Fatalf("TookOnRequest = %v, want %v", got, tc.took)
+			}
+			if _, ok := a.Reservation(ip); ok {
+				t.Fatalf("the kept reservation outlived the grant")
+			}
+		})
 	}
 }
 

@@ -284,7 +284,7 @@ func (k *picker) pickRequired(n need) bool {
 	p := k.pool
 	for _, f := range n.required {
 		if ip, ok := n.requested[f]; ok {
-			if err := k.a.usable(ip, k.req.Service, k.req.Sharing, n.held); err != nil {
+			if err := k.a.usable(ip, k.req.Service, k.ns, k.req.Sharing, n.held); err != nil {
 				k.err = err
 				return k.fail(VerdictRequestedIPInUse, err.Message)
 			}
@@ -390,7 +390,7 @@ func (a *Allocator) pick(p *Pool, f Family, chosen []netip.Addr, req Request) (n
 			if FamilyOf(ip) != f || !p.allocatable(ip) || (best.IsValid() && ip.Compare(best) >= 0) {
 				continue
 			}
-			if a.usable(ip, req.Service, req.Sharing, false) == nil && !a.claimedByOther(ip, req.Service) {
+			if a.usable(ip, req.Service, req.tenant(), req.Sharing, false) == nil && !a.claimedByOther(ip, req.Service) {
 				best = ip
 			}
 		}
@@ -916,8 +916,9 @@ func (a *Allocator) Explain(req Request) Explanation {
 }
 
 // keptExplained says, for operators, which of the addresses a grant gives
-// req are kept (kept.go): back for it, or — its pool having nothing else —
-// from the Service that released it.
+// req are kept (kept.go): back for it, requested from another Service of
+// its namespace, or — its pool having nothing else — from the Service that
+// released it.
 func (a *Allocator) keptExplained(req Request, ips []netip.Addr) string {
 	var out string
 	for _, ip := range ips {
@@ -926,9 +927,12 @@ func (a *Allocator) keptExplained(req Request, ips []netip.Addr) string {
 			continue
 		}
 		r := st.reservation
-		if keptForRequest(r, req) {
+		switch {
+		case keptForRequest(r, req):
 			out += fmt.Sprintf(" %s is kept for it since its release at %s, until %s: it gets it back.", ip, r.CreatedAt.UTC().Format(time.RFC3339), a.KeptUntil(*r).UTC().Format(time.RFC3339))
-		} else {
+		case TookOnRequest(req, Reservation{IP: ip, ForService: r.ForService, Kept: true, SharingKey: r.SharingKey, Tenant: r.Tenant}):
+			out += fmt.Sprintf(" %s is kept for Service %s, which released it at %s: it requests it and is of the same namespace, so it takes it, ending the keep.", ip, r.ForService, r.CreatedAt.UTC().Format(time.RFC3339))
+		default:
 			out += fmt.Sprintf(" %s is kept for Service %s, which released it at %s: the pool has no other free address, so it takes it.", ip, r.ForService, r.CreatedAt.UTC().Format(time.RFC3339))
 		}
 	}

@@ -83,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		kept: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipledger_ipam_kept_addresses_total",
 			Help: "Addresses released by a deleted Service (or one no longer ipam's), by what became of them: kept (for that Service, for its pool's grace period), " +
-				"returned (taken back by it, or under its sharing key), taken (by another Service: its pool had nothing else free), expired (the grace period ended).",
+				"returned (taken back by it, or under its sharing key), requested (requested and taken by another Service of its namespace: a rename), taken (by another Service: its pool had nothing else free), expired (the grace period ended).",
 		}, []string{"outcome"}),
 	}
 	if err := promreg.Register(reg, m.addresses, m.allocations, m.failures, m.statusWrites, m.pending, m.pendingSince, m.passSeconds, m.decided, m.ledgerCorrupt, m.ledgerOverruled, m.kept); err != nil {

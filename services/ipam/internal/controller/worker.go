@@ -559,6 +559,7 @@ func (w *worker) noteKept(p plan.Plan) {
 	m := w.c.metrics.kept
 	m.WithLabelValues("kept").Add(float64(len(p.Keep)))
 	m.WithLabelValues("returned").Add(float64(p.KeptReturned))
+	m.WithLabelValues("requested").Add(float64(p.KeptRequested))
 	m.WithLabelValues("taken").Add(float64(p.KeptTaken))
 	m.WithLabelValues("expired").Add(float64(len(p.Expired)))
 	for _, r := range p.Keep {

@@ -78,3 +78,36 @@ func TestDecideKeepsWhatAGoneServiceHeld(t *testing.T) {
 		t.Fatalf("10.0.0.1 is still reserved after its grace period")
 	}
 }
+
+// A Service of the namespace that requests the address kept for a gone
+// Service (a rename) takes it: the keep ends in the same commit, its
+// condition and a TookKeptAddress Event name the Service it was kept for.
+func TestDecideRenameTakesTheKeptAddress(t *testing.T) {
+	hour := time.Hour
+	pool, err := allocator.ParsePool("one", allocator.PoolSpec{Addresses: []string{"10.0.0.0/29"}, AutoAssign: true, KeepReleased: &hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := allocator.New()
+	a.SetPools([]*allocator.Pool{pool})
+	if _, err := a.Allocate(allocator.Request{Service: "ns/web-v1"}); err != nil {
+		t.Fatal(err)
+	}
+	class := objects.Class{Name: objects.DefaultLBClass}
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	p := Decide(a, Batch{Gone: []string{"ns/web-v1"}, Ledger: ledger.IndexByService([]ledger.Allocation{entry("web-v1", "10.0.0.0", "one")}), Class: class, Now: now})
+	AfterCommit(a, p, map[string]int{})
+
+	v2 := svc("web-v2", 5, func(o *watcherv1.Object) { o.Meta.Annotations[allocator.AnnotationLoadBalancerIPs] = "10.0.0.0" })
+	p = Decide(a, Batch{Services: []*watcherv1.Object{v2}, Class: class, Now: now.Add(time.Minute)})
+	if len(p.Change.Unreserve) != 1 || p.Change.Unreserve[0].String() != "10.0.0.0" || len(p.Change.Allocate) != 1 || p.KeptRequested != 1 || p.KeptTaken != 0 {
+		t.Fatalf("web-v2 requesting web-v1's kept address: change %+v, requested %d, taken %d", p.Change, p.KeptRequested, p.KeptTaken)
+	}
+	w := p.Writes[0]
+	if w.Want.Ingress[0] != "10.0.0.0" || !strings.Contains(w.Want.Cond.Message, "took the address kept for Service ns/web-v1 (10.0.0.0") {
+		t.Fatalf("web-v2's status %+v", w.Want)
+	}
+	if w.Event == nil || w.Event.Reason != EventTookKeptAddress || w.Event.Type != "Normal" || !strings.Contains(w.Event.Message, "took the address kept for Service ns/web-v1") {
+		t.Fatalf("web-v2's Event %+v, want %s naming ns/web-v1", w.Event, EventTookKeptAddress)
+	}
+}

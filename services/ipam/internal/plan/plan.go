@@ -120,9 +120,10 @@ type Plan struct {
 	Allocated int
 	Unfit     []Unfit
 	// KeptReturned counts the kept addresses their Services took back;
-	// KeptTaken those taken by another Service when the pool had nothing
-	// else (allocator.Result.Kept).
-	KeptReturned, KeptTaken int
+	// KeptRequested those another Service of their namespace requested and
+	// took (allocator.TookOnRequest: a rename); KeptTaken those taken by
+	// another Service when the pool had nothing else (allocator.Result.Kept).
+	KeptReturned, KeptRequested, KeptTaken int
 	// keeping are the released Services whose addresses are kept.
 	keeping []string
 }
@@ -252,7 +253,7 @@ func (p *Plan) decide(a *allocator.Allocator, b Batch, obj *watcherv1.Object, as
 	want.Ingress = ingressOf(held, req.Families)
 	want.Pool = poolOf(held)
 	want.KubeVIP = b.kubeVIPOf(obj, want.Ingress)
-	p.condition(key, &want, cur, res, err)
+	p.condition(key, req, &want, cur, res, err)
 	p.reaskAcross(a, key, cur, want, held)
 	if len(held) == 0 {
 		p.Pending = append(p.Pending, pendingOf(key, cur, want.Cond, b.Now))
@@ -270,8 +271,25 @@ func (p *Plan) decide(a *allocator.Allocator, b Batch, obj *watcherv1.Object, as
 		}
 	}
 	if !cur.Equal(want) {
-		p.Writes = append(p.Writes, Write{Service: obj, Key: key, Want: want, Event: eventOf(cur, want)})
+		ev := eventOf(cur, want)
+		if tookKept(req, res) {
+			// Said even when the condition's reason stays: the keep of
+			// another Service ended.
+			ev = &Event{Type: "Normal", Reason: EventTookKeptAddress, Message: want.Cond.Message}
+		}
+		p.Writes = append(p.Writes, Write{Service: obj, Key: key, Want: want, Event: ev})
 	}
+}
+
+// EventTookKeptAddress is the reason of the Event on a Service that
+// requested, and took, an address kept for another Service of its
+// namespace (allocator.TookOnRequest), ending that keep.
+const EventTookKeptAddress = "TookKeptAddress"
+
+// tookKept reports whether the grant res of req took an address kept for
+// another Service of its namespace because req requested it.
+func tookKept(req allocator.Request, res allocator.Result) bool {
+	return slices.ContainsFunc(res.Kept, func(r allocator.Reservation) bool { return allocator.TookOnRequest(req, r) })
 }
 
 // reaskAcross decides again the holders in other namespaces of the
@@ -297,7 +315,7 @@ func (p *Plan) reaskAcross(a *allocator.Allocator, key string, cur, want Status,
 
 // condition fills the condition of Service key's want from the allocation's
 // result.
-func (p *Plan) condition(key string, want *Status, cur Status, res allocator.Result, err error) {
+func (p *Plan) condition(key string, req allocator.Request, want *Status, cur Status, res allocator.Result, err error) {
 	c := want.Cond
 	switch {
 	case err != nil:
@@ -325,7 +343,7 @@ func (p *Plan) condition(key string, want *Status, cur Status, res allocator.Res
 		c.Message = fmt.Sprintf("Allocated %s from pool %s", addrs(res.IPs), res.Pool)
 		switch {
 		case len(res.Kept) > 0:
-			c.Message += keptMessage(key, res.Kept)
+			c.Message += keptMessage(req, res.Kept)
 		case !res.New && cur.Cond != nil && strings.HasPrefix(cur.Cond.Message, c.Message+"; "):
 			// How the addresses came (keptMessage) stays said while the
 			// Service holds them.
@@ -342,9 +360,12 @@ func (p *Plan) condition(key string, want *Status, cur Status, res allocator.Res
 func (p *Plan) endKept(req allocator.Request, res allocator.Result) {
 	for _, r := range res.Kept {
 		p.Change.Unreserve = append(p.Change.Unreserve, r.IP)
-		if returned(req.Service, r) {
+		switch {
+		case returned(req.Service, r):
 			p.KeptReturned++
-		} else {
+		case allocator.TookOnRequest(req, r):
+			p.KeptRequested++
+		default:
 			p.KeptTaken++
 		}
 	}
@@ -359,16 +380,22 @@ func returned(service string, r allocator.Reservation) bool {
 	return r.ForService == service || r.SharingKey != "" && rns == ns
 }
 
-// keptMessage says, after "Allocated …", what kept addresses the grant
-// took: back for service, or — visibly — from a Service that released it,
+// keptMessage says, after "Allocated …", what kept addresses the grant of
+// req took: back for its Service; requested, from another Service of its
+// namespace (a rename); or — visibly — from a Service that released it,
 // because the pool had nothing else. Another namespace's Service is not
 // named.
-func keptMessage(service string, kept []allocator.Reservation) string {
-	var back, taken []string
+func keptMessage(req allocator.Request, kept []allocator.Reservation) string {
+	service := req.Service
+	var back, requested, taken []string
 	for _, r := range kept {
-		if returned(service, r) {
+		switch {
+		case returned(service, r):
 			back = append(back, r.IP.String())
-		} else {
+		case allocator.TookOnRequest(req, r):
+			requested = append(requested, fmt.Sprintf("; took the address kept for %s (%s, released at %s): it requested it, and is of the same namespace; the keep ended",
+				allocator.ServiceNames(service, r.ForService), r.IP, r.CreatedAt.UTC().Format(time.RFC3339)))
+		default:
 			taken = append(taken, fmt.Sprintf("%s (kept for %s since %s)", r.IP, allocator.ServiceNames(service, r.ForService), r.CreatedAt.UTC().Format(time.RFC3339)))
 		}
 	}
@@ -376,6 +403,7 @@ func keptMessage(service string, kept []allocator.Reservation) string {
 	if len(back) > 0 {
 		out += fmt.Sprintf("; %s kept for it since its release, given back", strings.Join(back, ", "))
 	}
+	out += strings.Join(requested, "")
 	if len(taken) > 0 {
 		out += fmt.Sprintf("; took %s, which was kept for the Service that released it: the pool had no other free address", strings.Join(taken, ", "))
 	}

@@ -148,6 +148,28 @@ func TestKeptAddressesStarveNoOneAndExpire(t *testing.T) {
 	h.expect(wait, map[string]string{"x": "10.81.3.1"})
 }
 
+// A rename: a Service of the namespace requesting the address kept for a
+// deleted one takes it at once, the keep ends in the ledger, and a
+// TookKeptAddress Event names the Service it was kept for.
+func TestKeptAddressTakenByARename(t *testing.T) {
+	h := newHarness(t)
+	h.keepReleased = time.Hour
+	h.pool("tkept-rename-"+h.lease[len("ipam-"):], "10.81.5.0/29")
+	h.start("ipam-0")
+	h.service("web-v1", nil)
+	h.expect(wait, map[string]string{"web-v1": "10.81.5.0"})
+	h.deleteService("web-v1")
+	h.expectKept(h.ns + "/web-v1=10.81.5.0")
+
+	h.service("web-v2", map[string]string{"ipledger.io/loadBalancerIPs": "10.81.5.0"})
+	h.expect(wait, map[string]string{"web-v2": "10.81.5.0"})
+	h.expectKept()
+	if msg := h.state().msg["web-v2"]; !strings.Contains(msg, "took the address kept for Service "+h.ns+"/web-v1 (10.81.5.0") {
+		t.Errorf("web-v2's condition %q does not say it took web-v1's kept address", msg)
+	}
+	h.expectEvent("web-v2", "TookKeptAddress")
+}
+
 // Another namespace can neither take a kept address by requesting it nor
 // learn whose it is; a Service of the same name in another namespace gets
 // its own address.
