@@ -5,8 +5,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // FreePorts returns n distinct loopback TCP ports that were free a moment ago,
@@ -34,7 +36,11 @@ func FreePortsOn(host string, n int) ([]int, error) {
 		if attempts == 1000 {
 			return nil, fmt.Errorf("no free port on %s in %d-%d after %d attempts", host, low, high, attempts)
 		}
-		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(low+rand.IntN(high-low+1))))
+		port := low + rand.IntN(high-low+1)
+		if !reserve(port) {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
 			continue
 		}
@@ -63,4 +69,29 @@ func staticPortRange() (low, high int) {
 		high = ephemeralLow - 1
 	}
 	return low, high
+}
+
+// portReservation is how long a port FreePorts handed out stays reserved
+// for its server to bind it, across the processes of this machine.
+const portReservation = 10 * time.Minute
+
+// reserve claims port for portReservation with a file created exclusively
+// under os.TempDir()/ipledger-ports; an older claim is stale and taken over.
+// Where the folder cannot be written, every port is claimed (the listen
+// that follows still checks it is free now).
+func reserve(port int) bool {
+	dir := filepath.Join(os.TempDir(), "ipledger-ports")
+	if err := os.MkdirAll(dir, 0o1777); err != nil {
+		return true
+	}
+	path := filepath.Join(dir, strconv.Itoa(port))
+	if fi, err := os.Stat(path); err == nil && time.Since(fi.ModTime()) > portReservation {
+		_ = os.Remove(path)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return !os.IsExist(err)
+	}
+	_ = f.Close()
+	return true
 }

@@ -19,3 +19,23 @@ func TestFreePortsAreDistinctAndOutsideTheEphemeralRange(t *testing.T) {
 		seen[p] = true
 	}
 }
+
+// A port handed out is not handed out again while reserved, by this
+// process or any other (the claim is a file): two test binaries drawing at
+// once never give one port to two servers.
+func TestReservedPortIsNotHandedOutTwice(t *testing.T) {
+	low, high := staticPortRange()
+	var free int
+	for p := low; p <= high; p++ {
+		if reserve(p) {
+			free = p
+			break
+		}
+	}
+	if free == 0 {
+		t.Fatal("no port could be reserved")
+	}
+	if reserve(free) {
+		t.Errorf("port %d reserved twice", free)
+	}
+}
