@@ -34,24 +34,36 @@ func TestNoInstallSharesAClusterID(t *testing.T) {
 	}
 }
 
-// TestProductionIgnoresTheLegacyOptIn: the deprecated opt-in
-// ipledger.io/externalip-auto-assign is a label a kubelet may set on its own
-// Node, so with --legacy-opt-in=accept (the binary's default this release) a
-// compromised node gets itself a public address. The production install
-// honours only the operator's label: eipd's last --legacy-opt-in (the one
-// the flag package keeps) is ignore.
-func TestProductionIgnoresTheLegacyOptIn(t *testing.T) {
+// TestProductionShipsSafeDefaults: what production sets, each the last
+// occurrence of its flag (the one the flag package keeps) on its Deployment.
+//   - eipd --legacy-opt-in=ignore: the deprecated opt-in
+//     ipledger.io/externalip-auto-assign is a label a kubelet may set on its
+//     own Node, so with accept (the binary's default this release) a
+//     compromised node gets itself a public address; production honours only
+//     the operator's label.
+//   - endpoints --probe-allowed-cidrs=none: whoever may create an
+//     ExternalWorkload aims the leader's readiness probes, so production
+//     dials no workload network it was not told of (never empty, which is
+//     any address); an operator's overlay appends where its VMs live.
+func TestProductionShipsSafeDefaults(t *testing.T) {
 	const k = "overlays/production"
+	want := map[string][2]string{
+		"ipledger-eipd":      {"--legacy-opt-in", "ignore"},
+		"ipledger-endpoints": {"--probe-allowed-cidrs", "none"},
+	}
 	for _, d := range deployments(t, render(t, k)) {
-		if d.Name != "ipledger-eipd" {
+		w, ok := want[d.Name]
+		if !ok {
 			continue
 		}
-		if last := lastFlag(d, "--legacy-opt-in"); last != "ignore" {
-			t.Errorf("%s: eipd runs with --legacy-opt-in=%q (none: accept), want ignore: a kubelet could opt its own Node in", k, last)
+		delete(want, d.Name)
+		if last := lastFlag(d, w[0]); last != w[1] {
+			t.Errorf("%s: %s runs with %s=%q (empty: not set), want %s", k, d.Name, w[0], last, w[1])
 		}
-		return
 	}
-	t.Fatalf("%s renders no Deployment ipledger-eipd", k)
+	for name := range want {
+		t.Errorf("%s renders no Deployment %s", k, name)
+	}
 }
 
 // TestProductionEnforcesWorkloadGrants: production serves an ExternalWorkload
@@ -94,26 +106,6 @@ func lastFlag(d appsv1.Deployment, flag string) string {
 		}
 	}
 	return last
-}
-
-// TestProductionProbesNothingUnlessAllowed: whoever may create an
-// ExternalWorkload aims the endpoints leader's readiness probes, so a
-// production install dials no workload network it was not told of: the
-// endpoints Deployment's last --probe-allowed-cidrs (the one the flag
-// package keeps) is "none", never empty (any address) nor absent. An
-// operator's overlay appends the networks where its VMs live.
-func TestProductionProbesNothingUnlessAllowed(t *testing.T) {
-	const k = "overlays/production"
-	for _, d := range deployments(t, render(t, k)) {
-		if d.Name != "ipledger-endpoints" {
-			continue
-		}
-		if last := lastFlag(d, "--probe-allowed-cidrs"); last != "none" {
-			t.Errorf("%s: endpoints runs with --probe-allowed-cidrs=%q (empty: not set, or set to any address), want none: the prober would dial any address a tenant writes", k, last)
-		}
-		return
-	}
-	t.Fatalf("%s renders no Deployment ipledger-endpoints", k)
 }
 
 // TestE2EOverlayRunsTheImagesMakeImagesBuilds: the real-node tests install
