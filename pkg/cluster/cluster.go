@@ -300,13 +300,14 @@ func (c *Cluster) writeFiles() error {
 	if err := writePKI(c.l, net.ParseIP(c.NodeIP)); err != nil {
 		return err
 	}
+	cni := filepath.Join(c.l.cniConfDir(), "10-ipledger-node.conflist")
 	files := map[string]string{
-		c.l.path("tokens.csv"):                                       AdminToken + ",admin,admin-uid,system:masters\n",
-		c.l.kubeconfig():                                             kubeconfig(c.APIServerURL, c.l.caCert(), AdminToken),
-		c.l.path("containerd", "config.toml"):                        containerdConfig(c.l, mustFullName(PauseImage)),
-		filepath.Join(c.l.cniConfDir(), "10-ipledger-node.conflist"): cniConfig(c.l),
-		c.l.path("kubelet.yaml"):                                     kubeletConfig(c.l, c.NodeIP),
-		c.l.path("kube-proxy.yaml"):                                  kubeProxyConfig(c.l, c.NodeIP),
+		c.l.path("tokens.csv"):                AdminToken + ",admin,admin-uid,system:masters\n",
+		c.l.kubeconfig():                      kubeconfig(c.APIServerURL, c.l.caCert(), AdminToken),
+		c.l.path("containerd", "config.toml"): containerdConfig(c.l, mustFullName(PauseImage)),
+		cni:                                   cniConfig(c.l),
+		c.l.path("kubelet.yaml"):              kubeletConfig(c.l, c.NodeIP),
+		c.l.path("kube-proxy.yaml"):           kubeProxyConfig(c.l, c.NodeIP),
 	}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
