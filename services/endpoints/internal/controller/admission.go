@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/netip"
 	"strings"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +18,7 @@ import (
 	"github.com/ipledger/ipledger/services/endpoints/internal/grants"
 	"github.com/ipledger/ipledger/services/endpoints/internal/planner"
 	"github.com/ipledger/ipledger/services/endpoints/internal/probepolicy"
+	"github.com/ipledger/ipledger/services/endpoints/internal/readiness"
 )
 
 // Which workload addresses a term admits into slices and probes, and how
@@ -221,14 +221,18 @@ func (v verdict) metricReason(mode grants.Mode) string {
 	return ""
 }
 
+// unusable are the refusals of probepolicy.Builtin: addresses that are no
+// VM's anywhere, rather than the cluster's own.
+var unusable = map[string]bool{probepolicy.ReasonUnspecified: true, probepolicy.ReasonLoopback: true, probepolicy.ReasonLinkLocal: true,
+	probepolicy.ReasonMulticast: true, probepolicy.ReasonCloudMetadata: true}
+
 // condition is what the workload's AddressAccepted condition should say
 // (nil: none).
 func (v verdict) condition(mode grants.Mode) *metav1.Condition {
 	switch {
 	case v.refusal.Refused():
 		reason := ReasonClusterAddress
-		if v.refusal.Reason == probepolicy.ReasonUnspecified || v.refusal.Reason == probepolicy.ReasonLoopback || v.refusal.Reason == probepolicy.ReasonLinkLocal ||
-			v.refusal.Reason == probepolicy.ReasonMulticast || v.refusal.Reason == probepolicy.ReasonCloudMetadata {
+		if unusable[v.refusal.Reason] {
 			reason = ReasonUnusableAddress
 		}
 		return &metav1.Condition{Type: ConditionAddressAccepted, Status: metav1.ConditionFalse, Reason: reason,
@@ -253,32 +257,6 @@ func conditionSays(observed []*watcherv1.Condition, want *metav1.Condition) bool
 		return want != nil && c.GetStatus() == string(want.Status) && c.GetReason() == want.Reason && c.GetMessage() == want.Message
 	}
 	return want == nil
-}
-
-// withCondition is the whole conditions list with the AddressAccepted
-// condition set to want (its lastTransitionTime kept while its status
-// does not change) or removed; every other condition as observed.
-func withCondition(observed []*watcherv1.Condition, want *metav1.Condition, generation int64, now time.Time) []metav1.Condition {
-	out := make([]metav1.Condition, 0, len(observed)+1)
-	if want != nil {
-		want = want.DeepCopy()
-		want.ObservedGeneration = generation
-		want.LastTransitionTime = metav1.NewTime(now.UTC().Truncate(time.Second))
-	}
-	for _, c := range observed {
-		if c.GetType() == ConditionAddressAccepted {
-			if want != nil && c.GetStatus() == string(want.Status) && c.GetLastTransitionTime() != 0 {
-				want.LastTransitionTime = metav1.NewTime(time.Unix(0, c.GetLastTransitionTime()).UTC())
-			}
-			continue
-		}
-		out = append(out, metav1.Condition{Type: c.GetType(), Status: metav1.ConditionStatus(c.GetStatus()), Reason: c.GetReason(),
-			Message: c.GetMessage(), ObservedGeneration: c.GetObservedGeneration(), LastTransitionTime: metav1.NewTime(time.Unix(0, c.GetLastTransitionTime()).UTC())})
-	}
-	if want != nil {
-		out = append(out, *want)
-	}
-	return out
 }
 
 // judge counts the workload by its verdict and queues it on the condition
@@ -329,7 +307,7 @@ func (st *termState) syncCondition(ctx context.Context, key string) error {
 	meta := w.GetMeta()
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": meta.GetResourceVersion()},
-		"status":   map[string]any{"conditions": withCondition(observed, want, meta.GetGeneration(), st.c.now())},
+		"status":   map[string]any{"conditions": readiness.WithCondition(observed, ConditionAddressAccepted, want, meta.GetGeneration(), st.c.now())},
 	})
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/endpoints/internal/clusternet"
 	"github.com/ipledger/ipledger/services/endpoints/internal/grants"
+	"github.com/ipledger/ipledger/services/endpoints/internal/readiness"
 )
 
 func TestAdmissionVerdict(t *testing.T) {
@@ -66,16 +67,16 @@ func TestWithCondition(t *testing.T) {
 	old := &watcherv1.Condition{Type: ConditionAddressAccepted, Status: "False", Reason: ReasonNotGranted, Message: "old", LastTransitionTime: then.UnixNano()}
 	want := &metav1.Condition{Type: ConditionAddressAccepted, Status: metav1.ConditionFalse, Reason: ReasonClusterAddress, Message: "new"}
 
-	got := withCondition([]*watcherv1.Condition{ready, old}, want, 3, now)
+	got := readiness.WithCondition([]*watcherv1.Condition{ready, old}, ConditionAddressAccepted, want, 3, now)
 	if len(got) != 2 || got[0].Type != "Ready" || got[1].Message != "new" || !got[1].LastTransitionTime.Time.Equal(then) || got[1].ObservedGeneration != 3 {
 		t.Errorf("same status: %+v, want Ready kept and the condition replaced, its transition time kept", got)
 	}
-	if got := withCondition([]*watcherv1.Condition{ready, old}, nil, 3, now); len(got) != 1 || got[0].Type != "Ready" {
+	if got := readiness.WithCondition([]*watcherv1.Condition{ready, old}, ConditionAddressAccepted, nil, 3, now); len(got) != 1 || got[0].Type != "Ready" {
 		t.Errorf("removed: %+v", got)
 	}
 	flipped := *want
 	flipped.Status = metav1.ConditionTrue
-	if got := withCondition([]*watcherv1.Condition{old}, &flipped, 3, now); !got[0].LastTransitionTime.Time.Equal(now.Truncate(time.Second)) {
+	if got := readiness.WithCondition([]*watcherv1.Condition{old}, ConditionAddressAccepted, &flipped, 3, now); !got[0].LastTransitionTime.Time.Equal(now.Truncate(time.Second)) {
 		t.Errorf("status changed: transition time %v, want now", got[0].LastTransitionTime)
 	}
 	if !conditionSays([]*watcherv1.Condition{ready}, nil) || conditionSays([]*watcherv1.Condition{old}, nil) || conditionSays([]*watcherv1.Condition{old}, want) {

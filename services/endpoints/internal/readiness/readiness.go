@@ -235,28 +235,43 @@ func ReadyCondition(ew *watcherv1.ExternalWorkload) *watcherv1.Condition {
 // removed. The list is written whole, conditional on the resourceVersion it
 // was built from, so a concurrent change of any condition is never lost.
 func Conditions(observed []*watcherv1.Condition, d Decision, generation int64, now time.Time) []metav1.Condition {
-	ready := metav1.Condition{
-		Type: ConditionReady, Status: d.Status, Reason: d.Reason, Message: d.Message,
-		ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now.UTC().Truncate(time.Second)),
+	var ready *metav1.Condition
+	if d.Action == Set {
+		ready = &metav1.Condition{Type: ConditionReady, Status: d.Status, Reason: d.Reason, Message: d.Message}
+	}
+	return WithCondition(observed, ConditionReady, ready, generation, now)
+}
+
+// WithCondition is the whole conditions list with the condition of type typ
+// set to want, in its place (its lastTransitionTime now when its status
+// changes, kept otherwise; observedGeneration generation), or removed when
+// want is nil; every other condition exactly as observed. The endpoints
+// leader's two condition writers share it: the prober's Ready and the
+// controller's AddressAccepted.
+func WithCondition(observed []*watcherv1.Condition, typ string, want *metav1.Condition, generation int64, now time.Time) []metav1.Condition {
+	var set metav1.Condition
+	if want != nil {
+		set = *want
+		set.Type, set.ObservedGeneration, set.LastTransitionTime = typ, generation, metav1.NewTime(now.UTC().Truncate(time.Second))
 	}
 	out := make([]metav1.Condition, 0, len(observed)+1)
 	placed := false
 	for _, c := range observed {
-		if c.GetType() != ConditionReady {
+		if c.GetType() != typ {
 			out = append(out, fromProto(c))
 			continue
 		}
-		if d.Action != Set || placed {
+		if want == nil || placed {
 			continue
 		}
-		if c.GetStatus() == string(d.Status) && c.GetLastTransitionTime() != 0 {
-			ready.LastTransitionTime = metav1.NewTime(time.Unix(0, c.GetLastTransitionTime()).UTC())
+		if c.GetStatus() == string(set.Status) && c.GetLastTransitionTime() != 0 {
+			set.LastTransitionTime = metav1.NewTime(time.Unix(0, c.GetLastTransitionTime()).UTC())
 		}
-		out = append(out, ready)
+		out = append(out, set)
 		placed = true
 	}
-	if d.Action == Set && !placed {
-		out = append(out, ready)
+	if want != nil && !placed {
+		out = append(out, set)
 	}
 	return out
 }
