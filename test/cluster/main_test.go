@@ -63,6 +63,10 @@ func run(m *testing.M) (code int) {
 		return 1
 	}
 	defer release()
+	// A killed run leaves what its tests made on the machine: gone before
+	// Up, which takes the half-up node down and finds the machine as its
+	// snapshot says, or Down names the leftover as the node's.
+	removeTestLeftovers(logf)
 	start := time.Now()
 	var node *cluster.Cluster
 	if reuse {
@@ -94,6 +98,19 @@ func run(m *testing.M) (code int) {
 	}
 	logf("test-cluster: ipledger rolled out %s after start", time.Since(start).Round(time.Millisecond))
 	return m.Run()
+}
+
+// removeTestLeftovers deletes the host state that tests make and a killed
+// run leaves behind: upstreamLink (routeOnTheMachine).
+func removeTestLeftovers(logf func(string, ...any)) {
+	if _, err := os.Stat(filepath.Join("/sys/class/net", upstreamLink)); err != nil {
+		return
+	}
+	if out, err := exec.Command("ip", "link", "del", upstreamLink).CombinedOutput(); err != nil {
+		logf("test-cluster: delete the link %s a killed run left: %v: %s", upstreamLink, err, out)
+		return
+	}
+	logf("test-cluster: deleted the link %s a killed run left", upstreamLink)
 }
 
 // install imports the images of `make images`, starts moto on the node
