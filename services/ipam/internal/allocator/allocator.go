@@ -302,12 +302,26 @@ func (r Reservation) tenant() string {
 	return namespaceOf(r.ForService)
 }
 
-// FamilyUsage counts the addresses of one family of a pool. Total excludes
-// the addresses avoidBuggyIPs skips; Used counts the addresses of Total that
-// are held by a Service or reserved (a shared IP counts once).
+// FamilyUsage counts the addresses of one family of a pool, each address
+// once however many Services share it. Total counts the addresses the pool
+// hands out (not those avoidBuggyIPs, exclude or skipFirstLastIPs keep
+// out); Used counts the addresses of Total held by a Service, kept for one
+// that released them, or reserved; Held counts those of Used a live Service
+// holds: one of ipam's, or one another controller serves whose status shows
+// it (SetForeign). An address kept or reserved for a Service that holds it
+// again counts as held. Used - Held is what is kept or reserved for a
+// Service that does not hold it.
 type FamilyUsage struct {
 	Total *big.Int
 	Used  *big.Int
+	Held  int64
+}
+
+// Available is Total - Used: the addresses a new Service can get without
+// taking one kept for a Service that released it (which a pool with nothing
+// else hands out, kept longest first) or reserved for another.
+func (f FamilyUsage) Available() *big.Int {
+	return new(big.Int).Sub(f.Total, f.Used)
 }
 
 // Usage is a pool's address usage by family.
@@ -372,6 +386,7 @@ type Allocator struct {
 	claims   map[netip.Addr]map[string]struct{} // IP -> requesting Services
 	claimsOf map[string][]netip.Addr            // Service -> requested IPs
 	used     map[string]*[2]*big.Int            // serving pool -> used IPv4, IPv6
+	held     map[string]*[2]int64               // serving pool -> held IPv4, IPv6 (FamilyUsage.Held)
 	nsAddrs  nsAddrs                            // what maxAddressesPerNamespace caps
 	// tenants: Services counted against another namespace than their
 	// own (SetTenant) -> that namespace.
@@ -424,6 +439,7 @@ func New() *Allocator {
 		claims:     map[netip.Addr]map[string]struct{}{},
 		claimsOf:   map[string][]netip.Addr{},
 		used:       map[string]*[2]*big.Int{},
+		held:       map[string]*[2]int64{},
 		foreignOf:  map[string][]netip.Addr{},
 		foreignAt:  map[netip.Addr][]string{},
 		outside:    map[string]int{},
@@ -462,8 +478,10 @@ func (a *Allocator) SetPools(pools []*Pool) PoolUpdate {
 
 	var upd PoolUpdate
 	a.used = map[string]*[2]*big.Int{}
+	a.held = map[string]*[2]int64{}
 	for _, p := range a.ranked {
 		a.used[p.name] = &[2]*big.Int{new(big.Int), new(big.Int)}
+		a.held[p.name] = &[2]int64{}
 	}
 	for ip, st := range a.ips {
 		name := ""
@@ -497,18 +515,40 @@ func (a *Allocator) overlapOf(p *Pool) (Conflict, bool) {
 	return Conflict{}, false
 }
 
-// count adds delta to the used count of the pool st is attributed to, when
-// the pool counts ip among its allocatable addresses.
+// count adds delta to the used count of the pool st is attributed to, and
+// to its held count when a live Service holds ip, when the pool counts ip.
 func (a *Allocator) count(ip netip.Addr, st *ipState, delta int64) {
-	if st.pool == "" {
-		return
+	if i, ok := a.countedIn(ip, st); ok {
+		a.used[st.pool][i].Add(a.used[st.pool][i], big.NewInt(delta))
+		if a.live(ip, st) {
+			a.held[st.pool][i] += delta
+		}
 	}
-	p, u := a.pools[st.pool], a.used[st.pool]
-	if p == nil || u == nil || !p.allocatable(ip) {
-		return
+}
+
+// countHeld adds delta to the held count of the pool st is attributed to,
+// when the pool counts ip: call it when ip starts (1) or stops (-1) being
+// held by a live Service, the rest of its state unchanged.
+func (a *Allocator) countHeld(ip netip.Addr, st *ipState, delta int64) {
+	if i, ok := a.countedIn(ip, st); ok {
+		a.held[st.pool][i] += delta
 	}
-	n := u[famIdx(FamilyOf(ip))]
-	n.Add(n, big.NewInt(delta))
+}
+
+// countedIn returns the index of ip's family in the counts of the pool st
+// is attributed to; false when no serving pool counts ip (it lies in none,
+// or in one that does not hand it out).
+func (a *Allocator) countedIn(ip netip.Addr, st *ipState) (int, bool) {
+	if p := a.pools[st.pool]; p == nil || a.used[st.pool] == nil || !p.allocatable(ip) {
+		return 0, false
+	}
+	return famIdx(FamilyOf(ip)), true
+}
+
+// live reports whether a live Service holds ip: one of ipam's, or one
+// another controller serves whose status shows it.
+func (a *Allocator) live(ip netip.Addr, st *ipState) bool {
+	return len(st.holders) > 0 || len(a.foreignAt[ip]) > 0
 }
 
 // state returns the state of ip, creating it (taken, counted) if needed.
@@ -556,7 +596,11 @@ func (a *Allocator) hold(ip netip.Addr, service string, sh Sharing) {
 		if len(st.holders) == 0 && a.isOutside(ip, st) {
 			a.outside[st.origin]++
 		}
+		wasLive := a.live(ip, st)
 		st.holders = slices.Insert(st.holders, i, holder{service, shared})
+		if !wasLive {
+			a.countHeld(ip, st, 1)
+		}
 		a.nsAddrs.add(st.pool, a.tenantOf(service), ip)
 		held := a.bySvc[service]
 		if !slices.Contains(held, ip) {
@@ -901,6 +945,9 @@ func (a *Allocator) Release(service string) []Allocation {
 		if len(st.holders) == 0 && a.isOutside(ip, st) {
 			a.addOutside(st.origin, -1)
 		}
+		if !a.live(ip, st) {
+			a.countHeld(ip, st, -1)
+		}
 		a.nsAddrs.remove(st.pool, a.tenantOf(service), ip)
 		a.unshare(key, ip, st)
 		if a.dropIfFree(ip) {
@@ -1052,6 +1099,9 @@ func (a *Allocator) SetForeign(service string, ips []netip.Addr) {
 			a.foreignAt[ip] = left
 		} else {
 			delete(a.foreignAt, ip)
+			if st := a.ips[ip]; !a.live(ip, st) {
+				a.countHeld(ip, st, -1)
+			}
 		}
 		a.dropIfFree(ip)
 	}
@@ -1062,9 +1112,13 @@ func (a *Allocator) SetForeign(service string, ips []netip.Addr) {
 			continue
 		}
 		kept = append(kept, ip)
-		a.state(ip)
+		st := a.state(ip)
 		if i, found := slices.BinarySearch(a.foreignAt[ip], service); !found {
+			wasLive := a.live(ip, st)
 			a.foreignAt[ip] = slices.Insert(a.foreignAt[ip], i, service)
+			if !wasLive {
+				a.countHeld(ip, st, 1)
+			}
 		}
 	}
 	if len(kept) > 0 {
@@ -1283,6 +1337,7 @@ func (a *Allocator) Usage(pool string) (Usage, bool) {
 	if n := a.used[pool]; n != nil {
 		u.IPv4.Used.Set(n[0])
 		u.IPv6.Used.Set(n[1])
+		u.IPv4.Held, u.IPv6.Held = a.held[pool][0], a.held[pool][1]
 	}
 	return u, true
 }
