@@ -385,8 +385,7 @@ type Allocator struct {
 	claimed  addrSet                            // IPs some Service requests
 	claims   map[netip.Addr]map[string]struct{} // IP -> requesting Services
 	claimsOf map[string][]netip.Addr            // Service -> requested IPs
-	used     map[string]*[2]*big.Int            // serving pool -> used IPv4, IPv6
-	held     map[string]*[2]int64               // serving pool -> held IPv4, IPv6 (FamilyUsage.Held)
+	counts   map[string]*poolCounts             // serving pool -> its counts by family
 	nsAddrs  nsAddrs                            // what maxAddressesPerNamespace caps
 	// tenants: Services counted against another namespace than their
 	// own (SetTenant) -> that namespace.
@@ -438,8 +437,7 @@ func New() *Allocator {
 		byShare:    map[string]map[netip.Addr]struct{}{},
 		claims:     map[netip.Addr]map[string]struct{}{},
 		claimsOf:   map[string][]netip.Addr{},
-		used:       map[string]*[2]*big.Int{},
-		held:       map[string]*[2]int64{},
+		counts:     map[string]*poolCounts{},
 		foreignOf:  map[string][]netip.Addr{},
 		foreignAt:  map[netip.Addr][]string{},
 		outside:    map[string]int{},
@@ -477,11 +475,9 @@ func (a *Allocator) SetPools(pools []*Pool) PoolUpdate {
 	slices.SortFunc(a.ranked, rankCompare)
 
 	var upd PoolUpdate
-	a.used = map[string]*[2]*big.Int{}
-	a.held = map[string]*[2]int64{}
+	a.counts = map[string]*poolCounts{}
 	for _, p := range a.ranked {
-		a.used[p.name] = &[2]*big.Int{new(big.Int), new(big.Int)}
-		a.held[p.name] = &[2]int64{}
+		a.counts[p.name] = &poolCounts{used: [2]*big.Int{new(big.Int), new(big.Int)}}
 	}
 	for ip, st := range a.ips {
 		name := ""
@@ -515,13 +511,20 @@ func (a *Allocator) overlapOf(p *Pool) (Conflict, bool) {
 	return Conflict{}, false
 }
 
+// poolCounts are a serving pool's used and held counts (FamilyUsage), by
+// family index (famIdx), kept as addresses are held and released.
+type poolCounts struct {
+	used [2]*big.Int
+	held [2]int64
+}
+
 // count adds delta to the used count of the pool st is attributed to, and
 // to its held count when a live Service holds ip, when the pool counts ip.
 func (a *Allocator) count(ip netip.Addr, st *ipState, delta int64) {
-	if i, ok := a.countedIn(ip, st); ok {
-		a.used[st.pool][i].Add(a.used[st.pool][i], big.NewInt(delta))
+	if c, i := a.countsOf(ip, st); c != nil {
+		c.used[i].Add(c.used[i], big.NewInt(delta))
 		if a.live(ip, st) {
-			a.held[st.pool][i] += delta
+			c.held[i] += delta
 		}
 	}
 }
@@ -530,19 +533,20 @@ func (a *Allocator) count(ip netip.Addr, st *ipState, delta int64) {
 // when the pool counts ip: call it when ip starts (1) or stops (-1) being
 // held by a live Service, the rest of its state unchanged.
 func (a *Allocator) countHeld(ip netip.Addr, st *ipState, delta int64) {
-	if i, ok := a.countedIn(ip, st); ok {
-		a.held[st.pool][i] += delta
+	if c, i := a.countsOf(ip, st); c != nil {
+		c.held[i] += delta
 	}
 }
 
-// countedIn returns the index of ip's family in the counts of the pool st
-// is attributed to; false when no serving pool counts ip (it lies in none,
-// or in one that does not hand it out).
-func (a *Allocator) countedIn(ip netip.Addr, st *ipState) (int, bool) {
-	if p := a.pools[st.pool]; p == nil || a.used[st.pool] == nil || !p.allocatable(ip) {
-		return 0, false
+// countsOf returns the counts of the pool st is attributed to and the index
+// of ip's family in them; nil when no serving pool counts ip (it lies in
+// none, or in one that does not hand it out).
+func (a *Allocator) countsOf(ip netip.Addr, st *ipState) (*poolCounts, int) {
+	c := a.counts[st.pool]
+	if c == nil || !a.pools[st.pool].allocatable(ip) {
+		return nil, 0
 	}
-	return famIdx(FamilyOf(ip)), true
+	return c, famIdx(FamilyOf(ip))
 }
 
 // live reports whether a live Service holds ip: one of ipam's, or one
@@ -1334,10 +1338,10 @@ func (a *Allocator) Usage(pool string) (Usage, bool) {
 		IPv4: FamilyUsage{Total: p.Total(IPv4), Used: new(big.Int)},
 		IPv6: FamilyUsage{Total: p.Total(IPv6), Used: new(big.Int)},
 	}
-	if n := a.used[pool]; n != nil {
-		u.IPv4.Used.Set(n[0])
-		u.IPv6.Used.Set(n[1])
-		u.IPv4.Held, u.IPv6.Held = a.held[pool][0], a.held[pool][1]
+	if c := a.counts[pool]; c != nil {
+		u.IPv4.Used.Set(c.used[0])
+		u.IPv6.Used.Set(c.used[1])
+		u.IPv4.Held, u.IPv6.Held = c.held[0], c.held[1]
 	}
 	return u, true
 }
