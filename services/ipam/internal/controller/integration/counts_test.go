@@ -11,6 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipledger/ipledger/pkg/testenv"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
@@ -23,9 +24,8 @@ type poolCounts struct{ used, held, available int64 }
 // go, alike in the IPPool's status, `kubectl get ippools -o wide`,
 // ListPools and the metrics. Deleting Services leaves used as it was (their
 // addresses are kept) and lowers held at once; available rises only when a
-// keep ends (an operator's release here, the grace period's end alike). A
-// Service of the namespace taking a kept address makes it held again, not
-// available.
+// keep ends (an operator's release, the grace period's end). A Service of
+// the namespace taking a kept address makes it held again, not available.
 func TestPoolCountsHeldAndAvailable(t *testing.T) {
 	h := newHarness(t)
 	h.keepReleased = time.Hour
@@ -50,6 +50,17 @@ func TestPoolCountsHeldAndAvailable(t *testing.T) {
 		t.Fatalf("release b's kept address: %v", err)
 	}
 	h.expectCounts(r, pool, poolCounts{used: 2, held: 2, available: 6})
+
+	// c's keep ends with the grace period, shortened now to a second.
+	h.deleteService("c")
+	h.expectKept(h.ns + "/c=10.81.6.2")
+	h.expectCounts(r, pool, poolCounts{used: 2, held: 1, available: 6})
+	patch := []byte(`{"spec":{"allocation":{"keepReleasedSeconds":1}}}`)
+	if _, err := h.env.Dynamic.Resource(poolGVR()).Patch(context.Background(), pool, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.expectKept()
+	h.expectCounts(r, pool, poolCounts{used: 1, held: 1, available: 7})
 }
 
 // expectCounts waits until every place that shows pool's IPv4 counts shows
