@@ -275,7 +275,8 @@ func TestMonitoringNamesOnlyExportedMetrics(t *testing.T) {
 		return nil
 	})
 
-	// Every replica says which release it runs, as --version does.
+	// Every replica says which release it runs, as --version does, and
+	// counts its requests to the Kubernetes API.
 	prov, err := containerimage.ReadProvenance(context.Background(), env.Root)
 	if err != nil {
 		t.Fatal(err)
@@ -285,6 +286,11 @@ func TestMonitoringNamesOnlyExportedMetrics(t *testing.T) {
 		for _, svc := range group {
 			if v := svc.Metric(t, "ipledger_build_info", release, fmt.Sprintf(`revision=%q`, prov.Revision)); v != 1 {
 				t.Errorf("%s-%d: ipledger_build_info{%s,revision=%q} = %v, want 1", svc.Component, svc.Replica, release, prov.Revision, v)
+			}
+			// And client-go's requests, as stock dashboards read them
+			// (pkg/kubemetrics).
+			if v := svc.Metric(t, "rest_client_requests_total", `code="200"`); v == 0 {
+				t.Errorf("%s-%d: rest_client_requests_total{code=\"200\"} = 0: client-go's metrics are not in its registry", svc.Component, svc.Replica)
 			}
 		}
 	}
