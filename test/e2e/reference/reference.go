@@ -1,8 +1,9 @@
 // Package reference generates ipledger's reference pages (docs/reference/)
 // from the code they describe — the CRDs' schemas, the binaries' --help, the
 // annotation table of pkg/convert — so that a test can fail when a page
-// drifts from the code: `go test ./test/e2e/reference -update` rewrites
-// them.
+// drifts from the code: `go test ./test/e2e -run ReferencePages -update`
+// rewrites them. Its own tests are the checks that need nothing built: every
+// CRD field described, every alert with a runbook.
 package reference
 
 import (
