@@ -1,0 +1,25 @@
+package servingcert
+
+import "time"
+
+// RenewAt is when a certificate valid from notBefore to notAfter is renewed:
+// two thirds into its life, so that a signer that is down for a third of
+// the lifetime (more than two days for DefaultValidity) stops nothing.
+func RenewAt(notBefore, notAfter time.Time) time.Time {
+	return notBefore.Add(notAfter.Sub(notBefore) * 2 / 3)
+}
+
+// maxBackoff bounds the wait between failed requests.
+const maxBackoff = time.Minute
+
+// Backoff is the wait after the failures-th failed request in a row: one
+// second, doubling, at most maxBackoff.
+func Backoff(failures int) time.Duration {
+	if failures < 1 {
+		return 0
+	}
+	if failures > 7 {
+		return maxBackoff
+	}
+	return min(time.Second<<(failures-1), maxBackoff)
+}
