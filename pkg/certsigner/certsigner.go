@@ -152,7 +152,8 @@ func (s *Signer) Run(ctx context.Context) error {
 			return nil
 		}
 		if err := s.sync(ctx, lister, name); err != nil {
-			if !errors.Is(err, errNoSigningCA) {
+			// A conflict is the lister a step behind our own write.
+			if !errors.Is(err, errNoSigningCA) && !apierrors.IsConflict(err) {
 				s.log.Error("CertificateSigningRequest not handled; retrying", "csr", name, "err", err)
 			}
 			queue.AddRateLimited(name)
@@ -193,7 +194,8 @@ func (s *Signer) ensureCA(ctx context.Context) error {
 	}
 	now := time.Now()
 	plan := PlanCAs(certsOf(cas), now, s.cfg.Propagation)
-	if plan.Generate {
+	generated := plan.Generate
+	if generated {
 		ca, err := NewCA(now, s.cfg.CAValidity)
 		if err != nil {
 			return err
@@ -206,7 +208,7 @@ func (s *Signer) ensureCA(ctx context.Context) error {
 	for i, c := range plan.Live {
 		live[i] = cas[slices.IndexFunc(cas, func(ca CA) bool { return ca.Cert == c })]
 	}
-	if len(live) != len(cas) || plan.Generate {
+	if len(live) != len(cas) || generated {
 		sec = sec.DeepCopy()
 		if sec.Data, err = EncodeCAs(live); err != nil {
 			return err

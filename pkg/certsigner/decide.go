@@ -141,7 +141,7 @@ func PlanCAs(cas []*x509.Certificate, now time.Time, propagation time.Duration) 
 		return p
 	}
 	newest := p.Live[0]
-	life := newest.NotAfter.Sub(newest.NotBefore)
+	life := newest.NotAfter.Sub(newest.NotBefore.Add(Backdate))
 	p.Generate = newest.NotAfter.Sub(now) < life/3
 	p.Signing = len(p.Live) - 1
 	for i, c := range p.Live {

@@ -2,11 +2,13 @@ package servingcert
 
 import "time"
 
-// RenewAt is when a certificate valid from notBefore to notAfter is renewed:
-// two thirds into its life, so that a signer that is down for a third of
-// the lifetime (more than two days for DefaultValidity) stops nothing.
-func RenewAt(notBefore, notAfter time.Time) time.Time {
-	return notBefore.Add(notAfter.Sub(notBefore) * 2 / 3)
+// RenewAt is when a certificate received at issued and valid until
+// notAfter is renewed: two thirds of the way, so that a signer that is down
+// for a third of the lifetime (more than two days for DefaultValidity)
+// stops nothing. It counts from receipt, not from NotBefore, which signers
+// backdate for clock skew.
+func RenewAt(issued, notAfter time.Time) time.Time {
+	return issued.Add(notAfter.Sub(issued) * 2 / 3)
 }
 
 // maxBackoff bounds the wait between failed requests.

@@ -18,7 +18,7 @@ func TestRenewAt(t *testing.T) {
 		{"already ended", 0, 0},
 	} {
 		if got := RenewAt(t0, t0.Add(c.lifetime)); !got.Equal(t0.Add(c.want)) {
-			t.Errorf("%s: RenewAt = %s after notBefore, want %s", c.name, got.Sub(t0), c.want)
+			t.Errorf("%s: RenewAt = %s after receipt, want %s", c.name, got.Sub(t0), c.want)
 		}
 	}
 }

@@ -124,7 +124,7 @@ func (s *Source) Run(ctx context.Context) error {
 		default:
 			failures = 0
 			s.cert.Store(cert)
-			next = RenewAt(cert.Leaf.NotBefore, cert.Leaf.NotAfter)
+			next = RenewAt(time.Now(), cert.Leaf.NotAfter)
 			s.log.Info("Serving certificate issued", "csr", name, "dnsNames", cert.Leaf.DNSNames,
 				"notAfter", cert.Leaf.NotAfter.Format(time.RFC3339), "renewAt", next.Format(time.RFC3339))
 		}
