@@ -57,7 +57,10 @@ const (
 	DefaultSecretName    = "ipledger-signer-ca"
 	DefaultConfigMapName = "ipledger-grpc-ca-bundle"
 	DefaultCAValidity    = 365 * 24 * time.Hour
-	DefaultMaxValidity   = 7 * 24 * time.Hour
+	// DefaultMaxValidity: renewed after 40 days, a certificate has 20
+	// left, so IpledgerGRPCCertificateExpiringSoon (14 days) fires only
+	// after six days of failed renewals.
+	DefaultMaxValidity = 60 * 24 * time.Hour
 	// DefaultPropagation: the kubelet refreshes a mounted ConfigMap within
 	// about a minute, and clients re-read the file at least every minute
 	// (authz.ReloadingCA).

@@ -4,7 +4,7 @@ import "time"
 
 // RenewAt is when a certificate received at issued and valid until
 // notAfter is renewed: two thirds of the way, so that a signer that is down
-// for a third of the lifetime (more than two days for DefaultValidity)
+// for a third of the lifetime (20 days for DefaultValidity)
 // stops nothing. It counts from receipt, not from NotBefore, which signers
 // backdate for clock skew.
 func RenewAt(issued, notAfter time.Time) time.Time {

@@ -48,8 +48,8 @@ type Config struct {
 	WaitTimeout time.Duration
 }
 
-// DefaultValidity is the lifetime a server asks for.
-const DefaultValidity = 7 * 24 * time.Hour
+// DefaultValidity is the lifetime a server asks for (certsigner's cap).
+const DefaultValidity = 60 * 24 * time.Hour
 
 // DefaultWaitTimeout bounds the wait for one CSR.
 const DefaultWaitTimeout = 5 * time.Minute
