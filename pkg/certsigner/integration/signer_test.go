@@ -21,6 +21,7 @@ import (
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -43,20 +44,11 @@ func install(t *testing.T, env *testenv.Env) {
 		filepath.Join(env.Root, "deploy/kustomize/components/tls-signer/signer.yaml")); err != nil {
 		t.Fatalf("apply signer.yaml: %v\n%s", err, out)
 	}
-	sec, err := env.Client.CoreV1().Secrets(ns).Get(ctx, certsigner.DefaultSecretName, metav1.GetOptions{})
-	if err != nil {
+	empty := []byte(`{"data": null}`)
+	if _, err := env.Client.CoreV1().Secrets(ns).Patch(ctx, certsigner.DefaultSecretName, types.MergePatchType, empty, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sec.Data = nil
-	if _, err := env.Client.CoreV1().Secrets(ns).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cm, err := env.Client.CoreV1().ConfigMaps(ns).Get(ctx, certsigner.DefaultConfigMapName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cm.Data = nil
-	if _, err := env.Client.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+	if _, err := env.Client.CoreV1().ConfigMaps(ns).Patch(ctx, certsigner.DefaultConfigMapName, types.MergePatchType, empty, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
