@@ -116,19 +116,20 @@ func kind(on string) string {
 	return k
 }
 
-// Daemon is one of the four services' binaries, with the subcommands that
+// Daemon is one of ipledger's binaries, with the subcommands that
 // have flags of their own.
 type Daemon struct {
 	Name        string
 	Subcommands []string
 }
 
-// Daemons are the four services.
+// Daemons are the four services and the signer of components/tls-signer.
 var Daemons = []Daemon{
 	{Name: "ipledger-watcher"},
 	{Name: "ipledger-ipam", Subcommands: []string{"preflight"}},
 	{Name: "ipledger-endpoints"},
 	{Name: "ipledger-eipd"},
+	{Name: "ipledger-signer"},
 }
 
 // Help runs a binary with --help in an environment that makes its defaults

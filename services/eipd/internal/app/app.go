@@ -142,6 +142,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.GRPC.CertClient = reviews
 	if a.grpc, err = grpcserver.New(cfg.GRPC, authz.New(reviews, server.Rules, a.log), a.log, a.Registry); err != nil {
 		return nil, err
 	}
@@ -154,6 +155,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 func (a *App) GRPCAddr() string { return a.grpc.Addr().String() }
 
 func (a *App) ready() error {
+	if err := a.grpc.CertificateReady(); err != nil {
+		return err
+	}
 	if !a.synced.Load() {
 		return errors.New("watcher stream not synced yet")
 	}

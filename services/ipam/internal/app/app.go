@@ -143,6 +143,7 @@ func (c *Config) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.GRPC.CertClient = reviews
 	gs, err := grpcserver.New(c.GRPC, authz.New(reviews, server.Rules(), log.With("component", "authz")), log.With("component", "grpc"), reg)
 	if err != nil {
 		return err
@@ -158,6 +159,9 @@ func (c *Config) Run(ctx context.Context) error {
 	gs.Register(&ipamv1grpc.IPAMService_ServiceDesc, ipamServer)
 
 	ops := opsserver.New(c.Ops, reg, func() error {
+		if err := gs.CertificateReady(); err != nil {
+			return err
+		}
 		if !src.HasSynced() {
 			return fmt.Errorf("the watcher stream has not synced yet")
 		}

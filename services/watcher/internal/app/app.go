@@ -163,12 +163,16 @@ func New(cfg Config, restCfg *rest.Config, log *slog.Logger, reg *prometheus.Reg
 	}
 	w.srv = server.New(server.Config{HeartbeatInterval: cfg.HeartbeatInterval, QueueSize: cfg.QueueSize, StallTimeout: cfg.StallTimeout}, w.store,
 		w.Synced, log, serverM)
+	cfg.GRPC.CertClient = reviews
 	w.grpc, err = grpcserver.New(cfg.GRPC, authz.New(reviews, Rules, log), log, reg)
 	if err != nil {
 		return nil, err
 	}
 	w.grpc.Register(&watcherv1grpc.WatcherService_ServiceDesc, w.srv)
 	w.ops = opsserver.New(cfg.Ops, reg, func() error {
+		if err := w.grpc.CertificateReady(); err != nil {
+			return err
+		}
 		if !w.Synced() {
 			return server.ErrNotSynced
 		}
