@@ -34,13 +34,57 @@ func TestNoInstallSharesAClusterID(t *testing.T) {
 	}
 }
 
+// eipInstall is the base with components/eip and a cluster ID, as
+// docs/eipd.md shows an overlay; eipNoClusterID leaves the ID out.
+const (
+	eipInstall     = "testdata/eip"
+	eipNoClusterID = "testdata/eip-without-cluster-id"
+)
+
+// TestEIPComponentDemandsItsClusterID: components/eip builds only with the
+// cluster ID of the ConfigMap ipledger-eip, so an install without one fails
+// at `kustomize build` (naming the ConfigMap and its field), never as a
+// crash-looping eipd; with one, eipd runs with it, the placeholder is gone
+// and the ConfigMap (local-config) is not applied.
+func TestEIPComponentDemandsItsClusterID(t *testing.T) {
+	env := testenv.Get(t)
+	out, err := env.Kubectl(context.Background(), "kustomize", eipNoClusterID)
+	if err == nil {
+		t.Fatalf("%s built without a cluster ID:\n%.2000s", eipNoClusterID, out)
+	}
+	for _, want := range []string{"components/eip", "ConfigMap", "ipledger-eip", "data.cluster-id"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("building %s without a cluster ID fails with %q, which does not name %s", eipNoClusterID, err, want)
+		}
+	}
+	rendered := renderDir(t, eipInstall)
+	found := false
+	for _, d := range deployments(t, rendered) {
+		if d.Name != "ipledger-eipd" {
+			continue
+		}
+		found = true
+		var ids []string
+		for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+			if v, ok := strings.CutPrefix(a, "--cluster-id="); ok {
+				ids = append(ids, v)
+			}
+		}
+		if !slices.Equal(ids, []string{"prod-eu-1"}) {
+			t.Errorf("%s: eipd runs with --cluster-id %q, want once prod-eu-1 (testdata/eip/eip.yaml)", eipInstall, ids)
+		}
+	}
+	if !found {
+		t.Fatalf("%s renders no Deployment ipledger-eipd", eipInstall)
+	}
+	if bytes.Contains(rendered, []byte("kind: ConfigMap")) {
+		t.Errorf("%s applies a ConfigMap; ipledger-eip is local-config, read by kustomize only", eipInstall)
+	}
+}
+
 // TestProductionShipsSafeDefaults: what production sets, each the last
 // occurrence of its flag (the one the flag package keeps) on its Deployment.
-//   - eipd --legacy-opt-in=ignore: the deprecated opt-in
-//     ipledger.io/externalip-auto-assign is a label a kubelet may set on its
-//     own Node, so with accept (the binary's default this release) a
-//     compromised node gets itself a public address; production honours only
-//     the operator's label.
+// (eipd's --legacy-opt-in=ignore left with eipd: production has none.)
 //   - endpoints --probe-allowed-cidrs=none: whoever may create an
 //     ExternalWorkload aims the leader's readiness probes, so production
 //     dials no workload network it was not told of (never empty, which is
@@ -48,7 +92,6 @@ func TestNoInstallSharesAClusterID(t *testing.T) {
 func TestProductionShipsSafeDefaults(t *testing.T) {
 	const k = "overlays/production"
 	want := map[string][2]string{
-		"ipledger-eipd":      {"--legacy-opt-in", "ignore"},
 		"ipledger-endpoints": {"--probe-allowed-cidrs", "none"},
 	}
 	for _, d := range deployments(t, render(t, k)) {

@@ -57,8 +57,9 @@ func TestManifestsProjectTokensForIPledger(t *testing.T) {
 					}
 				}
 			}
-			if clients < 3 { // ipam, endpoints, eipd
-				t.Errorf("found %d --watcher-token-file clients, want at least 3", clients)
+			// Every Deployment but the watcher's: ipam, endpoints (and eipd).
+			if want := len(deployments(t, out)) - 1; clients != want {
+				t.Errorf("found %d --watcher-token-file clients, want %d", clients, want)
 			}
 		})
 	}
