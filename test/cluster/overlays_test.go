@@ -24,7 +24,9 @@ import (
 // e2e install, and checks every Deployment rolls out with its replicas, the
 // consumers stream (over TLS in production), Services get addresses and, in
 // production, kubectl ipledger verifies ipam with the CA of ipledger-ipam-tls.
-// The e2e install is put back at the end.
+// production runs no eipd (bare metal): the test first removes the e2e
+// install's eipd as docs/upgrading.md says. The e2e install is put back at
+// the end.
 func TestOverlaysRollOut(t *testing.T) {
 	e := get(t)
 	root, err := controlplane.RepoRoot()
@@ -42,17 +44,24 @@ func TestOverlaysRollOut(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ca   string // the CA the test trusts reading ipam's ledger; empty for plaintext
+		eipd bool   // the install runs eipd
 	}{
-		{"high-availability", ""},
-		{"production", ca},
+		{"high-availability", "", true},
+		{"production", ca, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, err := filepath.Abs(filepath.Join("testdata", tc.name))
 			if err != nil {
 				t.Fatal(err)
 			}
+			if !tc.eipd {
+				e.removeEIPD(t)
+			}
 			e.apply(t, dir)
 			for _, d := range deployments {
+				if d == "ipledger-eipd" && !tc.eipd {
+					continue
+				}
 				e.rolledOut(t, d)
 				if got := len(e.pods(t, d)); got != highAvailability[d] {
 					t.Errorf("%s runs %d pods, want %d", d, got, highAvailability[d])
