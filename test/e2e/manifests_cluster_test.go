@@ -84,7 +84,8 @@ func TestEIPComponentDemandsItsClusterID(t *testing.T) {
 
 // TestProductionShipsSafeDefaults: what production sets, each the last
 // occurrence of its flag (the one the flag package keeps) on its Deployment.
-// (eipd's --legacy-opt-in=ignore left with eipd: production has none.)
+// (Production runs no eipd; a production overlay adding components/eip
+// sets eipd's --legacy-opt-in=ignore itself: docs/eipd.md.)
 //   - endpoints --probe-allowed-cidrs=none: whoever may create an
 //     ExternalWorkload aims the leader's readiness probes, so production
 //     dials no workload network it was not told of (never empty, which is
