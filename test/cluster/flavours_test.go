@@ -15,6 +15,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/containerimage"
 	"github.com/ipledger/ipledger/pkg/controlplane"
 	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/test/e2e/docblock"
 )
 
 // TestInstallFlavours applies each install a user applies, exactly as
@@ -136,15 +137,35 @@ func (e *env) withoutServers(t *testing.T) {
 	})
 }
 
-// removeEIPD runs docs/upgrading.md's commands that remove what an
-// install with eipd had and one without it does not (an apply without
-// prune leaves them), and checks that none of them is left.
+// eipdRemoval marks the block of docs/upgrading.md that removes eipd from
+// an install (test/e2e's TestUpgradeNoteRemovesWhatComponentEIPAdds checks
+// that it names everything components/eip adds).
+const eipdRemoval = "leaves the old eipd running"
+
+// removeEIPD runs, word for word, docs/upgrading.md's kubectl commands that
+// remove what an install with eipd had and one without it does not (an
+// apply without prune leaves them), and checks that eipd is gone.
 func (e *env) removeEIPD(t *testing.T) {
 	t.Helper()
-	e.kubectl(t, "-n", systemNS, "delete", "--ignore-not-found", "deployment/ipledger-eipd", "poddisruptionbudget/ipledger-eipd",
-		"service/ipledger-eipd", "serviceaccount/ipledger-eipd", "role/ipledger:eipd", "rolebinding/ipledger:eipd", "lease/ipledger-eipd")
-	e.kubectl(t, "delete", "--ignore-not-found", "clusterrole/ipledger:eipd", "clusterrolebinding/ipledger:eipd",
-		"clusterrolebinding/ipledger:eipd-grpc-authenticator", "clusterrolebinding/ipledger:eipd-snapshot-subscriber")
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	note, err := os.ReadFile(filepath.Join(root, "docs", "upgrading.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := docblock.Commands(string(note), eipdRemoval)
+	if err != nil {
+		t.Fatalf("docs/upgrading.md: %v", err)
+	}
+	for _, c := range cmds {
+		if c[0] != "kubectl" {
+			t.Fatalf("docs/upgrading.md removes eipd with %q, not kubectl", c)
+		}
+		t.Logf("docs/upgrading.md: %s", strings.Join(c, " "))
+		e.kubectl(t, c[1:]...)
+	}
 	testenv.Eventually(t, 2*time.Minute, func() error {
 		pods, err := e.client.CoreV1().Pods(systemNS).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=ipledger-eipd"})
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/containerimage"
 	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/test/e2e/docblock"
 )
 
 // TestNoInstallSharesAClusterID: an Elastic IP's ipledger.io/cluster tag is
@@ -80,6 +82,65 @@ func TestEIPComponentDemandsItsClusterID(t *testing.T) {
 	if bytes.Contains(rendered, []byte("kind: ConfigMap")) {
 		t.Errorf("%s applies a ConfigMap; ipledger-eip is local-config, read by kustomize only", eipInstall)
 	}
+}
+
+// eipdRemoval marks the block of docs/upgrading.md that removes eipd from an
+// install (test/cluster runs it on the node).
+const eipdRemoval = "leaves the old eipd running"
+
+// TestUpgradeNoteRemovesWhatComponentEIPAdds: the commands docs/upgrading.md
+// gives to remove eipd (an apply without prune leaves it) name every object
+// components/eip adds to the base, and nothing else but the Lease eipd
+// held: a name the component gains must be added to the note.
+func TestUpgradeNoteRemovesWhatComponentEIPAdds(t *testing.T) {
+	env := testenv.Get(t)
+	note, err := os.ReadFile(filepath.Join(env.Root, "docs", "upgrading.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := docblock.Commands(string(note), eipdRemoval)
+	if err != nil {
+		t.Fatalf("docs/upgrading.md: %v", err)
+	}
+	named := map[string]bool{}
+	for _, c := range cmds {
+		for _, w := range c {
+			if kind, name, ok := strings.Cut(w, "/"); ok {
+				named[kind+"/"+name] = true
+			}
+		}
+	}
+	added := map[string]bool{"lease/ipledger-eipd": true}
+	inBase := map[string]bool{}
+	for _, o := range objectIDs(t, render(t, "base")) {
+		inBase[o] = true
+	}
+	for _, o := range objectIDs(t, renderDir(t, eipInstall)) {
+		if !inBase[o] {
+			added[o] = true
+		}
+	}
+	for o := range added {
+		if !named[o] {
+			t.Errorf("components/eip adds %s, which docs/upgrading.md's removal of eipd does not delete", o)
+		}
+	}
+	for o := range named {
+		if !added[o] {
+			t.Errorf("docs/upgrading.md's removal of eipd deletes %s, which components/eip does not add", o)
+		}
+	}
+}
+
+// objectIDs are the rendered objects as kubectl names them: kind (lower
+// case)/name.
+func objectIDs(t *testing.T, rendered []byte) []string {
+	t.Helper()
+	var ids []string
+	for _, o := range objectsOf[metav1.PartialObjectMetadata](t, rendered, "") {
+		ids = append(ids, strings.ToLower(o.Kind)+"/"+o.Name)
+	}
+	return ids
 }
 
 // TestProductionShipsSafeDefaults: what production sets, each the last

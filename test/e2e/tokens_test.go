@@ -70,8 +70,8 @@ func deployments(t *testing.T, rendered []byte) []appsv1.Deployment {
 	return objectsOf[appsv1.Deployment](t, rendered, "Deployment")
 }
 
-// objectsOf decodes the objects of kind in rendered, a multi-document YAML
-// stream (a rendered kustomization), in their order.
+// objectsOf decodes the objects of kind (every object: "") in rendered, a
+// multi-document YAML stream (a rendered kustomization), in their order.
 func objectsOf[T any](t *testing.T, rendered []byte, kind string) []T {
 	t.Helper()
 	var out []T
@@ -91,7 +91,7 @@ func objectsOf[T any](t *testing.T, rendered []byte, kind string) []T {
 		if err := json.Unmarshal(doc, &meta); err != nil {
 			t.Fatal(err)
 		}
-		if meta.Kind != kind {
+		if kind != "" && meta.Kind != kind {
 			continue
 		}
 		var obj T
