@@ -64,6 +64,14 @@ func (c *Cluster) ImportImages(ctx context.Context, dir string) error {
 	return nil
 }
 
+// TagImage gives the image src of the node's containerd the name dst too
+// (replacing an image of that name), so that a manifest naming dst runs src
+// without a pull: the release's names over the images `make images` built.
+func (c *Cluster) TagImage(ctx context.Context, src, dst string) error {
+	_, err := c.ctr(ctx, "-n", "k8s.io", "images", "tag", "--force", src, dst)
+	return err
+}
+
 func (c *Cluster) ctr(ctx context.Context, args ...string) ([]byte, error) {
 	out, err := exec.CommandContext(ctx, "ctr", append([]string{"--address", c.l.containerdSocket()}, args...)...).CombinedOutput()
 	if err != nil {

@@ -118,7 +118,8 @@ func start(ctx context.Context, dir string) (*Env, error) {
 	return env, nil
 }
 
-// Install applies ipledger's CRDs and RBAC from deploy/kustomize and waits
+// Install applies ipledger's CRDs and RBAC from deploy/kustomize (the base's
+// and components/eip's, for the tests that run eipd) and waits
 // for the CRDs to be served and the admission policies to be enforced (the
 // API server loads policies asynchronously): the IPPool ranges, and the
 // fences of what each component and everyone else may write
@@ -128,6 +129,9 @@ func (e *Env) Install(ctx context.Context) error {
 		if _, err := e.Kubectl(ctx, "apply", "--server-side", "-k", filepath.Join(e.Root, dir)); err != nil {
 			return err
 		}
+	}
+	if _, err := e.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(e.Root, "deploy/kustomize/components/eip/rbac.yaml")); err != nil {
+		return err
 	}
 	if _, err := e.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s",
 		"crd/ippools.ipledger.io", "crd/externalworkloads.ipledger.io"); err != nil {

@@ -34,7 +34,7 @@ import (
 	"github.com/ipledger/ipledger/test/e2e/journey"
 )
 
-// clusterID is eipd's --cluster-id in components/e2e.
+// clusterID is eipd's --cluster-id in overlays/e2e (eip.yaml).
 const clusterID = "ipledger-e2e"
 
 // env is the installed node the tests share.

@@ -27,7 +27,9 @@ import (
 // and kubectl ipledger verifies ipam with the CA it finds (the bundle
 // ConfigMap, or ca.crt of ipledger-ipam-tls). It logs the minutes from the
 // apply to rollout and to the addresses. The e2e install is put back at the
-// end, and the signer's objects and the plugin's Secrets removed.
+// end, and the signer's objects and the plugin's Secrets removed. Neither
+// TLS install runs eipd (bare metal): the test first removes the e2e
+// install's eipd as docs/upgrading.md says.
 func TestOverlaysRollOut(t *testing.T) {
 	e := get(t)
 	root, err := controlplane.RepoRoot()
@@ -50,8 +52,9 @@ func TestOverlaysRollOut(t *testing.T) {
 		// plaintext).
 		before, after func(t *testing.T) string
 		signer        bool // ipledger-signer rolls out too
+		eipd          bool // the install runs eipd
 	}{
-		{name: "high-availability"},
+		{name: "high-availability", eipd: true},
 		{name: "production", after: e.signerBundle, signer: true},
 		{name: "production-plugin-tls", before: func(t *testing.T) string { return e.bootstrapTLS(t, plugin) }},
 	} {
@@ -64,9 +67,15 @@ func TestOverlaysRollOut(t *testing.T) {
 			if tc.before != nil {
 				ca = tc.before(t)
 			}
+			if !tc.eipd {
+				e.removeEIPD(t)
+			}
 			start := time.Now()
 			e.apply(t, dir)
 			for _, d := range deployments {
+				if d == "ipledger-eipd" && !tc.eipd {
+					continue
+				}
 				e.rolledOut(t, d)
 				if got := len(e.pods(t, d)); got != highAvailability[d] {
 					t.Errorf("%s runs %d pods, want %d", d, got, highAvailability[d])

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/containerimage"
 	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/test/e2e/docblock"
 )
 
 // TestNoInstallSharesAClusterID: an Elastic IP's ipledger.io/cluster tag is
@@ -34,13 +36,117 @@ func TestNoInstallSharesAClusterID(t *testing.T) {
 	}
 }
 
+// eipInstall is the base with components/eip and a cluster ID, as
+// docs/eipd.md shows an overlay; eipNoClusterID leaves the ID out.
+const (
+	eipInstall     = "testdata/eip"
+	eipNoClusterID = "testdata/eip-without-cluster-id"
+)
+
+// TestEIPComponentDemandsItsClusterID: components/eip builds only with the
+// cluster ID of the ConfigMap ipledger-eip, so an install without one fails
+// at `kustomize build` (naming the ConfigMap and its field), never as a
+// crash-looping eipd; with one, eipd runs with it, the placeholder is gone
+// and the ConfigMap (local-config) is not applied.
+func TestEIPComponentDemandsItsClusterID(t *testing.T) {
+	env := testenv.Get(t)
+	out, err := env.Kubectl(context.Background(), "kustomize", eipNoClusterID)
+	if err == nil {
+		t.Fatalf("%s built without a cluster ID:\n%.2000s", eipNoClusterID, out)
+	}
+	for _, want := range []string{"components/eip", "ConfigMap", "ipledger-eip", "data.cluster-id"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("building %s without a cluster ID fails with %q, which does not name %s", eipNoClusterID, err, want)
+		}
+	}
+	rendered := renderDir(t, eipInstall)
+	found := false
+	for _, d := range deployments(t, rendered) {
+		if d.Name != "ipledger-eipd" {
+			continue
+		}
+		found = true
+		var ids []string
+		for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+			if v, ok := strings.CutPrefix(a, "--cluster-id="); ok {
+				ids = append(ids, v)
+			}
+		}
+		if !slices.Equal(ids, []string{"prod-eu-1"}) {
+			t.Errorf("%s: eipd runs with --cluster-id %q, want once prod-eu-1 (testdata/eip/eip.yaml)", eipInstall, ids)
+		}
+	}
+	if !found {
+		t.Fatalf("%s renders no Deployment ipledger-eipd", eipInstall)
+	}
+	if bytes.Contains(rendered, []byte("kind: ConfigMap")) {
+		t.Errorf("%s applies a ConfigMap; ipledger-eip is local-config, read by kustomize only", eipInstall)
+	}
+}
+
+// eipdRemoval marks the block of docs/upgrading.md that removes eipd from an
+// install (test/cluster runs it on the node).
+const eipdRemoval = "leaves the old eipd running"
+
+// TestUpgradeNoteRemovesWhatComponentEIPAdds: the commands docs/upgrading.md
+// gives to remove eipd (an apply without prune leaves it) name every object
+// components/eip adds to the base, and nothing else but the Lease eipd
+// held: a name the component gains must be added to the note.
+func TestUpgradeNoteRemovesWhatComponentEIPAdds(t *testing.T) {
+	env := testenv.Get(t)
+	note, err := os.ReadFile(filepath.Join(env.Root, "docs", "upgrading.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := docblock.Commands(string(note), eipdRemoval)
+	if err != nil {
+		t.Fatalf("docs/upgrading.md: %v", err)
+	}
+	named := map[string]bool{}
+	for _, c := range cmds {
+		for _, w := range c {
+			if kind, name, ok := strings.Cut(w, "/"); ok {
+				named[kind+"/"+name] = true
+			}
+		}
+	}
+	added := map[string]bool{"lease/ipledger-eipd": true}
+	inBase := map[string]bool{}
+	for _, o := range objectIDs(t, render(t, "base")) {
+		inBase[o] = true
+	}
+	for _, o := range objectIDs(t, renderDir(t, eipInstall)) {
+		if !inBase[o] {
+			added[o] = true
+		}
+	}
+	for o := range added {
+		if !named[o] {
+			t.Errorf("components/eip adds %s, which docs/upgrading.md's removal of eipd does not delete", o)
+		}
+	}
+	for o := range named {
+		if !added[o] {
+			t.Errorf("docs/upgrading.md's removal of eipd deletes %s, which components/eip does not add", o)
+		}
+	}
+}
+
+// objectIDs are the rendered objects as kubectl names them: kind (lower
+// case)/name.
+func objectIDs(t *testing.T, rendered []byte) []string {
+	t.Helper()
+	var ids []string
+	for _, o := range objectsOf[metav1.PartialObjectMetadata](t, rendered, "") {
+		ids = append(ids, strings.ToLower(o.Kind)+"/"+o.Name)
+	}
+	return ids
+}
+
 // TestProductionShipsSafeDefaults: what production sets, each the last
 // occurrence of its flag (the one the flag package keeps) on its Deployment.
-//   - eipd --legacy-opt-in=ignore: the deprecated opt-in
-//     ipledger.io/externalip-auto-assign is a label a kubelet may set on its
-//     own Node, so with accept (the binary's default this release) a
-//     compromised node gets itself a public address; production honours only
-//     the operator's label.
+// (Production runs no eipd; a production overlay adding components/eip
+// sets eipd's --legacy-opt-in=ignore itself: docs/eipd.md.)
 //   - endpoints --probe-allowed-cidrs=none: whoever may create an
 //     ExternalWorkload aims the leader's readiness probes, so production
 //     dials no workload network it was not told of (never empty, which is
@@ -48,7 +154,6 @@ func TestNoInstallSharesAClusterID(t *testing.T) {
 func TestProductionShipsSafeDefaults(t *testing.T) {
 	const k = "overlays/production"
 	want := map[string][2]string{
-		"ipledger-eipd":      {"--legacy-opt-in", "ignore"},
 		"ipledger-endpoints": {"--probe-allowed-cidrs", "none"},
 	}
 	for _, d := range deployments(t, render(t, k)) {

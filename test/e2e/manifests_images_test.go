@@ -14,7 +14,8 @@ import (
 // runs a fully qualified image (a registry host, so no runtime resolves it
 // against a registry namespace ipledger does not own) at a tag that is not
 // latest, and the installs for users run the release the repository's
-// VERSION file names.
+// VERSION file names — eipd's too, which only components/eip adds
+// (testdata/eip).
 func TestImagesAreQualifiedAndPinned(t *testing.T) {
 	env := testenv.Get(t)
 	v, err := os.ReadFile(filepath.Join(env.Root, "VERSION"))
@@ -22,8 +23,12 @@ func TestImagesAreQualifiedAndPinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	release := "v" + strings.TrimSpace(string(v))
+	rendered := map[string][]byte{eipInstall: renderDir(t, eipInstall)}
 	for _, k := range kustomizations {
-		for _, d := range deployments(t, render(t, k)) {
+		rendered[k] = render(t, k)
+	}
+	for k, out := range rendered {
+		for _, d := range deployments(t, out) {
 			for _, c := range append(d.Spec.Template.Spec.InitContainers, d.Spec.Template.Spec.Containers...) {
 				repo, tag, tagged := strings.Cut(c.Image[strings.LastIndex(c.Image, "/")+1:], ":")
 				host, _, _ := strings.Cut(c.Image, "/")

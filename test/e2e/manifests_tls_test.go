@@ -237,49 +237,58 @@ func TestCertManagerIssuesTheSecretsTLSMounts(t *testing.T) {
 // signer runs as the ServiceAccount its RBAC is bound to and no Deployment
 // mounts a Secret.
 func TestSignerNamesWhatItsPolicySigns(t *testing.T) {
-	rendered := render(t, "overlays/production")
 	policy := certsigner.DefaultPolicy("ipledger-system", "cluster.local")
-	servers := 0
 	var watcherHosts []string
-	for _, d := range deployments(t, rendered) {
-		if len(privateKeySecrets(d)) > 0 {
-			t.Errorf("Deployment %s mounts Secrets %v; with the signer no key is in a volume", d.Name, privateKeySecrets(d))
-		}
-		var signer string
-		var names []string
-		for _, a := range d.Spec.Template.Spec.Containers[0].Args {
-			if v, ok := strings.CutPrefix(a, "--grpc-tls-signer="); ok {
-				signer = v
+	for _, tc := range []struct {
+		name     string
+		rendered []byte
+		servers  []string // the Deployments that ask the signer
+	}{
+		{"overlays/production", render(t, "overlays/production"), []string{"ipledger-ipam", "ipledger-watcher"}},
+		{"base with components/eip and tls-signer", renderDir(t, "testdata/eip-tls-signer"), []string{"ipledger-eipd", "ipledger-ipam", "ipledger-watcher"}},
+	} {
+		var servers []string
+		for _, d := range deployments(t, tc.rendered) {
+			if len(privateKeySecrets(d)) > 0 {
+				t.Errorf("Deployment %s mounts Secrets %v; with the signer no key is in a volume", d.Name, privateKeySecrets(d))
 			}
-			if v, ok := strings.CutPrefix(a, "--grpc-tls-dns-names="); ok {
-				names = strings.Split(v, ",")
-			}
-			if addr, ok := strings.CutPrefix(a, "--watcher-addr="); ok {
-				u, err := url.Parse(addr)
-				if err != nil {
-					t.Fatal(err)
+			var signer string
+			var names []string
+			for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+				if v, ok := strings.CutPrefix(a, "--grpc-tls-signer="); ok {
+					signer = v
 				}
-				host := strings.TrimPrefix(u.Path, "/")
-				watcherHosts = append(watcherHosts, host[:strings.LastIndex(host, ":")])
+				if v, ok := strings.CutPrefix(a, "--grpc-tls-dns-names="); ok {
+					names = strings.Split(v, ",")
+				}
+				if addr, ok := strings.CutPrefix(a, "--watcher-addr="); ok {
+					u, err := url.Parse(addr)
+					if err != nil {
+						t.Fatal(err)
+					}
+					host := strings.TrimPrefix(u.Path, "/")
+					watcherHosts = append(watcherHosts, host[:strings.LastIndex(host, ":")])
+				}
+			}
+			if d.Name == "ipledger-signer" && d.Spec.Template.Spec.ServiceAccountName != "ipledger-signer" {
+				t.Errorf("the signer runs as %q, not the ServiceAccount its RBAC is bound to", d.Spec.Template.Spec.ServiceAccountName)
+			}
+			if signer == "" {
+				continue
+			}
+			servers = append(servers, d.Name)
+			if signer != certsigner.SignerName {
+				t.Errorf("Deployment %s asks signer %q, want %q", d.Name, signer, certsigner.SignerName)
+			}
+			user := "system:serviceaccount:ipledger-system:" + d.Spec.Template.Spec.ServiceAccountName
+			if want := policy[user]; !slices.Equal(slices.Sorted(slices.Values(names)), slices.Sorted(slices.Values(want))) {
+				t.Errorf("Deployment %s (%s) asks for %q; the signer signs exactly %q", d.Name, user, names, want)
 			}
 		}
-		if d.Name == "ipledger-signer" && d.Spec.Template.Spec.ServiceAccountName != "ipledger-signer" {
-			t.Errorf("the signer runs as %q, not the ServiceAccount its RBAC is bound to", d.Spec.Template.Spec.ServiceAccountName)
+		slices.Sort(servers)
+		if !slices.Equal(servers, tc.servers) {
+			t.Errorf("%s: Deployments %v use the signer, want %v", tc.name, servers, tc.servers)
 		}
-		if signer == "" {
-			continue
-		}
-		servers++
-		if signer != certsigner.SignerName {
-			t.Errorf("Deployment %s asks signer %q, want %q", d.Name, signer, certsigner.SignerName)
-		}
-		user := "system:serviceaccount:ipledger-system:" + d.Spec.Template.Spec.ServiceAccountName
-		if want := policy[user]; !slices.Equal(slices.Sorted(slices.Values(names)), slices.Sorted(slices.Values(want))) {
-			t.Errorf("Deployment %s (%s) asks for %q; the signer signs exactly %q", d.Name, user, names, want)
-		}
-	}
-	if servers != 3 {
-		t.Errorf("%d Deployments use the signer, want the watcher, ipam and eipd", servers)
 	}
 	for _, h := range watcherHosts {
 		if !slices.Contains(policy["system:serviceaccount:ipledger-system:ipledger-watcher"], h) {

@@ -120,7 +120,8 @@ func ValidateClusterID(id string) error {
 	case id == "":
 		return errors.New("--cluster-id is required: it scopes the Elastic IPs eipd manages, and two clusters sharing one AWS " +
 			"account must never share it. Choose a name unique in the account (the EKS cluster name, say) and pass " +
-			"--cluster-id=<name>; with kustomize, add it to the ipledger-eipd Deployment's args in your overlay")
+			"--cluster-id=<name>; with kustomize, set data.cluster-id of the ConfigMap ipledger-eip that components/eip reads " +
+			"(docs/eipd.md, Install)")
 	case strings.ContainsAny(id, `*?\`):
 		return fmt.Errorf("--cluster-id %q contains '*', '?' or a backslash, which EC2 filters treat as wildcards: it would match other clusters' addresses; use letters, digits, '-', '_' or '.'", id)
 	case len(id) > 255:
