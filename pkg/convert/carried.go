@@ -46,6 +46,9 @@ var CarriedAnnotations = map[string]string{
 	// The pool ipam allocated a Service from, which ipam writes and reads
 	// back to tell whether its status write is done.
 	"ipledger.io/allocated-from-pool": "ipam (0.2.0 on)",
+	// The node kube-vip announces a Service's address from, which kube-vip
+	// writes (ipam's ExplainService and announcement tracking).
+	"kube-vip.io/vipHost": "ipam (0.3.0 on)",
 	// A Node's Elastic IP allocation, which eipd writes and reads back.
 	"ipledger.io/eip-allocation-id": "eipd (0.2.0 on)",
 	// On a Namespace: the addresses its ExternalWorkloads may name

@@ -75,14 +75,15 @@ type Verdict struct {
 	Message string
 }
 
-// Identity tells one announcing apart from another: the announcer, the node
-// and when it began. A change of it while announced is a failover (or, on
-// one node, a restart of the speaker).
+// Identity tells one announcing apart from another, in words: the
+// announcer, the node and when it began. A change of it while announced is
+// a failover (or, on one node, a restart of the speaker). Empty when not
+// announced.
 func (v Verdict) Identity() string {
 	if v.State != Announced {
 		return ""
 	}
-	return v.Announcer + "/" + v.Node + "/" + v.Since.UTC().Format(time.RFC3339)
+	return v.Announcer + " from node " + v.Node + " since " + v.Since.UTC().Format(time.RFC3339)
 }
 
 // String is the verdict as `kubectl ipledger why` shows it.
