@@ -178,7 +178,7 @@ func (c *Config) Run(ctx context.Context) error {
 	lc := c.Leader
 	lc.Events, lc.EventComponent = client.CoreV1(), Component
 	g.Go(func() error {
-		return leader.RunWhenSynced(ctx, src, func() { gs.SetServing(true) }, client, lc, withTracker(ctrl.NewWorker, tracker), log.With("component", "leader"), reg)
+		return leader.RunWhenSynced(ctx, src, func() { gs.SetServing(true) }, client, lc, WithTracker(ctrl.NewWorker, tracker), log.With("component", "leader"), reg)
 	})
 	g.Go(func() error { return gs.Serve(ctx) })
 	g.Go(func() error { return ops.Serve(ctx) })
@@ -187,9 +187,9 @@ func (c *Config) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// withTracker runs the announcement tracker beside each term's worker: both
+// WithTracker runs the announcement tracker beside each term's worker: both
 // end with the term; the worker's error is the term's.
-func withTracker(newWorker func(*leader.Term) (leader.Worker, error), t *announced.Tracker) func(*leader.Term) (leader.Worker, error) {
+func WithTracker(newWorker func(*leader.Term) (leader.Worker, error), t *announced.Tracker) func(*leader.Term) (leader.Worker, error) {
 	return func(term *leader.Term) (leader.Worker, error) {
 		w, err := newWorker(term)
 		if err != nil {
