@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -192,15 +193,16 @@ func (tm *term) pass() {
 			tm.decide(key, obj, w, now)
 		}
 	}
-	n := 0
+	// An address two Services share counts once.
+	unannounced := map[netip.Addr]struct{}{}
 	for _, vs := range tm.verdicts {
 		for _, v := range vs {
 			if v.Served && v.State == announce.NotAnnounced {
-				n++
+				unannounced[v.IP] = struct{}{}
 			}
 		}
 	}
-	tm.t.m.unannounced.Set(float64(n))
+	tm.t.m.unannounced.Set(float64(len(unannounced)))
 }
 
 func (tm *term) decide(key string, obj *watcherv1.Object, w *announce.World, now time.Time) {
