@@ -98,7 +98,6 @@ type term struct {
 	// (not announced for a while) so that a return on another node is told.
 	verdicts map[string][]announce.Verdict
 	last     map[string]string // by "namespace/name ip": the last announcing identity
-	events   int
 }
 
 // Run decides every Service's verdicts, then again for what changes, until
@@ -126,10 +125,14 @@ func (tm *term) handler() stream.Handler {
 		case watcherv1.Kind_KIND_METALLB_SERVICE_L2_STATUS, watcherv1.Kind_KIND_METALLB_SERVICE_BGP_STATUS:
 			s := o.GetMetallbServiceStatus()
 			tm.keys[s.GetServiceNamespace()+"/"+s.GetServiceName()] = struct{}{}
-		case watcherv1.Kind_KIND_NAMESPACE:
-			// Namespaces do not change a verdict.
-		default: // pools, advertisements, IPPools
+		case watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_METALLB_IP_ADDRESS_POOL,
+			watcherv1.Kind_KIND_METALLB_L2_ADVERTISEMENT, watcherv1.Kind_KIND_METALLB_BGP_ADVERTISEMENT:
 			tm.all = true
+		default:
+			// The ledger, Namespaces, Gateways: no verdict reads them (the
+			// ledger changes with every allocation).
+			tm.mu.Unlock()
+			return
 		}
 		tm.mu.Unlock()
 		select {
@@ -221,7 +224,6 @@ func (tm *term) decide(key string, obj *watcherv1.Object, w *announce.World, now
 		before, seen := tm.last[ipKey]
 		tm.last[ipKey] = id
 		if seen && before != id {
-			tm.events++
 			tm.rec(serviceRef(obj), corev1.EventTypeNormal, "AnnouncerChanged",
 				fmt.Sprintf("%s is now %s (before: %s)", v.IP, v.Message, before))
 		}
