@@ -2,6 +2,7 @@ package announce
 
 import (
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +145,26 @@ func TestIdentityChangesWithNodeOrStart(t *testing.T) {
 	}
 	if (Verdict{State: NotAnnounced, Node: "n1"}).Identity() != "" {
 		t.Error("a verdict not announced has an identity")
+	}
+}
+
+// BenchmarkDecide10000: a full pass of the tracker's decisions over 10,000
+// Services, each announced by MetalLB L2 (parsing the World included).
+func BenchmarkDecide10000(b *testing.B) {
+	objs := []*watcherv1.Object{pool("lan", nil, "10.64.0.0/16"), l2("lan-l2", "lan")}
+	var svcs []Service
+	for i := range 10000 {
+		name := "s" + strconv.Itoa(i)
+		objs = append(objs, statusObj(watcherv1.Kind_KIND_METALLB_SERVICE_L2_STATUS, "l2-"+name, "n1", "shop", name, t0))
+		svcs = append(svcs, Service{Namespace: "shop", Name: name, IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 64, byte(i >> 8), byte(i)})}})
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		w := NewWorld(objs, nil, nil)
+		for _, s := range svcs {
+			if v := w.Decide(s, t0); v[0].State != Announced {
+				b.Fatal(v)
+			}
+		}
 	}
 }

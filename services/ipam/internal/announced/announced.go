@@ -98,7 +98,18 @@ type term struct {
 	// (not announced for a while) so that a return on another node is told.
 	verdicts map[string][]announce.Verdict
 	last     map[string]string // by "namespace/name ip": the last announcing identity
+
+	// world is what the announcers published at gens, the store's
+	// generations of worldKinds: a pass of Service changes alone reuses it.
+	world *announce.World
+	gens  [len(worldKinds)]uint64
 }
+
+// worldKinds are the kinds a World is made of.
+var worldKinds = [...]watcherv1.Kind{watcherv1.Kind_KIND_IP_POOL,
+	watcherv1.Kind_KIND_METALLB_IP_ADDRESS_POOL, watcherv1.Kind_KIND_METALLB_L2_ADVERTISEMENT,
+	watcherv1.Kind_KIND_METALLB_BGP_ADVERTISEMENT, watcherv1.Kind_KIND_METALLB_SERVICE_L2_STATUS,
+	watcherv1.Kind_KIND_METALLB_SERVICE_BGP_STATUS}
 
 // Run decides every Service's verdicts, then again for what changes, until
 // the term stops; the gauge is forgotten when it does.
@@ -171,7 +182,14 @@ func (tm *term) pass() {
 	tm.all, tm.keys = false, map[string]struct{}{}
 	tm.mu.Unlock()
 	store := tm.t.src.Store()
-	w := World(store, tm.t.pools)
+	var gens [len(worldKinds)]uint64
+	for i, k := range worldKinds {
+		gens[i] = store.Generation(k)
+	}
+	if tm.world == nil || gens != tm.gens {
+		tm.world, tm.gens = World(store, tm.t.pools), gens
+	}
+	w := tm.world
 	now := tm.t.now()
 	if all {
 		seen := map[string]struct{}{}
