@@ -45,7 +45,7 @@ func (e *env) announcedBy(t *testing.T, ns, svc string) {
 		}
 		return v, nil
 	}
-	waitFor := func(what string, check func(a *ipamv1.Announcement, gauge float64) error) {
+	waitFor := func(what string, check func(a *ipamv1.Announcement, gauge float64) error) (got *ipamv1.Announcement) {
 		t.Helper()
 		testenv.Eventually(t, 2*time.Minute, func() error {
 			x, err := api.ExplainService(ctx, &ipamv1.ExplainServiceRequest{Service: &ipamv1.ServiceRef{Namespace: ns, Name: svc}})
@@ -62,9 +62,11 @@ func (e *env) announcedBy(t *testing.T, ns, svc string) {
 			if err := check(x.GetAnnouncements()[0], gauge); err != nil {
 				return fmt.Errorf("%s: %w", what, err)
 			}
-			t.Logf("%s: %s; ipledger_ipam_addresses_unannounced %v", what, x.GetAnnouncements()[0].GetMessage(), gauge)
+			got = x.GetAnnouncements()[0]
+			t.Logf("%s: %s; ipledger_ipam_addresses_unannounced %v", what, got.GetMessage(), gauge)
 			return nil
 		})
+		return got
 	}
 	announced := func(a *ipamv1.Announcement, gauge float64) error {
 		if a.GetState() != "Announced" || a.GetNode() != cluster.NodeName || !strings.Contains(a.GetMessage(), "announced by MetalLB L2 from node "+cluster.NodeName+" since") || gauge != 0 {
@@ -72,7 +74,7 @@ func (e *env) announcedBy(t *testing.T, ns, svc string) {
 		}
 		return nil
 	}
-	waitFor("with the speaker", announced)
+	first := waitFor("with the speaker", announced)
 
 	if err := e.dynamic.Resource(l2AdvertisementsGVR).Namespace(speakerNS).Delete(ctx, "ipledger-lan", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -85,18 +87,27 @@ func (e *env) announcedBy(t *testing.T, ns, svc string) {
 	})
 
 	e.applyTemplate(t, filepath.Join("testdata", "metallb-speaker", "config.yaml"), "POOL", announcePool.String(), "BRIDGE", lanBridge)
-	waitFor("L2Advertisement restored", announced)
+	again := waitFor("L2Advertisement restored", announced)
+	if again.GetSince() == first.GetSince() {
+		t.Errorf("announced again since %s, as before the L2Advertisement was deleted: the speaker kept its ServiceL2Status", again.GetSince())
+	}
+	// The Event of this return names the announcing before the gap; those
+	// of the speaker restart and the ipam failover earlier are logged.
+	want := "announced by MetalLB L2 from node " + cluster.NodeName + " since " + again.GetSince()
+	before := "(before: MetalLB L2 from node " + cluster.NodeName + " since " + first.GetSince() + ")"
 	testenv.Eventually(t, time.Minute, func() error {
 		evs, err := e.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=AnnouncerChanged,involvedObject.name=" + svc})
 		if err != nil {
 			return err
 		}
+		var seen []string
 		for _, ev := range evs.Items {
-			if strings.Contains(ev.Message, "announced by MetalLB L2 from node "+cluster.NodeName) && strings.Contains(ev.Message, "(before: MetalLB L2 from node "+cluster.NodeName+" since ") {
-				t.Logf("Event %s: %s", ev.Reason, ev.Message)
+			seen = append(seen, ev.Message)
+			if strings.Contains(ev.Message, want) && strings.HasSuffix(ev.Message, before) {
+				t.Logf("AnnouncerChanged Events on %s/%s: %q", ns, svc, seen)
 				return nil
 			}
 		}
-		return fmt.Errorf("no AnnouncerChanged Event on %s/%s among %d", ns, svc, len(evs.Items))
+		return fmt.Errorf("no AnnouncerChanged Event on %s/%s saying %q %s among %q", ns, svc, want, before, seen)
 	})
 }
