@@ -241,7 +241,7 @@ func (w *World) decide(svc Service, ip netip.Addr, now time.Time) Verdict {
 	if !w.metalLB {
 		return v
 	}
-	missing := "MetalLB IPAddressPool missing for " + ip.String() + " (MetalLB announces only addresses of its pools: create one covering ipledger's IPPool with autoAssign: false)"
+	missing := "MetalLB IPAddressPool missing for " + ip.String() + " (MetalLB announces only addresses of its pools: create one covering ipledger's IPPool with autoAssign: false, as `kubectl ipledger announce metallb` prints)"
 	if bad := w.unparsedPools(); bad != "" {
 		missing += "; " + bad
 	}

@@ -101,7 +101,7 @@ func TestDecide(t *testing.T) {
 			svc: web, state: NotAnnounced, served: true, announce: MetalLBBGP, message: "no ServiceBGPStatus"},
 		{name: "no MetalLB pool, but MetalLB serves the IPPool elsewhere", metalLB: []*watcherv1.Object{pool("half", nil, "10.190.77.64-10.190.77.65"), l2("l2")},
 			svc: web, state: NotAnnounced, served: true, announce: MetalLBL2,
-			message: "not announced: MetalLB IPAddressPool missing for 10.190.77.66 (MetalLB announces only addresses of its pools: create one covering ipledger's IPPool with autoAssign: false); MetalLB IPAddressPool metallb-system/half holds other addresses of IPPool ipledger-lan"},
+			message: "not announced: MetalLB IPAddressPool missing for 10.190.77.66 (MetalLB announces only addresses of its pools: create one covering ipledger's IPPool with autoAssign: false, as `kubectl ipledger announce metallb` prints); MetalLB IPAddressPool metallb-system/half holds other addresses of IPPool ipledger-lan"},
 		{name: "no MetalLB pool near the IPPool: nobody known", metalLB: []*watcherv1.Object{pool("far", nil, "192.0.2.0/28"), l2("l2")},
 			svc: web, state: NoAnnouncer, message: "no announcer found: MetalLB IPAddressPool missing for 10.190.77.66"},
 		{name: "a pool that does not parse is named", metalLB: []*watcherv1.Object{pool("typo", nil, "10.190.77.0/33")},
