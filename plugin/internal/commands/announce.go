@@ -13,7 +13,7 @@ import (
 func newAnnounceCommand(o *Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "announce",
-		Short: "Write an announcer's objects covering exactly ipledger's IPPools",
+		Short: "Print an announcer's objects covering exactly ipledger's IPPools, for kubectl apply",
 		Args:  cobra.NoArgs,
 	}
 	var namespace string

@@ -20,6 +20,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/cmdmain"
 	"github.com/ipledger/ipledger/pkg/grpcserver"
+	"github.com/ipledger/ipledger/pkg/kubemetrics"
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/opsserver"
 	"github.com/ipledger/ipledger/pkg/stream"
@@ -107,6 +108,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, log: cfg.Common.Logger(), Registry: prometheus.NewRegistry()}
+	kubemetrics.Register(a.Registry)
 	if a.cfg.Leader.LeaseName == "" {
 		a.cfg.Leader.LeaseName = LeaseName
 	}

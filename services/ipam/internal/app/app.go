@@ -15,6 +15,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/cmdmain"
 	"github.com/ipledger/ipledger/pkg/grpcserver"
+	"github.com/ipledger/ipledger/pkg/kubemetrics"
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/opsserver"
 	"github.com/ipledger/ipledger/pkg/stream"
@@ -122,6 +123,7 @@ func (c *Config) Run(ctx context.Context) error {
 		return fmt.Errorf("dynamic client: %w", err)
 	}
 	reg := prometheus.NewRegistry()
+	kubemetrics.Register(reg)
 
 	sc := c.Stream
 	sc.Kinds = []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP}

@@ -24,6 +24,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/cmdmain"
 	"github.com/ipledger/ipledger/pkg/grpcserver"
+	"github.com/ipledger/ipledger/pkg/kubemetrics"
 	"github.com/ipledger/ipledger/pkg/opsserver"
 	"github.com/ipledger/ipledger/pkg/promreg"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -144,6 +145,7 @@ func New(cfg Config, restCfg *rest.Config, log *slog.Logger, reg *prometheus.Reg
 		return nil, err
 	}
 	w := &Watcher{cfg: cfg, log: log, reg: reg, client: client, dyn: dyn, meta: meta}
+	kubemetrics.Register(reg)
 	w.store = store.New(newEpoch(), cfg.HistorySize)
 	w.store.LimitHistoryBytes(cfg.HistoryBytes)
 	revision := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipledger_watcher_revision", Help: "Revision of the watcher's store."})
