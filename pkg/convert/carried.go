@@ -78,6 +78,10 @@ var CarriedAnnotations = map[string]CarriedAnnotation{
 	// back to tell whether its status write is done.
 	"ipledger.io/allocated-from-pool": {readByIPAM02, onService, "Written by ipam: the IPPool the Service's address came from " +
 		"(read back to tell that its write is done). Not a request."},
+	// The node kube-vip announces a Service's address from, which kube-vip
+	// writes (ipam's ExplainService says it).
+	"kube-vip.io/vipHost": {readByIPAM03, onService, "Written by kube-vip (Services mode): the node that holds the Service's address. " +
+		"ipam shows it as who announces the address ([reachability.md](../reachability.md#is-it-announced)); not a request."},
 	// A Node's Elastic IP allocation, which eipd writes and reads back.
 	"ipledger.io/eip-allocation-id": {"eipd (0.2.0 on)", "Node", "Written by eipd: the allocation ID of the Node's Elastic IP ([eipd.md](../eipd.md))."},
 	// On a Namespace: the addresses its ExternalWorkloads may name

@@ -27,8 +27,8 @@ var (
 )
 
 // Object converts any supported object (typed core/discovery objects, or an
-// unstructured IPPool, ExternalWorkload, Gateway, GatewayClass or
-// ServiceCIDR) to its compact form.
+// unstructured IPPool, ExternalWorkload, Gateway, GatewayClass, ServiceCIDR
+// or MetalLB object) to its compact form.
 func Object(obj runtime.Object) (*watcherv1.Object, error) {
 	switch o := obj.(type) {
 	case *corev1.Service:
@@ -60,6 +60,10 @@ func Object(obj runtime.Object) (*watcherv1.Object, error) {
 		case ServiceCIDRKind.Kind:
 			if o.GroupVersionKind().Group == ServiceCIDRKind.Group {
 				return ServiceCIDR(o)
+			}
+		default:
+			if isMetalLB(o) {
+				return MetalLB(o)
 			}
 		}
 		return nil, fmt.Errorf("convert: unsupported kind %q of %q", o.GetKind(), o.GetAPIVersion())

@@ -131,12 +131,8 @@ func IPPool(u *unstructured.Unstructured) (*watcherv1.Object, error) {
 	if a := p.Spec.Allocation; a != nil {
 		body.Allocation = &watcherv1.IPPoolAllocation{Priority: a.Priority, Namespaces: a.Namespaces, MaxAddressesPerNamespace: a.MaxAddressesPerNamespace,
 			KeepReleasedSeconds: a.KeepReleasedSeconds}
-		for i := range a.NamespaceSelectors {
-			body.Allocation.NamespaceSelectors = append(body.Allocation.NamespaceSelectors, LabelSelector(&a.NamespaceSelectors[i]))
-		}
-		for i := range a.ServiceSelectors {
-			body.Allocation.ServiceSelectors = append(body.Allocation.ServiceSelectors, LabelSelector(&a.ServiceSelectors[i]))
-		}
+		body.Allocation.NamespaceSelectors = labelSelectors(a.NamespaceSelectors)
+		body.Allocation.ServiceSelectors = labelSelectors(a.ServiceSelectors)
 	}
 	return &watcherv1.Object{Kind: watcherv1.Kind_KIND_IP_POOL, Meta: Meta(u), Body: &watcherv1.Object_IpPool{IpPool: body}}, nil
 }

@@ -118,6 +118,10 @@ func TestServiceAccountsAreLeastPrivileged(t *testing.T) {
 		{"watcher", "watch", "gateway.networking.k8s.io", "gateways", "", "", true},
 		{"watcher", "list", "gateway.networking.k8s.io", "gatewayclasses", "", "", true},
 		{"watcher", "list", "gateway.networking.k8s.io", "httproutes", "", "", false},
+		{"watcher", "watch", "metallb.io", "servicel2statuses", "", "", true},
+		{"watcher", "list", "metallb.io", "ipaddresspools", "", "", true},
+		{"watcher", "update", "metallb.io", "ipaddresspools", "", "ipledger-system", false},
+		{"watcher", "list", "metallb.io", "bgppeers", "", "", false}, // not read: its passwords' Secrets stay unnamed
 		{"ipam", "patch", "", "services", "status", "default", true},
 		{"ipam", "update", "", "services", "status", "default", false}, // it only patches
 		{"ipam", "update", "ipledger.io", "ippools", "status", "", false},

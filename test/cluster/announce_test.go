@@ -75,7 +75,9 @@ type target struct {
 // two ports, after an ipam leader failover (and a Service allocated by the
 // new leader) and after a speaker restart, each Service keeping its address
 // throughout; and, with the Gateway API's CRDs installed while it all runs,
-// the address a Gateway asks for in spec.addresses, given to its Service. The speaker's ARP stays on the LAN: none naming a LAN address
+// the address a Gateway asks for in spec.addresses, given to its Service;
+// `why` (ExplainService) names the node announcing, and follows the
+// L2Advertisement's removal and return (announcedBy). The speaker's ARP stays on the LAN: none naming a LAN address
 // is seen on the machine's uplink, nor on the pods' bridge (the
 // L2Advertisement's interfaces keep the speaker off it).
 func TestAnnounce(t *testing.T) {
@@ -204,6 +206,10 @@ func TestAnnounce(t *testing.T) {
 		}
 		t.Logf("%s: %d ARP packets, none about the LAN %s", c.Interface, len(packets), lanSubnet)
 	}
+
+	t.Run("WhyNamesTheAnnouncer", func(t *testing.T) {
+		e.announcedBy(t, ns, "solo")
+	})
 
 	t.Run("Gateway", func(t *testing.T) {
 		e.gatewayAnnounced(t, ns, client, lanMAC, ips)

@@ -77,6 +77,7 @@ the ServiceAccount whose token the plugin sends.`,
 		newMigrateCiliumCommand,
 		newMigrateKubeVIPCommand,
 		newPreviewCommand,
+		newAnnounceCommand,
 		newLedgerCommand,
 		newTLSCommand,
 	} {

@@ -10,7 +10,8 @@ import (
 )
 
 // Explanation writes ExplainService's answer in words: the Gateway the
-// Service serves (if any), the decision, the IPs held, and each pool's verdict.
+// Service serves (if any), the decision, the IPs held, whether each is
+// announced (by whom, from which node, or why not), and each pool's verdict.
 func Explanation(w io.Writer, namespace, name string, r *ipamv1.ExplainServiceResponse) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "Service:\t%s/%s\n", namespace, name)
@@ -22,6 +23,12 @@ func Explanation(w io.Writer, namespace, name string, r *ipamv1.ExplainServiceRe
 		fmt.Fprintf(tw, "Reason:\t%s\n", r.GetReason())
 	}
 	fmt.Fprintf(tw, "IPs:\t%s\n", orNone(strings.Join(r.GetIps(), ", ")))
+	if len(r.GetAnnouncements()) > 0 {
+		fmt.Fprintf(tw, "Announced:\n")
+		for _, a := range r.GetAnnouncements() {
+			fmt.Fprintf(tw, "  %s\t%s\n", a.GetIp(), a.GetMessage())
+		}
+	}
 	if len(r.GetVerdicts()) > 0 {
 		fmt.Fprintf(tw, "Pools:\n")
 		for _, v := range r.GetVerdicts() {

@@ -129,6 +129,18 @@ Decision:  Holds it.
 Reason:    Allocated
 IPs:       10.0.0.9
 `},
+		{"announced and not", &ipamv1.ExplainServiceResponse{Decision: "Holds both.", Reason: "Allocated", Ips: []string{"10.0.0.1", "10.0.0.2"},
+			Announcements: []*ipamv1.Announcement{
+				{Ip: "10.0.0.1", State: "Announced", Message: "announced by MetalLB L2 from node n1 since 2026-12-07T04:00:00Z"},
+				{Ip: "10.0.0.2", State: "NotAnnounced", Message: "not announced: no L2Advertisement covers MetalLB IPAddressPool lan"},
+			}}, `Service:   shop/web
+Decision:  Holds both.
+Reason:    Allocated
+IPs:       10.0.0.1, 10.0.0.2
+Announced:
+  10.0.0.1  announced by MetalLB L2 from node n1 since 2026-12-07T04:00:00Z
+  10.0.0.2  not announced: no L2Advertisement covers MetalLB IPAddressPool lan
+`},
 		{"not served", &ipamv1.ExplainServiceResponse{Decision: "ipam does not serve this Service."}, `Service:   shop/web
 Decision:  ipam does not serve this Service.
 IPs:       <none>

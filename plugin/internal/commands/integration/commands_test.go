@@ -293,6 +293,22 @@ func TestCommandsAgainstIPAM(t *testing.T) {
 		wantAll(t, "pools -o yaml", s.ok(t, read("pools", "-o", "yaml")...), "name: "+pool, "used: \"4\"")
 	})
 
+	// The MetalLB objects covering the pool, applied to the API server
+	// with MetalLB's CRDs installed: valid as MetalLB's schema has them.
+	t.Run("announce metallb", func(t *testing.T) {
+		out := s.ok(t, read("announce", "metallb", "--metallb-namespace", s.ns, "--interfaces", "eth1")...)
+		wantAll(t, "announce metallb", out, "kind: IPAddressPool", "name: "+pool, "- 10.91.0.0/29", "autoAssign: false", "kind: L2Advertisement", "- eth1")
+		s.env.InstallMetalLB(t)
+		file := filepath.Join(t.TempDir(), "metallb.yaml")
+		if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.env.Kubectl(context.Background(), "apply", "--server-side", "-f", file); err != nil ||
+			!strings.Contains(string(got), "ipaddresspool.metallb.io/"+pool+" serverside-applied") || !strings.Contains(string(got), "l2advertisement.metallb.io/ipledger serverside-applied") {
+			t.Fatalf("kubectl apply of announce metallb's output: %v\n%s", err, got)
+		}
+	})
+
 	t.Run("allocations", func(t *testing.T) {
 		rows := fields(s.ok(t, read("allocations", "-n", s.ns)...))
 		if len(rows) != 4 || strings.Join(rows[0], " ") != "SERVICE IP POOL STATE" {

@@ -939,7 +939,10 @@ type ExplainServiceResponse struct {
 	// none: its spec.addresses and its GatewayClass's ipledger.io/address-pool
 	// are part of the request, and the pools serving its namespace serve the
 	// Service (docs/gateway-api.md).
-	Gateway       string `protobuf:"bytes,5,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	Gateway string `protobuf:"bytes,5,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	// announcements say, for each of ips, whether it is announced, by whom
+	// and from which node, or why not (docs/reachability.md#is-it-announced).
+	Announcements []*Announcement `protobuf:"bytes,6,rep,name=announcements,proto3" json:"announcements,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1009,6 +1012,117 @@ func (x *ExplainServiceResponse) GetGateway() string {
 	return ""
 }
 
+func (x *ExplainServiceResponse) GetAnnouncements() []*Announcement {
+	if x != nil {
+		return x.Announcements
+	}
+	return nil
+}
+
+// Announcement is what ipam knows of one address's announcement, from what
+// the announcers publish (MetalLB's Service statuses, pools and
+// advertisements; kube-vip's kube-vip.io/vipHost).
+type Announcement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ip    string                 `protobuf:"bytes,1,opt,name=ip,proto3" json:"ip,omitempty"`
+	// state is Announced, NotAnnounced (an announcer is configured near the
+	// address but does not announce it; message says what is missing) or
+	// NoAnnouncer (no announcer ipam reads says anything of it).
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// announcer is "MetalLB L2", "MetalLB BGP", "Cilium L2" or "kube-vip".
+	Announcer string `protobuf:"bytes,3,opt,name=announcer,proto3" json:"announcer,omitempty"`
+	// node announces it, when the announcer says.
+	Node string `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	// since is when node began to (RFC 3339), when known.
+	Since string `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	// served: an announcer is known to serve the address, so NotAnnounced
+	// counts in ipledger_ipam_addresses_unannounced and can alert.
+	Served bool `protobuf:"varint,6,opt,name=served,proto3" json:"served,omitempty"`
+	// message says it in words, naming the objects and the fix.
+	Message       string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Announcement) Reset() {
+	*x = Announcement{}
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Announcement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Announcement) ProtoMessage() {}
+
+func (x *Announcement) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Announcement.ProtoReflect.Descriptor instead.
+func (*Announcement) Descriptor() ([]byte, []int) {
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Announcement) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *Announcement) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Announcement) GetAnnouncer() string {
+	if x != nil {
+		return x.Announcer
+	}
+	return ""
+}
+
+func (x *Announcement) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *Announcement) GetSince() string {
+	if x != nil {
+		return x.Since
+	}
+	return ""
+}
+
+func (x *Announcement) GetServed() bool {
+	if x != nil {
+		return x.Served
+	}
+	return false
+}
+
+func (x *Announcement) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // Reservation holds an IP outside any Service.
 type Reservation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1026,7 +1140,7 @@ type Reservation struct {
 
 func (x *Reservation) Reset() {
 	*x = Reservation{}
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[14]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1152,7 @@ func (x *Reservation) String() string {
 func (*Reservation) ProtoMessage() {}
 
 func (x *Reservation) ProtoReflect() protoreflect.Message {
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[14]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1165,7 @@ func (x *Reservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
 func (*Reservation) Descriptor() ([]byte, []int) {
-	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{14}
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Reservation) GetIp() string {
@@ -1097,7 +1211,7 @@ type ReserveAddressRequest struct {
 
 func (x *ReserveAddressRequest) Reset() {
 	*x = ReserveAddressRequest{}
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[15]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1223,7 @@ func (x *ReserveAddressRequest) String() string {
 func (*ReserveAddressRequest) ProtoMessage() {}
 
 func (x *ReserveAddressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[15]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1236,7 @@ func (x *ReserveAddressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveAddressRequest.ProtoReflect.Descriptor instead.
 func (*ReserveAddressRequest) Descriptor() ([]byte, []int) {
-	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{15}
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReserveAddressRequest) GetIp() string {
@@ -1156,7 +1270,7 @@ type ReserveAddressResponse struct {
 
 func (x *ReserveAddressResponse) Reset() {
 	*x = ReserveAddressResponse{}
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[16]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1282,7 @@ func (x *ReserveAddressResponse) String() string {
 func (*ReserveAddressResponse) ProtoMessage() {}
 
 func (x *ReserveAddressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[16]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1295,7 @@ func (x *ReserveAddressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveAddressResponse.ProtoReflect.Descriptor instead.
 func (*ReserveAddressResponse) Descriptor() ([]byte, []int) {
-	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{16}
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReserveAddressResponse) GetReservation() *Reservation {
@@ -1201,7 +1315,7 @@ type ReleaseReservationRequest struct {
 
 func (x *ReleaseReservationRequest) Reset() {
 	*x = ReleaseReservationRequest{}
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[17]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1327,7 @@ func (x *ReleaseReservationRequest) String() string {
 func (*ReleaseReservationRequest) ProtoMessage() {}
 
 func (x *ReleaseReservationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[17]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1340,7 @@ func (x *ReleaseReservationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseReservationRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseReservationRequest) Descriptor() ([]byte, []int) {
-	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{17}
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReleaseReservationRequest) GetIp() string {
@@ -1246,7 +1360,7 @@ type ReleaseReservationResponse struct {
 
 func (x *ReleaseReservationResponse) Reset() {
 	*x = ReleaseReservationResponse{}
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[18]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1258,7 +1372,7 @@ func (x *ReleaseReservationResponse) String() string {
 func (*ReleaseReservationResponse) ProtoMessage() {}
 
 func (x *ReleaseReservationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[18]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1271,7 +1385,7 @@ func (x *ReleaseReservationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseReservationResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseReservationResponse) Descriptor() ([]byte, []int) {
-	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{18}
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReleaseReservationResponse) GetReservation() *Reservation {
@@ -1297,7 +1411,7 @@ type PreviewPoolRequest struct {
 
 func (x *PreviewPoolRequest) Reset() {
 	*x = PreviewPoolRequest{}
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[19]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1423,7 @@ func (x *PreviewPoolRequest) String() string {
 func (*PreviewPoolRequest) ProtoMessage() {}
 
 func (x *PreviewPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[19]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1436,7 @@ func (x *PreviewPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewPoolRequest.ProtoReflect.Descriptor instead.
 func (*PreviewPoolRequest) Descriptor() ([]byte, []int) {
-	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{19}
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PreviewPoolRequest) GetManifest() []byte {
@@ -1361,7 +1475,7 @@ type ServicePreview struct {
 
 func (x *ServicePreview) Reset() {
 	*x = ServicePreview{}
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[20]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1373,7 +1487,7 @@ func (x *ServicePreview) String() string {
 func (*ServicePreview) ProtoMessage() {}
 
 func (x *ServicePreview) ProtoReflect() protoreflect.Message {
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[20]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1386,7 +1500,7 @@ func (x *ServicePreview) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicePreview.ProtoReflect.Descriptor instead.
 func (*ServicePreview) Descriptor() ([]byte, []int) {
-	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{20}
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ServicePreview) GetService() *ServiceRef {
@@ -1468,7 +1582,7 @@ type PoolPreview struct {
 
 func (x *PoolPreview) Reset() {
 	*x = PoolPreview{}
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[21]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1594,7 @@ func (x *PoolPreview) String() string {
 func (*PoolPreview) ProtoMessage() {}
 
 func (x *PoolPreview) ProtoReflect() protoreflect.Message {
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[21]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1607,7 @@ func (x *PoolPreview) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPreview.ProtoReflect.Descriptor instead.
 func (*PoolPreview) Descriptor() ([]byte, []int) {
-	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{21}
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PoolPreview) GetName() string {
@@ -1612,7 +1726,7 @@ type PreviewPoolResponse struct {
 
 func (x *PreviewPoolResponse) Reset() {
 	*x = PreviewPoolResponse{}
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[22]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1738,7 @@ func (x *PreviewPoolResponse) String() string {
 func (*PreviewPoolResponse) ProtoMessage() {}
 
 func (x *PreviewPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[22]
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1751,7 @@ func (x *PreviewPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewPoolResponse.ProtoReflect.Descriptor instead.
 func (*PreviewPoolResponse) Descriptor() ([]byte, []int) {
-	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{22}
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PreviewPoolResponse) GetPool() string {
@@ -1765,13 +1879,22 @@ const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1a\n" +
 	"\beligible\x18\x02 \x01(\bR\beligible\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xb3\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xf9\x01\n" +
 	"\x16ExplainServiceResponse\x12\x1a\n" +
 	"\bdecision\x18\x01 \x01(\tR\bdecision\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x10\n" +
 	"\x03ips\x18\x03 \x03(\tR\x03ips\x129\n" +
 	"\bverdicts\x18\x04 \x03(\v2\x1d.ipledger.ipam.v1.PoolVerdictR\bverdicts\x12\x18\n" +
-	"\agateway\x18\x05 \x01(\tR\agateway\"\x9a\x01\n" +
+	"\agateway\x18\x05 \x01(\tR\agateway\x12D\n" +
+	"\rannouncements\x18\x06 \x03(\v2\x1e.ipledger.ipam.v1.AnnouncementR\rannouncements\"\xae\x01\n" +
+	"\fAnnouncement\x12\x0e\n" +
+	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1c\n" +
+	"\tannouncer\x18\x03 \x01(\tR\tannouncer\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12\x14\n" +
+	"\x05since\x18\x05 \x01(\tR\x05since\x12\x16\n" +
+	"\x06served\x18\x06 \x01(\bR\x06served\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage\"\x9a\x01\n" +
 	"\vReservation\x12\x0e\n" +
 	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x1d\n" +
 	"\n" +
@@ -1848,7 +1971,7 @@ func file_ipledger_ipam_v1_ipam_proto_rawDescGZIP() []byte {
 	return file_ipledger_ipam_v1_ipam_proto_rawDescData
 }
 
-var file_ipledger_ipam_v1_ipam_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_ipledger_ipam_v1_ipam_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_ipledger_ipam_v1_ipam_proto_goTypes = []any{
 	(*ServiceRef)(nil),                 // 0: ipledger.ipam.v1.ServiceRef
 	(*Allocation)(nil),                 // 1: ipledger.ipam.v1.Allocation
@@ -1864,46 +1987,48 @@ var file_ipledger_ipam_v1_ipam_proto_goTypes = []any{
 	(*ExplainServiceRequest)(nil),      // 11: ipledger.ipam.v1.ExplainServiceRequest
 	(*PoolVerdict)(nil),                // 12: ipledger.ipam.v1.PoolVerdict
 	(*ExplainServiceResponse)(nil),     // 13: ipledger.ipam.v1.ExplainServiceResponse
-	(*Reservation)(nil),                // 14: ipledger.ipam.v1.Reservation
-	(*ReserveAddressRequest)(nil),      // 15: ipledger.ipam.v1.ReserveAddressRequest
-	(*ReserveAddressResponse)(nil),     // 16: ipledger.ipam.v1.ReserveAddressResponse
-	(*ReleaseReservationRequest)(nil),  // 17: ipledger.ipam.v1.ReleaseReservationRequest
-	(*ReleaseReservationResponse)(nil), // 18: ipledger.ipam.v1.ReleaseReservationResponse
-	(*PreviewPoolRequest)(nil),         // 19: ipledger.ipam.v1.PreviewPoolRequest
-	(*ServicePreview)(nil),             // 20: ipledger.ipam.v1.ServicePreview
-	(*PoolPreview)(nil),                // 21: ipledger.ipam.v1.PoolPreview
-	(*PreviewPoolResponse)(nil),        // 22: ipledger.ipam.v1.PreviewPoolResponse
+	(*Announcement)(nil),               // 14: ipledger.ipam.v1.Announcement
+	(*Reservation)(nil),                // 15: ipledger.ipam.v1.Reservation
+	(*ReserveAddressRequest)(nil),      // 16: ipledger.ipam.v1.ReserveAddressRequest
+	(*ReserveAddressResponse)(nil),     // 17: ipledger.ipam.v1.ReserveAddressResponse
+	(*ReleaseReservationRequest)(nil),  // 18: ipledger.ipam.v1.ReleaseReservationRequest
+	(*ReleaseReservationResponse)(nil), // 19: ipledger.ipam.v1.ReleaseReservationResponse
+	(*PreviewPoolRequest)(nil),         // 20: ipledger.ipam.v1.PreviewPoolRequest
+	(*ServicePreview)(nil),             // 21: ipledger.ipam.v1.ServicePreview
+	(*PoolPreview)(nil),                // 22: ipledger.ipam.v1.PoolPreview
+	(*PreviewPoolResponse)(nil),        // 23: ipledger.ipam.v1.PreviewPoolResponse
 }
 var file_ipledger_ipam_v1_ipam_proto_depIdxs = []int32{
 	0,  // 0: ipledger.ipam.v1.Allocation.service:type_name -> ipledger.ipam.v1.ServiceRef
 	1,  // 1: ipledger.ipam.v1.ListAllocationsResponse.allocations:type_name -> ipledger.ipam.v1.Allocation
 	0,  // 2: ipledger.ipam.v1.GetAllocationRequest.service:type_name -> ipledger.ipam.v1.ServiceRef
 	1,  // 3: ipledger.ipam.v1.GetAllocationResponse.allocations:type_name -> ipledger.ipam.v1.Allocation
-	14, // 4: ipledger.ipam.v1.GetAllocationResponse.reservation:type_name -> ipledger.ipam.v1.Reservation
+	15, // 4: ipledger.ipam.v1.GetAllocationResponse.reservation:type_name -> ipledger.ipam.v1.Reservation
 	7,  // 5: ipledger.ipam.v1.Pool.ipv4:type_name -> ipledger.ipam.v1.FamilyUsage
 	7,  // 6: ipledger.ipam.v1.Pool.ipv6:type_name -> ipledger.ipam.v1.FamilyUsage
 	8,  // 7: ipledger.ipam.v1.Pool.conditions:type_name -> ipledger.ipam.v1.PoolCondition
 	9,  // 8: ipledger.ipam.v1.ListPoolsResponse.pools:type_name -> ipledger.ipam.v1.Pool
 	0,  // 9: ipledger.ipam.v1.ExplainServiceRequest.service:type_name -> ipledger.ipam.v1.ServiceRef
 	12, // 10: ipledger.ipam.v1.ExplainServiceResponse.verdicts:type_name -> ipledger.ipam.v1.PoolVerdict
-	0,  // 11: ipledger.ipam.v1.Reservation.for_service:type_name -> ipledger.ipam.v1.ServiceRef
-	0,  // 12: ipledger.ipam.v1.ReserveAddressRequest.for_service:type_name -> ipledger.ipam.v1.ServiceRef
-	14, // 13: ipledger.ipam.v1.ReserveAddressResponse.reservation:type_name -> ipledger.ipam.v1.Reservation
-	14, // 14: ipledger.ipam.v1.ReleaseReservationResponse.reservation:type_name -> ipledger.ipam.v1.Reservation
-	0,  // 15: ipledger.ipam.v1.ServicePreview.service:type_name -> ipledger.ipam.v1.ServiceRef
-	7,  // 16: ipledger.ipam.v1.PoolPreview.ipv4_before:type_name -> ipledger.ipam.v1.FamilyUsage
-	7,  // 17: ipledger.ipam.v1.PoolPreview.ipv4_after:type_name -> ipledger.ipam.v1.FamilyUsage
-	7,  // 18: ipledger.ipam.v1.PoolPreview.ipv6_before:type_name -> ipledger.ipam.v1.FamilyUsage
-	7,  // 19: ipledger.ipam.v1.PoolPreview.ipv6_after:type_name -> ipledger.ipam.v1.FamilyUsage
-	20, // 20: ipledger.ipam.v1.PreviewPoolResponse.allocated:type_name -> ipledger.ipam.v1.ServicePreview
-	20, // 21: ipledger.ipam.v1.PreviewPoolResponse.held_outside:type_name -> ipledger.ipam.v1.ServicePreview
-	20, // 22: ipledger.ipam.v1.PreviewPoolResponse.other_changes:type_name -> ipledger.ipam.v1.ServicePreview
-	21, // 23: ipledger.ipam.v1.PreviewPoolResponse.pools:type_name -> ipledger.ipam.v1.PoolPreview
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	14, // 11: ipledger.ipam.v1.ExplainServiceResponse.announcements:type_name -> ipledger.ipam.v1.Announcement
+	0,  // 12: ipledger.ipam.v1.Reservation.for_service:type_name -> ipledger.ipam.v1.ServiceRef
+	0,  // 13: ipledger.ipam.v1.ReserveAddressRequest.for_service:type_name -> ipledger.ipam.v1.ServiceRef
+	15, // 14: ipledger.ipam.v1.ReserveAddressResponse.reservation:type_name -> ipledger.ipam.v1.Reservation
+	15, // 15: ipledger.ipam.v1.ReleaseReservationResponse.reservation:type_name -> ipledger.ipam.v1.Reservation
+	0,  // 16: ipledger.ipam.v1.ServicePreview.service:type_name -> ipledger.ipam.v1.ServiceRef
+	7,  // 17: ipledger.ipam.v1.PoolPreview.ipv4_before:type_name -> ipledger.ipam.v1.FamilyUsage
+	7,  // 18: ipledger.ipam.v1.PoolPreview.ipv4_after:type_name -> ipledger.ipam.v1.FamilyUsage
+	7,  // 19: ipledger.ipam.v1.PoolPreview.ipv6_before:type_name -> ipledger.ipam.v1.FamilyUsage
+	7,  // 20: ipledger.ipam.v1.PoolPreview.ipv6_after:type_name -> ipledger.ipam.v1.FamilyUsage
+	21, // 21: ipledger.ipam.v1.PreviewPoolResponse.allocated:type_name -> ipledger.ipam.v1.ServicePreview
+	21, // 22: ipledger.ipam.v1.PreviewPoolResponse.held_outside:type_name -> ipledger.ipam.v1.ServicePreview
+	21, // 23: ipledger.ipam.v1.PreviewPoolResponse.other_changes:type_name -> ipledger.ipam.v1.ServicePreview
+	22, // 24: ipledger.ipam.v1.PreviewPoolResponse.pools:type_name -> ipledger.ipam.v1.PoolPreview
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_ipledger_ipam_v1_ipam_proto_init() }
@@ -1921,7 +2046,7 @@ func file_ipledger_ipam_v1_ipam_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ipledger_ipam_v1_ipam_proto_rawDesc), len(file_ipledger_ipam_v1_ipam_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -60,6 +60,25 @@ const (
 	// default/kubernetes (label `kubernetes.io/service-name=kubernetes`): the
 	// API server's own addresses. Its body is an EndpointSlice.
 	Kind_KIND_KUBERNETES_ENDPOINT_SLICE Kind = 12
+	// METALLB_IP_ADDRESS_POOL is a metallb.io/v1beta1 IPAddressPool: which
+	// addresses MetalLB's speakers announce. Served while MetalLB's CRDs are
+	// installed, as KIND_GATEWAY is. Its body is a MetalLBIPAddressPool.
+	Kind_KIND_METALLB_IP_ADDRESS_POOL Kind = 13
+	// METALLB_L2_ADVERTISEMENT is a metallb.io/v1beta1 L2Advertisement, served
+	// as KIND_METALLB_IP_ADDRESS_POOL is. Its body is a MetalLBAdvertisement.
+	Kind_KIND_METALLB_L2_ADVERTISEMENT Kind = 14
+	// METALLB_BGP_ADVERTISEMENT is a metallb.io/v1beta1 BGPAdvertisement,
+	// served as KIND_METALLB_IP_ADDRESS_POOL is. Its body is a
+	// MetalLBAdvertisement.
+	Kind_KIND_METALLB_BGP_ADVERTISEMENT Kind = 15
+	// METALLB_SERVICE_L2_STATUS is a metallb.io/v1beta1 ServiceL2Status: the
+	// node whose speaker announces a Service in layer 2, as MetalLB v0.16.1
+	// writes it. Its body is a MetalLBServiceStatus.
+	Kind_KIND_METALLB_SERVICE_L2_STATUS Kind = 16
+	// METALLB_SERVICE_BGP_STATUS is a metallb.io/v1beta1 ServiceBGPStatus: a
+	// node whose speaker advertises a Service to its BGP peers, as MetalLB
+	// v0.16.1 writes it. Its body is a MetalLBServiceStatus.
+	Kind_KIND_METALLB_SERVICE_BGP_STATUS Kind = 17
 )
 
 // Enum value maps for Kind.
@@ -78,21 +97,31 @@ var (
 		10: "KIND_GATEWAY_CLASS",
 		11: "KIND_SERVICE_CIDR",
 		12: "KIND_KUBERNETES_ENDPOINT_SLICE",
+		13: "KIND_METALLB_IP_ADDRESS_POOL",
+		14: "KIND_METALLB_L2_ADVERTISEMENT",
+		15: "KIND_METALLB_BGP_ADVERTISEMENT",
+		16: "KIND_METALLB_SERVICE_L2_STATUS",
+		17: "KIND_METALLB_SERVICE_BGP_STATUS",
 	}
 	Kind_value = map[string]int32{
-		"KIND_UNSPECIFIED":               0,
-		"KIND_SERVICE":                   1,
-		"KIND_NODE":                      2,
-		"KIND_NAMESPACE":                 3,
-		"KIND_POD":                       4,
-		"KIND_ENDPOINT_SLICE":            5,
-		"KIND_IP_POOL":                   6,
-		"KIND_EXTERNAL_WORKLOAD":         7,
-		"KIND_LEDGER_CONFIG_MAP":         8,
-		"KIND_GATEWAY":                   9,
-		"KIND_GATEWAY_CLASS":             10,
-		"KIND_SERVICE_CIDR":              11,
-		"KIND_KUBERNETES_ENDPOINT_SLICE": 12,
+		"KIND_UNSPECIFIED":                0,
+		"KIND_SERVICE":                    1,
+		"KIND_NODE":                       2,
+		"KIND_NAMESPACE":                  3,
+		"KIND_POD":                        4,
+		"KIND_ENDPOINT_SLICE":             5,
+		"KIND_IP_POOL":                    6,
+		"KIND_EXTERNAL_WORKLOAD":          7,
+		"KIND_LEDGER_CONFIG_MAP":          8,
+		"KIND_GATEWAY":                    9,
+		"KIND_GATEWAY_CLASS":              10,
+		"KIND_SERVICE_CIDR":               11,
+		"KIND_KUBERNETES_ENDPOINT_SLICE":  12,
+		"KIND_METALLB_IP_ADDRESS_POOL":    13,
+		"KIND_METALLB_L2_ADVERTISEMENT":   14,
+		"KIND_METALLB_BGP_ADVERTISEMENT":  15,
+		"KIND_METALLB_SERVICE_L2_STATUS":  16,
+		"KIND_METALLB_SERVICE_BGP_STATUS": 17,
 	}
 )
 
@@ -456,6 +485,9 @@ type Object struct {
 	//	*Object_Gateway
 	//	*Object_GatewayClass
 	//	*Object_ServiceCidr
+	//	*Object_MetallbIpAddressPool
+	//	*Object_MetallbAdvertisement
+	//	*Object_MetallbServiceStatus
 	Body          isObject_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -611,6 +643,33 @@ func (x *Object) GetServiceCidr() *ServiceCIDR {
 	return nil
 }
 
+func (x *Object) GetMetallbIpAddressPool() *MetalLBIPAddressPool {
+	if x != nil {
+		if x, ok := x.Body.(*Object_MetallbIpAddressPool); ok {
+			return x.MetallbIpAddressPool
+		}
+	}
+	return nil
+}
+
+func (x *Object) GetMetallbAdvertisement() *MetalLBAdvertisement {
+	if x != nil {
+		if x, ok := x.Body.(*Object_MetallbAdvertisement); ok {
+			return x.MetallbAdvertisement
+		}
+	}
+	return nil
+}
+
+func (x *Object) GetMetallbServiceStatus() *MetalLBServiceStatus {
+	if x != nil {
+		if x, ok := x.Body.(*Object_MetallbServiceStatus); ok {
+			return x.MetallbServiceStatus
+		}
+	}
+	return nil
+}
+
 type isObject_Body interface {
 	isObject_Body()
 }
@@ -659,6 +718,18 @@ type Object_ServiceCidr struct {
 	ServiceCidr *ServiceCIDR `protobuf:"bytes,20,opt,name=service_cidr,json=serviceCidr,proto3,oneof"`
 }
 
+type Object_MetallbIpAddressPool struct {
+	MetallbIpAddressPool *MetalLBIPAddressPool `protobuf:"bytes,21,opt,name=metallb_ip_address_pool,json=metallbIpAddressPool,proto3,oneof"`
+}
+
+type Object_MetallbAdvertisement struct {
+	MetallbAdvertisement *MetalLBAdvertisement `protobuf:"bytes,22,opt,name=metallb_advertisement,json=metallbAdvertisement,proto3,oneof"`
+}
+
+type Object_MetallbServiceStatus struct {
+	MetallbServiceStatus *MetalLBServiceStatus `protobuf:"bytes,23,opt,name=metallb_service_status,json=metallbServiceStatus,proto3,oneof"`
+}
+
 func (*Object_Service) isObject_Body() {}
 
 func (*Object_Node) isObject_Body() {}
@@ -680,6 +751,12 @@ func (*Object_Gateway) isObject_Body() {}
 func (*Object_GatewayClass) isObject_Body() {}
 
 func (*Object_ServiceCidr) isObject_Body() {}
+
+func (*Object_MetallbIpAddressPool) isObject_Body() {}
+
+func (*Object_MetallbAdvertisement) isObject_Body() {}
+
+func (*Object_MetallbServiceStatus) isObject_Body() {}
 
 // ObjectMeta is the subset of Kubernetes metadata consumers need.
 type ObjectMeta struct {
@@ -2712,6 +2789,214 @@ func (x *ServiceCIDR) GetCidrs() []string {
 	return nil
 }
 
+// MetalLBIPAddressPool is the part of a MetalLB IPAddressPool that tells
+// which addresses MetalLB announces (its labels, in meta, are matched by
+// advertisements' ipAddressPoolSelectors).
+type MetalLBIPAddressPool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// addresses are spec.addresses: CIDRs or `first-last` ranges.
+	Addresses     []string `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetalLBIPAddressPool) Reset() {
+	*x = MetalLBIPAddressPool{}
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetalLBIPAddressPool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetalLBIPAddressPool) ProtoMessage() {}
+
+func (x *MetalLBIPAddressPool) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetalLBIPAddressPool.ProtoReflect.Descriptor instead.
+func (*MetalLBIPAddressPool) Descriptor() ([]byte, []int) {
+	return file_ipledger_watcher_v1_watcher_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *MetalLBIPAddressPool) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+// MetalLBAdvertisement is the part of a MetalLB L2Advertisement or
+// BGPAdvertisement that tells which pools and Services it announces.
+type MetalLBAdvertisement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ip_address_pools are spec.ipAddressPools, by name.
+	IpAddressPools []string `protobuf:"bytes,1,rep,name=ip_address_pools,json=ipAddressPools,proto3" json:"ip_address_pools,omitempty"`
+	// ip_address_pool_selectors are spec.ipAddressPoolSelectors. With
+	// ip_address_pools empty too, the advertisement covers every pool.
+	IpAddressPoolSelectors []*LabelSelector `protobuf:"bytes,2,rep,name=ip_address_pool_selectors,json=ipAddressPoolSelectors,proto3" json:"ip_address_pool_selectors,omitempty"`
+	// service_selectors are spec.serviceSelectors: empty covers every Service.
+	ServiceSelectors []*LabelSelector `protobuf:"bytes,3,rep,name=service_selectors,json=serviceSelectors,proto3" json:"service_selectors,omitempty"`
+	// node_selectors are spec.nodeSelectors: empty allows every node.
+	NodeSelectors []*LabelSelector `protobuf:"bytes,4,rep,name=node_selectors,json=nodeSelectors,proto3" json:"node_selectors,omitempty"`
+	// interfaces are spec.interfaces (L2Advertisement only).
+	Interfaces    []string `protobuf:"bytes,5,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetalLBAdvertisement) Reset() {
+	*x = MetalLBAdvertisement{}
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetalLBAdvertisement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetalLBAdvertisement) ProtoMessage() {}
+
+func (x *MetalLBAdvertisement) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetalLBAdvertisement.ProtoReflect.Descriptor instead.
+func (*MetalLBAdvertisement) Descriptor() ([]byte, []int) {
+	return file_ipledger_watcher_v1_watcher_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *MetalLBAdvertisement) GetIpAddressPools() []string {
+	if x != nil {
+		return x.IpAddressPools
+	}
+	return nil
+}
+
+func (x *MetalLBAdvertisement) GetIpAddressPoolSelectors() []*LabelSelector {
+	if x != nil {
+		return x.IpAddressPoolSelectors
+	}
+	return nil
+}
+
+func (x *MetalLBAdvertisement) GetServiceSelectors() []*LabelSelector {
+	if x != nil {
+		return x.ServiceSelectors
+	}
+	return nil
+}
+
+func (x *MetalLBAdvertisement) GetNodeSelectors() []*LabelSelector {
+	if x != nil {
+		return x.NodeSelectors
+	}
+	return nil
+}
+
+func (x *MetalLBAdvertisement) GetInterfaces() []string {
+	if x != nil {
+		return x.Interfaces
+	}
+	return nil
+}
+
+// MetalLBServiceStatus is a MetalLB ServiceL2Status or ServiceBGPStatus: the
+// speaker of node announces the Service service_namespace/service_name. Its
+// creation time (meta) is when that node began to: a speaker makes a new
+// one when its node takes the Service over.
+type MetalLBServiceStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node is status.node.
+	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// service_name is status.serviceName.
+	ServiceName string `protobuf:"bytes,2,opt,name=service_name,json=serviceName,proto3" json:"service_name,omitempty"`
+	// service_namespace is status.serviceNamespace.
+	ServiceNamespace string `protobuf:"bytes,3,opt,name=service_namespace,json=serviceNamespace,proto3" json:"service_namespace,omitempty"`
+	// peers are status.peers (ServiceBGPStatus only).
+	Peers         []string `protobuf:"bytes,4,rep,name=peers,proto3" json:"peers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetalLBServiceStatus) Reset() {
+	*x = MetalLBServiceStatus{}
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetalLBServiceStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetalLBServiceStatus) ProtoMessage() {}
+
+func (x *MetalLBServiceStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetalLBServiceStatus.ProtoReflect.Descriptor instead.
+func (*MetalLBServiceStatus) Descriptor() ([]byte, []int) {
+	return file_ipledger_watcher_v1_watcher_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *MetalLBServiceStatus) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *MetalLBServiceStatus) GetServiceName() string {
+	if x != nil {
+		return x.ServiceName
+	}
+	return ""
+}
+
+func (x *MetalLBServiceStatus) GetServiceNamespace() string {
+	if x != nil {
+		return x.ServiceNamespace
+	}
+	return ""
+}
+
+func (x *MetalLBServiceStatus) GetPeers() []string {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
 var File_ipledger_watcher_v1_watcher_proto protoreflect.FileDescriptor
 
 const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
@@ -2736,7 +3021,7 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x06object\x18\x05 \x01(\v2\x1b.ipledger.watcher.v1.ObjectR\x06object\x12:\n" +
 	"\n" +
 	"old_object\x18\x06 \x01(\v2\x1b.ipledger.watcher.v1.ObjectR\toldObject\x12\x18\n" +
-	"\aresumed\x18\a \x01(\bR\aresumed\"\xb4\x06\n" +
+	"\aresumed\x18\a \x01(\bR\aresumed\"\xdd\b\n" +
 	"\x06Object\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.ipledger.watcher.v1.KindR\x04kind\x123\n" +
 	"\x04meta\x18\x02 \x01(\v2\x1f.ipledger.watcher.v1.ObjectMetaR\x04meta\x128\n" +
@@ -2752,7 +3037,10 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"config_map\x18\x11 \x01(\v2\x1e.ipledger.watcher.v1.ConfigMapH\x00R\tconfigMap\x128\n" +
 	"\agateway\x18\x12 \x01(\v2\x1c.ipledger.watcher.v1.GatewayH\x00R\agateway\x12H\n" +
 	"\rgateway_class\x18\x13 \x01(\v2!.ipledger.watcher.v1.GatewayClassH\x00R\fgatewayClass\x12E\n" +
-	"\fservice_cidr\x18\x14 \x01(\v2 .ipledger.watcher.v1.ServiceCIDRH\x00R\vserviceCidrB\x06\n" +
+	"\fservice_cidr\x18\x14 \x01(\v2 .ipledger.watcher.v1.ServiceCIDRH\x00R\vserviceCidr\x12b\n" +
+	"\x17metallb_ip_address_pool\x18\x15 \x01(\v2).ipledger.watcher.v1.MetalLBIPAddressPoolH\x00R\x14metallbIpAddressPool\x12`\n" +
+	"\x15metallb_advertisement\x18\x16 \x01(\v2).ipledger.watcher.v1.MetalLBAdvertisementH\x00R\x14metallbAdvertisement\x12a\n" +
+	"\x16metallb_service_status\x18\x17 \x01(\v2).ipledger.watcher.v1.MetalLBServiceStatusH\x00R\x14metallbServiceStatusB\x06\n" +
 	"\x04body\"\xfd\x04\n" +
 	"\n" +
 	"ObjectMeta\x12\x1c\n" +
@@ -2939,7 +3227,22 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\fGatewayClass\x12'\n" +
 	"\x0fcontroller_name\x18\x01 \x01(\tR\x0econtrollerName\"#\n" +
 	"\vServiceCIDR\x12\x14\n" +
-	"\x05cidrs\x18\x01 \x03(\tR\x05cidrs*\xa7\x02\n" +
+	"\x05cidrs\x18\x01 \x03(\tR\x05cidrs\"4\n" +
+	"\x14MetalLBIPAddressPool\x12\x1c\n" +
+	"\taddresses\x18\x01 \x03(\tR\taddresses\"\xdb\x02\n" +
+	"\x14MetalLBAdvertisement\x12(\n" +
+	"\x10ip_address_pools\x18\x01 \x03(\tR\x0eipAddressPools\x12]\n" +
+	"\x19ip_address_pool_selectors\x18\x02 \x03(\v2\".ipledger.watcher.v1.LabelSelectorR\x16ipAddressPoolSelectors\x12O\n" +
+	"\x11service_selectors\x18\x03 \x03(\v2\".ipledger.watcher.v1.LabelSelectorR\x10serviceSelectors\x12I\n" +
+	"\x0enode_selectors\x18\x04 \x03(\v2\".ipledger.watcher.v1.LabelSelectorR\rnodeSelectors\x12\x1e\n" +
+	"\n" +
+	"interfaces\x18\x05 \x03(\tR\n" +
+	"interfaces\"\x90\x01\n" +
+	"\x14MetalLBServiceStatus\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12!\n" +
+	"\fservice_name\x18\x02 \x01(\tR\vserviceName\x12+\n" +
+	"\x11service_namespace\x18\x03 \x01(\tR\x10serviceNamespace\x12\x14\n" +
+	"\x05peers\x18\x04 \x03(\tR\x05peers*\xd9\x03\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKIND_SERVICE\x10\x01\x12\r\n" +
@@ -2954,7 +3257,12 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x12KIND_GATEWAY_CLASS\x10\n" +
 	"\x12\x15\n" +
 	"\x11KIND_SERVICE_CIDR\x10\v\x12\"\n" +
-	"\x1eKIND_KUBERNETES_ENDPOINT_SLICE\x10\f*\x86\x01\n" +
+	"\x1eKIND_KUBERNETES_ENDPOINT_SLICE\x10\f\x12 \n" +
+	"\x1cKIND_METALLB_IP_ADDRESS_POOL\x10\r\x12!\n" +
+	"\x1dKIND_METALLB_L2_ADVERTISEMENT\x10\x0e\x12\"\n" +
+	"\x1eKIND_METALLB_BGP_ADVERTISEMENT\x10\x0f\x12\"\n" +
+	"\x1eKIND_METALLB_SERVICE_L2_STATUS\x10\x10\x12#\n" +
+	"\x1fKIND_METALLB_SERVICE_BGP_STATUS\x10\x11*\x86\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11EVENT_TYPE_UPSERT\x10\x01\x12\x15\n" +
@@ -2975,7 +3283,7 @@ func file_ipledger_watcher_v1_watcher_proto_rawDescGZIP() []byte {
 }
 
 var file_ipledger_watcher_v1_watcher_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ipledger_watcher_v1_watcher_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_ipledger_watcher_v1_watcher_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_ipledger_watcher_v1_watcher_proto_goTypes = []any{
 	(Kind)(0),                        // 0: ipledger.watcher.v1.Kind
 	(EventType)(0),                   // 1: ipledger.watcher.v1.EventType
@@ -3010,11 +3318,14 @@ var file_ipledger_watcher_v1_watcher_proto_goTypes = []any{
 	(*GatewayAddress)(nil),           // 30: ipledger.watcher.v1.GatewayAddress
 	(*GatewayClass)(nil),             // 31: ipledger.watcher.v1.GatewayClass
 	(*ServiceCIDR)(nil),              // 32: ipledger.watcher.v1.ServiceCIDR
-	nil,                              // 33: ipledger.watcher.v1.ObjectMeta.LabelsEntry
-	nil,                              // 34: ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
-	nil,                              // 35: ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
-	nil,                              // 36: ipledger.watcher.v1.Service.SelectorEntry
-	nil,                              // 37: ipledger.watcher.v1.ConfigMap.DataEntry
+	(*MetalLBIPAddressPool)(nil),     // 33: ipledger.watcher.v1.MetalLBIPAddressPool
+	(*MetalLBAdvertisement)(nil),     // 34: ipledger.watcher.v1.MetalLBAdvertisement
+	(*MetalLBServiceStatus)(nil),     // 35: ipledger.watcher.v1.MetalLBServiceStatus
+	nil,                              // 36: ipledger.watcher.v1.ObjectMeta.LabelsEntry
+	nil,                              // 37: ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
+	nil,                              // 38: ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
+	nil,                              // 39: ipledger.watcher.v1.Service.SelectorEntry
+	nil,                              // 40: ipledger.watcher.v1.ConfigMap.DataEntry
 }
 var file_ipledger_watcher_v1_watcher_proto_depIdxs = []int32{
 	0,  // 0: ipledger.watcher.v1.WatchRequest.kinds:type_name -> ipledger.watcher.v1.Kind
@@ -3035,34 +3346,40 @@ var file_ipledger_watcher_v1_watcher_proto_depIdxs = []int32{
 	29, // 15: ipledger.watcher.v1.Object.gateway:type_name -> ipledger.watcher.v1.Gateway
 	31, // 16: ipledger.watcher.v1.Object.gateway_class:type_name -> ipledger.watcher.v1.GatewayClass
 	32, // 17: ipledger.watcher.v1.Object.service_cidr:type_name -> ipledger.watcher.v1.ServiceCIDR
-	33, // 18: ipledger.watcher.v1.ObjectMeta.labels:type_name -> ipledger.watcher.v1.ObjectMeta.LabelsEntry
-	34, // 19: ipledger.watcher.v1.ObjectMeta.annotations:type_name -> ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
-	7,  // 20: ipledger.watcher.v1.ObjectMeta.owner_references:type_name -> ipledger.watcher.v1.OwnerReference
-	35, // 21: ipledger.watcher.v1.LabelSelector.match_labels:type_name -> ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
-	10, // 22: ipledger.watcher.v1.LabelSelector.match_expressions:type_name -> ipledger.watcher.v1.LabelSelectorRequirement
-	36, // 23: ipledger.watcher.v1.Service.selector:type_name -> ipledger.watcher.v1.Service.SelectorEntry
-	12, // 24: ipledger.watcher.v1.Service.ports:type_name -> ipledger.watcher.v1.ServicePort
-	13, // 25: ipledger.watcher.v1.Service.ingress:type_name -> ipledger.watcher.v1.LoadBalancerIngress
-	8,  // 26: ipledger.watcher.v1.Service.conditions:type_name -> ipledger.watcher.v1.Condition
-	15, // 27: ipledger.watcher.v1.Node.addresses:type_name -> ipledger.watcher.v1.NodeAddress
-	19, // 28: ipledger.watcher.v1.EndpointSlice.ports:type_name -> ipledger.watcher.v1.EndpointPort
-	20, // 29: ipledger.watcher.v1.EndpointSlice.endpoints:type_name -> ipledger.watcher.v1.Endpoint
-	22, // 30: ipledger.watcher.v1.IPPool.allocation:type_name -> ipledger.watcher.v1.IPPoolAllocation
-	8,  // 31: ipledger.watcher.v1.IPPool.conditions:type_name -> ipledger.watcher.v1.Condition
-	9,  // 32: ipledger.watcher.v1.IPPoolAllocation.namespace_selectors:type_name -> ipledger.watcher.v1.LabelSelector
-	9,  // 33: ipledger.watcher.v1.IPPoolAllocation.service_selectors:type_name -> ipledger.watcher.v1.LabelSelector
-	27, // 34: ipledger.watcher.v1.ExternalWorkload.ports:type_name -> ipledger.watcher.v1.WorkloadPort
-	8,  // 35: ipledger.watcher.v1.ExternalWorkload.conditions:type_name -> ipledger.watcher.v1.Condition
-	24, // 36: ipledger.watcher.v1.ExternalWorkload.readiness_probe:type_name -> ipledger.watcher.v1.ReadinessProbe
-	25, // 37: ipledger.watcher.v1.ReadinessProbe.tcp_socket:type_name -> ipledger.watcher.v1.TCPSocketAction
-	26, // 38: ipledger.watcher.v1.ReadinessProbe.http_get:type_name -> ipledger.watcher.v1.HTTPGetAction
-	37, // 39: ipledger.watcher.v1.ConfigMap.data:type_name -> ipledger.watcher.v1.ConfigMap.DataEntry
-	30, // 40: ipledger.watcher.v1.Gateway.addresses:type_name -> ipledger.watcher.v1.GatewayAddress
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	33, // 18: ipledger.watcher.v1.Object.metallb_ip_address_pool:type_name -> ipledger.watcher.v1.MetalLBIPAddressPool
+	34, // 19: ipledger.watcher.v1.Object.metallb_advertisement:type_name -> ipledger.watcher.v1.MetalLBAdvertisement
+	35, // 20: ipledger.watcher.v1.Object.metallb_service_status:type_name -> ipledger.watcher.v1.MetalLBServiceStatus
+	36, // 21: ipledger.watcher.v1.ObjectMeta.labels:type_name -> ipledger.watcher.v1.ObjectMeta.LabelsEntry
+	37, // 22: ipledger.watcher.v1.ObjectMeta.annotations:type_name -> ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
+	7,  // 23: ipledger.watcher.v1.ObjectMeta.owner_references:type_name -> ipledger.watcher.v1.OwnerReference
+	38, // 24: ipledger.watcher.v1.LabelSelector.match_labels:type_name -> ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
+	10, // 25: ipledger.watcher.v1.LabelSelector.match_expressions:type_name -> ipledger.watcher.v1.LabelSelectorRequirement
+	39, // 26: ipledger.watcher.v1.Service.selector:type_name -> ipledger.watcher.v1.Service.SelectorEntry
+	12, // 27: ipledger.watcher.v1.Service.ports:type_name -> ipledger.watcher.v1.ServicePort
+	13, // 28: ipledger.watcher.v1.Service.ingress:type_name -> ipledger.watcher.v1.LoadBalancerIngress
+	8,  // 29: ipledger.watcher.v1.Service.conditions:type_name -> ipledger.watcher.v1.Condition
+	15, // 30: ipledger.watcher.v1.Node.addresses:type_name -> ipledger.watcher.v1.NodeAddress
+	19, // 31: ipledger.watcher.v1.EndpointSlice.ports:type_name -> ipledger.watcher.v1.EndpointPort
+	20, // 32: ipledger.watcher.v1.EndpointSlice.endpoints:type_name -> ipledger.watcher.v1.Endpoint
+	22, // 33: ipledger.watcher.v1.IPPool.allocation:type_name -> ipledger.watcher.v1.IPPoolAllocation
+	8,  // 34: ipledger.watcher.v1.IPPool.conditions:type_name -> ipledger.watcher.v1.Condition
+	9,  // 35: ipledger.watcher.v1.IPPoolAllocation.namespace_selectors:type_name -> ipledger.watcher.v1.LabelSelector
+	9,  // 36: ipledger.watcher.v1.IPPoolAllocation.service_selectors:type_name -> ipledger.watcher.v1.LabelSelector
+	27, // 37: ipledger.watcher.v1.ExternalWorkload.ports:type_name -> ipledger.watcher.v1.WorkloadPort
+	8,  // 38: ipledger.watcher.v1.ExternalWorkload.conditions:type_name -> ipledger.watcher.v1.Condition
+	24, // 39: ipledger.watcher.v1.ExternalWorkload.readiness_probe:type_name -> ipledger.watcher.v1.ReadinessProbe
+	25, // 40: ipledger.watcher.v1.ReadinessProbe.tcp_socket:type_name -> ipledger.watcher.v1.TCPSocketAction
+	26, // 41: ipledger.watcher.v1.ReadinessProbe.http_get:type_name -> ipledger.watcher.v1.HTTPGetAction
+	40, // 42: ipledger.watcher.v1.ConfigMap.data:type_name -> ipledger.watcher.v1.ConfigMap.DataEntry
+	30, // 43: ipledger.watcher.v1.Gateway.addresses:type_name -> ipledger.watcher.v1.GatewayAddress
+	9,  // 44: ipledger.watcher.v1.MetalLBAdvertisement.ip_address_pool_selectors:type_name -> ipledger.watcher.v1.LabelSelector
+	9,  // 45: ipledger.watcher.v1.MetalLBAdvertisement.service_selectors:type_name -> ipledger.watcher.v1.LabelSelector
+	9,  // 46: ipledger.watcher.v1.MetalLBAdvertisement.node_selectors:type_name -> ipledger.watcher.v1.LabelSelector
+	47, // [47:47] is the sub-list for method output_type
+	47, // [47:47] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_ipledger_watcher_v1_watcher_proto_init() }
@@ -3082,6 +3399,9 @@ func file_ipledger_watcher_v1_watcher_proto_init() {
 		(*Object_Gateway)(nil),
 		(*Object_GatewayClass)(nil),
 		(*Object_ServiceCidr)(nil),
+		(*Object_MetallbIpAddressPool)(nil),
+		(*Object_MetallbAdvertisement)(nil),
+		(*Object_MetallbServiceStatus)(nil),
 	}
 	file_ipledger_watcher_v1_watcher_proto_msgTypes[20].OneofWrappers = []any{}
 	file_ipledger_watcher_v1_watcher_proto_msgTypes[22].OneofWrappers = []any{
@@ -3094,7 +3414,7 @@ func file_ipledger_watcher_v1_watcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ipledger_watcher_v1_watcher_proto_rawDesc), len(file_ipledger_watcher_v1_watcher_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

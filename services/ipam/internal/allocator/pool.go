@@ -350,6 +350,18 @@ func (p *Pool) Contains(ip netip.Addr) bool {
 	return i < len(p.ranges) && p.ranges[i].first.Compare(ip) <= 0
 }
 
+// Overlaps reports whether the two pools share an address.
+func (p *Pool) Overlaps(o *Pool) bool {
+	for _, r := range p.ranges {
+		for _, s := range o.ranges {
+			if r.overlaps(s) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // HasFamily reports whether the pool has addresses of family f.
 func (p *Pool) HasFamily(f Family) bool { return p.total[famIdx(f)].Sign() > 0 }
 

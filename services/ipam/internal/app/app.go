@@ -21,6 +21,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/stream"
 	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/announced"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 	"github.com/ipledger/ipledger/services/ipam/internal/server"
@@ -128,12 +129,22 @@ func (c *Config) Run(ctx context.Context) error {
 	sc.Kinds = []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP}
 	// A 0.2 watcher does not know the Gateway kinds: during a roll ipam
 	// streams without them rather than wait for a new watcher.
-	sc.OptionalKinds = []watcherv1.Kind{watcherv1.Kind_KIND_GATEWAY, watcherv1.Kind_KIND_GATEWAY_CLASS}
+	// MetalLB's kinds (announced.MetalLBKinds): a 0.3 watcher before them
+	// streams none, and ipam says "no announcer found".
+	sc.OptionalKinds = append([]watcherv1.Kind{watcherv1.Kind_KIND_GATEWAY, watcherv1.Kind_KIND_GATEWAY_CLASS}, announced.MetalLBKinds...)
 	src, err := stream.New(sc, log, reg) // the stream names itself component=stream
 	if err != nil {
 		return err
 	}
 	ctrl, err := controller.New(c.Controller, client, dyn, src, log.With("component", "controller"), reg)
+	if err != nil {
+		return err
+	}
+
+	// Beside the controller, never in its loop: whether each address is
+	// announced (its metric and Events), for each term.
+	tracker, err := announced.New(src, objects.Class{Name: c.Controller.LBClass, Required: c.Controller.RequireLBClass},
+		&objects.PoolSet{KeepReleased: c.Controller.KeepReleased}, log.With("component", "announced"), reg)
 	if err != nil {
 		return err
 	}
@@ -173,11 +184,31 @@ func (c *Config) Run(ctx context.Context) error {
 	lc := c.Leader
 	lc.Events, lc.EventComponent = client.CoreV1(), Component
 	g.Go(func() error {
-		return leader.RunWhenSynced(ctx, src, func() { gs.SetServing(true) }, client, lc, ctrl.NewWorker, log.With("component", "leader"), reg)
+		return leader.RunWhenSynced(ctx, src, func() { gs.SetServing(true) }, client, lc, WithTracker(ctrl.NewWorker, tracker), log.With("component", "leader"), reg)
 	})
 	g.Go(func() error { return gs.Serve(ctx) })
 	g.Go(func() error { return ops.Serve(ctx) })
 	log.Info("Starting ipledger-ipam", "namespace", c.Common.Namespace, "lbClass", c.Controller.LBClass, "requireLBClass", c.Controller.RequireLBClass,
 		"keepReleasedAddresses", c.Controller.KeepReleased.String(), "identity", c.Leader.Identity, "grpcAddr", gs.Addr().String(), "qps", c.Common.KubeAPIQPS, "burst", c.Common.KubeAPIBurst)
 	return g.Wait()
+}
+
+// WithTracker runs the announcement tracker beside each term's worker: both
+// end with the term; the worker's error is the term's.
+func WithTracker(newWorker func(*leader.Term) (leader.Worker, error), t *announced.Tracker) func(*leader.Term) (leader.Worker, error) {
+	return func(term *leader.Term) (leader.Worker, error) {
+		w, err := newWorker(term)
+		if err != nil {
+			return nil, err
+		}
+		return leader.WorkerFunc(func(term *leader.Term) error {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				t.Run(term)
+			}()
+			defer func() { <-done }()
+			return w.Run(term)
+		}), nil
+	}
 }

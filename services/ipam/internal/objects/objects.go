@@ -346,15 +346,16 @@ func PoolSpec(obj *watcherv1.Object) allocator.PoolSpec {
 		spec.KeepReleased = &d
 	}
 	for _, s := range a.GetNamespaceSelectors() {
-		spec.NamespaceSelectors = append(spec.NamespaceSelectors, selector(s))
+		spec.NamespaceSelectors = append(spec.NamespaceSelectors, Selector(s))
 	}
 	for _, s := range a.GetServiceSelectors() {
-		spec.ServiceSelectors = append(spec.ServiceSelectors, selector(s))
+		spec.ServiceSelectors = append(spec.ServiceSelectors, Selector(s))
 	}
 	return spec
 }
 
-func selector(s *watcherv1.LabelSelector) allocator.Selector {
+// Selector converts a streamed label selector to the allocator's.
+func Selector(s *watcherv1.LabelSelector) allocator.Selector {
 	out := allocator.Selector{MatchLabels: s.GetMatchLabels()}
 	for _, e := range s.GetMatchExpressions() {
 		out.MatchExpressions = append(out.MatchExpressions, allocator.SelectorRequirement{

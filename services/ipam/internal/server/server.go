@@ -34,6 +34,8 @@ import (
 	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/announce"
+	"github.com/ipledger/ipledger/services/ipam/internal/announced"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
@@ -445,7 +447,7 @@ func (s *Server) ExplainService(ctx context.Context, req *ipamv1.ExplainServiceR
 	// now; the allocator holds only what the ledger, the pools and the other
 	// Services say.
 	areq, perr := objects.Request(obj, s.env())
-	resp := &ipamv1.ExplainServiceResponse{}
+	resp := &ipamv1.ExplainServiceResponse{Announcements: s.announcements(obj)}
 	if link, ok, _ := objects.LinkedGateway(obj, s.cfg.GatewayServiceNamespaces); ok {
 		resp.Gateway = link.Key()
 	}
@@ -471,6 +473,21 @@ func (s *Server) ExplainService(ctx context.Context, req *ipamv1.ExplainServiceR
 		resp.Verdicts = append(resp.Verdicts, &ipamv1.PoolVerdict{Pool: v.Pool, Eligible: v.Eligible, Reason: string(v.Reason), Message: v.Message})
 	}
 	return resp, nil
+}
+
+// announcements say whether each address in the Service's status is
+// announced, from what the announcers publish in this replica's stream
+// (package announce).
+func (s *Server) announcements(obj *watcherv1.Object) []*ipamv1.Announcement {
+	var out []*ipamv1.Announcement
+	for _, v := range announced.World(s.store(), &s.pools).Decide(announce.ServiceOf(obj), time.Now()) {
+		a := &ipamv1.Announcement{Ip: v.IP.String(), State: v.State.String(), Announcer: v.Announcer, Node: v.Node, Served: v.Served, Message: v.Message}
+		if !v.Since.IsZero() {
+			a.Since = v.Since.UTC().Format(time.RFC3339)
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // PreviewPool says what applying an IPPool manifest, or deleting the pool,

@@ -104,7 +104,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.HistoryBytes, "history-bytes", c.HistoryBytes,
 		"what the kept changes' objects may weigh, in bytes; the oldest are forgotten first (a subscriber resuming from before them gets a snapshot)")
 	fs.DurationVar(&c.DiscoveryInterval, "gateway-api-discovery-interval", c.DiscoveryInterval,
-		"how often to ask the API server whether the Gateway API CRDs (gateway.networking.k8s.io/v1) are installed: Gateways and GatewayClasses are streamed while they are, and deleted from the stream when they go")
+		"how often to ask the API server whether the optional kinds are served — the Gateway API CRDs (gateway.networking.k8s.io/v1), MetalLB's (metallb.io/v1beta1), ServiceCIDRs: each kind is streamed while it is, and deleted from the stream when it goes")
 	fs.DurationVar(&c.LedgerReadInterval, "ledger-read-interval", c.LedgerReadInterval,
 		"how often, at most, a ledger ConfigMap that ipam keeps rewriting is read and streamed: a shard that changes after a quiet interval is read at once, and a burst of writes costs one read per interval; "+
 			"shorter makes ipam's read API (ListAllocations, ListPools) fresher during bursts of allocations, at the cost of reading up to 480 KiB per shard that often")

@@ -49,11 +49,16 @@ const (
 // crdKinds are the kinds read through the dynamic client, whose list items
 // may lack apiVersion and kind (convert tells kinds apart by them).
 var crdKinds = map[watcherv1.Kind]schema.GroupVersionKind{
-	watcherv1.Kind_KIND_IP_POOL:           convert.GroupVersion.WithKind("IPPool"),
-	watcherv1.Kind_KIND_EXTERNAL_WORKLOAD: convert.GroupVersion.WithKind("ExternalWorkload"),
-	watcherv1.Kind_KIND_GATEWAY:           convert.GatewayGroupVersion.WithKind("Gateway"),
-	watcherv1.Kind_KIND_GATEWAY_CLASS:     convert.GatewayGroupVersion.WithKind("GatewayClass"),
-	watcherv1.Kind_KIND_SERVICE_CIDR:      convert.ServiceCIDRKind,
+	watcherv1.Kind_KIND_IP_POOL:                    convert.GroupVersion.WithKind("IPPool"),
+	watcherv1.Kind_KIND_EXTERNAL_WORKLOAD:          convert.GroupVersion.WithKind("ExternalWorkload"),
+	watcherv1.Kind_KIND_GATEWAY:                    convert.GatewayGroupVersion.WithKind("Gateway"),
+	watcherv1.Kind_KIND_GATEWAY_CLASS:              convert.GatewayGroupVersion.WithKind("GatewayClass"),
+	watcherv1.Kind_KIND_SERVICE_CIDR:               convert.ServiceCIDRKind,
+	watcherv1.Kind_KIND_METALLB_IP_ADDRESS_POOL:    convert.MetalLBGroupVersion.WithKind("IPAddressPool"),
+	watcherv1.Kind_KIND_METALLB_L2_ADVERTISEMENT:   convert.MetalLBGroupVersion.WithKind("L2Advertisement"),
+	watcherv1.Kind_KIND_METALLB_BGP_ADVERTISEMENT:  convert.MetalLBGroupVersion.WithKind("BGPAdvertisement"),
+	watcherv1.Kind_KIND_METALLB_SERVICE_L2_STATUS:  convert.MetalLBGroupVersion.WithKind("ServiceL2Status"),
+	watcherv1.Kind_KIND_METALLB_SERVICE_BGP_STATUS: convert.MetalLBGroupVersion.WithKind("ServiceBGPStatus"),
 }
 
 // Sink receives converted objects; it must not block.

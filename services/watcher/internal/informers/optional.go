@@ -22,8 +22,8 @@ import (
 const DefaultDiscoveryInterval = 30 * time.Second
 
 // optionalKind is a kind served only while its resource is: the Gateway
-// API's, which ipledger reads but does not ship, and ServiceCIDR, which the
-// API serves from Kubernetes 1.33. An informer started without
+// API's and MetalLB's, which ipledger reads but does not ship, and
+// ServiceCIDR, which the API serves from Kubernetes 1.33. An informer started without
 // its resource would list in vain forever and hold the watcher unsynced.
 type optionalKind struct {
 	kind     watcherv1.Kind
@@ -34,6 +34,11 @@ var optionalKinds = []optionalKind{
 	{watcherv1.Kind_KIND_GATEWAY, convert.GatewayResource},
 	{watcherv1.Kind_KIND_GATEWAY_CLASS, convert.GatewayClassResource},
 	{watcherv1.Kind_KIND_SERVICE_CIDR, convert.ServiceCIDRResource},
+	{watcherv1.Kind_KIND_METALLB_IP_ADDRESS_POOL, convert.MetalLBIPAddressPoolResource},
+	{watcherv1.Kind_KIND_METALLB_L2_ADVERTISEMENT, convert.MetalLBL2AdvertisementResource},
+	{watcherv1.Kind_KIND_METALLB_BGP_ADVERTISEMENT, convert.MetalLBBGPAdvertisementResource},
+	{watcherv1.Kind_KIND_METALLB_SERVICE_L2_STATUS, convert.MetalLBServiceL2StatusResource},
+	{watcherv1.Kind_KIND_METALLB_SERVICE_BGP_STATUS, convert.MetalLBServiceBGPStatusResource},
 }
 
 // optionalInformers starts an optional kind's informer once discovery lists

@@ -90,7 +90,7 @@ func ParseRequest(req *watcherv1.WatchRequest) (store.Filter, error) {
 	}
 	for _, k := range req.GetKinds() {
 		if _, known := watcherv1.Kind_name[int32(k)]; !known || k == watcherv1.Kind_KIND_UNSPECIFIED {
-			return f, status.Errorf(codes.InvalidArgument, "kinds: %v is not a kind the watcher serves; use one of KIND_SERVICE … KIND_KUBERNETES_ENDPOINT_SLICE", k)
+			return f, status.Errorf(codes.InvalidArgument, "kinds: %v is not a kind the watcher serves; use one of KIND_SERVICE … KIND_METALLB_SERVICE_BGP_STATUS", k)
 		}
 		f.Kinds[k] = true
 	}

@@ -30,9 +30,11 @@ import (
 	"github.com/ipledger/ipledger/pkg/stream"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/announced"
 	"github.com/ipledger/ipledger/services/ipam/internal/app"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -123,6 +125,7 @@ func (h *harness) startWith(identity string, client kubernetes.Interface) *ipam 
 		Target: h.addr, Plaintext: true, TokenFile: h.tok,
 		Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP,
 			watcherv1.Kind_KIND_GATEWAY, watcherv1.Kind_KIND_GATEWAY_CLASS},
+		OptionalKinds: announced.MetalLBKinds,
 	}, log, reg)
 	if err != nil {
 		t.Fatal(err)
@@ -130,6 +133,11 @@ func (h *harness) startWith(identity string, client kubernetes.Interface) *ipam 
 	ctrl, err := controller.New(controller.Config{Namespace: h.ledgerNS, LBClass: h.class, RequireLBClass: h.requireClass, BatchSize: h.batchSize,
 		WriteKubeVIPAnnotation:   h.writeKubeVIP,
 		GatewayServiceNamespaces: h.gatewayServiceNamespaces, KeepReleased: h.keepReleased}, client, h.env.Dynamic, src, log, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As ipam's app runs it: the announcement tracker beside each term.
+	tracker, err := announced.New(src, objects.Class{Name: h.class, Required: h.requireClass}, &objects.PoolSet{KeepReleased: h.keepReleased}, log, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +152,7 @@ func (h *harness) startWith(identity string, client kubernetes.Interface) *ipam 
 			LeaseName: h.lease, LeaseNamespace: h.ledgerNS, Identity: identity,
 			LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond, StopTimeout: 20 * time.Second,
 			Events: h.env.Client.CoreV1(), EventComponent: app.Component,
-		}, ctrl.NewWorker, log, reg)
+		}, app.WithTracker(ctrl.NewWorker, tracker), log, reg)
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("leader.Run: %v", err)
 		}

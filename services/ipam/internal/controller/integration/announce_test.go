@@ -1,0 +1,139 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/ipledger/ipledger/pkg/convert"
+	"github.com/ipledger/ipledger/pkg/testenv"
+	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
+)
+
+const unannounced = "ipledger_ipam_addresses_unannounced"
+
+// TestAnnouncedByMetalLB: with MetalLB's CRDs installed in the real API
+// server while the watcher (a real binary) and ipam run, and the objects
+// MetalLB's speaker writes, ExplainService says which node announces each
+// address ipam gave and since when; an L2Advertisement deleted makes it
+// "not announced" (naming the pool) and the leader's gauge counts it;
+// restored, it is announced again; another node's ServiceL2Status in place
+// of the first puts an AnnouncerChanged Event on the Service.
+func TestAnnouncedByMetalLB(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := context.Background()
+	h := newHarness(t)
+	h.pool("tann-"+h.lease, "10.78.61.0/28")
+	h.service("web", nil)
+	r := h.start("ipam-0")
+	h.expect(wait, map[string]string{"web": "10.78.61.0"})
+	srv := h.api(r)
+	why := func() *ipamv1.Announcement {
+		t.Helper()
+		x, err := srv.ExplainService(ctx, &ipamv1.ExplainServiceRequest{Service: &ipamv1.ServiceRef{Namespace: h.ns, Name: "web"}})
+		if err != nil || len(x.GetAnnouncements()) != 1 {
+			t.Fatalf("ExplainService = %v, %v; want one announcement", x, err)
+		}
+		return x.GetAnnouncements()[0]
+	}
+	if a := why(); a.GetState() != "NoAnnouncer" || !strings.HasPrefix(a.GetMessage(), "no announcer found") {
+		t.Errorf("before MetalLB: %v", a)
+	}
+
+	env.InstallMetalLB(t) // while the watcher and ipam run
+	mlb := env.Namespace(t, nil)
+	create := func(res, kind string, name string, spec map[string]any) {
+		t.Helper()
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "metallb.io/v1beta1", "kind": kind,
+			"metadata": map[string]any{"namespace": mlb, "name": name}, "spec": spec}}
+		if _, err := env.Dynamic.Resource(convert.MetalLBGroupVersion.WithResource(res)).Namespace(mlb).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As the speaker writes it: labels naming the Service and node, the
+	// rest in the status subresource.
+	l2Status := func(name, node string) {
+		t.Helper()
+		res := env.Dynamic.Resource(convert.MetalLBServiceL2StatusResource).Namespace(mlb)
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "metallb.io/v1beta1", "kind": "ServiceL2Status",
+			"metadata": map[string]any{"namespace": mlb, "name": name, "labels": map[string]any{
+				"metallb.io/node": node, "metallb.io/service-name": "web", "metallb.io/service-namespace": h.ns}}}}
+		out, err := res.Create(ctx, u, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Object["status"] = map[string]any{"node": node, "serviceName": "web", "serviceNamespace": h.ns,
+			"interfaces": []any{map[string]any{"name": "ipl-lan0"}}}
+		if _, err := res.UpdateStatus(ctx, out, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gauge := func() error {
+		mfs, err := r.reg.Gather()
+		if err != nil {
+			return err
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == unannounced {
+				return fmt.Errorf("%s = %v", unannounced, mf.GetMetric()[0].GetGauge().GetValue())
+			}
+		}
+		return fmt.Errorf("%s not exported", unannounced)
+	}
+	waitFor := func(state, node, message, metric string) {
+		t.Helper()
+		testenv.Eventually(t, wait, func() error {
+			a := why()
+			if a.GetState() != state || a.GetNode() != node || !strings.Contains(a.GetMessage(), message) {
+				return fmt.Errorf("announcement %v, want %s by %q saying %q", a, state, node, message)
+			}
+			if err := gauge(); err.Error() != metric {
+				return err
+			}
+			return nil
+		})
+	}
+
+	create("ipaddresspools", "IPAddressPool", "ipledger", map[string]any{"addresses": []any{"10.78.61.0/28"}, "autoAssign": false})
+	create("l2advertisements", "L2Advertisement", "ipledger-lan", map[string]any{"ipAddressPools": []any{"ipledger"}})
+	waitFor("NotAnnounced", "", "no speaker reports announcing it", unannounced+" = 1")
+	l2Status("l2-n1", "n1")
+	waitFor("Announced", "n1", "announced by MetalLB L2 from node n1 since", unannounced+" = 0")
+
+	if err := env.Dynamic.Resource(convert.MetalLBL2AdvertisementResource).Namespace(mlb).Delete(ctx, "ipledger-lan", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("NotAnnounced", "", "no L2Advertisement or BGPAdvertisement in "+mlb+" covers MetalLB IPAddressPool ipledger", unannounced+" = 1")
+	create("l2advertisements", "L2Advertisement", "ipledger-lan", map[string]any{"ipAddressPools": []any{"ipledger"}})
+	waitFor("Announced", "n1", "from node n1", unannounced+" = 0")
+
+	// A failover: the new node's speaker writes its status, the old one's
+	// goes.
+	l2Status("l2-n2", "n2")
+	if err := env.Dynamic.Resource(convert.MetalLBServiceL2StatusResource).Namespace(mlb).Delete(ctx, "l2-n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("Announced", "n2", "from node n2", unannounced+" = 0")
+	testenv.Eventually(t, wait, func() error {
+		evs, err := env.Client.CoreV1().Events(h.ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("reason", "AnnouncerChanged").String()})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == "web" && strings.Contains(e.Message, "announced by MetalLB L2 from node n2") && strings.Contains(e.Message, "(before: MetalLB L2 from node n1 since") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no AnnouncerChanged Event naming n2 after n1 among %d", len(evs.Items))
+	})
+
+	// Without MetalLB's CRDs nothing is known of the address again, and
+	// nothing is counted.
+	env.UninstallMetalLB(t)
+	waitFor("NoAnnouncer", "", "no announcer found", unannounced+" = 0")
+}
