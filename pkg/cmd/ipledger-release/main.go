@@ -58,8 +58,8 @@ var pluginOSes = []string{"linux", "darwin"}
 
 type options struct {
 	out, kubectl, ca, repo string
-	archs            []string
-	allowDirty       bool
+	archs                  []string
+	allowDirty             bool
 }
 
 func main() {

@@ -386,8 +386,8 @@ func sbomModules(t *testing.T, file string) []string {
 	}
 	type component struct{ Name, Version string }
 	var bom struct {
-		BOMFormat string
-		Metadata  struct{ Component component }
+		BOMFormat  string
+		Metadata   struct{ Component component }
 		Components []component
 	}
 	if err := json.Unmarshal(data, &bom); err != nil {
