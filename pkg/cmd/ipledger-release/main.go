@@ -53,12 +53,9 @@ Push an image with every architecture, e.g.:
 Flags:
 `
 
-// pluginOSes are the systems kubectl-ipledger is built for.
-var pluginOSes = []string{"linux", "darwin"}
-
 type options struct {
 	out, kubectl, ca, repo string
-	archs                  []string
+	archs, oses            []string
 	allowDirty             bool
 }
 
@@ -68,6 +65,7 @@ func main() {
 	flag.StringVar(&o.kubectl, "kubectl", defaultKubectl(), "kubectl that renders the installs (default $IPLEDGER_TOOLS_BIN/kubectl, the pinned one)")
 	flag.StringVar(&o.ca, "ca-certificates", containerimage.HostCACertificates, "CA bundle copied into every image")
 	archs := flag.String("arch", "amd64,arm64", "comma-separated GOARCHes of the images and the plugin")
+	oses := flag.String("os", "linux,darwin", "comma-separated GOOSes of the plugin")
 	flag.StringVar(&o.repo, "repo", containerimage.Source, "git repository the release is tagged in: the remote base of install/kustomization.yaml and the krew manifest's downloads (<repo>/releases/download/v<VERSION>/)")
 	flag.BoolVar(&o.allowDirty, "allow-dirty", false, "release a work tree with uncommitted changes (its revision says -dirty)")
 	flag.Usage = func() {
@@ -75,7 +73,7 @@ func main() {
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	o.archs = strings.Split(*archs, ",")
+	o.archs, o.oses = strings.Split(*archs, ","), strings.Split(*oses, ",")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	prov, err := containerimage.ReadProvenance(ctx, ".")
@@ -204,7 +202,7 @@ func plugin(ctx context.Context, o options, prov containerimage.Provenance, dir 
 		return err
 	}
 	var artifacts []release.PluginArtifact
-	for _, goos := range pluginOSes {
+	for _, goos := range o.oses {
 		for _, arch := range o.archs {
 			p := release.Platform{OS: goos, Arch: arch}
 			bin := filepath.Join(dir, "bin", goos+"-"+arch, release.PluginBinary)
