@@ -131,7 +131,7 @@ func TestReleaseDirectoryIsWhatAUserInstalls(t *testing.T) {
 				} `json:"platforms"`
 			} `json:"spec"`
 		}
-		if err := yaml.UnmarshalStrict(raw, &manifest); err != nil {
+		if err := yaml.Unmarshal(raw, &manifest); err != nil {
 			t.Fatal(err)
 		}
 		if manifest.Spec.Version != "v"+prov.Version || len(manifest.Spec.Platforms) != len(o.oses) {
@@ -272,25 +272,32 @@ func untarGz(t *testing.T, archive []byte, dir string) map[string]os.FileMode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := tar.NewReader(zr)
 	modes := map[string]os.FileMode{}
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return modes
+	eachFile(t, zr, func(name string, mode os.FileMode, data []byte) {
+		modes[name] = mode
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(name)), data, mode); err != nil {
+			t.Fatal(err)
 		}
+	})
+	return modes
+}
+
+// eachFile calls file for every regular file of the tar stream r.
+func eachFile(t *testing.T, r io.Reader, file func(name string, mode os.FileMode, data []byte)) {
+	t.Helper()
+	tr := tar.NewReader(r)
+	for hdr, err := tr.Next(); !errors.Is(err, io.EOF); hdr, err = tr.Next() {
 		if err != nil {
 			t.Fatal(err)
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			continue
 		}
 		data, err := io.ReadAll(tr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		mode := os.FileMode(hdr.Mode) & os.ModePerm
-		modes[hdr.Name] = mode
-		if err := os.WriteFile(filepath.Join(dir, filepath.Base(hdr.Name)), data, mode); err != nil {
-			t.Fatal(err)
-		}
+		file(hdr.Name, os.FileMode(hdr.Mode)&os.ModePerm, data)
 	}
 }
 
@@ -304,49 +311,29 @@ func imageBinary(t *testing.T, path, arch string) []byte {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if hdr.Typeflag != tar.TypeReg {
-			continue
-		}
-		target := filepath.Join(dir, hdr.Name)
+	eachFile(t, f, func(name string, _ os.FileMode, data []byte) {
+		target := filepath.Join(dir, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(target, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-	}
+	})
 	top, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	img := platformImage(t, top, arch)
-	fs := tar.NewReader(mutate.Extract(img))
-	for {
-		hdr, err := fs.Next()
-		if err != nil {
-			t.Fatalf("%s: no %s in the linux/%s image: %v", path, containerimage.Entrypoint, arch, err)
+	var binary []byte
+	eachFile(t, mutate.Extract(platformImage(t, top, arch)), func(name string, _ os.FileMode, data []byte) {
+		if "/"+name == containerimage.Entrypoint {
+			binary = data
 		}
-		if "/"+hdr.Name == containerimage.Entrypoint {
-			data, err := io.ReadAll(fs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return data
-		}
+	})
+	if binary == nil {
+		t.Fatalf("%s: no %s in the linux/%s image", path, containerimage.Entrypoint, arch)
 	}
+	return binary
 }
 
 // platformImage finds the linux/arch image under an archive's top index
