@@ -9,6 +9,7 @@ import (
 	"debug/buildinfo"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -29,6 +30,21 @@ import (
 	"github.com/ipledger/ipledger/pkg/release"
 )
 
+// kubectl is the pinned kubectl (hack/build-tools.sh) that renders the
+// installs, found once by TestMain; needing the tools (and minutes of go
+// build) keeps this package out of `make test-unit`'s fast layer.
+var kubectl string
+
+func TestMain(m *testing.M) {
+	tools, err := controlplane.ToolsBin()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "the pinned tools:", err)
+		os.Exit(1)
+	}
+	kubectl = filepath.Join(tools, "kubectl")
+	os.Exit(m.Run())
+}
+
 // TestReleaseDirectoryIsWhatAUserInstalls builds a release directory (linux
 // and amd64 only: macOS's plugin is the same build for another GOOS, and
 // its cold build of client-go takes minutes) into a temporary folder, with a local git repository standing in
@@ -44,11 +60,6 @@ func TestReleaseDirectoryIsWhatAUserInstalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools, err := controlplane.ToolsBin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubectl := filepath.Join(tools, "kubectl")
 	t.Chdir(root)
 	prov, err := containerimage.ReadProvenance(context.Background(), ".")
 	if err != nil {
