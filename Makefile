@@ -60,7 +60,7 @@ bench: tools ## Benchmarks (BENCHMARKS.md): hack/bench.sh [micro watcher ipam en
 images: ## Build the container images without Docker: OCI archives .dev/images/ipledger-<service>.tar of ghcr.io/ipledger/<service>:dev.
 	go run ./pkg/cmd/ipledger-images
 
-release: tools ## One release's artifacts in .dev/release/v<VERSION>: install manifests, amd64+arm64 images, kubectl-ipledger builds, SHA256SUMS (CHANGELOG.md).
+release: tools ## One release's artifacts in .dev/release/v<VERSION>: installs pinned by digest, amd64+arm64 images, SBOMs, kubectl-ipledger archives + krew manifest, SHA256SUMS (docs/install.md).
 	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) go run ./pkg/cmd/ipledger-release $(RELEASE_FLAGS)
 
 up: tools ## Start the local system (etcd, kube-apiserver, moto, the four services) in the background.
@@ -77,4 +77,4 @@ fmt: ## gofmt every Go file.
 	$(GOFMT) -w $$(find . -name '*.go' -not -name '*.pb.go' -not -path './.dev/*')
 
 tidy: ## go mod tidy in every module (hack/tools too).
-	for m in $(MODULES) test/cluster hack/tools hack/tools/promtool hack/tools/coredns hack/tools/vuln; do (cd $$m && GOWORK=off go mod tidy); done
+	for m in $(MODULES) test/cluster hack/tools hack/tools/promtool hack/tools/coredns hack/tools/vuln hack/tools/sbom; do (cd $$m && GOWORK=off go mod tidy); done
