@@ -224,7 +224,7 @@ func Diff(ip netip.Addr, before, after Slot, at time.Time, by string) []Entry {
 		}
 		act := Granted
 		switch {
-		case resGone && before.Res.Kept && before.Res.For.same(h):
+		case resGone && before.Res.Kept && before.Res.For.Namespace == h.Namespace && before.Res.For.Name == h.Name:
 			act, keptTaken = Returned, true
 		case resGone && before.Res.Kept:
 			act, keptTaken = Taken, true
