@@ -296,16 +296,19 @@ func (w *Writer) write(ctx context.Context) error {
 		w.lastTrim = now
 	}
 	newHead := &segment{name: HeadName, rv: head.rv, entries: headEntries}
-	sealed := segs[:len(segs)-1]
-	if len(encodeEntries(headEntries)) > SegmentLimit {
-		seg := &segment{name: NamePrefix + strconv.FormatUint(w.nextNumber, 10), entries: headEntries}
+	sealed := segs[:len(segs)-1:len(segs)-1]
+	// Entries past SegmentLimit are sealed into segments of their own, at
+	// most SegmentLimit each; the head keeps the rest.
+	chunks := split(headEntries, SegmentLimit)
+	for _, c := range chunks[:len(chunks)-1] {
+		seg := &segment{name: NamePrefix + strconv.FormatUint(w.nextNumber, 10), entries: c}
 		w.nextNumber++
 		if err := w.create(ctx, seg); err != nil {
 			return err
 		}
-		sealed = append(sealed[:len(sealed):len(sealed)], seg)
-		newHead.entries = nil
+		sealed = append(sealed, seg)
 	}
+	newHead.entries = chunks[len(chunks)-1]
 	names := make([]string, len(sealed))
 	for i, s := range sealed {
 		names[i] = s.name
@@ -313,7 +316,7 @@ func (w *Writer) write(ctx context.Context) error {
 	if err := w.put(ctx, newHead, map[string]string{keyEpoch: strconv.FormatUint(w.epoch, 10), keyTerm: w.opts.Term, keySegments: strings.Join(names, " ")}); err != nil {
 		return err
 	}
-	w.st.segments = append(sealed[:len(sealed):len(sealed)], newHead)
+	w.st.segments = append(sealed, newHead)
 	w.st.epoch = w.epoch
 	for _, name := range append(drop, w.st.orphans...) {
 		if err := w.client.CoreV1().ConfigMaps(w.opts.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -322,6 +325,27 @@ func (w *Writer) write(ctx context.Context) error {
 	}
 	w.st.orphans = nil
 	return nil
+}
+
+// split cuts entries, in order, into runs of at most limit bytes encoded
+// (at least one entry each); the last run is the head's, and may be empty.
+func split(entries []Entry, limit int) [][]Entry {
+	var out [][]Entry
+	start, size := 0, 0
+	for i, e := range entries {
+		n := len(encodeEntries([]Entry{e}))
+		if size+n > limit && i > start {
+			out = append(out, entries[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	if size > limit/2 {
+		// A full last run is sealed too: the head starts afresh.
+		out = append(out, entries[start:])
+		start = len(entries)
+	}
+	return append(out, entries[start:])
 }
 
 func pick(entries []Entry, keep []bool) []Entry {
