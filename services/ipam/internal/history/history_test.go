@@ -189,3 +189,36 @@ func TestQuery(t *testing.T) {
 		t.Fatalf("since and namespace: got %+v, want entry 4", got)
 	}
 }
+
+// TestSplit: a backlog is sealed in runs under the limit, in order, and
+// the head keeps what is left (nothing, once it is half full).
+func TestSplit(t *testing.T) {
+	var entries []Entry
+	for i := range 100 {
+		entries = append(entries, Entry{At: t0.Add(time.Duration(i) * time.Second), IP: ip, Namespace: "a", Name: "s", Action: Granted, By: IPAM})
+	}
+	one := len(encodeEntries(entries[:1]))
+	for _, tc := range []struct {
+		name  string
+		limit int
+		runs  []int // entries per run, the head's last
+	}{
+		{"all in the head", 1000 * one, []int{100}},
+		{"sealed in runs of 30", 30 * one, []int{30, 30, 30, 10}},
+		{"the last run more than half full is sealed too", 35 * one, []int{35, 35, 30, 0}},
+		{"half full stays in the head", 40 * one, []int{40, 40, 20}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := split(entries, tc.limit)
+			var runs []int
+			var all []Entry
+			for _, r := range got {
+				runs = append(runs, len(r))
+				all = append(all, r...)
+			}
+			if !slices.Equal(runs, tc.runs) || !slices.Equal(all, entries) {
+				t.Fatalf("runs %v, want %v (in order: %v)", runs, tc.runs, slices.Equal(all, entries))
+			}
+		})
+	}
+}

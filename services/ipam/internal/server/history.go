@@ -50,7 +50,7 @@ func (s *Server) AddressHistory(ctx context.Context, req *ipamv1.AddressHistoryR
 				authz.Group, f.Namespace, authz.Group)
 		}
 	}
-	entries, err := history.Read(ctx, s.client, s.cfg.Namespace)
+	entries, err := s.historyEntries(ctx)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "read the address history: %v", err)
 	}
@@ -66,6 +66,26 @@ func (s *Server) AddressHistory(ctx context.Context, req *ipamv1.AddressHistoryR
 		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(next.At.UnixNano(), 10) + " " + strconv.Itoa(next.Seen)))
 	}
 	return resp, nil
+}
+
+// historyTTL is how long a read of the history answers calls: a
+// kubectl that follows pages re-reads none of it (≈ 5 s at 180,000
+// entries, BENCHMARKS.md), and what it shows is at most this old.
+const historyTTL = 15 * time.Second
+
+// historyEntries are the stored entries, read again once historyTTL old
+// (one read at a time).
+func (s *Server) historyEntries(ctx context.Context) ([]history.Entry, error) {
+	s.historyMu.Lock()
+	defer s.historyMu.Unlock()
+	if s.historyRead.IsZero() || time.Since(s.historyRead) > historyTTL {
+		entries, err := history.Read(ctx, s.client, s.cfg.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		s.history, s.historyRead = entries, time.Now()
+	}
+	return s.history, nil
 }
 
 func historyFilter(req *ipamv1.AddressHistoryRequest) (history.Filter, error) {

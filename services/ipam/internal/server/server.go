@@ -34,6 +34,7 @@ import (
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
+	"github.com/ipledger/ipledger/services/ipam/internal/history"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 	"github.com/ipledger/ipledger/services/ipam/internal/preview"
@@ -119,6 +120,12 @@ type Server struct {
 	explain coalesced[*explainState]
 	usage   coalesced[*usageState]
 	listing coalesced[*listState]
+
+	// history is the address history last read, at historyRead
+	// (historyEntries).
+	historyMu   sync.Mutex
+	history     []history.Entry
+	historyRead time.Time
 
 	// previews lets one PreviewPool decide at a time: each rebuilds and
 	// decides the whole allocator (≈ the cost of a term start).
