@@ -302,8 +302,10 @@ func replay(h Holders, e Entry) {
 
 // Reconcile is the entries that bring what the history says (said) to what
 // the ledger holds (st), at, how (HowRecovered or HowRestored), by by: the
-// changes no entry recorded. A grant is dated by the ledger's allocation
-// time and a kept address by its release, where the ledger keeps them.
+// changes no entry recorded. A recovered grant is dated by the ledger's
+// allocation time and a kept address by its release, where the ledger
+// keeps them; a restored change is dated when it was found (the restore's
+// entries are copies of older ones: their times are not the restore's).
 func Reconcile(said Holders, st ledger.State, at time.Time, by, how string) []Entry {
 	now := FromState(st)
 	when := map[netip.Addr]time.Time{}
@@ -328,7 +330,7 @@ func Reconcile(said Holders, st ledger.State, at time.Time, by, how string) []En
 	var out []Entry
 	for _, ip := range sorted {
 		for _, e := range Diff(ip, said[ip], now[ip], at, by) {
-			if t := when[ip]; e.Action.adds() && !t.IsZero() && t.Before(at) {
+			if t := when[ip]; how == HowRecovered && e.Action.adds() && !t.IsZero() && t.Before(at) {
 				e.At = t
 			}
 			e.How = how

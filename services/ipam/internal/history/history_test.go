@@ -101,13 +101,15 @@ func TestReconcile(t *testing.T) {
 	later := t0.Add(time.Hour)
 	said := Replay([]Entry{{At: t0, IP: ip, Namespace: "a", Name: "web", UID: "u-a", Action: Granted, By: IPAM}})
 	st := ledger.State{Allocations: []ledger.Allocation{{IP: ip, Pool: "lan", Service: svB, AllocatedAt: t0.Add(time.Minute)}}}
-	got := Reconcile(said, st, later, IPAM, HowRestored)
-	want := []Entry{
-		{At: later, IP: ip, Namespace: "a", Name: "web", UID: "u-a", Action: Released, By: IPAM, How: HowRestored},
-		{At: t0.Add(time.Minute), IP: ip, Pool: "lan", Namespace: "b", Name: "api", UID: "u-b", Action: Granted, By: IPAM, How: HowRestored},
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("got %+v\nwant %+v", got, want)
+	for how, grantedAt := range map[string]time.Time{HowRecovered: t0.Add(time.Minute), HowRestored: later} {
+		got := Reconcile(said, st, later, IPAM, how)
+		want := []Entry{
+			{At: later, IP: ip, Namespace: "a", Name: "web", UID: "u-a", Action: Released, By: IPAM, How: how},
+			{At: grantedAt, IP: ip, Pool: "lan", Namespace: "b", Name: "api", UID: "u-b", Action: Granted, By: IPAM, How: how},
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: got %+v\nwant %+v", how, got, want)
+		}
 	}
 	if left := Reconcile(FromState(st), st, later, IPAM, HowRecovered); len(left) != 0 {
 		t.Fatalf("a history that says what the ledger holds: got %+v, want nothing", left)
