@@ -296,7 +296,7 @@ func (w *Writer) write(ctx context.Context) error {
 		w.lastTrim = now
 	}
 	newHead := &segment{name: HeadName, rv: head.rv, entries: headEntries}
-	sealed := segs[:len(segs)-1:len(segs)-1]
+	sealed := segs[: len(segs)-1 : len(segs)-1]
 	// Entries past SegmentLimit are sealed into segments of their own, at
 	// most SegmentLimit each; the head keeps the rest.
 	chunks := split(headEntries, SegmentLimit)
