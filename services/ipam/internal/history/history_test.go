@@ -193,7 +193,7 @@ func TestQuery(t *testing.T) {
 }
 
 // TestSplit: a backlog is sealed in runs under the limit, in order, and
-// the head keeps what is left (nothing, once it is half full).
+// the head keeps what is left (nothing, once it is past the head's limit).
 func TestSplit(t *testing.T) {
 	var entries []Entry
 	for i := range 100 {
@@ -211,7 +211,7 @@ func TestSplit(t *testing.T) {
 		{"half full stays in the head", 40 * one, []int{40, 40, 20}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := split(entries, tc.limit)
+			got := split(entries, tc.limit, tc.limit/2)
 			var runs []int
 			var all []Entry
 			for _, r := range got {

@@ -30,10 +30,13 @@ const (
 	NamePrefix = "ipledger-history-"
 	// HeadName is the ConfigMap that lists the others.
 	HeadName = NamePrefix + "0"
-	// SegmentLimit is the encoded size of the head's entries above which
-	// they are sealed into a segment of their own (every ConfigMap stays
-	// under ~512 KiB, as the ledger's shards do).
+	// SegmentLimit bounds the encoded entries of a sealed segment (every
+	// ConfigMap stays under ~512 KiB, as the ledger's shards do).
 	SegmentLimit = 480 * 1024
+	// HeadLimit is the encoded size of the head's entries above which they
+	// are sealed: the head is rewritten at every write, so it is kept
+	// small (the writes of the history stay below the ledger's own).
+	HeadLimit = 128 * 1024
 
 	keyFormat   = "format"
 	keyEpoch    = "epoch"

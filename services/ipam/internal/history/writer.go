@@ -297,9 +297,9 @@ func (w *Writer) write(ctx context.Context) error {
 	}
 	newHead := &segment{name: HeadName, rv: head.rv, entries: headEntries}
 	sealed := segs[: len(segs)-1 : len(segs)-1]
-	// Entries past SegmentLimit are sealed into segments of their own, at
-	// most SegmentLimit each; the head keeps the rest.
-	chunks := split(headEntries, SegmentLimit)
+	// The head's entries past HeadLimit are sealed into segments of their
+	// own, at most SegmentLimit each.
+	chunks := split(headEntries, SegmentLimit, HeadLimit)
 	for _, c := range chunks[:len(chunks)-1] {
 		seg := &segment{name: NamePrefix + strconv.FormatUint(w.nextNumber, 10), entries: c}
 		w.nextNumber++
@@ -328,8 +328,9 @@ func (w *Writer) write(ctx context.Context) error {
 }
 
 // split cuts entries, in order, into runs of at most limit bytes encoded
-// (at least one entry each); the last run is the head's, and may be empty.
-func split(entries []Entry, limit int) [][]Entry {
+// (at least one entry each); the last run is the head's: empty if it would
+// be more than headLimit.
+func split(entries []Entry, limit, headLimit int) [][]Entry {
 	var out [][]Entry
 	start, size := 0, 0
 	for i, e := range entries {
@@ -340,7 +341,7 @@ func split(entries []Entry, limit int) [][]Entry {
 		}
 		size += n
 	}
-	if size > limit/2 {
+	if size > headLimit {
 		// A full last run is sealed too: the head starts afresh.
 		out = append(out, entries[start:])
 		start = len(entries)
