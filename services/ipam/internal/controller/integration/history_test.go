@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/metadata"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -173,4 +174,62 @@ func bindHistoryReader(t *testing.T, h *harness, ns, name string, saNamespace ..
 	if _, err := h.env.Client.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A ledger restored from a backup while ipam is stopped: the next term
+// finds the restore's write and records, as restored, the changes of
+// holder it made; then what ipam decides from the restored ledger and the
+// statuses, as usual.
+func TestAddressHistoryAcrossARestore(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.pool("thist-restore-"+h.lease[len("ipam-"):], "10.83.2.0/32")
+	ns := h.ns
+	r := h.start("ipam-0")
+	h.service("a", nil)
+	h.expect(wait, map[string]string{"a": "10.83.2.0"})
+	srv := h.api(r)
+	h.expectHistory(srv, "10.83.2.0", "granted "+ns+"/a by ipam")
+	cms := h.env.Client.CoreV1().ConfigMaps(h.ledgerNS)
+	backup, err := cms.List(ctx, metav1.ListOptions{LabelSelector: ledger.LabelKey + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.deleteService("a")
+	h.service("b", nil)
+	h.expect(wait, map[string]string{"b": "10.83.2.0"})
+	h.expectHistory(srv, "10.83.2.0", "granted "+ns+"/a by ipam", "released "+ns+"/a by ipam", "granted "+ns+"/b by ipam")
+	r.stop()
+
+	current, err := cms.List(ctx, metav1.ListOptions{LabelSelector: ledger.LabelKey + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range current.Items {
+		if err := cms.Delete(ctx, cm.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cm := range backup.Items {
+		restored := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cm.Name, Labels: cm.Labels}, Data: cm.Data}
+		if _, err := cms.Create(ctx, restored, metav1.CreateOptions{FieldManager: "kubectl-ipledger"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r = h.start("ipam-1")
+	h.expect(wait, map[string]string{"b": "10.83.2.0"})
+	srv = h.api(r)
+	testenv.Eventually(t, wait, func() error {
+		got, err := historyOf(t, ctx, srv, &ipamv1.AddressHistoryRequest{Ip: "10.83.2.0"})
+		if err != nil {
+			return err
+		}
+		want := []string{"granted " + ns + "/a by ipam", "released " + ns + "/a by ipam", "granted " + ns + "/b by ipam",
+			"released " + ns + "/b by ipam restored", "granted " + ns + "/a by ipam restored"}
+		if len(got) < len(want)+1 || !slices.Equal(got[:len(want)], want) || got[len(got)-1] != "granted "+ns+"/b by ipam" {
+			return fmt.Errorf("history of 10.83.2.0:\n got %q\nwant %q, then what ipam decided, ending with b granted", got, want)
+		}
+		return nil
+	})
 }
