@@ -289,13 +289,15 @@ func tokenDigest(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// review authenticates token with a (cached) TokenReview.
-func (a *Authorizer) review(ctx context.Context, digest, token string) (authenticationv1.UserInfo, error) {
-	if e, ok := a.cachedUser(digest); ok {
-		return a.userResult(e)
+// reviewOnce answers from cached, or else asks review (under its own
+// timeout, in a bounded review slot) once for every concurrent caller of
+// key: the one shape of the TokenReview and the SubjectAccessReview.
+func reviewOnce[E any](a *Authorizer, ctx context.Context, key string, cached func() (E, bool), review func(ctx context.Context) (E, error)) (E, error) {
+	if e, ok := cached(); ok {
+		return e, nil
 	}
-	v, err, _ := a.flight.Do("tr/"+digest, func() (any, error) {
-		if e, ok := a.cachedUser(digest); ok {
+	v, err, _ := a.flight.Do(key, func() (any, error) {
+		if e, ok := cached(); ok {
 			return e, nil
 		}
 		if !a.acquireReview() {
@@ -304,10 +306,22 @@ func (a *Authorizer) review(ctx context.Context, digest, token string) (authenti
 		defer a.releaseReview()
 		rctx, cancel := reviewContext(ctx)
 		defer cancel()
+		return review(rctx)
+	})
+	if err != nil {
+		var zero E
+		return zero, err
+	}
+	return v.(E), nil
+}
+
+// review authenticates token with a (cached) TokenReview.
+func (a *Authorizer) review(ctx context.Context, digest, token string) (authenticationv1.UserInfo, error) {
+	e, err := reviewOnce(a, ctx, "tr/"+digest, func() (userEntry, bool) { return a.cachedUser(digest) }, func(rctx context.Context) (userEntry, error) {
 		tr, err := a.client.AuthenticationV1().TokenReviews().Create(rctx,
 			&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences}}, metav1.CreateOptions{})
 		if err != nil {
-			return nil, err
+			return userEntry{}, err
 		}
 		e := userEntry{user: tr.Status.User, ok: tr.Status.Authenticated, reason: tr.Status.Error}
 		if e.ok && !intersects(tr.Status.Audiences, a.audiences) {
@@ -325,7 +339,7 @@ func (a *Authorizer) review(ctx context.Context, digest, token string) (authenti
 		a.log.Error("TokenReview failed", "tokenDigest", digest[:12], "err", err)
 		return authenticationv1.UserInfo{}, status.Errorf(codes.Unavailable, "cannot review the bearer token with the Kubernetes API server: %v", err)
 	}
-	return a.userResult(v.(userEntry))
+	return a.userResult(e)
 }
 
 func intersects(got, want []string) bool {
@@ -465,24 +479,12 @@ func (a *Authorizer) checkAccess(ctx context.Context, digest string, user authen
 // ("" cluster-wide).
 func (a *Authorizer) accessIn(ctx context.Context, digest string, user authenticationv1.UserInfo, rule Rule, namespace string) (accessEntry, error) {
 	key := digest + "/" + rule.Verb + "/" + rule.Resource + "/" + namespace
-	if e, ok := a.cachedAccess(key); ok {
-		return e, nil
-	}
-	v, err, _ := a.flight.Do("sar/"+key, func() (any, error) {
-		if e, ok := a.cachedAccess(key); ok {
-			return e, nil
-		}
-		if !a.acquireReview() {
-			return nil, errTooManyReviews
-		}
-		defer a.releaseReview()
-		rctx, cancel := reviewContext(ctx)
-		defer cancel()
+	e, err := reviewOnce(a, ctx, "sar/"+key, func() (accessEntry, bool) { return a.cachedAccess(key) }, func(rctx context.Context) (accessEntry, error) {
 		review := accessReview(user, rule)
 		review.Spec.ResourceAttributes.Namespace = namespace
 		sar, err := a.client.AuthorizationV1().SubjectAccessReviews().Create(rctx, review, metav1.CreateOptions{})
 		if err != nil {
-			return nil, err
+			return accessEntry{}, err
 		}
 		e := accessEntry{allowed: sar.Status.Allowed && !sar.Status.Denied, reason: sar.Status.Reason}
 		if sar.Status.EvaluationError != "" && e.reason == "" {
@@ -498,7 +500,7 @@ func (a *Authorizer) accessIn(ctx context.Context, digest string, user authentic
 		a.log.Error("SubjectAccessReview failed", "user", user.Username, "verb", rule.Verb, "resource", rule.Resource, "namespace", namespace, "err", err)
 		return accessEntry{}, status.Errorf(codes.Unavailable, "cannot review access with the Kubernetes API server: %v", err)
 	}
-	return v.(accessEntry), nil
+	return e, nil
 }
 
 // scopeKey carries, for a Namespaced rule's call, what AllowedIn needs.
