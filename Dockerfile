@@ -1,4 +1,4 @@
-# One Dockerfile for the four binaries, for users with Docker:
+# One Dockerfile for the five binaries, for users with Docker:
 #   docker build --build-arg SERVICE=ipam --build-arg VERSION=$(cat VERSION) --build-arg REVISION=$(git rev-parse HEAD) \
 #     -t ghcr.io/ipledger/ipam:v$(cat VERSION) .
 # A static binary on an empty base with the CA bundle, run as 65532:65532.
@@ -11,7 +11,7 @@ ARG VERSION=0.0.0-unstamped
 ARG REVISION=unknown
 WORKDIR /src
 COPY . .
-RUN test -n "$SERVICE" || (echo "set --build-arg SERVICE=watcher|ipam|endpoints|eipd" && false)
+RUN test -n "$SERVICE" || (echo "set --build-arg SERVICE=watcher|ipam|endpoints|eipd|signer" && false)
 RUN --mount=type=cache,target=/root/.cache/go-build --mount=type=cache,target=/go/pkg/mod \
     CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags "-s -w -X github.com/ipledger/ipledger/pkg/version.version=${VERSION} -X github.com/ipledger/ipledger/pkg/version.revision=${REVISION}" -o /out/ipledger ./services/$SERVICE/cmd/ipledger-$SERVICE
 

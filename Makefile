@@ -12,7 +12,7 @@ GOFMT = "$$(go env GOROOT)/bin/gofmt"
 TOOLS_BIN = $(shell hack/build-tools.sh)
 NODE_BIN = $(shell hack/build-node.sh)
 E2E_BIN = $(shell hack/build-e2e.sh)
-MODULES := proto pkg services/watcher services/ipam services/endpoints services/eipd plugin test/e2e
+MODULES := proto pkg services/watcher services/ipam services/endpoints services/eipd services/signer plugin test/e2e
 # go.work patterns do not cross module boundaries (./services/... matches nothing), so name each module.
 PACKAGES := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 GO_TEST_FLAGS ?= -count=1 -timeout 30m

@@ -70,7 +70,7 @@ mkdir -p "$out"
 exec 8>"$root/.dev/vulncheck/.lock"
 flock 8
 pkgs=(./services/watcher/cmd/ipledger-watcher ./services/ipam/cmd/ipledger-ipam
-  ./services/endpoints/cmd/ipledger-endpoints ./services/eipd/cmd/ipledger-eipd
+  ./services/endpoints/cmd/ipledger-endpoints ./services/eipd/cmd/ipledger-eipd ./services/signer/cmd/ipledger-signer
   ./plugin/cmd/kubectl-ipledger)
 start=$SECONDS
 # The arguments of pkg/containerimage.GoBuildArgs and GoBuildEnv: the

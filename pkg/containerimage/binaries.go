@@ -32,6 +32,7 @@ var Binaries = []Binary{
 	service("ipam"),
 	service("endpoints"),
 	service("eipd"),
+	service("signer"),
 }
 
 func service(name string) Binary {

@@ -10,11 +10,12 @@ import (
 )
 
 // TestCarriedAnnotationsAreExact: only the keys of CarriedAnnotations are
-// carried, not everything under their prefixes, and each names who reads it.
+// carried, not everything under their prefixes, and each names who reads it,
+// on what, and what it means.
 func TestCarriedAnnotationsAreExact(t *testing.T) {
-	for k, reader := range CarriedAnnotations {
-		if reader == "" {
-			t.Errorf("%s: no reader named", k)
+	for k, a := range CarriedAnnotations {
+		if a.ReadBy == "" || a.On == "" || a.Meaning == "" {
+			t.Errorf("%s: %+v names no reader, kind or meaning", k, a)
 		}
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", Annotations: map[string]string{

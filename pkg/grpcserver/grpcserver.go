@@ -10,6 +10,7 @@ package grpcserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -41,6 +42,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/promreg"
+	"github.com/ipledger/ipledger/pkg/servingcert"
 )
 
 // DefaultShutdownTimeout bounds the graceful stop: long-lived streams
@@ -55,6 +57,15 @@ type Config struct {
 	// TLSCertFile and TLSKeyFile hold the serving certificate; they are
 	// re-read when they change (cert-manager rotation).
 	TLSCertFile, TLSKeyFile string
+	// TLSSigner, instead of the files, gets the serving certificate for
+	// TLSDNSNames from the CertificateSigningRequest API with this
+	// signerName (pkg/servingcert): the key is made in memory and renewed
+	// before the certificate ends.
+	TLSSigner   string
+	TLSDNSNames []string
+	// CertClient is the Kubernetes client of TLSSigner's requests; the
+	// binary sets it (its ReviewClient will do: one request a few days).
+	CertClient kubernetes.Interface
 	// Plaintext serves without TLS; it must be asked for explicitly.
 	Plaintext bool
 	// ShutdownTimeout bounds the graceful stop (default DefaultShutdownTimeout).
@@ -135,6 +146,9 @@ func (c *Config) Flags(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&c.Addr, "grpc-addr", defaultAddr, "gRPC listen address")
 	fs.StringVar(&c.TLSCertFile, "grpc-tls-cert-file", c.TLSCertFile, "PEM serving certificate for gRPC (re-read on change)")
 	fs.StringVar(&c.TLSKeyFile, "grpc-tls-key-file", c.TLSKeyFile, "PEM private key of --grpc-tls-cert-file")
+	fs.StringVar(&c.TLSSigner, "grpc-tls-signer", c.TLSSigner,
+		"get the serving certificate from the CertificateSigningRequest API with this `signerName` (ipledger.io/grpc-serving: ipledger-signer) instead of files; the key never leaves the process")
+	fs.Var((*audiencesFlag)(&c.TLSDNSNames), "grpc-tls-dns-names", "comma-separated DNS `names` the --grpc-tls-signer certificate carries")
 	fs.BoolVar(&c.Plaintext, "grpc-plaintext", c.Plaintext, "serve gRPC without TLS (bearer tokens travel in clear: local development only)")
 	fs.Var((*audiencesFlag)(&c.TokenAudiences), "grpc-token-audiences",
 		"comma-separated `audiences` of which a caller's bearer token must carry one: this server's own and, for one release, the legacy "+
@@ -217,10 +231,14 @@ func (c *Config) Defaults() {
 // Validate reports a configuration that cannot serve.
 func (c *Config) Validate() error {
 	switch {
+	case c.TLSSigner != "" && (c.Plaintext || c.TLSCertFile != "" || c.TLSKeyFile != ""):
+		return errors.New("--grpc-tls-signer conflicts with --grpc-plaintext and --grpc-tls-cert-file/--grpc-tls-key-file: choose one")
+	case c.TLSSigner != "" && len(c.TLSDNSNames) == 0:
+		return errors.New("--grpc-tls-signer needs --grpc-tls-dns-names: the names clients dial")
 	case c.Plaintext && (c.TLSCertFile != "" || c.TLSKeyFile != ""):
 		return errors.New("--grpc-plaintext conflicts with --grpc-tls-cert-file/--grpc-tls-key-file: choose one")
-	case !c.Plaintext && (c.TLSCertFile == "" || c.TLSKeyFile == ""):
-		return errors.New("gRPC needs TLS: set --grpc-tls-cert-file and --grpc-tls-key-file, or pass --grpc-plaintext explicitly")
+	case c.TLSSigner == "" && !c.Plaintext && (c.TLSCertFile == "" || c.TLSKeyFile == ""):
+		return errors.New("gRPC needs TLS: set --grpc-tls-cert-file and --grpc-tls-key-file, or --grpc-tls-signer, or pass --grpc-plaintext explicitly")
 	case len(c.TokenAudiences) == 0:
 		return errors.New("--grpc-token-audiences is empty: name the audiences this server accepts")
 	case c.AuthCacheTTL < 0:
@@ -266,6 +284,7 @@ type Server struct {
 	health  *health.Server
 	metrics *grpcprom.ServerMetrics
 	ln      net.Listener
+	source  *servingcert.Source // with --grpc-tls-signer
 
 	mu       sync.Mutex
 	services []string
@@ -294,17 +313,42 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 	authorizer.SetAudiences(cfg.TokenAudiences...)
 	authorizer.SetCacheTTLs(cfg.AuthCacheTTL, min(authz.DefaultDenyTTL, cfg.AuthCacheTTL))
 	authorizer.SetMaxPendingReviews(cfg.MaxPendingReviews)
-	var opts []grpc.ServerOption
+	var (
+		opts   []grpc.ServerOption
+		source *servingcert.Source
+	)
 	if !cfg.Plaintext {
-		kp, err := newKeypairReloader(cfg.TLSCertFile, cfg.TLSKeyFile)
-		if err != nil {
-			return nil, err
+		var (
+			getCert  func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+			notAfter func() time.Time
+		)
+		if cfg.TLSSigner != "" {
+			if cfg.CertClient == nil {
+				return nil, errors.New("grpcserver: --grpc-tls-signer needs a Kubernetes client (Config.CertClient)")
+			}
+			var err error
+			if source, err = servingcert.New(servingcert.Config{SignerName: cfg.TLSSigner, DNSNames: cfg.TLSDNSNames},
+				cfg.CertClient, log.With("component", "servingcert")); err != nil {
+				return nil, err
+			}
+			getCert, notAfter = source.GetCertificate, source.NotAfter
+		} else {
+			kp, err := newKeypairReloader(cfg.TLSCertFile, cfg.TLSKeyFile)
+			if err != nil {
+				return nil, err
+			}
+			getCert, notAfter = kp.getCertificate, kp.notAfter
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(kp.tlsConfig())))
+		opts = append(opts, grpc.Creds(credentials.NewTLS(serverTLSConfig(getCert))))
 		promreg.Reuse(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ipledger_grpc_server_certificate_expiry_timestamp_seconds",
-			Help: "When the gRPC serving certificate (--grpc-tls-cert-file, as last loaded) expires, in seconds since the epoch.",
-		}, func() float64 { return float64(kp.notAfter().Unix()) }))
+			Help: "When the gRPC serving certificate (as last loaded or issued) expires, in seconds since the epoch (0 before the first is issued).",
+		}, func() float64 {
+			if t := notAfter(); !t.IsZero() {
+				return float64(t.Unix())
+			}
+			return 0
+		}))
 	}
 
 	metrics := grpcprom.NewServerMetrics(
@@ -387,6 +431,7 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 		health:  health.NewServer(),
 		metrics: metrics,
 		ln:      ln,
+		source:  source,
 	}
 	// Not serving until the service says it is ready.
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -424,6 +469,16 @@ func (s *Server) statusLocked() healthpb.HealthCheckResponse_ServingStatus {
 	return healthpb.HealthCheckResponse_NOT_SERVING
 }
 
+// CertificateReady is nil unless the server waits for its first
+// certificate from --grpc-tls-signer: a binary's /readyz includes it, so a
+// server that cannot serve TLS yet is not Ready.
+func (s *Server) CertificateReady() error {
+	if s.source == nil {
+		return nil
+	}
+	return s.source.Ready()
+}
+
 // Addr is the address the server listens on (useful with port 0).
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
@@ -436,6 +491,9 @@ func (s *Server) GRPCServer() *grpc.Server { return s.grpc }
 func (s *Server) Serve(ctx context.Context) error {
 	s.metrics.InitializeMetrics(s.grpc)
 	errc := make(chan error, 1)
+	if s.source != nil {
+		go func() { _ = s.source.Run(ctx) }()
+	}
 	go func() { errc <- s.grpc.Serve(s.ln) }()
 	s.log.Info("Serving gRPC", "addr", s.ln.Addr().String(), "plaintext", s.cfg.Plaintext)
 	select {

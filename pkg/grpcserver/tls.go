@@ -77,10 +77,11 @@ func (k *keypairReloader) current() *tls.Certificate {
 	return k.cert
 }
 
-func (k *keypairReloader) tlsConfig() *tls.Config {
+// serverTLSConfig serves the certificate getCert gives at each handshake.
+func serverTLSConfig(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *tls.Config {
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS12,
-		GetCertificate: k.getCertificate,
+		GetCertificate: getCert,
 		NextProtos:     []string{"h2"},
 	}
 }

@@ -108,16 +108,21 @@ func lastFlag(d appsv1.Deployment, flag string) string {
 	return last
 }
 
+// clusterProduction is overlays/production as the real-node tests apply it.
+const clusterProduction = "../cluster/testdata/production"
+
 // TestE2EOverlayRunsTheImagesMakeImagesBuilds: the real-node tests install
-// overlays/e2e on a node with no registry, so every container must run an
-// image `make images` builds (every one of them, under the tag it gives) and
-// never pull it.
+// overlays/e2e, and overlays/production on top of it (test/cluster's
+// testdata/production), on a node with no registry, so every container must
+// run an image `make images` builds (every one of them, under the tag it
+// gives, in one of the two: ipledger-signer runs only with TLS) and never
+// pull it.
 func TestE2EOverlayRunsTheImagesMakeImagesBuilds(t *testing.T) {
 	built := map[string]bool{}
 	for _, b := range containerimage.Binaries {
 		built[b.Ref(containerimage.Tag)] = false
 	}
-	for _, d := range deployments(t, render(t, e2eOverlay)) {
+	for _, d := range append(deployments(t, render(t, e2eOverlay)), deployments(t, renderDir(t, clusterProduction))...) {
 		for _, c := range append(d.Spec.Template.Spec.InitContainers, d.Spec.Template.Spec.Containers...) {
 			if _, ok := built[c.Image]; !ok {
 				t.Errorf("Deployment %s, container %s: image %s is not one `make images` builds (%v)", d.Name, c.Name, c.Image, slices.Sorted(maps.Keys(built)))
@@ -130,7 +135,7 @@ func TestE2EOverlayRunsTheImagesMakeImagesBuilds(t *testing.T) {
 	}
 	for ref, used := range built {
 		if !used {
-			t.Errorf("`make images` builds %s, which no Deployment of %s runs: the real-node tests would not test it", ref, e2eOverlay)
+			t.Errorf("`make images` builds %s, which no Deployment of %s or %s runs: the real-node tests would not test it", ref, e2eOverlay, clusterProduction)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 
+	"github.com/ipledger/ipledger/pkg/certsigner"
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
@@ -225,5 +226,64 @@ func TestCertManagerIssuesTheSecretsTLSMounts(t *testing.T) {
 	}
 	if len(certs) != len(mounted)+1 {
 		t.Errorf("Certificates for Secrets %v; want one per mounted Secret %v and the CA", slices.Sorted(maps.Keys(certs)), mounted)
+	}
+}
+
+// TestSignerNamesWhatItsPolicySigns: in overlays/production
+// (components/tls-signer) each server asks for exactly the names
+// ipledger-signer's policy signs for its ServiceAccount — a server asking
+// for one name more or less would be denied and never become Ready — and
+// those names hold the host of every --watcher-addr its clients dial; the
+// signer runs as the ServiceAccount its RBAC is bound to and no Deployment
+// mounts a Secret.
+func TestSignerNamesWhatItsPolicySigns(t *testing.T) {
+	rendered := render(t, "overlays/production")
+	policy := certsigner.DefaultPolicy("ipledger-system", "cluster.local")
+	servers := 0
+	var watcherHosts []string
+	for _, d := range deployments(t, rendered) {
+		if len(privateKeySecrets(d)) > 0 {
+			t.Errorf("Deployment %s mounts Secrets %v; with the signer no key is in a volume", d.Name, privateKeySecrets(d))
+		}
+		var signer string
+		var names []string
+		for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+			if v, ok := strings.CutPrefix(a, "--grpc-tls-signer="); ok {
+				signer = v
+			}
+			if v, ok := strings.CutPrefix(a, "--grpc-tls-dns-names="); ok {
+				names = strings.Split(v, ",")
+			}
+			if addr, ok := strings.CutPrefix(a, "--watcher-addr="); ok {
+				u, err := url.Parse(addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				host := strings.TrimPrefix(u.Path, "/")
+				watcherHosts = append(watcherHosts, host[:strings.LastIndex(host, ":")])
+			}
+		}
+		if d.Name == "ipledger-signer" && d.Spec.Template.Spec.ServiceAccountName != "ipledger-signer" {
+			t.Errorf("the signer runs as %q, not the ServiceAccount its RBAC is bound to", d.Spec.Template.Spec.ServiceAccountName)
+		}
+		if signer == "" {
+			continue
+		}
+		servers++
+		if signer != certsigner.SignerName {
+			t.Errorf("Deployment %s asks signer %q, want %q", d.Name, signer, certsigner.SignerName)
+		}
+		user := "system:serviceaccount:ipledger-system:" + d.Spec.Template.Spec.ServiceAccountName
+		if want := policy[user]; !slices.Equal(slices.Sorted(slices.Values(names)), slices.Sorted(slices.Values(want))) {
+			t.Errorf("Deployment %s (%s) asks for %q; the signer signs exactly %q", d.Name, user, names, want)
+		}
+	}
+	if servers != 3 {
+		t.Errorf("%d Deployments use the signer, want the watcher, ipam and eipd", servers)
+	}
+	for _, h := range watcherHosts {
+		if !slices.Contains(policy["system:serviceaccount:ipledger-system:ipledger-watcher"], h) {
+			t.Errorf("clients dial the watcher at %q, a name its certificate does not carry", h)
+		}
 	}
 }

@@ -275,7 +275,8 @@ func TestMonitoringNamesOnlyExportedMetrics(t *testing.T) {
 		return nil
 	})
 
-	// Every replica says which release it runs, as --version does.
+	// Every replica says which release it runs, as --version does, and
+	// counts its requests to the Kubernetes API.
 	prov, err := containerimage.ReadProvenance(context.Background(), env.Root)
 	if err != nil {
 		t.Fatal(err)
@@ -286,6 +287,11 @@ func TestMonitoringNamesOnlyExportedMetrics(t *testing.T) {
 			if v := svc.Metric(t, "ipledger_build_info", release, fmt.Sprintf(`revision=%q`, prov.Revision)); v != 1 {
 				t.Errorf("%s-%d: ipledger_build_info{%s,revision=%q} = %v, want 1", svc.Component, svc.Replica, release, prov.Revision, v)
 			}
+			// And client-go's requests, as stock dashboards read them
+			// (pkg/kubemetrics).
+			if v := svc.Metric(t, "rest_client_requests_total", `code="200"`); v == 0 {
+				t.Errorf("%s-%d: rest_client_requests_total{code=\"200\"} = 0: client-go's metrics are not in its registry", svc.Component, svc.Replica)
+			}
 		}
 	}
 	for _, c := range []string{"watcher", "ipam", "endpoints", "eipd"} {
@@ -295,14 +301,15 @@ func TestMonitoringNamesOnlyExportedMetrics(t *testing.T) {
 		}
 	}
 
-	// And docs/metrics.md, the reference, lists every ipledger metric seen.
+	// And docs/metrics.md, the reference, lists every ipledger metric seen,
+	// and client-go's (pkg/kubemetrics).
 	doc, err := os.ReadFile(filepath.Join(env.Root, "docs", "metrics.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var undocumented []string
 	for f := range families {
-		if strings.HasPrefix(f, "ipledger_") && !bytes.Contains(doc, []byte("`"+f+"`")) {
+		if (strings.HasPrefix(f, "ipledger_") || strings.HasPrefix(f, "rest_client_")) && !bytes.Contains(doc, []byte("`"+f+"`")) {
 			undocumented = append(undocumented, f)
 		}
 	}

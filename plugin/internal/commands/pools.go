@@ -20,8 +20,9 @@ func newPoolsCommand(o *Options) *cobra.Command {
 		Long: `pools lists every IPPool (ListPools): addresses used and total per family, Services that hold an
 address outside it (HELD OUTSIDE: the pool shrank or changed its selectors), its addresses kept for
 Services that released them (KEPT, counted in used; "kubectl ipledger allocations" lists them), whether
-it assigns addresses automatically, and its conditions as the leader last wrote them. -o wide adds
-priority and addresses.`,
+it assigns addresses automatically, and its conditions as the leader last wrote them. -o wide adds,
+per family, HELD (addresses live Services hold: not the kept ones) and AVAILABLE (total - used: what a
+new Service gets without taking a kept address), then priority and addresses.`,
 		Example: `  kubectl ipledger pools
   kubectl ipledger pools -o wide
   kubectl ipledger pools -o yaml`,

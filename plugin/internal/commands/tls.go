@@ -20,6 +20,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipledger/ipledger/pkg/certsigner"
 )
 
 // The Secrets of components/tls and the CA that signs them.
@@ -32,15 +34,15 @@ const (
 )
 
 // tlsServers are the gRPC servers components/tls serves TLS on, each with
-// its own Secret ipledger-<server>-tls.
-var tlsServers = []string{"watcher", "ipam", "eipd"}
+// its own Secret ipledger-<server>-tls: those ipledger-signer signs for.
+var tlsServers = certsigner.Servers
 
 // serverDNSNames are the names a server's certificate must carry: the
 // Service's .svc name (what kubectl ipledger and grpcurl dial) and its
-// fully qualified name (what the base's --watcher-addr dials).
+// fully qualified name (what the base's --watcher-addr dials), the same as
+// ipledger-signer's.
 func serverDNSNames(server, namespace string) []string {
-	svc := fmt.Sprintf("ipledger-%s.%s.svc", server, namespace)
-	return []string{svc + ".cluster.local", svc}
+	return certsigner.DNSNames(server, namespace, "cluster.local")
 }
 
 func newTLSCommand(o *Options) *cobra.Command {

@@ -33,6 +33,9 @@ const (
 	DefaultNamespace = "ipledger-system"
 	DefaultLease     = "ipledger-ipam"
 	DefaultTLSSecret = "ipledger-ipam-tls" // components/tls; its ca.crt is the CA that signed ipam's certificate
+	// DefaultCAConfigMap is components/tls-signer's bundle (ca.crt) of the
+	// CAs of ipledger-signer (certsigner.DefaultConfigMapName).
+	DefaultCAConfigMap = "ipledger-grpc-ca-bundle"
 	// PodSelector selects ipam's Pods.
 	PodSelector = "app.kubernetes.io/name=ipledger-ipam"
 	// portName is the container port ipam serves gRPC on.
@@ -55,9 +58,10 @@ type Flags struct {
 	ServiceAccount string
 	// CAFile or TLSSecret (its ca.crt) verify ipam's TLS certificate;
 	// ServerName is the name that certificate must carry.
-	CAFile     string
-	TLSSecret  string
-	ServerName string
+	CAFile      string
+	TLSSecret   string
+	CAConfigMap string
+	ServerName  string
 }
 
 // AddFlags registers the flags on fs.
@@ -69,6 +73,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.ServiceAccount, "service-account", "", "[NAMESPACE/]NAME of the ServiceAccount to request a token for (namespace defaults to --ipam-namespace). By default: the caller's own ServiceAccount, when the kubeconfig is one.")
 	fs.StringVar(&f.CAFile, "ipam-ca-file", "", "CA certificate (PEM) that signed ipam's gRPC certificate (components/tls). Also turns TLS on with --ipam-address.")
 	fs.StringVar(&f.TLSSecret, "ipam-tls-secret", DefaultTLSSecret, "Secret in --ipam-namespace whose ca.crt verifies ipam's certificate, read when ipam serves TLS and --ipam-ca-file is not given.")
+	fs.StringVar(&f.CAConfigMap, "ipam-ca-configmap", DefaultCAConfigMap, "ConfigMap in --ipam-namespace whose ca.crt verifies ipam's certificate, read when ipam gets it from ipledger-signer (components/tls-signer) and --ipam-ca-file is not given.")
 	fs.StringVar(&f.ServerName, "ipam-tls-server-name", "", "Name ipam's certificate must carry (default: ipledger-ipam.<ipam-namespace>.svc through a port-forward, the host of --ipam-address otherwise).")
 }
 
@@ -141,7 +146,7 @@ func Dial(ctx context.Context, kube genericclioptions.RESTClientGetter, f Flags,
 		return nil, err
 	}
 	var tlsCfg *tls.Config
-	if f.CAFile != "" || servesTLS(pod) {
+	if f.CAFile != "" || servesTLS(pod) != plaintext {
 		if tlsCfg, err = tlsConfig(ctx, client, f, pod, "ipledger-ipam."+f.Namespace+".svc"); err != nil {
 			return nil, err
 		}
@@ -187,17 +192,29 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 
 func (bearer) RequireTransportSecurity() bool { return false }
 
-// servesTLS says whether the Pod runs ipam with a TLS certificate
-// (components/tls replaces --grpc-plaintext with --grpc-tls-cert-file).
-func servesTLS(pod *corev1.Pod) bool {
+// How a Pod runs ipam's gRPC server.
+type tlsMode int
+
+const (
+	plaintext     tlsMode = iota
+	tlsFromFiles          // components/tls: --grpc-tls-cert-file, the CA in the Secret's ca.crt
+	tlsFromSigner         // components/tls-signer: --grpc-tls-signer, the CA in the bundle ConfigMap
+)
+
+// servesTLS says how the Pod runs ipam: components/tls and
+// components/tls-signer replace --grpc-plaintext.
+func servesTLS(pod *corev1.Pod) tlsMode {
 	for _, c := range pod.Spec.Containers {
 		for _, a := range append(append([]string{}, c.Command...), c.Args...) {
-			if strings.HasPrefix(a, "--grpc-tls-cert-file") {
-				return true
+			switch {
+			case strings.HasPrefix(a, "--grpc-tls-cert-file"):
+				return tlsFromFiles
+			case strings.HasPrefix(a, "--grpc-tls-signer"):
+				return tlsFromSigner
 			}
 		}
 	}
-	return false
+	return plaintext
 }
 
 // grpcPort is the Pod's container port named grpc.
@@ -224,6 +241,13 @@ func tlsConfig(ctx context.Context, client kubernetes.Interface, f Flags, pod *c
 			return nil, fmt.Errorf("--ipam-ca-file: %w", err)
 		}
 		pem = b
+	case servesTLS(pod) == tlsFromSigner:
+		cm, err := client.CoreV1().ConfigMaps(f.Namespace).Get(ctx, f.CAConfigMap, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("ipam Pod %s gets its certificate from ipledger-signer; reading the CA bundle from ConfigMap %s/%s (ca.crt): %w; give the CA with --ipam-ca-file instead",
+				pod.Name, f.Namespace, f.CAConfigMap, err)
+		}
+		pem = []byte(cm.Data["ca.crt"])
 	default:
 		secret, err := client.CoreV1().Secrets(f.Namespace).Get(ctx, f.TLSSecret, metav1.GetOptions{})
 		if err != nil {
@@ -234,7 +258,7 @@ func tlsConfig(ctx context.Context, client kubernetes.Interface, f Flags, pod *c
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(pem) {
-		return nil, errors.New("the CA (--ipam-ca-file or the Secret's ca.crt) holds no PEM certificate")
+		return nil, errors.New("the CA (--ipam-ca-file, or ca.crt of the Secret or the bundle ConfigMap) holds no PEM certificate")
 	}
 	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: serverName}, nil
 }

@@ -81,7 +81,7 @@ func TestPodSpecReading(t *testing.T) {
 		Args:  []string{"--ops-addr=:8080", "--grpc-addr=:9443", "--grpc-plaintext"},
 		Ports: []corev1.ContainerPort{{Name: "ops", ContainerPort: 8080}, {Name: "grpc", ContainerPort: 9444}},
 	}}}}
-	if servesTLS(&base) {
+	if servesTLS(&base) != plaintext {
 		t.Error("the base install (--grpc-plaintext) read as TLS")
 	}
 	if got := grpcPort(&base); got != 9444 {
@@ -90,8 +90,13 @@ func TestPodSpecReading(t *testing.T) {
 	tlsPod := base.DeepCopy()
 	tlsPod.Spec.Containers[0].Args[2] = "--grpc-tls-cert-file=/etc/ipledger/tls/tls.crt"
 	tlsPod.Spec.Containers[0].Ports = nil
-	if !servesTLS(tlsPod) {
-		t.Error("components/tls (--grpc-tls-cert-file) not read as TLS")
+	if servesTLS(tlsPod) != tlsFromFiles {
+		t.Error("components/tls (--grpc-tls-cert-file) not read as TLS from files")
+	}
+	signerPod := base.DeepCopy()
+	signerPod.Spec.Containers[0].Args[2] = "--grpc-tls-signer=ipledger.io/grpc-serving"
+	if servesTLS(signerPod) != tlsFromSigner {
+		t.Error("components/tls-signer (--grpc-tls-signer) not read as TLS from the signer")
 	}
 	if got := grpcPort(tlsPod); got != defaultPort {
 		t.Errorf("grpcPort without a named port = %d, want %d", got, defaultPort)

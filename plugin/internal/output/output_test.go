@@ -65,17 +65,17 @@ far        192.0.2.9     <none>      Kept until 2026-12-01T11:00:00Z   <none>   
 func TestPoolsTable(t *testing.T) {
 	pools := []*ipamv1.Pool{
 		{Name: "public", Addresses: []string{"10.0.0.0/30", "2001:db8::/126"}, AutoAssign: true, HeldOutside: 2, Kept: 1,
-			Ipv4: &ipamv1.FamilyUsage{Total: "4", Used: "1"}, Ipv6: &ipamv1.FamilyUsage{Total: "4", Used: "0"},
+			Ipv4: &ipamv1.FamilyUsage{Total: "4", Used: "2", Held: "1", Available: "2"}, Ipv6: &ipamv1.FamilyUsage{Total: "4", Used: "0", Held: "0", Available: "4"},
 			Conditions: []*ipamv1.PoolCondition{
 				{Type: "Ready", Status: "True", Reason: "Serving", Message: "The pool serves Services"},
 				{Type: "Conflicting", Status: "False", Reason: "NoOverlap"},
 			}},
 		{Name: "manual", Addresses: []string{"10.1.0.0/24"}, Priority: 10,
-			Ipv4: &ipamv1.FamilyUsage{Total: "256", Used: "0"}, Ipv6: &ipamv1.FamilyUsage{Total: "0", Used: "0"}},
+			Ipv4: &ipamv1.FamilyUsage{Total: "256", Used: "0"}, Ipv6: &ipamv1.FamilyUsage{Total: "0", Used: "0"}}, // an ipam before 0.3.0: no held, available
 	}
 	got := print(t, func(b *bytes.Buffer) error { return PrintTable(b, Pools(pools), false) })
 	want := `NAME     IPV4    IPV6     HELD OUTSIDE   KEPT   AUTO ASSIGN   READY     REASON
-public   1/4     0/4      2              1      true          True      Serving
+public   2/4     0/4      2              1      true          True      Serving
 manual   0/256   <none>   0              0      false         Unknown   <none>
 `
 	if got != want {
@@ -85,6 +85,20 @@ manual   0/256   <none>   0              0      false         Unknown   <none>
 	for _, w := range []string{"PRIORITY   ADDRESSES", "10.0.0.0/30,2001:db8::/126", "The pool serves Services", "10   "} {
 		if !strings.Contains(wide, w) {
 			t.Errorf("wide lacks %q:\n%s", w, wide)
+		}
+	}
+	// REASON IPV4 HELD, IPV4 AVAILABLE, IPV6 HELD, IPV6 AVAILABLE, PRIORITY
+	for _, l := range strings.Split(wide, "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 0:
+		case f[0] == "NAME":
+			if h := strings.Join(f[10:18], " "); h != "IPV4 HELD IPV4 AVAILABLE IPV6 HELD IPV6 AVAILABLE" {
+				t.Errorf("wide header %q", h)
+			}
+		case f[0] == "public" && strings.Join(f[8:12], " ") != "1 2 0 4",
+			f[0] == "manual" && strings.Join(f[8:12], " ") != "<none> <none> <none> <none>":
+			t.Errorf("wide row %q", f)
 		}
 	}
 }

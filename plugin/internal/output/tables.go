@@ -51,8 +51,10 @@ func allocationState(a *ipamv1.Allocation) string {
 // Pools is the table of `pools`: usage per family as USED/TOTAL, the
 // Services that hold an address outside the pool, the addresses it keeps
 // for Services that released them (counted in USED), and the Ready condition
-// (as the leader last wrote it); -o wide adds priority, addresses and
-// Ready's message.
+// (as the leader last wrote it); -o wide adds, per family, what live
+// Services hold (HELD, not the kept addresses) and what a new Service can
+// get without taking a kept address (AVAILABLE), then priority, addresses
+// and Ready's message.
 func Pools(pools []*ipamv1.Pool) *metav1.Table {
 	t := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
 		{Name: "Name", Type: "string"},
@@ -63,6 +65,10 @@ func Pools(pools []*ipamv1.Pool) *metav1.Table {
 		{Name: "Auto Assign", Type: "boolean"},
 		{Name: "Ready", Type: "string"},
 		{Name: "Reason", Type: "string"},
+		{Name: "IPv4 Held", Type: "string", Priority: 1, Description: "addresses live Services hold (not kept ones)"},
+		{Name: "IPv4 Available", Type: "string", Priority: 1, Description: "total - used: what a new Service gets without taking a kept address"},
+		{Name: "IPv6 Held", Type: "string", Priority: 1, Description: "addresses live Services hold (not kept ones)"},
+		{Name: "IPv6 Available", Type: "string", Priority: 1, Description: "total - used: what a new Service gets without taking a kept address"},
 		{Name: "Priority", Type: "integer", Priority: 1},
 		{Name: "Addresses", Type: "string", Priority: 1},
 		{Name: "Message", Type: "string", Priority: 1},
@@ -76,7 +82,9 @@ func Pools(pools []*ipamv1.Pool) *metav1.Table {
 		}
 		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
 			p.GetName(), usage(p.GetIpv4()), usage(p.GetIpv6()), p.GetHeldOutside(), p.GetKept(), p.GetAutoAssign(),
-			ready.GetStatus(), orNone(ready.GetReason()), p.GetPriority(), orNone(strings.Join(p.GetAddresses(), ",")), orNone(ready.GetMessage()),
+			ready.GetStatus(), orNone(ready.GetReason()),
+			count(p.GetIpv4(), p.GetIpv4().GetHeld()), count(p.GetIpv4(), p.GetIpv4().GetAvailable()),
+			count(p.GetIpv6(), p.GetIpv6().GetHeld()), count(p.GetIpv6(), p.GetIpv6().GetAvailable()), p.GetPriority(), orNone(strings.Join(p.GetAddresses(), ",")), orNone(ready.GetMessage()),
 		}})
 	}
 	return t
@@ -88,6 +96,15 @@ func usage(u *ipamv1.FamilyUsage) string {
 		return "<none>"
 	}
 	return fmt.Sprintf("%s/%s", u.GetUsed(), u.GetTotal())
+}
+
+// count is n, one of a family's counts; <none> for a family the pool lacks,
+// or a count an older ipam does not answer.
+func count(u *ipamv1.FamilyUsage, n string) string {
+	if u.GetTotal() == "" || u.GetTotal() == "0" {
+		return "<none>"
+	}
+	return orNone(n)
 }
 
 func orNone(s string) string {

@@ -282,12 +282,12 @@ func TestCommandsAgainstIPAM(t *testing.T) {
 			return nil
 		})
 		wide := s.ok(t, read("pools", "-o", "wide")...)
-		wantAll(t, "pools -o wide", wide, "PRIORITY", "ADDRESSES", "MESSAGE", "10.91.0.0/29", "The pool serves Services")
+		wantAll(t, "pools -o wide", wide, "IPV4 HELD", "IPV4 AVAILABLE", "PRIORITY", "ADDRESSES", "MESSAGE", "10.91.0.0/29", "The pool serves Services")
 		var resp ipamv1.ListPoolsResponse
 		if err := protojson.Unmarshal([]byte(s.ok(t, read("pools", "-o", "json")...)), &resp); err != nil {
 			t.Fatal(err)
 		}
-		if len(resp.Pools) != 1 || resp.Pools[0].GetIpv4().GetUsed() != "4" {
+		if len(resp.Pools) != 1 || resp.Pools[0].GetIpv4().GetUsed() != "4" || resp.Pools[0].GetIpv4().GetHeld() != "4" || resp.Pools[0].GetIpv4().GetAvailable() != "4" {
 			t.Errorf("pools -o json: %v", &resp)
 		}
 		wantAll(t, "pools -o yaml", s.ok(t, read("pools", "-o", "yaml")...), "name: "+pool, "used: \"4\"")

@@ -494,11 +494,21 @@ func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
 }
 
 // FamilyUsage counts the addresses of one family (as strings: an IPv6 pool
-// can hold more than 2^64 addresses).
+// can hold more than 2^64 addresses), each once however many Services share
+// it. An ipam before 0.3.0 leaves held and available empty.
 type FamilyUsage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Total         string                 `protobuf:"bytes,1,opt,name=total,proto3" json:"total,omitempty"`
-	Used          string                 `protobuf:"bytes,2,opt,name=used,proto3" json:"used,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// total counts the addresses the pool hands out.
+	Total string `protobuf:"bytes,1,opt,name=total,proto3" json:"total,omitempty"`
+	// used counts those held by a Service, kept for one that released them
+	// (Pool.kept) or reserved.
+	Used string `protobuf:"bytes,2,opt,name=used,proto3" json:"used,omitempty"`
+	// held counts those of used that live Services hold: not those kept for
+	// Services that released them or reserved for one that does not hold them.
+	Held string `protobuf:"bytes,3,opt,name=held,proto3" json:"held,omitempty"`
+	// available is total - used: the addresses a new Service gets without
+	// taking one kept for a Service that released it.
+	Available     string `protobuf:"bytes,4,opt,name=available,proto3" json:"available,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -543,6 +553,20 @@ func (x *FamilyUsage) GetTotal() string {
 func (x *FamilyUsage) GetUsed() string {
 	if x != nil {
 		return x.Used
+	}
+	return ""
+}
+
+func (x *FamilyUsage) GetHeld() string {
+	if x != nil {
+		return x.Held
+	}
+	return ""
+}
+
+func (x *FamilyUsage) GetAvailable() string {
+	if x != nil {
+		return x.Available
 	}
 	return ""
 }
@@ -1966,10 +1990,12 @@ const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
 	"\x15GetAllocationResponse\x12>\n" +
 	"\vallocations\x18\x01 \x03(\v2\x1c.ipledger.ipam.v1.AllocationR\vallocations\x12?\n" +
 	"\vreservation\x18\x02 \x01(\v2\x1d.ipledger.ipam.v1.ReservationR\vreservation\"\x12\n" +
-	"\x10ListPoolsRequest\"7\n" +
+	"\x10ListPoolsRequest\"i\n" +
 	"\vFamilyUsage\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\tR\x05total\x12\x12\n" +
-	"\x04used\x18\x02 \x01(\tR\x04used\"m\n" +
+	"\x04used\x18\x02 \x01(\tR\x04used\x12\x12\n" +
+	"\x04held\x18\x03 \x01(\tR\x04held\x12\x1c\n" +
+	"\tavailable\x18\x04 \x01(\tR\tavailable\"m\n" +
 	"\rPoolCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +

@@ -20,6 +20,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/cmdmain"
 	"github.com/ipledger/ipledger/pkg/grpcserver"
+	"github.com/ipledger/ipledger/pkg/kubemetrics"
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/opsserver"
 	"github.com/ipledger/ipledger/pkg/stream"
@@ -107,6 +108,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, log: cfg.Common.Logger(), Registry: prometheus.NewRegistry()}
+	kubemetrics.Register(a.Registry)
 	if a.cfg.Leader.LeaseName == "" {
 		a.cfg.Leader.LeaseName = LeaseName
 	}
@@ -140,6 +142,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.GRPC.CertClient = reviews
 	if a.grpc, err = grpcserver.New(cfg.GRPC, authz.New(reviews, server.Rules, a.log), a.log, a.Registry); err != nil {
 		return nil, err
 	}
@@ -152,6 +155,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 func (a *App) GRPCAddr() string { return a.grpc.Addr().String() }
 
 func (a *App) ready() error {
+	if err := a.grpc.CertificateReady(); err != nil {
+		return err
+	}
 	if !a.synced.Load() {
 		return errors.New("watcher stream not synced yet")
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipledger/ipledger/pkg/cmdmain"
+	"github.com/ipledger/ipledger/pkg/kubemetrics"
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/opsserver"
 	"github.com/ipledger/ipledger/pkg/stream"
@@ -89,6 +90,7 @@ type App struct {
 // New builds the process from cfg without starting anything.
 func New(cfg Config) (*App, error) {
 	a := &App{cfg: cfg, log: cfg.Common.Logger(), Registry: prometheus.NewRegistry()}
+	kubemetrics.Register(a.Registry)
 	if err := cfg.Controller.Validate(); err != nil {
 		return nil, err
 	}

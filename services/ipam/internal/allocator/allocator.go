@@ -302,12 +302,26 @@ func (r Reservation) tenant() string {
 	return namespaceOf(r.ForService)
 }
 
-// FamilyUsage counts the addresses of one family of a pool. Total excludes
-// the addresses avoidBuggyIPs skips; Used counts the addresses of Total that
-// are held by a Service or reserved (a shared IP counts once).
+// FamilyUsage counts the addresses of one family of a pool, each address
+// once however many Services share it. Total counts the addresses the pool
+// hands out (not those avoidBuggyIPs, exclude or skipFirstLastIPs keep
+// out); Used counts the addresses of Total held by a Service, kept for one
+// that released them, or reserved; Held counts those of Used a live Service
+// holds: one of ipam's, or one another controller serves whose status shows
+// it (SetForeign). An address kept or reserved for a Service that holds it
+// again counts as held. Used - Held is what is kept or reserved for a
+// Service that does not hold it.
 type FamilyUsage struct {
 	Total *big.Int
 	Used  *big.Int
+	Held  int64
+}
+
+// Available is Total - Used: the addresses a new Service can get without
+// taking one kept for a Service that released it (which a pool with nothing
+// else hands out, kept longest first) or reserved for another.
+func (f FamilyUsage) Available() *big.Int {
+	return new(big.Int).Sub(f.Total, f.Used)
 }
 
 // Usage is a pool's address usage by family.
@@ -371,7 +385,7 @@ type Allocator struct {
 	claimed  addrSet                            // IPs some Service requests
 	claims   map[netip.Addr]map[string]struct{} // IP -> requesting Services
 	claimsOf map[string][]netip.Addr            // Service -> requested IPs
-	used     map[string]*[2]*big.Int            // serving pool -> used IPv4, IPv6
+	counts   map[string]*poolCounts             // serving pool -> its counts by family
 	nsAddrs  nsAddrs                            // what maxAddressesPerNamespace caps
 	// tenants: Services counted against another namespace than their
 	// own (SetTenant) -> that namespace.
@@ -423,7 +437,7 @@ func New() *Allocator {
 		byShare:    map[string]map[netip.Addr]struct{}{},
 		claims:     map[netip.Addr]map[string]struct{}{},
 		claimsOf:   map[string][]netip.Addr{},
-		used:       map[string]*[2]*big.Int{},
+		counts:     map[string]*poolCounts{},
 		foreignOf:  map[string][]netip.Addr{},
 		foreignAt:  map[netip.Addr][]string{},
 		outside:    map[string]int{},
@@ -461,9 +475,9 @@ func (a *Allocator) SetPools(pools []*Pool) PoolUpdate {
 	slices.SortFunc(a.ranked, rankCompare)
 
 	var upd PoolUpdate
-	a.used = map[string]*[2]*big.Int{}
+	a.counts = map[string]*poolCounts{}
 	for _, p := range a.ranked {
-		a.used[p.name] = &[2]*big.Int{new(big.Int), new(big.Int)}
+		a.counts[p.name] = &poolCounts{used: [2]*big.Int{new(big.Int), new(big.Int)}}
 	}
 	for ip, st := range a.ips {
 		name := ""
@@ -497,18 +511,48 @@ func (a *Allocator) overlapOf(p *Pool) (Conflict, bool) {
 	return Conflict{}, false
 }
 
-// count adds delta to the used count of the pool st is attributed to, when
-// the pool counts ip among its allocatable addresses.
+// poolCounts are a serving pool's used and held counts (FamilyUsage), by
+// family index (famIdx), kept as addresses are held and released.
+type poolCounts struct {
+	used [2]*big.Int
+	held [2]int64
+}
+
+// count adds delta to the used count of the pool st is attributed to, and
+// to its held count when a live Service holds ip, when the pool counts ip.
 func (a *Allocator) count(ip netip.Addr, st *ipState, delta int64) {
-	if st.pool == "" {
-		return
+	if c, i := a.countsOf(ip, st); c != nil {
+		c.used[i].Add(c.used[i], big.NewInt(delta))
+		if a.live(ip, st) {
+			c.held[i] += delta
+		}
 	}
-	p, u := a.pools[st.pool], a.used[st.pool]
-	if p == nil || u == nil || !p.allocatable(ip) {
-		return
+}
+
+// countHeld adds delta to the held count of the pool st is attributed to,
+// when the pool counts ip: call it when ip starts (1) or stops (-1) being
+// held by a live Service, the rest of its state unchanged.
+func (a *Allocator) countHeld(ip netip.Addr, st *ipState, delta int64) {
+	if c, i := a.countsOf(ip, st); c != nil {
+		c.held[i] += delta
 	}
-	n := u[famIdx(FamilyOf(ip))]
-	n.Add(n, big.NewInt(delta))
+}
+
+// countsOf returns the counts of the pool st is attributed to and the index
+// of ip's family in them; nil when no serving pool counts ip (it lies in
+// none, or in one that does not hand it out).
+func (a *Allocator) countsOf(ip netip.Addr, st *ipState) (*poolCounts, int) {
+	c := a.counts[st.pool]
+	if c == nil || !a.pools[st.pool].allocatable(ip) {
+		return nil, 0
+	}
+	return c, famIdx(FamilyOf(ip))
+}
+
+// live reports whether a live Service holds ip: one of ipam's, or one
+// another controller serves whose status shows it.
+func (a *Allocator) live(ip netip.Addr, st *ipState) bool {
+	return len(st.holders) > 0 || len(a.foreignAt[ip]) > 0
 }
 
 // state returns the state of ip, creating it (taken, counted) if needed.
@@ -556,7 +600,11 @@ func (a *Allocator) hold(ip netip.Addr, service string, sh Sharing) {
 		if len(st.holders) == 0 && a.isOutside(ip, st) {
 			a.outside[st.origin]++
 		}
+		wasLive := a.live(ip, st)
 		st.holders = slices.Insert(st.holders, i, holder{service, shared})
+		if !wasLive {
+			a.countHeld(ip, st, 1)
+		}
 		a.nsAddrs.add(st.pool, a.tenantOf(service), ip)
 		held := a.bySvc[service]
 		if !slices.Contains(held, ip) {
@@ -901,6 +949,9 @@ func (a *Allocator) Release(service string) []Allocation {
 		if len(st.holders) == 0 && a.isOutside(ip, st) {
 			a.addOutside(st.origin, -1)
 		}
+		if !a.live(ip, st) {
+			a.countHeld(ip, st, -1)
+		}
 		a.nsAddrs.remove(st.pool, a.tenantOf(service), ip)
 		a.unshare(key, ip, st)
 		if a.dropIfFree(ip) {
@@ -1052,6 +1103,9 @@ func (a *Allocator) SetForeign(service string, ips []netip.Addr) {
 			a.foreignAt[ip] = left
 		} else {
 			delete(a.foreignAt, ip)
+			if st := a.ips[ip]; !a.live(ip, st) {
+				a.countHeld(ip, st, -1)
+			}
 		}
 		a.dropIfFree(ip)
 	}
@@ -1062,9 +1116,13 @@ func (a *Allocator) SetForeign(service string, ips []netip.Addr) {
 			continue
 		}
 		kept = append(kept, ip)
-		a.state(ip)
+		st := a.state(ip)
 		if i, found := slices.BinarySearch(a.foreignAt[ip], service); !found {
+			wasLive := a.live(ip, st)
 			a.foreignAt[ip] = slices.Insert(a.foreignAt[ip], i, service)
+			if !wasLive {
+				a.countHeld(ip, st, 1)
+			}
 		}
 	}
 	if len(kept) > 0 {
@@ -1280,9 +1338,10 @@ func (a *Allocator) Usage(pool string) (Usage, bool) {
 		IPv4: FamilyUsage{Total: p.Total(IPv4), Used: new(big.Int)},
 		IPv6: FamilyUsage{Total: p.Total(IPv6), Used: new(big.Int)},
 	}
-	if n := a.used[pool]; n != nil {
-		u.IPv4.Used.Set(n[0])
-		u.IPv6.Used.Set(n[1])
+	if c := a.counts[pool]; c != nil {
+		u.IPv4.Used.Set(c.used[0])
+		u.IPv6.Used.Set(c.used[1])
+		u.IPv4.Held, u.IPv6.Held = c.held[0], c.held[1]
 	}
 	return u, true
 }

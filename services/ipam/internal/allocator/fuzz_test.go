@@ -236,6 +236,14 @@ func runOps(t *testing.T, ops []byte) {
 		svc := fmt.Sprintf("%s/s%d", []string{"ns", "other"}[x>>5&1], x&7)
 		switch op % 8 {
 		case 7:
+			if x&24 == 24 { // another controller's Service shows ip(y), or nothing
+				var ips []netip.Addr
+				if y&64 == 0 {
+					ips = []netip.Addr{ip(y)}
+				}
+				a.SetForeign(fmt.Sprintf("foreign/s%d", x&7), ips)
+				break
+			}
 			a.Claim(Request{Service: svc, RequestedIPs: []netip.Addr{ip(y)}})
 		case 0, 1:
 			req := Request{Service: svc, FamilyPolicy: pols[int(y)%3], Families: []Family{IPv4, IPv6}, Sharing: sharing(y >> 2)}
@@ -335,15 +343,17 @@ func checkInvariants(t *testing.T, a *Allocator) {
 		t.Fatalf("held-outside counts drifted: kept %v, recounted %v", keptOutside, a.outside)
 	}
 	recount := map[string]*[2]*big.Int{}
+	reheld := map[string]*[2]int64{}
 	for _, p := range a.ranked {
 		recount[p.name] = &[2]*big.Int{new(big.Int), new(big.Int)}
+		reheld[p.name] = &[2]int64{}
 	}
 	for addr, st := range a.ips {
 		if !a.taken.contains(addr) {
 			t.Fatalf("%s held but not taken", addr)
 		}
-		if len(st.holders) == 0 && st.reservation == nil {
-			t.Fatalf("%s kept with neither holder nor reservation", addr)
+		if len(st.holders) == 0 && st.reservation == nil && len(a.foreignAt[addr]) == 0 {
+			t.Fatalf("%s kept with neither holder, reservation nor foreign Service", addr)
 		}
 		for i, h := range st.holders {
 			if r := st.reservation; r != nil && r.ForService != h.service {
@@ -373,6 +383,9 @@ func checkInvariants(t *testing.T, a *Allocator) {
 			if p.allocatable(addr) {
 				n := recount[name][famIdx(FamilyOf(addr))]
 				n.Add(n, big.NewInt(1))
+				if len(st.holders) > 0 || len(a.foreignAt[addr]) > 0 {
+					reheld[name][famIdx(FamilyOf(addr))]++
+				}
 			}
 		}
 		if st.pool != name {
@@ -430,6 +443,9 @@ func checkInvariants(t *testing.T, a *Allocator) {
 		u, _ := a.Usage(name)
 		if u.IPv4.Used.Cmp(want[0]) != 0 || u.IPv6.Used.Cmp(want[1]) != 0 {
 			t.Fatalf("pool %s used %s/%s, recount %s/%s", name, u.IPv4.Used, u.IPv6.Used, want[0], want[1])
+		}
+		if held := reheld[name]; u.IPv4.Held != held[0] || u.IPv6.Held != held[1] {
+			t.Fatalf("pool %s held %d/%d, recount %d/%d", name, u.IPv4.Held, u.IPv6.Held, held[0], held[1])
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/cmdmain"
 	"github.com/ipledger/ipledger/pkg/grpcserver"
+	"github.com/ipledger/ipledger/pkg/kubemetrics"
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/opsserver"
 	"github.com/ipledger/ipledger/pkg/stream"
@@ -127,6 +128,7 @@ func (c *Config) Run(ctx context.Context) error {
 		return fmt.Errorf("dynamic client: %w", err)
 	}
 	reg := prometheus.NewRegistry()
+	kubemetrics.Register(reg)
 
 	sc := c.Stream
 	sc.Kinds = []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP}
@@ -147,6 +149,7 @@ func (c *Config) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.GRPC.CertClient = reviews
 	authorizer := authz.New(reviews, server.Rules(), log.With("component", "authz"))
 	gs, err := grpcserver.New(c.GRPC, authorizer, log.With("component", "grpc"), reg)
 	if err != nil {
@@ -163,6 +166,9 @@ func (c *Config) Run(ctx context.Context) error {
 	gs.Register(&ipamv1grpc.IPAMService_ServiceDesc, ipamServer)
 
 	ops := opsserver.New(c.Ops, reg, func() error {
+		if err := gs.CertificateReady(); err != nil {
+			return err
+		}
 		if !src.HasSynced() {
 			return fmt.Errorf("the watcher stream has not synced yet")
 		}

@@ -40,7 +40,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		poolSeries: map[[2]string]bool{}, pendingReasons: map[string]bool{},
 		addresses: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ipledger_ipam_pool_addresses",
-			Help: "Addresses of each IPPool by family and state (total, used). IPv6 totals beyond 2^53 lose precision as floats; the IPPool status has the exact decimal.",
+			Help: "Addresses of each IPPool by family and state: total; used (held, kept for a deleted Service or reserved); held (by live Services); available (total - used, what a new Service gets without taking a kept address). " +
+				"IPv6 totals beyond 2^53 lose precision as floats; the IPPool status has the exact decimal.",
 		}, []string{"pool", "family", "state"}),
 		allocations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ipledger_ipam_allocations_total",
@@ -159,6 +160,8 @@ func (m *metrics) setPoolUsage(a *allocator.Allocator, pools []*watcherv1.Object
 		}{{"IPv4", u.IPv4}, {"IPv6", u.IPv6}} {
 			m.addresses.WithLabelValues(name, fam.name, "total").Set(f(fam.u.Total))
 			m.addresses.WithLabelValues(name, fam.name, "used").Set(f(fam.u.Used))
+			m.addresses.WithLabelValues(name, fam.name, "held").Set(float64(fam.u.Held))
+			m.addresses.WithLabelValues(name, fam.name, "available").Set(f(fam.u.Available()))
 			now[[2]string{name, fam.name}] = true
 		}
 	}

@@ -111,6 +111,7 @@ func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
 		}
 		w.hist.Committed(ch, time.Now(), m.by)
 		w.log.Info("Reserved an address", "ip", r.IP, "note", r.Note)
+		w.dirty.markPoolWrites() // its pool's counts changed
 		return mutationResult{res: *r}
 	}
 	ip := m.unreserve
@@ -126,12 +127,14 @@ func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
 	w.hist.Committed(ch, time.Now(), m.by)
 	w.alloc.Unreserve(ip)
 	w.log.Info("Released a reservation", "ip", ip)
-	// A Service waiting for this IP may take it now.
+	// A Service waiting for this IP may take it now; its pool's counts
+	// changed even when none waits.
 	var keys []string
 	for k := range w.pending {
 		keys = append(keys, k)
 	}
 	w.mark(keys...)
+	w.dirty.markPoolWrites()
 	return mutationResult{res: found}
 }
 

@@ -34,7 +34,7 @@ type poolStatus struct {
 	IPv4 *familyCounts `json:"ipv4,omitempty"`
 	IPv6 *familyCounts `json:"ipv6,omitempty"`
 	// Kept counts the addresses kept for Services that released them,
-	// written for a served pool (they count as used too).
+	// written for a served pool (they count as used too, not as held).
 	Kept *int `json:"kept,omitempty"`
 	// NamespacesAtQuota lists the namespaces holding or requesting as many
 	// addresses as the pool's maxAddressesPerNamespace allows: written for
@@ -77,10 +77,12 @@ type poolCondition struct {
 	Type               string `json:"type"`
 }
 
-// familyCounts is a family's counts as the IPPool status shows them.
+// familyCounts is a family's counts as the IPPool status shows them
+// (allocator.FamilyUsage says what each counts).
 type familyCounts struct {
 	Available      int64  `json:"available"`
 	AvailableExact string `json:"availableExact"`
+	Held           int64  `json:"held"`
 	Total          int64  `json:"total"`
 	TotalExact     string `json:"totalExact"`
 	Used           int64  `json:"used"`
@@ -240,11 +242,12 @@ func (w *worker) poolStatus(obj *watcherv1.Object, st poolstate.State) poolStatu
 // integers, so that kubectl sorts and prints them as numbers, capped at
 // math.MaxInt64 (an IPv6 /64 alone holds 2^64 addresses); totalExact and
 // availableExact are the exact decimals, capped or not. Used is capped the
-// same way, though Services and reservations never come near 2^63.
+// same way, though Services and reservations never come near 2^63; held,
+// at most the addresses ipam tracks, never does.
 func familyStatus(f allocator.FamilyUsage) familyCounts {
-	available := new(big.Int).Sub(f.Total, f.Used)
+	available := f.Available()
 	return familyCounts{
-		Total: capInt64(f.Total), Used: capInt64(f.Used), Available: capInt64(available),
+		Total: capInt64(f.Total), Used: capInt64(f.Used), Held: f.Held, Available: capInt64(available),
 		TotalExact: f.Total.String(), AvailableExact: available.String(),
 	}
 }

@@ -18,26 +18,27 @@ func TestFamilyStatusIsIntegersCappedWithExactDecimals(t *testing.T) {
 	tests := []struct {
 		name        string
 		total, used *big.Int
+		held        int64
 		want        map[string]any
 	}{
-		{"empty family", big.NewInt(0), big.NewInt(0),
-			map[string]any{"total": int64(0), "used": int64(0), "available": int64(0), "totalExact": "0", "availableExact": "0"}},
-		{"IPv4 /30 half used", big.NewInt(4), big.NewInt(2),
-			map[string]any{"total": int64(4), "used": int64(2), "available": int64(2), "totalExact": "4", "availableExact": "2"}},
-		{"2^63-1 fits", new(big.Int).Sub(pow(63), big.NewInt(1)), big.NewInt(0),
-			map[string]any{"total": int64(math.MaxInt64), "used": int64(0), "available": int64(math.MaxInt64),
+		{"empty family", big.NewInt(0), big.NewInt(0), 0,
+			map[string]any{"total": int64(0), "used": int64(0), "held": int64(0), "available": int64(0), "totalExact": "0", "availableExact": "0"}},
+		{"IPv4 /30 half used, one of them kept", big.NewInt(4), big.NewInt(2), 1,
+			map[string]any{"total": int64(4), "used": int64(2), "held": int64(1), "available": int64(2), "totalExact": "4", "availableExact": "2"}},
+		{"2^63-1 fits", new(big.Int).Sub(pow(63), big.NewInt(1)), big.NewInt(0), 0,
+			map[string]any{"total": int64(math.MaxInt64), "used": int64(0), "held": int64(0), "available": int64(math.MaxInt64),
 				"totalExact": "9223372036854775807", "availableExact": "9223372036854775807"}},
-		{"IPv6 /64 capped", pow(64), big.NewInt(3),
-			map[string]any{"total": int64(math.MaxInt64), "used": int64(3), "available": int64(math.MaxInt64),
+		{"IPv6 /64 capped", pow(64), big.NewInt(3), 3,
+			map[string]any{"total": int64(math.MaxInt64), "used": int64(3), "held": int64(3), "available": int64(math.MaxInt64),
 				"totalExact": "18446744073709551616", "availableExact": "18446744073709551613"}},
-		{"IPv6 /64 nearly full: available fits again", pow(64), new(big.Int).Sub(pow(64), big.NewInt(10)),
-			map[string]any{"total": int64(math.MaxInt64), "used": int64(math.MaxInt64), "available": int64(10),
+		{"IPv6 /64 nearly full: available fits again", pow(64), new(big.Int).Sub(pow(64), big.NewInt(10)), 5,
+			map[string]any{"total": int64(math.MaxInt64), "used": int64(math.MaxInt64), "held": int64(5), "available": int64(10),
 				"totalExact": "18446744073709551616", "availableExact": "10"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// The status is written as JSON: compare the JSON, byte for byte.
-			got, _ := json.Marshal(familyStatus(allocator.FamilyUsage{Total: tt.total, Used: tt.used}))
+			got, _ := json.Marshal(familyStatus(allocator.FamilyUsage{Total: tt.total, Used: tt.used, Held: tt.held}))
 			want, _ := json.Marshal(tt.want)
 			if string(got) != string(want) {
 				t.Fatalf("familyStatus = %s, want %s", got, want)
@@ -59,11 +60,11 @@ func TestPoolStatusJSON(t *testing.T) {
 	}{{
 		name: "served",
 		status: poolStatus{Conditions: []poolCondition{ready}, HeldOutside: &zero,
-			IPv4: &familyCounts{Total: 4, Used: 1, Available: 3, TotalExact: "4", AvailableExact: "3"},
+			IPv4: &familyCounts{Total: 4, Used: 1, Held: 1, Available: 3, TotalExact: "4", AvailableExact: "3"},
 			IPv6: &familyCounts{TotalExact: "0", AvailableExact: "0"}, Kept: &zero},
 		want: `{"status":{"conditions":[{"message":"The pool serves Services","observedGeneration":2,"reason":"Serving","status":"True","type":"Ready"}],` +
-			`"heldOutside":0,"ipv4":{"available":3,"availableExact":"3","total":4,"totalExact":"4","used":1},` +
-			`"ipv6":{"available":0,"availableExact":"0","total":0,"totalExact":"0","used":0},"kept":0}}`,
+			`"heldOutside":0,"ipv4":{"available":3,"availableExact":"3","held":1,"total":4,"totalExact":"4","used":1},` +
+			`"ipv6":{"available":0,"availableExact":"0","held":0,"total":0,"totalExact":"0","used":0},"kept":0}}`,
 	}, {
 		name:   "no allocator: conditions only, with their transition time once written",
 		status: poolStatus{Conditions: []poolCondition{{Type: "Ready", Status: "False", Reason: "LedgerUnreadable", Message: "m", LastTransitionTime: "2026-01-02T03:04:05Z"}}},

@@ -12,7 +12,9 @@ package poolstate
 import (
 	"fmt"
 	"math/big"
+	"strconv"
 
+	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
@@ -130,6 +132,15 @@ func of(in Inputs, held, kept map[string]int, obj *watcherv1.Object) State {
 func zero() allocator.FamilyUsage {
 	return allocator.FamilyUsage{Total: new(big.Int), Used: new(big.Int)}
 }
+
+// FamilyProto is a family's counts as the gRPC API answers them (ListPools,
+// PreviewPool): exact decimals. A pool not served counts zero.
+func FamilyProto(f allocator.FamilyUsage) *ipamv1.FamilyUsage {
+	return &ipamv1.FamilyUsage{Total: f.Total.String(), Used: f.Used.String(), Held: strconv.FormatInt(f.Held, 10), Available: f.Available().String()}
+}
+
+// ZeroProto is FamilyProto of a family with no address.
+func ZeroProto() *ipamv1.FamilyUsage { return FamilyProto(zero()) }
 
 // Holders is a.ServicesFrom() when some pool of objs is being deleted, and
 // nil otherwise or without an allocator: only a Terminating pool's state

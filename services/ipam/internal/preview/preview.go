@@ -334,14 +334,20 @@ type poolState struct {
 	conflict    string
 }
 
-type familyUsage struct{ total, used string }
+// familyUsage is a family's counts as PreviewPool answers them
+// (poolstate.FamilyProto), comparable.
+type familyUsage struct{ total, used, held, available string }
+
+func familyOf(p *ipamv1.FamilyUsage) familyUsage {
+	return familyUsage{p.GetTotal(), p.GetUsed(), p.GetHeld(), p.GetAvailable()}
+}
 
 func (f familyUsage) proto() *ipamv1.FamilyUsage {
-	return &ipamv1.FamilyUsage{Total: f.total, Used: f.used}
+	return &ipamv1.FamilyUsage{Total: f.total, Used: f.used, Held: f.held, Available: f.available}
 }
 
 func absent() poolState {
-	zero := familyUsage{"0", "0"}
+	zero := familyOf(poolstate.ZeroProto())
 	return poolState{state: Absent, v4: zero, v6: zero}
 }
 
@@ -352,8 +358,7 @@ func poolStates(a *allocator.Allocator, objs []*watcherv1.Object, invalid map[st
 	out := map[string]poolState{}
 	for i, ps := range poolstate.Of(poolstate.Inputs{Alloc: a, Invalid: invalid, Holders: poolstate.Holders(a, objs)}, objs) {
 		st := poolState{heldOutside: ps.HeldOutside, kept: ps.Kept,
-			v4: familyUsage{ps.IPv4.Total.String(), ps.IPv4.Used.String()},
-			v6: familyUsage{ps.IPv6.Total.String(), ps.IPv6.Used.String()}}
+			v4: familyOf(poolstate.FamilyProto(ps.IPv4)), v6: familyOf(poolstate.FamilyProto(ps.IPv6))}
 		switch ps.Phase {
 		case poolstate.Invalid:
 			st.state = Invalid
@@ -405,7 +410,7 @@ func summary(resp *ipamv1.PreviewPoolResponse, a *allocator.Allocator) []string 
 			name          string
 			before, after *ipamv1.FamilyUsage
 		}{{"IPv4", p.Ipv4Before, p.Ipv4After}, {"IPv6", p.Ipv6Before, p.Ipv6After}} {
-			if !proto.Equal(f.before, f.after) {
+			if f.before.Used != f.after.Used || f.before.Total != f.after.Total {
 				out = append(out, fmt.Sprintf("Pool %s %s: %s of %s used, after %s of %s.", p.Name, f.name, f.before.Used, f.before.Total, f.after.Used, f.after.Total))
 			}
 		}

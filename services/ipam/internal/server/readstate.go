@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
@@ -204,9 +205,10 @@ type usageState struct {
 	kept map[string]int
 }
 
-// poolUsage is one pool's usage, rendered once.
+// poolUsage is one pool's usage, rendered once (never changed: each
+// answer clones it).
 type poolUsage struct {
-	v4Total, v4Used, v6Total, v6Used string
+	v4, v6 *ipamv1.FamilyUsage
 }
 
 func (s *Server) buildUsage() (*usageState, uint64, error) {
@@ -220,8 +222,7 @@ func (s *Server) buildUsage() (*usageState, uint64, error) {
 	out := &usageState{pools: rs.pools, usage: map[string]poolUsage{}, heldOutside: map[string]int{}, kept: map[string]int{}}
 	for _, st := range poolstate.Of(poolstate.Inputs{Alloc: a}, rs.pools) {
 		if st.Served {
-			out.usage[st.Name] = poolUsage{v4Total: st.IPv4.Total.String(), v4Used: st.IPv4.Used.String(),
-				v6Total: st.IPv6.Total.String(), v6Used: st.IPv6.Used.String()}
+			out.usage[st.Name] = poolUsage{v4: poolstate.FamilyProto(st.IPv4), v6: poolstate.FamilyProto(st.IPv6)}
 		}
 		out.heldOutside[st.Name] = st.HeldOutside
 		out.kept[st.Name] = st.Kept

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -37,6 +38,7 @@ import (
 	"github.com/ipledger/ipledger/services/ipam/internal/history"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+	"github.com/ipledger/ipledger/services/ipam/internal/poolstate"
 	"github.com/ipledger/ipledger/services/ipam/internal/preview"
 )
 
@@ -421,11 +423,10 @@ func (s *Server) ListPools(ctx context.Context, req *ipamv1.ListPoolsRequest) (*
 		out := &ipamv1.Pool{
 			Name: o.GetMeta().GetName(), Addresses: p.GetAddresses(), AutoAssign: p.GetAutoAssign(),
 			Priority: p.GetAllocation().GetPriority(),
-			Ipv4:     &ipamv1.FamilyUsage{Total: "0", Used: "0"}, Ipv6: &ipamv1.FamilyUsage{Total: "0", Used: "0"},
+			Ipv4:     poolstate.ZeroProto(), Ipv6: poolstate.ZeroProto(),
 		}
 		if u, ok := us.usage[out.Name]; ok {
-			out.Ipv4 = &ipamv1.FamilyUsage{Total: u.v4Total, Used: u.v4Used}
-			out.Ipv6 = &ipamv1.FamilyUsage{Total: u.v6Total, Used: u.v6Used}
+			out.Ipv4, out.Ipv6 = proto.CloneOf(u.v4), proto.CloneOf(u.v6)
 		}
 		out.HeldOutside = int64(us.heldOutside[out.Name])
 		out.Kept = int64(us.kept[out.Name])

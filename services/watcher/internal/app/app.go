@@ -24,6 +24,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/cmdmain"
 	"github.com/ipledger/ipledger/pkg/grpcserver"
+	"github.com/ipledger/ipledger/pkg/kubemetrics"
 	"github.com/ipledger/ipledger/pkg/opsserver"
 	"github.com/ipledger/ipledger/pkg/promreg"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -144,6 +145,7 @@ func New(cfg Config, restCfg *rest.Config, log *slog.Logger, reg *prometheus.Reg
 		return nil, err
 	}
 	w := &Watcher{cfg: cfg, log: log, reg: reg, client: client, dyn: dyn, meta: meta}
+	kubemetrics.Register(reg)
 	w.store = store.New(newEpoch(), cfg.HistorySize)
 	w.store.LimitHistoryBytes(cfg.HistoryBytes)
 	revision := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ipledger_watcher_revision", Help: "Revision of the watcher's store."})
@@ -161,12 +163,16 @@ func New(cfg Config, restCfg *rest.Config, log *slog.Logger, reg *prometheus.Reg
 	}
 	w.srv = server.New(server.Config{HeartbeatInterval: cfg.HeartbeatInterval, QueueSize: cfg.QueueSize, StallTimeout: cfg.StallTimeout}, w.store,
 		w.Synced, log, serverM)
+	cfg.GRPC.CertClient = reviews
 	w.grpc, err = grpcserver.New(cfg.GRPC, authz.New(reviews, Rules, log), log, reg)
 	if err != nil {
 		return nil, err
 	}
 	w.grpc.Register(&watcherv1grpc.WatcherService_ServiceDesc, w.srv)
 	w.ops = opsserver.New(cfg.Ops, reg, func() error {
+		if err := w.grpc.CertificateReady(); err != nil {
+			return err
+		}
 		if !w.Synced() {
 			return server.ErrNotSynced
 		}

@@ -98,9 +98,9 @@ func TestPoolStatusCountsAreIntegers(t *testing.T) {
 		return m, nil
 	}
 	want := map[string]map[string]any{
-		"ipv4": {"total": int64(4), "used": int64(1), "available": int64(3), "totalExact": "4", "availableExact": "3"},
+		"ipv4": {"total": int64(4), "used": int64(1), "held": int64(1), "available": int64(3), "totalExact": "4", "availableExact": "3"},
 		// The Subnet-Router anycast address (the first) is never handed out.
-		"ipv6": {"total": int64(math.MaxInt64), "used": int64(0), "available": int64(math.MaxInt64),
+		"ipv6": {"total": int64(math.MaxInt64), "used": int64(0), "held": int64(0), "available": int64(math.MaxInt64),
 			"totalExact": "18446744073709551615", "availableExact": "18446744073709551615"},
 	}
 	testenv.Eventually(t, wait, func() error {
