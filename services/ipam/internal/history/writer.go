@@ -98,7 +98,9 @@ func (w *Writer) push(it item) {
 // (ledger.Ledger.ForeignWrites). The writer records what changed that no
 // entry says (Reconcile) before the term's later changes.
 func (w *Writer) Opened(st ledger.State, epoch uint64, restored bool) {
-	w.push(item{opened: &st, epoch: epoch, restored: restored})
+	// Dated now, not when the writer gets to it (after a load of the
+	// history): the term's changes after it are later.
+	w.push(item{opened: &st, epoch: epoch, restored: restored, at: time.Now()})
 }
 
 // Committed tells the writer of a change the ledger committed at at, by
@@ -204,7 +206,7 @@ func (w *Writer) decide(ctx context.Context, it item) error {
 	if it.restored {
 		how = HowRestored
 	}
-	found := Reconcile(said, *it.opened, time.Now(), IPAM, how)
+	found := Reconcile(said, *it.opened, it.at, IPAM, how)
 	if len(found) > 0 {
 		w.opts.Log.Info("Recorded changes of address holders that no history entry said", "entries", len(found), "how", how)
 	}
