@@ -86,6 +86,10 @@ const (
 // ipledger.io (cluster-wide).
 type Rule struct {
 	Verb, Resource string
+	// Namespaced: a caller not allowed cluster-wide is let through, and the
+	// method answers only with what AllowedIn allows it, namespace by
+	// namespace.
+	Namespaced bool
 }
 
 // Rules maps full method names ("/ipledger.ipam.v1.IPAMService/ListPools")
@@ -249,6 +253,15 @@ func (a *Authorizer) Authorize(ctx context.Context, fullMethod string) (context.
 		return nil, status.Errorf(codes.PermissionDenied,
 			"method %s has no authorization rule on this server; it is denied to everyone", fullMethod)
 	}
+	if rule.Namespaced {
+		// Allowed cluster-wide, or answered with what the namespaces it
+		// may read allow (AllowedIn): never refused outright.
+		e, err := a.accessIn(ctx, digest, user, rule, "")
+		if err != nil {
+			return nil, err
+		}
+		return context.WithValue(ctx, scopeKey{}, scope{digest: digest, user: user, rule: rule, all: e.allowed}), nil
+	}
 	if err := a.checkAccess(ctx, digest, user, rule); err != nil {
 		return nil, err
 	}
@@ -276,13 +289,15 @@ func tokenDigest(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// review authenticates token with a (cached) TokenReview.
-func (a *Authorizer) review(ctx context.Context, digest, token string) (authenticationv1.UserInfo, error) {
-	if e, ok := a.cachedUser(digest); ok {
-		return a.userResult(e)
+// reviewOnce answers from cached, or else asks review (under its own
+// timeout, in a bounded review slot) once for every concurrent caller of
+// key: the one shape of the TokenReview and the SubjectAccessReview.
+func reviewOnce[E any](a *Authorizer, ctx context.Context, key string, cached func() (E, bool), review func(ctx context.Context) (E, error)) (E, error) {
+	if e, ok := cached(); ok {
+		return e, nil
 	}
-	v, err, _ := a.flight.Do("tr/"+digest, func() (any, error) {
-		if e, ok := a.cachedUser(digest); ok {
+	v, err, _ := a.flight.Do(key, func() (any, error) {
+		if e, ok := cached(); ok {
 			return e, nil
 		}
 		if !a.acquireReview() {
@@ -291,10 +306,22 @@ func (a *Authorizer) review(ctx context.Context, digest, token string) (authenti
 		defer a.releaseReview()
 		rctx, cancel := reviewContext(ctx)
 		defer cancel()
+		return review(rctx)
+	})
+	if err != nil {
+		var zero E
+		return zero, err
+	}
+	return v.(E), nil
+}
+
+// review authenticates token with a (cached) TokenReview.
+func (a *Authorizer) review(ctx context.Context, digest, token string) (authenticationv1.UserInfo, error) {
+	e, err := reviewOnce(a, ctx, "tr/"+digest, func() (userEntry, bool) { return a.cachedUser(digest) }, func(rctx context.Context) (userEntry, error) {
 		tr, err := a.client.AuthenticationV1().TokenReviews().Create(rctx,
 			&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences}}, metav1.CreateOptions{})
 		if err != nil {
-			return nil, err
+			return userEntry{}, err
 		}
 		e := userEntry{user: tr.Status.User, ok: tr.Status.Authenticated, reason: tr.Status.Error}
 		if e.ok && !intersects(tr.Status.Audiences, a.audiences) {
@@ -312,7 +339,7 @@ func (a *Authorizer) review(ctx context.Context, digest, token string) (authenti
 		a.log.Error("TokenReview failed", "tokenDigest", digest[:12], "err", err)
 		return authenticationv1.UserInfo{}, status.Errorf(codes.Unavailable, "cannot review the bearer token with the Kubernetes API server: %v", err)
 	}
-	return a.userResult(v.(userEntry))
+	return a.userResult(e)
 }
 
 func intersects(got, want []string) bool {
@@ -435,39 +462,9 @@ func (e accessEntry) expiry() time.Time { return e.expires }
 
 // checkAccess asks (through the cache) whether user may use rule.
 func (a *Authorizer) checkAccess(ctx context.Context, digest string, user authenticationv1.UserInfo, rule Rule) error {
-	key := digest + "/" + rule.Verb + "/" + rule.Resource
-	e, ok := a.cachedAccess(key)
-	if !ok {
-		v, err, _ := a.flight.Do("sar/"+key, func() (any, error) {
-			if e, ok := a.cachedAccess(key); ok {
-				return e, nil
-			}
-			if !a.acquireReview() {
-				return nil, errTooManyReviews
-			}
-			defer a.releaseReview()
-			rctx, cancel := reviewContext(ctx)
-			defer cancel()
-			sar, err := a.client.AuthorizationV1().SubjectAccessReviews().Create(rctx,
-				accessReview(user, rule), metav1.CreateOptions{})
-			if err != nil {
-				return nil, err
-			}
-			e := accessEntry{allowed: sar.Status.Allowed && !sar.Status.Denied, reason: sar.Status.Reason}
-			if sar.Status.EvaluationError != "" && e.reason == "" {
-				e.reason = sar.Status.EvaluationError
-			}
-			a.storeAccess(key, e)
-			return e, nil
-		})
-		if errors.Is(err, errTooManyReviews) {
-			return err
-		}
-		if err != nil {
-			a.log.Error("SubjectAccessReview failed", "user", user.Username, "verb", rule.Verb, "resource", rule.Resource, "err", err)
-			return status.Errorf(codes.Unavailable, "cannot review access with the Kubernetes API server: %v", err)
-		}
-		e = v.(accessEntry)
+	e, err := a.accessIn(ctx, digest, user, rule, "")
+	if err != nil {
+		return err
 	}
 	if !e.allowed {
 		a.log.Info("Denied a call", "user", user.Username, "verb", rule.Verb, "resource", rule.Resource+"."+Group)
@@ -476,6 +473,67 @@ func (a *Authorizer) checkAccess(ctx context.Context, digest string, user authen
 			user.Username, rule.Verb, rule.Resource, Group, Group, rule.Resource, rule.Verb)
 	}
 	return nil
+}
+
+// accessIn asks (through the cache) whether user may use rule in namespace
+// ("" cluster-wide).
+func (a *Authorizer) accessIn(ctx context.Context, digest string, user authenticationv1.UserInfo, rule Rule, namespace string) (accessEntry, error) {
+	key := digest + "/" + rule.Verb + "/" + rule.Resource + "/" + namespace
+	e, err := reviewOnce(a, ctx, "sar/"+key, func() (accessEntry, bool) { return a.cachedAccess(key) }, func(rctx context.Context) (accessEntry, error) {
+		review := accessReview(user, rule)
+		review.Spec.ResourceAttributes.Namespace = namespace
+		sar, err := a.client.AuthorizationV1().SubjectAccessReviews().Create(rctx, review, metav1.CreateOptions{})
+		if err != nil {
+			return accessEntry{}, err
+		}
+		e := accessEntry{allowed: sar.Status.Allowed && !sar.Status.Denied, reason: sar.Status.Reason}
+		if sar.Status.EvaluationError != "" && e.reason == "" {
+			e.reason = sar.Status.EvaluationError
+		}
+		a.storeAccess(key, e)
+		return e, nil
+	})
+	if errors.Is(err, errTooManyReviews) {
+		return accessEntry{}, err
+	}
+	if err != nil {
+		a.log.Error("SubjectAccessReview failed", "user", user.Username, "verb", rule.Verb, "resource", rule.Resource, "namespace", namespace, "err", err)
+		return accessEntry{}, status.Errorf(codes.Unavailable, "cannot review access with the Kubernetes API server: %v", err)
+	}
+	return e, nil
+}
+
+// scopeKey carries, for a Namespaced rule's call, what AllowedIn needs.
+type scopeKey struct{}
+
+type scope struct {
+	digest string
+	user   authenticationv1.UserInfo
+	rule   Rule
+	all    bool // allowed cluster-wide
+}
+
+// AllowedIn reports whether the caller of ctx, a call of a Namespaced
+// rule, may use it in namespace: allowed cluster-wide, or by a namespaced
+// SubjectAccessReview (a RoleBinding in that namespace). A call that went
+// through no Authorizer (a server without credentials checks) is allowed.
+func (a *Authorizer) AllowedIn(ctx context.Context, namespace string) (bool, error) {
+	sc, ok := ctx.Value(scopeKey{}).(scope)
+	if !ok || sc.all {
+		return true, nil
+	}
+	if namespace == "" {
+		return false, nil
+	}
+	e, err := a.accessIn(ctx, sc.digest, sc.user, sc.rule, namespace)
+	return e.allowed, err
+}
+
+// AllowedEverywhere reports whether the caller of ctx may use its
+// Namespaced rule cluster-wide (see AllowedIn).
+func AllowedEverywhere(ctx context.Context) bool {
+	sc, ok := ctx.Value(scopeKey{}).(scope)
+	return !ok || sc.all
 }
 
 func accessReview(user authenticationv1.UserInfo, rule Rule) *authorizationv1.SubjectAccessReview {

@@ -70,6 +70,7 @@ the ServiceAccount whose token the plugin sends.`,
 	for _, newCommand := range []func(*Options) *cobra.Command{
 		newWhyCommand,
 		newAllocationsCommand,
+		newHistoryCommand,
 		newPoolsCommand,
 		newReserveCommand,
 		newReleaseCommand,

@@ -30,6 +30,7 @@ var roles = map[string]string{
 	"GetAllocation":      "ipledger:viewer (get allocations.ipledger.io)",
 	"ExplainService":     "ipledger:viewer (get allocations.ipledger.io)",
 	"PreviewPool":        "ipledger:viewer (get allocations.ipledger.io)",
+	"AddressHistory":     "ipledger:viewer (get history.ipledger.io), or a Role granting it in your namespaces",
 	"ReserveAddress":     "ipledger:operator (create reservations.ipledger.io)",
 	"ReleaseReservation": "ipledger:operator (delete reservations.ipledger.io)",
 }

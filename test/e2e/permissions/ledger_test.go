@@ -151,6 +151,12 @@ func TestOnlyIPAMWritesTheLedger(t *testing.T) {
 	refusedByPolicy(t, "edit removes the ledger label of a shard", err, ledgerPolicy)
 	err = cms.Delete(ctx, head.Name, metav1.DeleteOptions{})
 	refusedByPolicy(t, "edit deletes a shard", err, ledgerPolicy)
+	// The address history is the ledger's, for the policy: an abuse report
+	// must be able to trust it (docs/history.md).
+	segment := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "ipledger-history-901", Namespace: system,
+		Labels: map[string]string{"ipledger.io/history": "true"}}, Data: map[string]string{"format": "ipledger.io/history/v1"}}
+	_, err = cms.Create(ctx, segment, metav1.CreateOptions{})
+	refusedByPolicy(t, "edit creates an address history segment", err, ledgerPolicy)
 
 	// ... and every other ConfigMap as before, as long as it stays one.
 	notes, err := cms.Create(ctx, configMap(system, "team-notes", false), metav1.CreateOptions{})
@@ -176,6 +182,9 @@ func TestOnlyIPAMWritesTheLedger(t *testing.T) {
 		_, err = ipam.Update(ctx, shard, metav1.UpdateOptions{})
 		allowed(t, "ipam updates its shard", err)
 	}
+	_, err = ipam.Create(ctx, segment, metav1.CreateOptions{})
+	allowed(t, "ipam creates an address history segment", err)
+	allowed(t, "ipam deletes an address history segment emptied by retention", ipam.Delete(ctx, segment.Name, metav1.DeleteOptions{}))
 
 	// The break-glass group: repairs and restores.
 	oncall := as(t, "oncall", breakGlass).CoreV1().ConfigMaps(system)

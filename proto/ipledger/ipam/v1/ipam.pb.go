@@ -1810,6 +1810,263 @@ func (x *PreviewPoolResponse) GetSummary() []string {
 	return nil
 }
 
+// AddressHistoryRequest filters the history; every filter set must match.
+type AddressHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ip keeps only the entries of this address.
+	Ip string `protobuf:"bytes,1,opt,name=ip,proto3" json:"ip,omitempty"`
+	// service keeps only the entries of this Service (namespace and name; a
+	// uid, when set, keeps only that incarnation of it).
+	Service *ServiceRef `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	// pool keeps only the entries of addresses of this IPPool.
+	Pool string `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	// since keeps only the entries at or after this time (RFC 3339, or a date
+	// 2026-11-01 meaning its midnight UTC).
+	Since string `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	// page_size: at most this many; 0 means 500, more than 5000 is an error.
+	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token from a previous response's next_page_token.
+	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddressHistoryRequest) Reset() {
+	*x = AddressHistoryRequest{}
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddressHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddressHistoryRequest) ProtoMessage() {}
+
+func (x *AddressHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddressHistoryRequest.ProtoReflect.Descriptor instead.
+func (*AddressHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *AddressHistoryRequest) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *AddressHistoryRequest) GetService() *ServiceRef {
+	if x != nil {
+		return x.Service
+	}
+	return nil
+}
+
+func (x *AddressHistoryRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *AddressHistoryRequest) GetSince() string {
+	if x != nil {
+		return x.Since
+	}
+	return ""
+}
+
+func (x *AddressHistoryRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *AddressHistoryRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// HistoryEntry is one change of who holds one address.
+type HistoryEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// at is when, RFC 3339.
+	At   string `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	Ip   string `protobuf:"bytes,2,opt,name=ip,proto3" json:"ip,omitempty"`
+	Pool string `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	// service is the Service the change concerns (for a reservation, the one
+	// it is for; unset for a reservation for none).
+	Service *ServiceRef `protobuf:"bytes,4,opt,name=service,proto3" json:"service,omitempty"`
+	// action: granted, shared, returned, taken, released, kept, expired,
+	// reserved, unreserved.
+	Action string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
+	// by is who did it: "ipam", or the caller of the gRPC call.
+	By string `protobuf:"bytes,6,opt,name=by,proto3" json:"by,omitempty"`
+	// note is a reservation's owner note.
+	Note string `protobuf:"bytes,7,opt,name=note,proto3" json:"note,omitempty"`
+	// how is empty for an entry written with its change; "recovered" or
+	// "restored" for one a term start found missing (docs/history.md).
+	How           string `protobuf:"bytes,8,opt,name=how,proto3" json:"how,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryEntry) Reset() {
+	*x = HistoryEntry{}
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryEntry) ProtoMessage() {}
+
+func (x *HistoryEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryEntry.ProtoReflect.Descriptor instead.
+func (*HistoryEntry) Descriptor() ([]byte, []int) {
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *HistoryEntry) GetAt() string {
+	if x != nil {
+		return x.At
+	}
+	return ""
+}
+
+func (x *HistoryEntry) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *HistoryEntry) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *HistoryEntry) GetService() *ServiceRef {
+	if x != nil {
+		return x.Service
+	}
+	return nil
+}
+
+func (x *HistoryEntry) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *HistoryEntry) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *HistoryEntry) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *HistoryEntry) GetHow() string {
+	if x != nil {
+		return x.How
+	}
+	return ""
+}
+
+// AddressHistoryResponse is one page of entries, oldest first.
+type AddressHistoryResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*HistoryEntry        `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// next_page_token is empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddressHistoryResponse) Reset() {
+	*x = AddressHistoryResponse{}
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddressHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddressHistoryResponse) ProtoMessage() {}
+
+func (x *AddressHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_ipam_v1_ipam_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddressHistoryResponse.ProtoReflect.Descriptor instead.
+func (*AddressHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_ipledger_ipam_v1_ipam_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *AddressHistoryResponse) GetEntries() []*HistoryEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *AddressHistoryResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_ipledger_ipam_v1_ipam_proto protoreflect.FileDescriptor
 
 const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
@@ -1957,7 +2214,27 @@ const file_ipledger_ipam_v1_ipam_proto_rawDesc = "" +
 	"\fheld_outside\x18\x05 \x03(\v2 .ipledger.ipam.v1.ServicePreviewR\vheldOutside\x12E\n" +
 	"\rother_changes\x18\x06 \x03(\v2 .ipledger.ipam.v1.ServicePreviewR\fotherChanges\x123\n" +
 	"\x05pools\x18\a \x03(\v2\x1d.ipledger.ipam.v1.PoolPreviewR\x05pools\x12\x18\n" +
-	"\asummary\x18\b \x03(\tR\asummaryB<Z:github.com/ipledger/ipledger/proto/ipledger/ipam/v1;ipamv1b\x06proto3"
+	"\asummary\x18\b \x03(\tR\asummary\"\xc5\x01\n" +
+	"\x15AddressHistoryRequest\x12\x0e\n" +
+	"\x02ip\x18\x01 \x01(\tR\x02ip\x126\n" +
+	"\aservice\x18\x02 \x01(\v2\x1c.ipledger.ipam.v1.ServiceRefR\aservice\x12\x12\n" +
+	"\x04pool\x18\x03 \x01(\tR\x04pool\x12\x14\n" +
+	"\x05since\x18\x04 \x01(\tR\x05since\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\"\xc8\x01\n" +
+	"\fHistoryEntry\x12\x0e\n" +
+	"\x02at\x18\x01 \x01(\tR\x02at\x12\x0e\n" +
+	"\x02ip\x18\x02 \x01(\tR\x02ip\x12\x12\n" +
+	"\x04pool\x18\x03 \x01(\tR\x04pool\x126\n" +
+	"\aservice\x18\x04 \x01(\v2\x1c.ipledger.ipam.v1.ServiceRefR\aservice\x12\x16\n" +
+	"\x06action\x18\x05 \x01(\tR\x06action\x12\x0e\n" +
+	"\x02by\x18\x06 \x01(\tR\x02by\x12\x12\n" +
+	"\x04note\x18\a \x01(\tR\x04note\x12\x10\n" +
+	"\x03how\x18\b \x01(\tR\x03how\"z\n" +
+	"\x16AddressHistoryResponse\x128\n" +
+	"\aentries\x18\x01 \x03(\v2\x1e.ipledger.ipam.v1.HistoryEntryR\aentries\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageTokenB<Z:github.com/ipledger/ipledger/proto/ipledger/ipam/v1;ipamv1b\x06proto3"
 
 var (
 	file_ipledger_ipam_v1_ipam_proto_rawDescOnce sync.Once
@@ -1971,7 +2248,7 @@ func file_ipledger_ipam_v1_ipam_proto_rawDescGZIP() []byte {
 	return file_ipledger_ipam_v1_ipam_proto_rawDescData
 }
 
-var file_ipledger_ipam_v1_ipam_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_ipledger_ipam_v1_ipam_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_ipledger_ipam_v1_ipam_proto_goTypes = []any{
 	(*ServiceRef)(nil),                 // 0: ipledger.ipam.v1.ServiceRef
 	(*Allocation)(nil),                 // 1: ipledger.ipam.v1.Allocation
@@ -1997,6 +2274,9 @@ var file_ipledger_ipam_v1_ipam_proto_goTypes = []any{
 	(*ServicePreview)(nil),             // 21: ipledger.ipam.v1.ServicePreview
 	(*PoolPreview)(nil),                // 22: ipledger.ipam.v1.PoolPreview
 	(*PreviewPoolResponse)(nil),        // 23: ipledger.ipam.v1.PreviewPoolResponse
+	(*AddressHistoryRequest)(nil),      // 24: ipledger.ipam.v1.AddressHistoryRequest
+	(*HistoryEntry)(nil),               // 25: ipledger.ipam.v1.HistoryEntry
+	(*AddressHistoryResponse)(nil),     // 26: ipledger.ipam.v1.AddressHistoryResponse
 }
 var file_ipledger_ipam_v1_ipam_proto_depIdxs = []int32{
 	0,  // 0: ipledger.ipam.v1.Allocation.service:type_name -> ipledger.ipam.v1.ServiceRef
@@ -2024,11 +2304,14 @@ var file_ipledger_ipam_v1_ipam_proto_depIdxs = []int32{
 	21, // 22: ipledger.ipam.v1.PreviewPoolResponse.held_outside:type_name -> ipledger.ipam.v1.ServicePreview
 	21, // 23: ipledger.ipam.v1.PreviewPoolResponse.other_changes:type_name -> ipledger.ipam.v1.ServicePreview
 	22, // 24: ipledger.ipam.v1.PreviewPoolResponse.pools:type_name -> ipledger.ipam.v1.PoolPreview
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	0,  // 25: ipledger.ipam.v1.AddressHistoryRequest.service:type_name -> ipledger.ipam.v1.ServiceRef
+	0,  // 26: ipledger.ipam.v1.HistoryEntry.service:type_name -> ipledger.ipam.v1.ServiceRef
+	25, // 27: ipledger.ipam.v1.AddressHistoryResponse.entries:type_name -> ipledger.ipam.v1.HistoryEntry
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_ipledger_ipam_v1_ipam_proto_init() }
@@ -2046,7 +2329,7 @@ func file_ipledger_ipam_v1_ipam_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ipledger_ipam_v1_ipam_proto_rawDesc), len(file_ipledger_ipam_v1_ipam_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

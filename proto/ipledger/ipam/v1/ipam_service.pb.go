@@ -24,7 +24,7 @@ var File_ipledger_ipam_v1_ipam_service_proto protoreflect.FileDescriptor
 
 const file_ipledger_ipam_v1_ipam_service_proto_rawDesc = "" +
 	"\n" +
-	"#ipledger/ipam/v1/ipam_service.proto\x12\x10ipledger.ipam.v1\x1a\x1bipledger/ipam/v1/ipam.proto2\xc4\x05\n" +
+	"#ipledger/ipam/v1/ipam_service.proto\x12\x10ipledger.ipam.v1\x1a\x1bipledger/ipam/v1/ipam.proto2\xa9\x06\n" +
 	"\vIPAMService\x12f\n" +
 	"\x0fListAllocations\x12(.ipledger.ipam.v1.ListAllocationsRequest\x1a).ipledger.ipam.v1.ListAllocationsResponse\x12`\n" +
 	"\rGetAllocation\x12&.ipledger.ipam.v1.GetAllocationRequest\x1a'.ipledger.ipam.v1.GetAllocationResponse\x12T\n" +
@@ -32,7 +32,8 @@ const file_ipledger_ipam_v1_ipam_service_proto_rawDesc = "" +
 	"\x0eExplainService\x12'.ipledger.ipam.v1.ExplainServiceRequest\x1a(.ipledger.ipam.v1.ExplainServiceResponse\x12c\n" +
 	"\x0eReserveAddress\x12'.ipledger.ipam.v1.ReserveAddressRequest\x1a(.ipledger.ipam.v1.ReserveAddressResponse\x12o\n" +
 	"\x12ReleaseReservation\x12+.ipledger.ipam.v1.ReleaseReservationRequest\x1a,.ipledger.ipam.v1.ReleaseReservationResponse\x12Z\n" +
-	"\vPreviewPool\x12$.ipledger.ipam.v1.PreviewPoolRequest\x1a%.ipledger.ipam.v1.PreviewPoolResponseB<Z:github.com/ipledger/ipledger/proto/ipledger/ipam/v1;ipamv1b\x06proto3"
+	"\vPreviewPool\x12$.ipledger.ipam.v1.PreviewPoolRequest\x1a%.ipledger.ipam.v1.PreviewPoolResponse\x12c\n" +
+	"\x0eAddressHistory\x12'.ipledger.ipam.v1.AddressHistoryRequest\x1a(.ipledger.ipam.v1.AddressHistoryResponseB<Z:github.com/ipledger/ipledger/proto/ipledger/ipam/v1;ipamv1b\x06proto3"
 
 var file_ipledger_ipam_v1_ipam_service_proto_goTypes = []any{
 	(*ListAllocationsRequest)(nil),     // 0: ipledger.ipam.v1.ListAllocationsRequest
@@ -42,13 +43,15 @@ var file_ipledger_ipam_v1_ipam_service_proto_goTypes = []any{
 	(*ReserveAddressRequest)(nil),      // 4: ipledger.ipam.v1.ReserveAddressRequest
 	(*ReleaseReservationRequest)(nil),  // 5: ipledger.ipam.v1.ReleaseReservationRequest
 	(*PreviewPoolRequest)(nil),         // 6: ipledger.ipam.v1.PreviewPoolRequest
-	(*ListAllocationsResponse)(nil),    // 7: ipledger.ipam.v1.ListAllocationsResponse
-	(*GetAllocationResponse)(nil),      // 8: ipledger.ipam.v1.GetAllocationResponse
-	(*ListPoolsResponse)(nil),          // 9: ipledger.ipam.v1.ListPoolsResponse
-	(*ExplainServiceResponse)(nil),     // 10: ipledger.ipam.v1.ExplainServiceResponse
-	(*ReserveAddressResponse)(nil),     // 11: ipledger.ipam.v1.ReserveAddressResponse
-	(*ReleaseReservationResponse)(nil), // 12: ipledger.ipam.v1.ReleaseReservationResponse
-	(*PreviewPoolResponse)(nil),        // 13: ipledger.ipam.v1.PreviewPoolResponse
+	(*AddressHistoryRequest)(nil),      // 7: ipledger.ipam.v1.AddressHistoryRequest
+	(*ListAllocationsResponse)(nil),    // 8: ipledger.ipam.v1.ListAllocationsResponse
+	(*GetAllocationResponse)(nil),      // 9: ipledger.ipam.v1.GetAllocationResponse
+	(*ListPoolsResponse)(nil),          // 10: ipledger.ipam.v1.ListPoolsResponse
+	(*ExplainServiceResponse)(nil),     // 11: ipledger.ipam.v1.ExplainServiceResponse
+	(*ReserveAddressResponse)(nil),     // 12: ipledger.ipam.v1.ReserveAddressResponse
+	(*ReleaseReservationResponse)(nil), // 13: ipledger.ipam.v1.ReleaseReservationResponse
+	(*PreviewPoolResponse)(nil),        // 14: ipledger.ipam.v1.PreviewPoolResponse
+	(*AddressHistoryResponse)(nil),     // 15: ipledger.ipam.v1.AddressHistoryResponse
 }
 var file_ipledger_ipam_v1_ipam_service_proto_depIdxs = []int32{
 	0,  // 0: ipledger.ipam.v1.IPAMService.ListAllocations:input_type -> ipledger.ipam.v1.ListAllocationsRequest
@@ -58,15 +61,17 @@ var file_ipledger_ipam_v1_ipam_service_proto_depIdxs = []int32{
 	4,  // 4: ipledger.ipam.v1.IPAMService.ReserveAddress:input_type -> ipledger.ipam.v1.ReserveAddressRequest
 	5,  // 5: ipledger.ipam.v1.IPAMService.ReleaseReservation:input_type -> ipledger.ipam.v1.ReleaseReservationRequest
 	6,  // 6: ipledger.ipam.v1.IPAMService.PreviewPool:input_type -> ipledger.ipam.v1.PreviewPoolRequest
-	7,  // 7: ipledger.ipam.v1.IPAMService.ListAllocations:output_type -> ipledger.ipam.v1.ListAllocationsResponse
-	8,  // 8: ipledger.ipam.v1.IPAMService.GetAllocation:output_type -> ipledger.ipam.v1.GetAllocationResponse
-	9,  // 9: ipledger.ipam.v1.IPAMService.ListPools:output_type -> ipledger.ipam.v1.ListPoolsResponse
-	10, // 10: ipledger.ipam.v1.IPAMService.ExplainService:output_type -> ipledger.ipam.v1.ExplainServiceResponse
-	11, // 11: ipledger.ipam.v1.IPAMService.ReserveAddress:output_type -> ipledger.ipam.v1.ReserveAddressResponse
-	12, // 12: ipledger.ipam.v1.IPAMService.ReleaseReservation:output_type -> ipledger.ipam.v1.ReleaseReservationResponse
-	13, // 13: ipledger.ipam.v1.IPAMService.PreviewPool:output_type -> ipledger.ipam.v1.PreviewPoolResponse
-	7,  // [7:14] is the sub-list for method output_type
-	0,  // [0:7] is the sub-list for method input_type
+	7,  // 7: ipledger.ipam.v1.IPAMService.AddressHistory:input_type -> ipledger.ipam.v1.AddressHistoryRequest
+	8,  // 8: ipledger.ipam.v1.IPAMService.ListAllocations:output_type -> ipledger.ipam.v1.ListAllocationsResponse
+	9,  // 9: ipledger.ipam.v1.IPAMService.GetAllocation:output_type -> ipledger.ipam.v1.GetAllocationResponse
+	10, // 10: ipledger.ipam.v1.IPAMService.ListPools:output_type -> ipledger.ipam.v1.ListPoolsResponse
+	11, // 11: ipledger.ipam.v1.IPAMService.ExplainService:output_type -> ipledger.ipam.v1.ExplainServiceResponse
+	12, // 12: ipledger.ipam.v1.IPAMService.ReserveAddress:output_type -> ipledger.ipam.v1.ReserveAddressResponse
+	13, // 13: ipledger.ipam.v1.IPAMService.ReleaseReservation:output_type -> ipledger.ipam.v1.ReleaseReservationResponse
+	14, // 14: ipledger.ipam.v1.IPAMService.PreviewPool:output_type -> ipledger.ipam.v1.PreviewPoolResponse
+	15, // 15: ipledger.ipam.v1.IPAMService.AddressHistory:output_type -> ipledger.ipam.v1.AddressHistoryResponse
+	8,  // [8:16] is the sub-list for method output_type
+	0,  // [0:8] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

@@ -23,6 +23,7 @@ import (
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/announced"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
+	"github.com/ipledger/ipledger/services/ipam/internal/history"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 	"github.com/ipledger/ipledger/services/ipam/internal/server"
 )
@@ -94,6 +95,11 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	// flag's, not Defaults'.
 	c.Controller.KeepReleased = objects.DefaultKeepReleased
 	objects.KeepReleasedFlag(fs, &c.Controller.KeepReleased)
+	c.Controller.History = history.DefaultRetention
+	fs.DurationVar(&c.Controller.History.MaxAge, "history-max-age", c.Controller.History.MaxAge,
+		"drop address history entries older than this (0: keep by age forever); the entry saying who holds an address now is always kept (docs/history.md)")
+	fs.IntVar(&c.Controller.History.MaxPerAddress, "history-max-per-address", c.Controller.History.MaxPerAddress,
+		"keep at most this many address history entries per address, the newest (0: no bound); the entry saying who holds it now is always kept")
 }
 
 // Run runs ipam until ctx ends.
@@ -155,14 +161,15 @@ func (c *Config) Run(ctx context.Context) error {
 		return err
 	}
 	c.GRPC.CertClient = reviews
-	gs, err := grpcserver.New(c.GRPC, authz.New(reviews, server.Rules(), log.With("component", "authz")), log.With("component", "grpc"), reg)
+	authorizer := authz.New(reviews, server.Rules(), log.With("component", "authz"))
+	gs, err := grpcserver.New(c.GRPC, authorizer, log.With("component", "grpc"), reg)
 	if err != nil {
 		return err
 	}
 	ipamServer, err := server.New(server.Config{
 		Namespace: c.Common.Namespace, LeaseName: c.Leader.LeaseName, LBClass: c.Controller.LBClass,
 		RequireLBClass: c.Controller.RequireLBClass, GatewayServiceNamespaces: c.Controller.GatewayServiceNamespaces,
-		KeepReleased: c.Controller.KeepReleased, Registerer: reg,
+		KeepReleased: c.Controller.KeepReleased, Registerer: reg, Access: authorizer,
 	}, src.Store, client, ctrl, log.With("component", "api"))
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/stream"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/history"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 )
@@ -58,6 +59,9 @@ type Config struct {
 	// (--keep-released-addresses; objects.PoolSet): 0 frees released
 	// addresses at once.
 	KeepReleased time.Duration
+	// History bounds the address history (--history-max-age,
+	// --history-max-per-address).
+	History history.Retention
 }
 
 // Defaults fills unset fields.
@@ -143,6 +147,10 @@ func (w *worker) Run(term *leader.Term) error {
 	// Handlers only mark keys dirty; registering before the rebuild means
 	// nothing that happens during it is missed, and the rebuild marks
 	// every Service itself (no replay: it would decode every object).
+	// The history is written beside the term, never in its loop: a slow
+	// or failing history write delays no allocation.
+	w.hist = history.Start(term.Context(), w.c.client, history.Options{
+		Namespace: w.c.cfg.Namespace, Term: term.ID(), Retention: w.c.cfg.History, Log: w.log})
 	reg := w.c.source.Follow(w.handler())
 	defer w.c.source.RemoveHandler(reg)
 
@@ -161,6 +169,7 @@ func (w *worker) Run(term *leader.Term) error {
 	defer w.c.ledgerM.Forget()
 	defer w.writes.wait()
 	w.loop(term.Context(), term, func(phase) bool { return false })
+	w.drainHistory(term.Context())
 	w.release(term.Context())
 	return nil
 }

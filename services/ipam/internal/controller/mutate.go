@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
+
+	"github.com/ipledger/ipledger/pkg/authz"
 
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
@@ -23,7 +26,9 @@ var ErrNotReserved = errors.New("the IP is not reserved")
 type mutation struct {
 	reserve   *ledger.Reservation
 	unreserve netip.Addr
-	reply     chan mutationResult
+	// by is the authenticated caller, for the history.
+	by    string
+	reply chan mutationResult
 }
 
 type mutationResult struct {
@@ -61,6 +66,7 @@ func (c *Controller) mutate(ctx context.Context, m mutation) (ledger.Reservation
 		return ledger.Reservation{}, ErrNotLeader
 	}
 	m.reply = make(chan mutationResult, 1)
+	m.by = callerOf(ctx)
 	select {
 	case w.mutations <- m:
 	case <-w.term.Stopping():
@@ -97,11 +103,13 @@ func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
 		if err := w.alloc.Reserve(ar); err != nil {
 			return mutationResult{err: err}
 		}
-		if err := w.ldg.Commit(ctx, ledger.Change{Reserve: []ledger.Reservation{*r}}); err != nil {
+		ch := ledger.Change{Reserve: []ledger.Reservation{*r}}
+		if err := w.ldg.Commit(ctx, ch); err != nil {
 			w.alloc.Unreserve(r.IP)
 			w.afterCommitError(err)
 			return mutationResult{err: fmt.Errorf("record the reservation in the ledger: %w", err)}
 		}
+		w.hist.Committed(ch, time.Now(), m.by)
 		w.log.Info("Reserved an address", "ip", r.IP, "note", r.Note)
 		w.dirty.markPoolWrites() // its pool's counts changed
 		return mutationResult{res: *r}
@@ -111,10 +119,12 @@ func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
 	if !ok {
 		return mutationResult{err: ErrNotReserved}
 	}
-	if err := w.ldg.Commit(ctx, ledger.Change{Unreserve: []netip.Addr{ip}}); err != nil {
+	ch := ledger.Change{Unreserve: []netip.Addr{ip}}
+	if err := w.ldg.Commit(ctx, ch); err != nil {
 		w.afterCommitError(err)
 		return mutationResult{err: fmt.Errorf("remove the reservation from the ledger: %w", err)}
 	}
+	w.hist.Committed(ch, time.Now(), m.by)
 	w.alloc.Unreserve(ip)
 	w.log.Info("Released a reservation", "ip", ip)
 	// A Service waiting for this IP may take it now; its pool's counts
@@ -126,6 +136,31 @@ func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
 	w.mark(keys...)
 	w.dirty.markPoolWrites()
 	return mutationResult{res: found}
+}
+
+// callerOf names the authenticated caller of the gRPC call ctx serves
+// (pkg/authz), for the history; "unauthenticated" when the server checks
+// no credentials.
+func callerOf(ctx context.Context) string {
+	if u, ok := authz.UserFrom(ctx); ok && u.Username != "" {
+		return u.Username
+	}
+	return "unauthenticated"
+}
+
+// historyDrainTimeout bounds how long a term that stops waits for its
+// history to be written: what is left is recorded by the next term
+// (history.Reconcile).
+const historyDrainTimeout = 5 * time.Second
+
+// drainHistory waits, before the ledger is released, until the term's
+// history is written.
+func (w *worker) drainHistory(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, historyDrainTimeout)
+	defer cancel()
+	if err := w.hist.Drain(ctx); err != nil {
+		w.log.Info("Stopped before the address history was written; the next term records what is missing", "err", err)
+	}
 }
 
 func (w *worker) afterCommitError(err error) { w.enter(w.term.Context(), err, false) }

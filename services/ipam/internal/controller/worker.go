@@ -21,6 +21,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
+	"github.com/ipledger/ipledger/services/ipam/internal/history"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 	"github.com/ipledger/ipledger/services/ipam/internal/plan"
@@ -66,6 +67,10 @@ type worker struct {
 	mutations        chan mutation
 	// expiry fires when the next kept address's grace period ends.
 	expiry *time.Timer
+	// hist writes the history of the term's changes (history.Writer);
+	// opened is the ledger the last open read, handed to it.
+	hist   *history.Writer
+	opened ledger.State
 }
 
 func newWorker(c *Controller, term *leader.Term) *worker {
@@ -223,6 +228,8 @@ func (w *worker) open(ctx context.Context) error {
 		return err
 	}
 	w.ldg = l
+	w.hist.Opened(w.opened, l.Epoch(), len(l.ForeignWrites()) > 0)
+	w.opened = ledger.State{}
 	for _, f := range l.ForeignWrites() {
 		w.event(configMapRef(w.c.cfg.Namespace, f.Shard), "Warning", "LedgerForeignWrite", fmt.Sprintf(
 			"Written by %q at %s, not by ipam; ipam obeys its entries only where the Services' statuses do not contradict them. "+
@@ -307,6 +314,7 @@ func (w *worker) rebuild(overruled []ledger.Allocation) []plan.Suspect {
 	// created during a slow rebuild served nothing).
 	w.dirty.takePools()
 	st := w.ldg.State()
+	w.opened = st
 	pools, invalid := w.c.pools.Parse(w.store().List(watcherv1.Kind_KIND_IP_POOL))
 	// Every Service is decided again: those the rebuild reads, those a
 	// handler adds meanwhile (it marks them itself), and those only the
@@ -600,6 +608,7 @@ func (w *worker) commit(ctx context.Context, change ledger.Change) bool {
 		w.enter(ctx, err, false)
 		return false
 	}
+	w.hist.Committed(change, time.Now(), history.IPAM)
 	return true
 }
 

@@ -36,13 +36,17 @@ func TestRulesCoverEveryMethod(t *testing.T) {
 		"ListAllocations": "list allocations", "ListPools": "list allocations",
 		"GetAllocation": "get allocations", "ExplainService": "get allocations", "PreviewPool": "get allocations",
 		"ReserveAddress": "create reservations", "ReleaseReservation": "delete reservations",
+		"AddressHistory": "get history",
 	} {
 		r, ok := rules["/ipledger.ipam.v1.IPAMService/"+method]
 		if !ok || r.Verb+" "+r.Resource != want {
 			t.Errorf("%s: rule %+v, want %s", method, r, want)
 		}
 	}
-	if len(rules) != 7 {
-		t.Errorf("%d rules, want 7", len(rules))
+	if len(rules) != 8 {
+		t.Errorf("%d rules, want 8", len(rules))
+	}
+	if !rules["/ipledger.ipam.v1.IPAMService/AddressHistory"].Namespaced {
+		t.Error("AddressHistory: not Namespaced; a reader granted it in some namespaces would be refused")
 	}
 }

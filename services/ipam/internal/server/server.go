@@ -37,6 +37,7 @@ import (
 	"github.com/ipledger/ipledger/services/ipam/internal/announce"
 	"github.com/ipledger/ipledger/services/ipam/internal/announced"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
+	"github.com/ipledger/ipledger/services/ipam/internal/history"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 	"github.com/ipledger/ipledger/services/ipam/internal/poolstate"
@@ -58,6 +59,7 @@ func Rules() authz.Rules {
 		p + "PreviewPool":        {Verb: "get", Resource: "allocations"},
 		p + "ReserveAddress":     {Verb: "create", Resource: "reservations"},
 		p + "ReleaseReservation": {Verb: "delete", Resource: "reservations"},
+		p + "AddressHistory":     {Verb: "get", Resource: "history", Namespaced: true},
 	}
 }
 
@@ -80,6 +82,14 @@ type Config struct {
 	KeepReleased time.Duration
 	// Registerer takes the API's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Access answers which namespaces a caller of a Namespaced method may
+	// read (the Authorizer); nil: every caller reads every namespace.
+	Access Access
+}
+
+// Access is authz.Authorizer's namespaced answer.
+type Access interface {
+	AllowedIn(ctx context.Context, namespace string) (bool, error)
 }
 
 // env finds, in the stream, what requests depend on besides the Services:
@@ -114,6 +124,12 @@ type Server struct {
 	explain coalesced[*explainState]
 	usage   coalesced[*usageState]
 	listing coalesced[*listState]
+
+	// history is the address history last read, at historyRead
+	// (historyEntries).
+	historyMu   sync.Mutex
+	history     []history.Entry
+	historyRead time.Time
 
 	// previews lets one PreviewPool decide at a time: each rebuilds and
 	// decides the whole allocator (≈ the cost of a term start).
@@ -233,20 +249,29 @@ func parsePageToken(tok string) (position, error) {
 // ListAllocations pages through the allocations, and the addresses kept
 // for Services that released them, in IP order.
 func (s *Server) ListAllocations(ctx context.Context, req *ipamv1.ListAllocationsRequest) (*ipamv1.ListAllocationsResponse, error) {
-	size := int(req.GetPageSize())
-	switch {
-	case size < 0:
-		return nil, status.Errorf(codes.InvalidArgument, "page_size: %d is negative; use 0 for the default of %d, or up to %d", size, defaultPageSize, maxPageSize)
-	case size > maxPageSize:
-		return nil, status.Errorf(codes.InvalidArgument, "page_size: %d is more than %d; ask for at most %d and follow next_page_token", size, maxPageSize, maxPageSize)
-	case size == 0:
-		size = defaultPageSize
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
 	}
 	ls, err := s.listState(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return listPage(ls.ledger.Allocations, ls.kept, req, size)
+}
+
+// pageSize is a request's page_size, checked, 0 the default.
+func pageSize(n int32) (int, error) {
+	size := int(n)
+	switch {
+	case size < 0:
+		return 0, status.Errorf(codes.InvalidArgument, "page_size: %d is negative; use 0 for the default of %d, or up to %d", size, defaultPageSize, maxPageSize)
+	case size > maxPageSize:
+		return 0, status.Errorf(codes.InvalidArgument, "page_size: %d is more than %d; ask for at most %d and follow next_page_token", size, maxPageSize, maxPageSize)
+	case size == 0:
+		size = defaultPageSize
+	}
+	return size, nil
 }
 
 // listPage returns one page of allocs (sorted by ledger.CompareAllocations)

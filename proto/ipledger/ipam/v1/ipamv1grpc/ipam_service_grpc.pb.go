@@ -27,6 +27,7 @@ const (
 	IPAMService_ReserveAddress_FullMethodName     = "/ipledger.ipam.v1.IPAMService/ReserveAddress"
 	IPAMService_ReleaseReservation_FullMethodName = "/ipledger.ipam.v1.IPAMService/ReleaseReservation"
 	IPAMService_PreviewPool_FullMethodName        = "/ipledger.ipam.v1.IPAMService/PreviewPool"
+	IPAMService_AddressHistory_FullMethodName     = "/ipledger.ipam.v1.IPAMService/AddressHistory"
 )
 
 // IPAMServiceClient is the client API for IPAMService service.
@@ -56,6 +57,11 @@ type IPAMServiceClient interface {
 	// addresses, which would be held outside their pool, which pools would
 	// conflict, and each pool's usage before and after.
 	PreviewPool(ctx context.Context, in *v1.PreviewPoolRequest, opts ...grpc.CallOption) (*v1.PreviewPoolResponse, error)
+	// AddressHistory pages through who held which address, and when
+	// (docs/history.md), oldest first. Authorization: `history` get; a caller
+	// allowed it only in some namespaces (a RoleBinding) sees only the entries
+	// of those namespaces.
+	AddressHistory(ctx context.Context, in *v1.AddressHistoryRequest, opts ...grpc.CallOption) (*v1.AddressHistoryResponse, error)
 }
 
 type iPAMServiceClient struct {
@@ -136,6 +142,16 @@ func (c *iPAMServiceClient) PreviewPool(ctx context.Context, in *v1.PreviewPoolR
 	return out, nil
 }
 
+func (c *iPAMServiceClient) AddressHistory(ctx context.Context, in *v1.AddressHistoryRequest, opts ...grpc.CallOption) (*v1.AddressHistoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.AddressHistoryResponse)
+	err := c.cc.Invoke(ctx, IPAMService_AddressHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IPAMServiceServer is the server API for IPAMService service.
 // All implementations must embed UnimplementedIPAMServiceServer
 // for forward compatibility.
@@ -163,6 +179,11 @@ type IPAMServiceServer interface {
 	// addresses, which would be held outside their pool, which pools would
 	// conflict, and each pool's usage before and after.
 	PreviewPool(context.Context, *v1.PreviewPoolRequest) (*v1.PreviewPoolResponse, error)
+	// AddressHistory pages through who held which address, and when
+	// (docs/history.md), oldest first. Authorization: `history` get; a caller
+	// allowed it only in some namespaces (a RoleBinding) sees only the entries
+	// of those namespaces.
+	AddressHistory(context.Context, *v1.AddressHistoryRequest) (*v1.AddressHistoryResponse, error)
 	mustEmbedUnimplementedIPAMServiceServer()
 }
 
@@ -193,6 +214,9 @@ func (UnimplementedIPAMServiceServer) ReleaseReservation(context.Context, *v1.Re
 }
 func (UnimplementedIPAMServiceServer) PreviewPool(context.Context, *v1.PreviewPoolRequest) (*v1.PreviewPoolResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PreviewPool not implemented")
+}
+func (UnimplementedIPAMServiceServer) AddressHistory(context.Context, *v1.AddressHistoryRequest) (*v1.AddressHistoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddressHistory not implemented")
 }
 func (UnimplementedIPAMServiceServer) mustEmbedUnimplementedIPAMServiceServer() {}
 func (UnimplementedIPAMServiceServer) testEmbeddedByValue()                     {}
@@ -341,6 +365,24 @@ func _IPAMService_PreviewPool_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IPAMService_AddressHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.AddressHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IPAMServiceServer).AddressHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IPAMService_AddressHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IPAMServiceServer).AddressHistory(ctx, req.(*v1.AddressHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IPAMService_ServiceDesc is the grpc.ServiceDesc for IPAMService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -375,6 +417,10 @@ var IPAMService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PreviewPool",
 			Handler:    _IPAMService_PreviewPool_Handler,
+		},
+		{
+			MethodName: "AddressHistory",
+			Handler:    _IPAMService_AddressHistory_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,182 @@
+package history
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// The history's ConfigMaps, in ipam's namespace: a head, HeadName, holding
+// the newest entries and the names of the sealed segments; and the sealed
+// segments, each holding older entries in the order written. None carries
+// the ledger's label, so the stream (and a term's start-up read) never
+// reads them, and the ledger's decoder never sees their keys.
+const (
+	// Format is the value of the `format` key of every history ConfigMap.
+	Format = "ipledger.io/history/v1"
+	// LabelKey marks history ConfigMaps (value "true").
+	LabelKey = "ipledger.io/history"
+	// NamePrefix starts every history ConfigMap's name; the suffix is a
+	// decimal number, 0 for the head.
+	NamePrefix = "ipledger-history-"
+	// HeadName is the ConfigMap that lists the others.
+	HeadName = NamePrefix + "0"
+	// SegmentLimit bounds the encoded entries of a sealed segment (every
+	// ConfigMap stays under ~512 KiB, as the ledger's shards do).
+	SegmentLimit = 480 * 1024
+	// HeadLimit is the encoded size of the head's entries above which they
+	// are sealed: the head is rewritten at every write, so it is kept
+	// small (the writes of the history stay below the ledger's own).
+	HeadLimit = 128 * 1024
+
+	keyFormat   = "format"
+	keyEpoch    = "epoch"
+	keyTerm     = "term"
+	keySegments = "segments"
+	keyEntries  = "entries.jsonl"
+)
+
+// segment is one history ConfigMap as last read or written.
+type segment struct {
+	name    string
+	rv      string
+	entries []Entry
+	size    int
+}
+
+// encodeEntries is entries as JSON lines.
+func encodeEntries(entries []Entry) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	for _, e := range entries {
+		e.At = e.At.UTC()
+		_ = enc.Encode(e) // an Entry always encodes
+	}
+	return b.String()
+}
+
+// decodeEntries parses JSON lines; name says which ConfigMap is at fault.
+func decodeEntries(name, s string) ([]Entry, error) {
+	var out []Entry
+	sc := bufio.NewScanner(strings.NewReader(s))
+	sc.Buffer(nil, 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		var e Entry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("history ConfigMap %s: %s line %d: %w", name, keyEntries, line, err)
+		}
+		out = append(out, e)
+	}
+	return out, sc.Err()
+}
+
+// stored is the history as read: the head's epoch and segments in order
+// (the sealed ones the head lists, oldest first, then the head).
+type stored struct {
+	epoch    uint64
+	segments []*segment
+	// orphans are history ConfigMaps the head does not list (a segment
+	// sealed by a writer whose head write then failed): deleted by the
+	// next writer, never read.
+	orphans []string
+}
+
+// entries are every stored entry, in the order written.
+func (s stored) entries() []Entry {
+	var out []Entry
+	for _, seg := range s.segments {
+		out = append(out, seg.entries...)
+	}
+	return out
+}
+
+// read lists the history ConfigMaps (a quorum read) and parses them.
+func read(ctx context.Context, client kubernetes.Interface, namespace string) (stored, error) {
+	list, err := client.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelKey + "=true"})
+	if err != nil {
+		return stored{}, fmt.Errorf("list history ConfigMaps: %w", err)
+	}
+	byName := map[string]*corev1.ConfigMap{}
+	for i := range list.Items {
+		byName[list.Items[i].Name] = &list.Items[i]
+	}
+	head, ok := byName[HeadName]
+	if !ok {
+		var out stored
+		for name := range byName {
+			out.orphans = append(out.orphans, name)
+		}
+		out.segments = []*segment{{name: HeadName}}
+		return out, nil
+	}
+	if f := head.Data[keyFormat]; f != Format {
+		return stored{}, fmt.Errorf("history ConfigMap %s: format %q, want %q", HeadName, f, Format)
+	}
+	var out stored
+	if e := head.Data[keyEpoch]; e != "" {
+		if out.epoch, err = strconv.ParseUint(e, 10, 64); err != nil {
+			return stored{}, fmt.Errorf("history ConfigMap %s: epoch: %w", HeadName, err)
+		}
+	}
+	listed := map[string]bool{HeadName: true}
+	for _, name := range strings.Fields(head.Data[keySegments]) {
+		cm, ok := byName[name]
+		if !ok {
+			return stored{}, fmt.Errorf("history ConfigMap %s lists %s, which is missing", HeadName, name)
+		}
+		seg, err := segmentOf(cm)
+		if err != nil {
+			return stored{}, err
+		}
+		listed[name] = true
+		out.segments = append(out.segments, seg)
+	}
+	h, err := segmentOf(head)
+	if err != nil {
+		return stored{}, err
+	}
+	out.segments = append(out.segments, h)
+	for name := range byName {
+		if !listed[name] {
+			out.orphans = append(out.orphans, name)
+		}
+	}
+	slices.Sort(out.orphans)
+	return out, nil
+}
+
+func segmentOf(cm *corev1.ConfigMap) (*segment, error) {
+	entries, err := decodeEntries(cm.Name, cm.Data[keyEntries])
+	if err != nil {
+		return nil, err
+	}
+	return &segment{name: cm.Name, rv: cm.ResourceVersion, entries: entries, size: len(cm.Data[keyEntries])}, nil
+}
+
+// Read returns every stored entry, in the order written (a reader's
+// query: one LIST of the history ConfigMaps).
+func Read(ctx context.Context, client kubernetes.Interface, namespace string) ([]Entry, error) {
+	s, err := read(ctx, client, namespace)
+	if err != nil {
+		return nil, err
+	}
+	return s.entries(), nil
+}
+
+// segmentNumber parses the number of a history ConfigMap's name.
+func segmentNumber(name string) (uint64, bool) {
+	n, err := strconv.ParseUint(strings.TrimPrefix(name, NamePrefix), 10, 64)
+	return n, err == nil && strings.HasPrefix(name, NamePrefix)
+}

@@ -1,0 +1,398 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
+)
+
+// trimEvery is how often the writer applies retention: dropping an old
+// entry rewrites its segment, so it is done at a term start and then now
+// and then, not at every write.
+const trimEvery = 10 * time.Minute
+
+// retryDelay is the wait before a failed history write is tried again.
+const retryDelay = 2 * time.Second
+
+// Options configure a term's Writer.
+type Options struct {
+	// Namespace is ipam's, where the history ConfigMaps are.
+	Namespace string
+	// Term is the lease term, written for people.
+	Term      string
+	Retention Retention
+	Log       *slog.Logger
+}
+
+// item is one thing the term tells its writer: a ledger (re)opened, or a
+// change committed.
+type item struct {
+	opened   *ledger.State
+	epoch    uint64
+	restored bool
+	change   ledger.Change
+	at       time.Time
+	by       string
+}
+
+// Writer writes one term's history, off the allocation loop: the term
+// hands it each committed change (Committed) and each ledger it opens
+// (Opened), and it writes them in the order given. Only a term's writer
+// writes: every write is a compare-and-swap, and the head carries the
+// ledger epoch of its term; a writer that finds a higher epoch on the head
+// stops (fenced, as the ledger is: docs/fencing.md).
+type Writer struct {
+	client kubernetes.Interface
+	opts   Options
+
+	mu    sync.Mutex
+	queue []item
+	busy  bool // an item taken from the queue is not yet written
+	wake  chan struct{}
+	idle  chan struct{} // closed and replaced when the queue is written
+
+	// The loop's own.
+	epoch      uint64
+	fence      bool // the head must be written with epoch
+	st         *stored
+	holders    Holders
+	pending    []Entry
+	fenced     bool
+	lastTrim   time.Time
+	nextNumber uint64
+}
+
+// Start starts a term's writer; it stops when ctx ends.
+func Start(ctx context.Context, client kubernetes.Interface, opts Options) *Writer {
+	w := &Writer{client: client, opts: opts, wake: make(chan struct{}, 1), idle: make(chan struct{})}
+	go w.run(ctx)
+	return w
+}
+
+func (w *Writer) push(it item) {
+	if w == nil {
+		return // a worker built without a term (tests)
+	}
+	w.mu.Lock()
+	w.queue = append(w.queue, it)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Opened tells the writer that the term read the ledger as st and fenced
+// it at epoch; restored says somebody else wrote it since ipam last did
+// (ledger.Ledger.ForeignWrites). The writer records what changed that no
+// entry says (Reconcile) before the term's later changes.
+func (w *Writer) Opened(st ledger.State, epoch uint64, restored bool) {
+	// Dated now, not when the writer gets to it (after a load of the
+	// history): the term's changes after it are later.
+	w.push(item{opened: &st, epoch: epoch, restored: restored, at: time.Now()})
+}
+
+// Committed tells the writer of a change the ledger committed at at, by
+// by (IPAM, or the caller of the gRPC call).
+func (w *Writer) Committed(ch ledger.Change, at time.Time, by string) {
+	w.push(item{change: ch, at: at, by: by})
+}
+
+// Drain waits until everything told so far is written, the writer is
+// fenced, or ctx ends.
+func (w *Writer) Drain(ctx context.Context) error {
+	for w != nil {
+		w.mu.Lock()
+		done := len(w.queue) == 0 && !w.busy
+		idle := w.idle
+		w.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (w *Writer) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		}
+		for {
+			w.mu.Lock()
+			items := w.queue
+			w.queue = nil
+			w.busy = len(items) > 0 || len(w.pending) > 0
+			w.mu.Unlock()
+			if !w.busy {
+				break
+			}
+			if err := w.handle(ctx, items); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				w.opts.Log.Warn("Cannot write the address history; trying again", "err", err, "entries", len(w.pending), "retryIn", retryDelay)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(retryDelay):
+				}
+			}
+		}
+		w.mu.Lock()
+		close(w.idle)
+		w.idle = make(chan struct{})
+		w.mu.Unlock()
+	}
+}
+
+// handle turns items into entries and writes them. Items it could not use
+// yet (the history is not read) are put back in front of the queue.
+func (w *Writer) handle(ctx context.Context, items []item) error {
+	for i, it := range items {
+		if err := w.decide(ctx, it); err != nil {
+			w.requeue(items[i:])
+			return err
+		}
+	}
+	if w.fenced {
+		w.pending = nil
+		return nil
+	}
+	return w.flush(ctx)
+}
+
+func (w *Writer) requeue(items []item) {
+	w.mu.Lock()
+	w.queue = append(items, w.queue...)
+	w.mu.Unlock()
+}
+
+// decide turns one item into entries (w.pending).
+func (w *Writer) decide(ctx context.Context, it item) error {
+	if it.opened == nil {
+		w.pending = append(w.pending, w.holders.Changes(it.change, it.at, it.by)...)
+		return nil
+	}
+	if it.epoch > w.epoch {
+		w.epoch, w.fence = it.epoch, true
+	}
+	said := w.holders
+	if w.st == nil {
+		if err := w.load(ctx); err != nil {
+			return err
+		}
+		said = Replay(w.st.entries())
+	}
+	how := HowRecovered
+	if it.restored {
+		how = HowRestored
+	}
+	found := Reconcile(said, *it.opened, it.at, IPAM, how)
+	if len(found) > 0 {
+		w.opts.Log.Info("Recorded changes of address holders that no history entry said", "entries", len(found), "how", how)
+	}
+	w.pending = append(w.pending, found...)
+	w.holders = FromState(*it.opened)
+	return nil
+}
+
+// load reads the stored history.
+func (w *Writer) load(ctx context.Context) error {
+	st, err := read(ctx, w.client, w.opts.Namespace)
+	if err != nil {
+		return err
+	}
+	if st.epoch > w.epoch {
+		w.fenced = true
+		w.opts.Log.Info("The address history carries a newer term's epoch; this term writes none", "epoch", st.epoch, "ours", w.epoch)
+	}
+	w.st, w.fence = &st, true
+	w.nextNumber = 1
+	for _, s := range st.segments {
+		w.bumpNumber(s.name)
+	}
+	for _, name := range st.orphans {
+		w.bumpNumber(name)
+	}
+	return nil
+}
+
+func (w *Writer) bumpNumber(name string) {
+	if n, ok := segmentNumber(name); ok && n >= w.nextNumber {
+		w.nextNumber = n + 1
+	}
+}
+
+// flush writes w.pending: retention applied to the sealed segments it
+// changed, the head's entries sealed into a new segment when they grow past
+// SegmentLimit, then the head, last, with compare-and-swap. After a write
+// that fails, the history is read again before the next try.
+func (w *Writer) flush(ctx context.Context) error {
+	if len(w.pending) == 0 && !w.fence {
+		return nil
+	}
+	err := w.write(ctx)
+	if err == nil {
+		w.pending, w.fence = nil, false
+		return nil
+	}
+	if rerr := w.load(ctx); rerr != nil {
+		return fmt.Errorf("%w (and reading it again failed: %w)", err, rerr)
+	}
+	if w.fenced {
+		w.pending = nil
+		return nil
+	}
+	return err
+}
+
+func (w *Writer) write(ctx context.Context) error {
+	now := time.Now()
+	segs := w.st.segments
+	head := segs[len(segs)-1]
+	headEntries := append(append([]Entry(nil), head.entries...), w.pending...)
+	var drop []string
+	if now.Sub(w.lastTrim) >= trimEvery {
+		all := w.st.entries()
+		all = append(all, w.pending...)
+		keep := w.opts.Retention.keep(all, now)
+		var kept []*segment
+		i := 0
+		for _, s := range segs[:len(segs)-1] {
+			entries := pick(s.entries, keep[i:i+len(s.entries)])
+			i += len(s.entries)
+			switch {
+			case len(entries) == 0:
+				drop = append(drop, s.name)
+				continue
+			case len(entries) != len(s.entries):
+				ns := &segment{name: s.name, rv: s.rv, entries: entries}
+				if err := w.put(ctx, ns, nil); err != nil {
+					return err
+				}
+				s = ns
+			}
+			kept = append(kept, s)
+		}
+		headEntries = pick(headEntries, keep[i:])
+		segs = append(kept, head)
+		w.lastTrim = now
+	}
+	newHead := &segment{name: HeadName, rv: head.rv, entries: headEntries}
+	sealed := segs[: len(segs)-1 : len(segs)-1]
+	// The head's entries past HeadLimit are sealed into segments of their
+	// own, at most SegmentLimit each.
+	chunks := split(headEntries, SegmentLimit, HeadLimit)
+	for _, c := range chunks[:len(chunks)-1] {
+		seg := &segment{name: NamePrefix + strconv.FormatUint(w.nextNumber, 10), entries: c}
+		w.nextNumber++
+		if err := w.create(ctx, seg); err != nil {
+			return err
+		}
+		sealed = append(sealed, seg)
+	}
+	newHead.entries = chunks[len(chunks)-1]
+	names := make([]string, len(sealed))
+	for i, s := range sealed {
+		names[i] = s.name
+	}
+	if err := w.put(ctx, newHead, map[string]string{keyEpoch: strconv.FormatUint(w.epoch, 10), keyTerm: w.opts.Term, keySegments: strings.Join(names, " ")}); err != nil {
+		return err
+	}
+	w.st.segments = append(sealed, newHead)
+	w.st.epoch = w.epoch
+	for _, name := range append(drop, w.st.orphans...) {
+		if err := w.client.CoreV1().ConfigMaps(w.opts.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			w.opts.Log.Warn("Cannot delete a history ConfigMap no longer listed", "configMap", name, "err", err)
+		}
+	}
+	w.st.orphans = nil
+	return nil
+}
+
+// split cuts entries, in order, into runs of at most limit bytes encoded
+// (at least one entry each); the last run is the head's: empty if it would
+// be more than headLimit.
+func split(entries []Entry, limit, headLimit int) [][]Entry {
+	var out [][]Entry
+	start, size := 0, 0
+	for i, e := range entries {
+		n := len(encodeEntries([]Entry{e}))
+		if size+n > limit && i > start {
+			out = append(out, entries[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	if size > headLimit {
+		// A full last run is sealed too: the head starts afresh.
+		out = append(out, entries[start:])
+		start = len(entries)
+	}
+	return append(out, entries[start:])
+}
+
+func pick(entries []Entry, keep []bool) []Entry {
+	var out []Entry
+	for i, e := range entries {
+		if keep[i] {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (w *Writer) configMap(s *segment, extra map[string]string) *corev1.ConfigMap {
+	data := map[string]string{keyFormat: Format, keyEntries: encodeEntries(s.entries)}
+	for k, v := range extra {
+		data[k] = v
+	}
+	s.size = len(data[keyEntries])
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: w.opts.Namespace, ResourceVersion: s.rv,
+			Labels: map[string]string{LabelKey: "true", "app.kubernetes.io/managed-by": "ipledger-ipam"}},
+		Data: data,
+	}
+}
+
+// put writes s: an update with compare-and-swap on the resourceVersion it
+// was read at, or a create when it has none (the first head).
+func (w *Writer) put(ctx context.Context, s *segment, extra map[string]string) error {
+	cms := w.client.CoreV1().ConfigMaps(w.opts.Namespace)
+	var out *corev1.ConfigMap
+	var err error
+	if s.rv == "" {
+		out, err = cms.Create(ctx, w.configMap(s, extra), metav1.CreateOptions{FieldManager: ledger.FieldManager})
+	} else {
+		out, err = cms.Update(ctx, w.configMap(s, extra), metav1.UpdateOptions{FieldManager: ledger.FieldManager})
+	}
+	if err != nil {
+		return fmt.Errorf("write history ConfigMap %s: %w", s.name, err)
+	}
+	s.rv = out.ResourceVersion
+	return nil
+}
+
+func (w *Writer) create(ctx context.Context, s *segment) error {
+	s.rv = ""
+	return w.put(ctx, s, nil)
+}
