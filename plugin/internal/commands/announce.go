@@ -14,7 +14,11 @@ func newAnnounceCommand(o *Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "announce",
 		Short: "Print an announcer's objects covering exactly ipledger's IPPools, for kubectl apply",
-		Args:  cobra.NoArgs,
+		Long: `announce prints, for one announcer, the objects that make it announce exactly the addresses of
+ipledger's IPPools and hand out none of its own, so an operator keeps one definition of each pool
+(docs/reachability.md). Its subcommand names the announcer: metallb.`,
+		Example: `  kubectl ipledger announce metallb | kubectl apply --server-side -f -`,
+		Args:    cobra.NoArgs,
 	}
 	var namespace string
 	var interfaces []string
