@@ -31,11 +31,7 @@ func TestAnnouncedByMetalLB(t *testing.T) {
 	env := testenv.Get(t)
 	ctx := context.Background()
 	h := newHarness(t)
-	h.pool("tann-"+h.lease, "10.78.61.0/28")
-	h.service("web", nil)
-	r := h.start("ipam-0")
-	h.expect(wait, map[string]string{"web": "10.78.61.0"})
-	srv := h.api(r)
+	r, srv := h.startWeb("tann", "10.78.61.0/28", "10.78.61.0")
 	why := func() *ipamv1.Announcement {
 		t.Helper()
 		x, err := srv.ExplainService(ctx, &ipamv1.ExplainServiceRequest{Service: &ipamv1.ServiceRef{Namespace: h.ns, Name: "web"}})
@@ -130,11 +126,7 @@ func TestAnnouncedByCilium(t *testing.T) {
 	env := testenv.Get(t)
 	ctx := context.Background()
 	h := newHarness(t)
-	h.pool("tcil-"+h.lease, "10.78.62.0/28")
-	h.service("web", nil)
-	r := h.start("ipam-0")
-	h.expect(wait, map[string]string{"web": "10.78.62.0"})
-	srv := h.api(r)
+	r, srv := h.startWeb("tcil", "10.78.62.0/28", "10.78.62.0")
 	leases := env.Client.CoordinationV1().Leases(metav1.NamespaceSystem)
 	name := "cilium-l2announce-" + h.ns + "-web"
 	t.Cleanup(func() { leases.Delete(ctx, name, metav1.DeleteOptions{}) })
@@ -160,6 +152,17 @@ func TestAnnouncedByCilium(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("NotAnnounced", "", "not announced: Cilium's L2 announcement Lease kube-system/"+name+" has no live holder", "1")
+}
+
+// startWeb makes an IPPool of cidr and a Service web, starts ipam and waits
+// until web holds ip; it returns the replica and its API.
+func (h *harness) startWeb(pool, cidr, ip string) (*ipam, *server.Server) {
+	h.t.Helper()
+	h.pool(pool+"-"+h.lease, cidr)
+	h.service("web", nil)
+	r := h.start("ipam-0")
+	h.expect(wait, map[string]string{"web": ip})
+	return r, h.api(r)
 }
 
 // waitAnnouncement waits until ExplainService says of the one address of
