@@ -7,6 +7,7 @@ package convert
 import (
 	"fmt"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,9 +27,10 @@ var (
 	ExternalWorkloadResource = GroupVersion.WithResource("externalworkloads")
 )
 
-// Object converts any supported object (typed core/discovery objects, or an
-// unstructured IPPool, ExternalWorkload, Gateway, GatewayClass, ServiceCIDR
-// or MetalLB object) to its compact form.
+// Object converts any supported object (typed core/discovery objects, a
+// Lease of Cilium's L2 announcer, or an unstructured IPPool,
+// ExternalWorkload, Gateway, GatewayClass, ServiceCIDR or MetalLB object)
+// to its compact form.
 func Object(obj runtime.Object) (*watcherv1.Object, error) {
 	switch o := obj.(type) {
 	case *corev1.Service:
@@ -43,6 +45,8 @@ func Object(obj runtime.Object) (*watcherv1.Object, error) {
 		return EndpointSlice(o), nil
 	case *corev1.ConfigMap:
 		return ConfigMap(o), nil
+	case *coordinationv1.Lease:
+		return Lease(o), nil
 	case *unstructured.Unstructured:
 		switch o.GetKind() {
 		case "IPPool":

@@ -5,6 +5,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -286,5 +287,26 @@ func TestNodeSpecFieldsAreAllFenced(t *testing.T) {
 		if !strings.Contains(string(policy), "object.spec."+name+" == oldObject.spec."+name) {
 			t.Errorf("ipledger-eipd-node-labels does not compare NodeSpec.%s (json %q): add it to the spec check", spec.Field(i).Name, name)
 		}
+	}
+}
+
+// TestWatcherListsOnlyCiliumsNamespacesLeases: the watcher may list and
+// watch the Leases of Cilium's namespace (kube-system, where Cilium's L2
+// announcer holds one per Service) and nothing more of Leases: not read one
+// by name, not write one there, not list them elsewhere or everywhere.
+func TestWatcherListsOnlyCiliumsNamespacesLeases(t *testing.T) {
+	ctx := context.Background()
+	leases := component(t, "watcher").CoordinationV1()
+	_, err := leases.Leases(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{})
+	allowed(t, "the watcher lists kube-system's Leases", err)
+	_, err = leases.Leases(metav1.NamespaceSystem).Watch(ctx, metav1.ListOptions{TimeoutSeconds: ptrTo[int64](1)})
+	allowed(t, "the watcher watches kube-system's Leases", err)
+	_, err = leases.Leases(metav1.NamespaceSystem).Get(ctx, "kube-scheduler", metav1.GetOptions{})
+	refusedByRBAC(t, "the watcher gets a Lease of kube-system by name", err)
+	_, err = leases.Leases(metav1.NamespaceSystem).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "cilium-l2announce-shop-web"}}, dryRun)
+	refusedByRBAC(t, "the watcher creates a Lease in kube-system", err)
+	for _, ns := range []string{"kube-node-lease", system, metav1.NamespaceAll} {
+		_, err = leases.Leases(ns).List(ctx, metav1.ListOptions{})
+		refusedByRBAC(t, "the watcher lists the Leases of namespace "+strconv.Quote(ns), err)
 	}
 }

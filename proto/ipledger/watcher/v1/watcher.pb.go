@@ -79,6 +79,12 @@ const (
 	// node whose speaker advertises a Service to its BGP peers, as MetalLB
 	// v0.16.1 writes it. Its body is a MetalLBServiceStatus.
 	Kind_KIND_METALLB_SERVICE_BGP_STATUS Kind = 17
+	// CILIUM_L2_ANNOUNCEMENT_LEASE is a coordination.k8s.io/v1 Lease that
+	// Cilium's L2 announcer holds for each Service it announces,
+	// `cilium-l2announce-<namespace>-<name>`, in Cilium's namespace (the
+	// watcher's --cilium-namespace, kube-system by default). No other Lease is
+	// streamed. Served while that flag names a namespace. Its body is a Lease.
+	Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE Kind = 18
 )
 
 // Enum value maps for Kind.
@@ -102,26 +108,28 @@ var (
 		15: "KIND_METALLB_BGP_ADVERTISEMENT",
 		16: "KIND_METALLB_SERVICE_L2_STATUS",
 		17: "KIND_METALLB_SERVICE_BGP_STATUS",
+		18: "KIND_CILIUM_L2_ANNOUNCEMENT_LEASE",
 	}
 	Kind_value = map[string]int32{
-		"KIND_UNSPECIFIED":                0,
-		"KIND_SERVICE":                    1,
-		"KIND_NODE":                       2,
-		"KIND_NAMESPACE":                  3,
-		"KIND_POD":                        4,
-		"KIND_ENDPOINT_SLICE":             5,
-		"KIND_IP_POOL":                    6,
-		"KIND_EXTERNAL_WORKLOAD":          7,
-		"KIND_LEDGER_CONFIG_MAP":          8,
-		"KIND_GATEWAY":                    9,
-		"KIND_GATEWAY_CLASS":              10,
-		"KIND_SERVICE_CIDR":               11,
-		"KIND_KUBERNETES_ENDPOINT_SLICE":  12,
-		"KIND_METALLB_IP_ADDRESS_POOL":    13,
-		"KIND_METALLB_L2_ADVERTISEMENT":   14,
-		"KIND_METALLB_BGP_ADVERTISEMENT":  15,
-		"KIND_METALLB_SERVICE_L2_STATUS":  16,
-		"KIND_METALLB_SERVICE_BGP_STATUS": 17,
+		"KIND_UNSPECIFIED":                  0,
+		"KIND_SERVICE":                      1,
+		"KIND_NODE":                         2,
+		"KIND_NAMESPACE":                    3,
+		"KIND_POD":                          4,
+		"KIND_ENDPOINT_SLICE":               5,
+		"KIND_IP_POOL":                      6,
+		"KIND_EXTERNAL_WORKLOAD":            7,
+		"KIND_LEDGER_CONFIG_MAP":            8,
+		"KIND_GATEWAY":                      9,
+		"KIND_GATEWAY_CLASS":                10,
+		"KIND_SERVICE_CIDR":                 11,
+		"KIND_KUBERNETES_ENDPOINT_SLICE":    12,
+		"KIND_METALLB_IP_ADDRESS_POOL":      13,
+		"KIND_METALLB_L2_ADVERTISEMENT":     14,
+		"KIND_METALLB_BGP_ADVERTISEMENT":    15,
+		"KIND_METALLB_SERVICE_L2_STATUS":    16,
+		"KIND_METALLB_SERVICE_BGP_STATUS":   17,
+		"KIND_CILIUM_L2_ANNOUNCEMENT_LEASE": 18,
 	}
 )
 
@@ -488,6 +496,7 @@ type Object struct {
 	//	*Object_MetallbIpAddressPool
 	//	*Object_MetallbAdvertisement
 	//	*Object_MetallbServiceStatus
+	//	*Object_Lease
 	Body          isObject_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -670,6 +679,15 @@ func (x *Object) GetMetallbServiceStatus() *MetalLBServiceStatus {
 	return nil
 }
 
+func (x *Object) GetLease() *Lease {
+	if x != nil {
+		if x, ok := x.Body.(*Object_Lease); ok {
+			return x.Lease
+		}
+	}
+	return nil
+}
+
 type isObject_Body interface {
 	isObject_Body()
 }
@@ -730,6 +748,10 @@ type Object_MetallbServiceStatus struct {
 	MetallbServiceStatus *MetalLBServiceStatus `protobuf:"bytes,23,opt,name=metallb_service_status,json=metallbServiceStatus,proto3,oneof"`
 }
 
+type Object_Lease struct {
+	Lease *Lease `protobuf:"bytes,24,opt,name=lease,proto3,oneof"`
+}
+
 func (*Object_Service) isObject_Body() {}
 
 func (*Object_Node) isObject_Body() {}
@@ -757,6 +779,8 @@ func (*Object_MetallbIpAddressPool) isObject_Body() {}
 func (*Object_MetallbAdvertisement) isObject_Body() {}
 
 func (*Object_MetallbServiceStatus) isObject_Body() {}
+
+func (*Object_Lease) isObject_Body() {}
 
 // ObjectMeta is the subset of Kubernetes metadata consumers need.
 type ObjectMeta struct {
@@ -2997,6 +3021,81 @@ func (x *MetalLBServiceStatus) GetPeers() []string {
 	return nil
 }
 
+// Lease is a coordination.k8s.io/v1 Lease: who holds it and until when.
+type Lease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// holder_identity is spec.holderIdentity (Cilium: the node's name; empty
+	// when released).
+	HolderIdentity string `protobuf:"bytes,1,opt,name=holder_identity,json=holderIdentity,proto3" json:"holder_identity,omitempty"`
+	// acquire_time is spec.acquireTime in Unix nanoseconds, 0 when unset.
+	AcquireTime int64 `protobuf:"varint,2,opt,name=acquire_time,json=acquireTime,proto3" json:"acquire_time,omitempty"`
+	// renew_time is spec.renewTime in Unix nanoseconds, 0 when unset.
+	RenewTime int64 `protobuf:"varint,3,opt,name=renew_time,json=renewTime,proto3" json:"renew_time,omitempty"`
+	// lease_duration_seconds is spec.leaseDurationSeconds: the holder holds it
+	// until renew_time plus this, unless it renews.
+	LeaseDurationSeconds int32 `protobuf:"varint,4,opt,name=lease_duration_seconds,json=leaseDurationSeconds,proto3" json:"lease_duration_seconds,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *Lease) Reset() {
+	*x = Lease{}
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Lease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Lease) ProtoMessage() {}
+
+func (x *Lease) ProtoReflect() protoreflect.Message {
+	mi := &file_ipledger_watcher_v1_watcher_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Lease.ProtoReflect.Descriptor instead.
+func (*Lease) Descriptor() ([]byte, []int) {
+	return file_ipledger_watcher_v1_watcher_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *Lease) GetHolderIdentity() string {
+	if x != nil {
+		return x.HolderIdentity
+	}
+	return ""
+}
+
+func (x *Lease) GetAcquireTime() int64 {
+	if x != nil {
+		return x.AcquireTime
+	}
+	return 0
+}
+
+func (x *Lease) GetRenewTime() int64 {
+	if x != nil {
+		return x.RenewTime
+	}
+	return 0
+}
+
+func (x *Lease) GetLeaseDurationSeconds() int32 {
+	if x != nil {
+		return x.LeaseDurationSeconds
+	}
+	return 0
+}
+
 var File_ipledger_watcher_v1_watcher_proto protoreflect.FileDescriptor
 
 const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
@@ -3021,7 +3120,7 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x06object\x18\x05 \x01(\v2\x1b.ipledger.watcher.v1.ObjectR\x06object\x12:\n" +
 	"\n" +
 	"old_object\x18\x06 \x01(\v2\x1b.ipledger.watcher.v1.ObjectR\toldObject\x12\x18\n" +
-	"\aresumed\x18\a \x01(\bR\aresumed\"\xdd\b\n" +
+	"\aresumed\x18\a \x01(\bR\aresumed\"\x91\t\n" +
 	"\x06Object\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.ipledger.watcher.v1.KindR\x04kind\x123\n" +
 	"\x04meta\x18\x02 \x01(\v2\x1f.ipledger.watcher.v1.ObjectMetaR\x04meta\x128\n" +
@@ -3040,7 +3139,8 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\fservice_cidr\x18\x14 \x01(\v2 .ipledger.watcher.v1.ServiceCIDRH\x00R\vserviceCidr\x12b\n" +
 	"\x17metallb_ip_address_pool\x18\x15 \x01(\v2).ipledger.watcher.v1.MetalLBIPAddressPoolH\x00R\x14metallbIpAddressPool\x12`\n" +
 	"\x15metallb_advertisement\x18\x16 \x01(\v2).ipledger.watcher.v1.MetalLBAdvertisementH\x00R\x14metallbAdvertisement\x12a\n" +
-	"\x16metallb_service_status\x18\x17 \x01(\v2).ipledger.watcher.v1.MetalLBServiceStatusH\x00R\x14metallbServiceStatusB\x06\n" +
+	"\x16metallb_service_status\x18\x17 \x01(\v2).ipledger.watcher.v1.MetalLBServiceStatusH\x00R\x14metallbServiceStatus\x122\n" +
+	"\x05lease\x18\x18 \x01(\v2\x1a.ipledger.watcher.v1.LeaseH\x00R\x05leaseB\x06\n" +
 	"\x04body\"\xfd\x04\n" +
 	"\n" +
 	"ObjectMeta\x12\x1c\n" +
@@ -3242,7 +3342,13 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12!\n" +
 	"\fservice_name\x18\x02 \x01(\tR\vserviceName\x12+\n" +
 	"\x11service_namespace\x18\x03 \x01(\tR\x10serviceNamespace\x12\x14\n" +
-	"\x05peers\x18\x04 \x03(\tR\x05peers*\xd9\x03\n" +
+	"\x05peers\x18\x04 \x03(\tR\x05peers\"\xa8\x01\n" +
+	"\x05Lease\x12'\n" +
+	"\x0fholder_identity\x18\x01 \x01(\tR\x0eholderIdentity\x12!\n" +
+	"\facquire_time\x18\x02 \x01(\x03R\vacquireTime\x12\x1d\n" +
+	"\n" +
+	"renew_time\x18\x03 \x01(\x03R\trenewTime\x124\n" +
+	"\x16lease_duration_seconds\x18\x04 \x01(\x05R\x14leaseDurationSeconds*\x80\x04\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKIND_SERVICE\x10\x01\x12\r\n" +
@@ -3262,7 +3368,8 @@ const file_ipledger_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x1dKIND_METALLB_L2_ADVERTISEMENT\x10\x0e\x12\"\n" +
 	"\x1eKIND_METALLB_BGP_ADVERTISEMENT\x10\x0f\x12\"\n" +
 	"\x1eKIND_METALLB_SERVICE_L2_STATUS\x10\x10\x12#\n" +
-	"\x1fKIND_METALLB_SERVICE_BGP_STATUS\x10\x11*\x86\x01\n" +
+	"\x1fKIND_METALLB_SERVICE_BGP_STATUS\x10\x11\x12%\n" +
+	"!KIND_CILIUM_L2_ANNOUNCEMENT_LEASE\x10\x12*\x86\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11EVENT_TYPE_UPSERT\x10\x01\x12\x15\n" +
@@ -3283,7 +3390,7 @@ func file_ipledger_watcher_v1_watcher_proto_rawDescGZIP() []byte {
 }
 
 var file_ipledger_watcher_v1_watcher_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ipledger_watcher_v1_watcher_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_ipledger_watcher_v1_watcher_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_ipledger_watcher_v1_watcher_proto_goTypes = []any{
 	(Kind)(0),                        // 0: ipledger.watcher.v1.Kind
 	(EventType)(0),                   // 1: ipledger.watcher.v1.EventType
@@ -3321,11 +3428,12 @@ var file_ipledger_watcher_v1_watcher_proto_goTypes = []any{
 	(*MetalLBIPAddressPool)(nil),     // 33: ipledger.watcher.v1.MetalLBIPAddressPool
 	(*MetalLBAdvertisement)(nil),     // 34: ipledger.watcher.v1.MetalLBAdvertisement
 	(*MetalLBServiceStatus)(nil),     // 35: ipledger.watcher.v1.MetalLBServiceStatus
-	nil,                              // 36: ipledger.watcher.v1.ObjectMeta.LabelsEntry
-	nil,                              // 37: ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
-	nil,                              // 38: ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
-	nil,                              // 39: ipledger.watcher.v1.Service.SelectorEntry
-	nil,                              // 40: ipledger.watcher.v1.ConfigMap.DataEntry
+	(*Lease)(nil),                    // 36: ipledger.watcher.v1.Lease
+	nil,                              // 37: ipledger.watcher.v1.ObjectMeta.LabelsEntry
+	nil,                              // 38: ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
+	nil,                              // 39: ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
+	nil,                              // 40: ipledger.watcher.v1.Service.SelectorEntry
+	nil,                              // 41: ipledger.watcher.v1.ConfigMap.DataEntry
 }
 var file_ipledger_watcher_v1_watcher_proto_depIdxs = []int32{
 	0,  // 0: ipledger.watcher.v1.WatchRequest.kinds:type_name -> ipledger.watcher.v1.Kind
@@ -3349,37 +3457,38 @@ var file_ipledger_watcher_v1_watcher_proto_depIdxs = []int32{
 	33, // 18: ipledger.watcher.v1.Object.metallb_ip_address_pool:type_name -> ipledger.watcher.v1.MetalLBIPAddressPool
 	34, // 19: ipledger.watcher.v1.Object.metallb_advertisement:type_name -> ipledger.watcher.v1.MetalLBAdvertisement
 	35, // 20: ipledger.watcher.v1.Object.metallb_service_status:type_name -> ipledger.watcher.v1.MetalLBServiceStatus
-	36, // 21: ipledger.watcher.v1.ObjectMeta.labels:type_name -> ipledger.watcher.v1.ObjectMeta.LabelsEntry
-	37, // 22: ipledger.watcher.v1.ObjectMeta.annotations:type_name -> ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
-	7,  // 23: ipledger.watcher.v1.ObjectMeta.owner_references:type_name -> ipledger.watcher.v1.OwnerReference
-	38, // 24: ipledger.watcher.v1.LabelSelector.match_labels:type_name -> ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
-	10, // 25: ipledger.watcher.v1.LabelSelector.match_expressions:type_name -> ipledger.watcher.v1.LabelSelectorRequirement
-	39, // 26: ipledger.watcher.v1.Service.selector:type_name -> ipledger.watcher.v1.Service.SelectorEntry
-	12, // 27: ipledger.watcher.v1.Service.ports:type_name -> ipledger.watcher.v1.ServicePort
-	13, // 28: ipledger.watcher.v1.Service.ingress:type_name -> ipledger.watcher.v1.LoadBalancerIngress
-	8,  // 29: ipledger.watcher.v1.Service.conditions:type_name -> ipledger.watcher.v1.Condition
-	15, // 30: ipledger.watcher.v1.Node.addresses:type_name -> ipledger.watcher.v1.NodeAddress
-	19, // 31: ipledger.watcher.v1.EndpointSlice.ports:type_name -> ipledger.watcher.v1.EndpointPort
-	20, // 32: ipledger.watcher.v1.EndpointSlice.endpoints:type_name -> ipledger.watcher.v1.Endpoint
-	22, // 33: ipledger.watcher.v1.IPPool.allocation:type_name -> ipledger.watcher.v1.IPPoolAllocation
-	8,  // 34: ipledger.watcher.v1.IPPool.conditions:type_name -> ipledger.watcher.v1.Condition
-	9,  // 35: ipledger.watcher.v1.IPPoolAllocation.namespace_selectors:type_name -> ipledger.watcher.v1.LabelSelector
-	9,  // 36: ipledger.watcher.v1.IPPoolAllocation.service_selectors:type_name -> ipledger.watcher.v1.LabelSelector
-	27, // 37: ipledger.watcher.v1.ExternalWorkload.ports:type_name -> ipledger.watcher.v1.WorkloadPort
-	8,  // 38: ipledger.watcher.v1.ExternalWorkload.conditions:type_name -> ipledger.watcher.v1.Condition
-	24, // 39: ipledger.watcher.v1.ExternalWorkload.readiness_probe:type_name -> ipledger.watcher.v1.ReadinessProbe
-	25, // 40: ipledger.watcher.v1.ReadinessProbe.tcp_socket:type_name -> ipledger.watcher.v1.TCPSocketAction
-	26, // 41: ipledger.watcher.v1.ReadinessProbe.http_get:type_name -> ipledger.watcher.v1.HTTPGetAction
-	40, // 42: ipledger.watcher.v1.ConfigMap.data:type_name -> ipledger.watcher.v1.ConfigMap.DataEntry
-	30, // 43: ipledger.watcher.v1.Gateway.addresses:type_name -> ipledger.watcher.v1.GatewayAddress
-	9,  // 44: ipledger.watcher.v1.MetalLBAdvertisement.ip_address_pool_selectors:type_name -> ipledger.watcher.v1.LabelSelector
-	9,  // 45: ipledger.watcher.v1.MetalLBAdvertisement.service_selectors:type_name -> ipledger.watcher.v1.LabelSelector
-	9,  // 46: ipledger.watcher.v1.MetalLBAdvertisement.node_selectors:type_name -> ipledger.watcher.v1.LabelSelector
-	47, // [47:47] is the sub-list for method output_type
-	47, // [47:47] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	36, // 21: ipledger.watcher.v1.Object.lease:type_name -> ipledger.watcher.v1.Lease
+	37, // 22: ipledger.watcher.v1.ObjectMeta.labels:type_name -> ipledger.watcher.v1.ObjectMeta.LabelsEntry
+	38, // 23: ipledger.watcher.v1.ObjectMeta.annotations:type_name -> ipledger.watcher.v1.ObjectMeta.AnnotationsEntry
+	7,  // 24: ipledger.watcher.v1.ObjectMeta.owner_references:type_name -> ipledger.watcher.v1.OwnerReference
+	39, // 25: ipledger.watcher.v1.LabelSelector.match_labels:type_name -> ipledger.watcher.v1.LabelSelector.MatchLabelsEntry
+	10, // 26: ipledger.watcher.v1.LabelSelector.match_expressions:type_name -> ipledger.watcher.v1.LabelSelectorRequirement
+	40, // 27: ipledger.watcher.v1.Service.selector:type_name -> ipledger.watcher.v1.Service.SelectorEntry
+	12, // 28: ipledger.watcher.v1.Service.ports:type_name -> ipledger.watcher.v1.ServicePort
+	13, // 29: ipledger.watcher.v1.Service.ingress:type_name -> ipledger.watcher.v1.LoadBalancerIngress
+	8,  // 30: ipledger.watcher.v1.Service.conditions:type_name -> ipledger.watcher.v1.Condition
+	15, // 31: ipledger.watcher.v1.Node.addresses:type_name -> ipledger.watcher.v1.NodeAddress
+	19, // 32: ipledger.watcher.v1.EndpointSlice.ports:type_name -> ipledger.watcher.v1.EndpointPort
+	20, // 33: ipledger.watcher.v1.EndpointSlice.endpoints:type_name -> ipledger.watcher.v1.Endpoint
+	22, // 34: ipledger.watcher.v1.IPPool.allocation:type_name -> ipledger.watcher.v1.IPPoolAllocation
+	8,  // 35: ipledger.watcher.v1.IPPool.conditions:type_name -> ipledger.watcher.v1.Condition
+	9,  // 36: ipledger.watcher.v1.IPPoolAllocation.namespace_selectors:type_name -> ipledger.watcher.v1.LabelSelector
+	9,  // 37: ipledger.watcher.v1.IPPoolAllocation.service_selectors:type_name -> ipledger.watcher.v1.LabelSelector
+	27, // 38: ipledger.watcher.v1.ExternalWorkload.ports:type_name -> ipledger.watcher.v1.WorkloadPort
+	8,  // 39: ipledger.watcher.v1.ExternalWorkload.conditions:type_name -> ipledger.watcher.v1.Condition
+	24, // 40: ipledger.watcher.v1.ExternalWorkload.readiness_probe:type_name -> ipledger.watcher.v1.ReadinessProbe
+	25, // 41: ipledger.watcher.v1.ReadinessProbe.tcp_socket:type_name -> ipledger.watcher.v1.TCPSocketAction
+	26, // 42: ipledger.watcher.v1.ReadinessProbe.http_get:type_name -> ipledger.watcher.v1.HTTPGetAction
+	41, // 43: ipledger.watcher.v1.ConfigMap.data:type_name -> ipledger.watcher.v1.ConfigMap.DataEntry
+	30, // 44: ipledger.watcher.v1.Gateway.addresses:type_name -> ipledger.watcher.v1.GatewayAddress
+	9,  // 45: ipledger.watcher.v1.MetalLBAdvertisement.ip_address_pool_selectors:type_name -> ipledger.watcher.v1.LabelSelector
+	9,  // 46: ipledger.watcher.v1.MetalLBAdvertisement.service_selectors:type_name -> ipledger.watcher.v1.LabelSelector
+	9,  // 47: ipledger.watcher.v1.MetalLBAdvertisement.node_selectors:type_name -> ipledger.watcher.v1.LabelSelector
+	48, // [48:48] is the sub-list for method output_type
+	48, // [48:48] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_ipledger_watcher_v1_watcher_proto_init() }
@@ -3402,6 +3511,7 @@ func file_ipledger_watcher_v1_watcher_proto_init() {
 		(*Object_MetallbIpAddressPool)(nil),
 		(*Object_MetallbAdvertisement)(nil),
 		(*Object_MetallbServiceStatus)(nil),
+		(*Object_Lease)(nil),
 	}
 	file_ipledger_watcher_v1_watcher_proto_msgTypes[20].OneofWrappers = []any{}
 	file_ipledger_watcher_v1_watcher_proto_msgTypes[22].OneofWrappers = []any{
@@ -3414,7 +3524,7 @@ func file_ipledger_watcher_v1_watcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ipledger_watcher_v1_watcher_proto_rawDesc), len(file_ipledger_watcher_v1_watcher_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   39,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

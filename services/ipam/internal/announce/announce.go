@@ -140,6 +140,59 @@ type Lease struct {
 // cilium/cilium pkg/l2announcer/l2announcer.go, newLeaseLock).
 const CiliumLeasePrefix = "cilium-l2announce-"
 
+// LeaseOf reads a streamed Lease (KIND_CILIUM_L2_ANNOUNCEMENT_LEASE).
+func LeaseOf(obj *watcherv1.Object) Lease {
+	m, l := obj.GetMeta(), obj.GetLease()
+	return Lease{Namespace: m.GetNamespace(), Name: m.GetName(), Holder: l.GetHolderIdentity(),
+		Acquired: unixNano(l.GetAcquireTime()), Renewed: unixNano(l.GetRenewTime()),
+		Duration: time.Duration(l.GetLeaseDurationSeconds()) * time.Second}
+}
+
+func unixNano(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+// expires is when a held Lease lapses unless renewed; ok is false when it
+// is not held or never lapses.
+func (l Lease) expires() (at time.Time, ok bool) {
+	if l.Holder == "" || l.Duration <= 0 || l.Renewed.IsZero() {
+		return time.Time{}, false
+	}
+	return l.Renewed.Add(l.Duration), true
+}
+
+// NextExpiry is the first moment after now at which a held Cilium Lease
+// lapses unless renewed: a verdict read from it changes then without any
+// object changing. ok is false when none will.
+func (w *World) NextExpiry(now time.Time) (at time.Time, ok bool) {
+	for _, l := range w.ciliumLease {
+		if e, held := l.expires(); held && e.After(now) && (!ok || e.Before(at)) {
+			at, ok = e, true
+		}
+	}
+	return at, ok
+}
+
+// CiliumLeaseServices are the Services ("namespace/name") a Lease of
+// Cilium's L2 announcer may be for: Cilium joins namespace and name with a
+// dash, and both may hold dashes, so every split is one.
+func CiliumLeaseServices(leaseName string) []string {
+	rest, ok := strings.CutPrefix(leaseName, CiliumLeasePrefix)
+	if !ok {
+		return nil
+	}
+	var keys []string
+	for i := range len(rest) {
+		if rest[i] == '-' && i > 0 && i < len(rest)-1 {
+			keys = append(keys, rest[:i]+"/"+rest[i+1:])
+		}
+	}
+	return keys
+}
+
 // KubeVIPHostAnnotation is where kube-vip (Services mode) records on a
 // Service the node that holds its address ("The host that has the VIP").
 const KubeVIPHostAnnotation = "kube-vip.io/vipHost"
@@ -388,8 +441,8 @@ func (w *World) unparsedPools() string {
 
 func ciliumVerdict(l Lease, ip netip.Addr, now time.Time) Verdict {
 	v := Verdict{IP: ip, Announcer: CiliumL2, Served: true}
-	expired := l.Duration > 0 && !l.Renewed.IsZero() && now.After(l.Renewed.Add(l.Duration))
-	if l.Holder == "" || expired {
+	e, held := l.expires()
+	if l.Holder == "" || (held && !now.Before(e)) {
 		v.State = NotAnnounced
 		v.Message = fmt.Sprintf("not announced: Cilium's L2 announcement Lease %s/%s has no live holder (released, or not renewed since %s): "+
 			"does a CiliumL2AnnouncementPolicy select the Service and a node whose agent runs?", l.Namespace, l.Name, l.Renewed.Format(time.RFC3339))

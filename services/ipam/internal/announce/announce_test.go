@@ -2,6 +2,7 @@ package announce
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -145,6 +146,51 @@ func TestIdentityChangesWithNodeOrStart(t *testing.T) {
 	}
 	if (Verdict{State: NotAnnounced, Node: "n1"}).Identity() != "" {
 		t.Error("a verdict not announced has an identity")
+	}
+}
+
+// TestCiliumLeaseFromTheStream: a streamed Lease reads as Cilium wrote it;
+// its Services are every split of its name; the next expiry is the first
+// held Lease's to lapse after now.
+func TestCiliumLeaseFromTheStream(t *testing.T) {
+	obj := &watcherv1.Object{Kind: watcherv1.Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE,
+		Meta: &watcherv1.ObjectMeta{Namespace: "kube-system", Name: "cilium-l2announce-shop-web"},
+		Body: &watcherv1.Object_Lease{Lease: &watcherv1.Lease{HolderIdentity: "n1", AcquireTime: t0.UnixNano(), RenewTime: t0.Add(time.Minute).UnixNano(), LeaseDurationSeconds: 15}}}
+	want := Lease{Namespace: "kube-system", Name: "cilium-l2announce-shop-web", Holder: "n1", Acquired: t0, Renewed: t0.Add(time.Minute), Duration: 15 * time.Second}
+	if got := LeaseOf(obj); got != want {
+		t.Errorf("LeaseOf = %+v, want %+v", got, want)
+	}
+
+	for name, want := range map[string][]string{
+		"cilium-l2announce-shop-web":  {"shop/web"},
+		"cilium-l2announce-a-b-c":     {"a/b-c", "a-b/c"},
+		"cilium-l2announce-shop":      nil,
+		"cilium-l2announce--x":        nil,
+		"kube-controller-manager":     nil,
+		"cilium-l2announce-team-a-db": {"team/a-db", "team-a/db"},
+	} {
+		if got := CiliumLeaseServices(name); !slices.Equal(got, want) {
+			t.Errorf("CiliumLeaseServices(%q) = %q, want %q", name, got, want)
+		}
+	}
+
+	held := func(name string, renewed time.Time) Lease {
+		return Lease{Namespace: "kube-system", Name: name, Holder: "n1", Renewed: renewed, Duration: 15 * time.Second}
+	}
+	w := NewWorld(nil, []Lease{held("cilium-l2announce-a-x", t0), held("cilium-l2announce-a-y", t0.Add(5*time.Second)),
+		{Name: "cilium-l2announce-a-released", Renewed: t0}}, nil)
+	for _, c := range []struct {
+		now  time.Time
+		want time.Time
+		ok   bool
+	}{
+		{t0, t0.Add(15 * time.Second), true},
+		{t0.Add(15 * time.Second), t0.Add(20 * time.Second), true},
+		{t0.Add(20 * time.Second), time.Time{}, false},
+	} {
+		if at, ok := w.NextExpiry(c.now); ok != c.ok || !at.Equal(c.want) {
+			t.Errorf("NextExpiry(%v) = %v, %v; want %v, %v", c.now, at, ok, c.want, c.ok)
+		}
 	}
 }
 

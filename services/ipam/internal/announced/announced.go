@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,14 +30,18 @@ import (
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 )
 
-// MetalLBKinds are the stream kinds the verdicts read: ipam asks for them as
-// optional kinds (a watcher without them, or a cluster without MetalLB's
-// CRDs, streams none).
+// MetalLBKinds are MetalLB's stream kinds the verdicts read.
 var MetalLBKinds = []watcherv1.Kind{
 	watcherv1.Kind_KIND_METALLB_IP_ADDRESS_POOL, watcherv1.Kind_KIND_METALLB_L2_ADVERTISEMENT,
 	watcherv1.Kind_KIND_METALLB_BGP_ADVERTISEMENT, watcherv1.Kind_KIND_METALLB_SERVICE_L2_STATUS,
 	watcherv1.Kind_KIND_METALLB_SERVICE_BGP_STATUS,
 }
+
+// Kinds are the announcers' stream kinds the verdicts read, MetalLB's and
+// Cilium's L2 announcement Leases: ipam asks for them as optional kinds (a
+// watcher without them, or a cluster without MetalLB's CRDs or Cilium,
+// streams none).
+var Kinds = append(slices.Clone(MetalLBKinds), watcherv1.Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE)
 
 // MinInterval bounds how often the verdicts are decided again: a burst of
 // changes (a cold start writing 10,000 statuses) is one pass a second, not
@@ -109,7 +114,7 @@ type term struct {
 var worldKinds = [...]watcherv1.Kind{watcherv1.Kind_KIND_IP_POOL,
 	watcherv1.Kind_KIND_METALLB_IP_ADDRESS_POOL, watcherv1.Kind_KIND_METALLB_L2_ADVERTISEMENT,
 	watcherv1.Kind_KIND_METALLB_BGP_ADVERTISEMENT, watcherv1.Kind_KIND_METALLB_SERVICE_L2_STATUS,
-	watcherv1.Kind_KIND_METALLB_SERVICE_BGP_STATUS}
+	watcherv1.Kind_KIND_METALLB_SERVICE_BGP_STATUS, watcherv1.Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE}
 
 // Run decides every Service's verdicts, then again for what changes, until
 // the term stops; the gauge is forgotten when it does.
@@ -136,6 +141,11 @@ func (tm *term) handler() stream.Handler {
 		case watcherv1.Kind_KIND_METALLB_SERVICE_L2_STATUS, watcherv1.Kind_KIND_METALLB_SERVICE_BGP_STATUS:
 			s := o.GetMetallbServiceStatus()
 			tm.keys[s.GetServiceNamespace()+"/"+s.GetServiceName()] = struct{}{}
+		case watcherv1.Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE:
+			// Renewed every few seconds: only its Service is decided again.
+			for _, key := range announce.CiliumLeaseServices(o.GetMeta().GetName()) {
+				tm.keys[key] = struct{}{}
+			}
 		case watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_METALLB_IP_ADDRESS_POOL,
 			watcherv1.Kind_KIND_METALLB_L2_ADVERTISEMENT, watcherv1.Kind_KIND_METALLB_BGP_ADVERTISEMENT:
 			tm.all = true
@@ -161,22 +171,33 @@ func (tm *term) handler() stream.Handler {
 
 func (tm *term) run(ctx context.Context) {
 	for {
-		tm.pass()
+		expiry, expires := tm.pass()
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(MinInterval):
 		}
+		// A Cilium Lease that lapses changes a verdict with no object
+		// changing: decide again then.
+		var lapse <-chan time.Time
+		if expires {
+			lapse = time.After(time.Until(expiry))
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tm.wake:
+		case <-lapse:
+			tm.mu.Lock()
+			tm.all = true
+			tm.mu.Unlock()
 		}
 	}
 }
 
-// pass decides the marked Services again.
-func (tm *term) pass() {
+// pass decides the marked Services again; it says when a Cilium Lease
+// next lapses unless renewed.
+func (tm *term) pass() (expiry time.Time, expires bool) {
 	tm.mu.Lock()
 	all, keys := tm.all, tm.keys
 	tm.all, tm.keys = false, map[string]struct{}{}
@@ -224,6 +245,7 @@ func (tm *term) pass() {
 		}
 	}
 	tm.t.m.unannounced.Set(float64(len(unannounced)))
+	return w.NextExpiry(now)
 }
 
 func (tm *term) decide(key string, obj *watcherv1.Object, w *announce.World, now time.Time) {
@@ -261,8 +283,12 @@ func World(store *stream.Store, pools *objects.PoolSet) *announce.World {
 	for _, k := range MetalLBKinds {
 		metalLB = append(metalLB, store.List(k)...)
 	}
+	var leases []announce.Lease
+	for _, o := range store.List(watcherv1.Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE) {
+		leases = append(leases, announce.LeaseOf(o))
+	}
 	parsed, _ := pools.Parse(store.List(watcherv1.Kind_KIND_IP_POOL))
-	return announce.NewWorld(metalLB, nil, parsed)
+	return announce.NewWorld(metalLB, leases, parsed)
 }
 
 func serviceRef(obj *watcherv1.Object) *corev1.ObjectReference {

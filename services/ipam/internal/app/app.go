@@ -135,9 +135,9 @@ func (c *Config) Run(ctx context.Context) error {
 	sc.Kinds = []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP}
 	// A 0.2 watcher does not know the Gateway kinds: during a roll ipam
 	// streams without them rather than wait for a new watcher.
-	// MetalLB's kinds (announced.MetalLBKinds): a 0.3 watcher before them
+	// The announcers' kinds (announced.Kinds): a 0.3 watcher before them
 	// streams none, and ipam says "no announcer found".
-	sc.OptionalKinds = append([]watcherv1.Kind{watcherv1.Kind_KIND_GATEWAY, watcherv1.Kind_KIND_GATEWAY_CLASS}, announced.MetalLBKinds...)
+	sc.OptionalKinds = append([]watcherv1.Kind{watcherv1.Kind_KIND_GATEWAY, watcherv1.Kind_KIND_GATEWAY_CLASS}, announced.Kinds...)
 	src, err := stream.New(sc, log, reg) // the stream names itself component=stream
 	if err != nil {
 		return err

@@ -59,6 +59,9 @@ type Config struct {
 	// LedgerReadInterval: how often, at most, a ledger shard that keeps
 	// changing is read and streamed.
 	LedgerReadInterval time.Duration
+	// CiliumNamespace holds Cilium's L2 announcement Leases, the only
+	// Leases streamed; empty streams none.
+	CiliumNamespace string
 }
 
 // Defaults fills the fields left unset with the watcher's defaults.
@@ -86,7 +89,13 @@ func (c *Config) Defaults() {
 	if c.LedgerReadInterval == 0 {
 		c.LedgerReadInterval = informers.DefaultLedgerReadInterval
 	}
+	if c.CiliumNamespace == "" {
+		c.CiliumNamespace = DefaultCiliumNamespace
+	}
 }
+
+// DefaultCiliumNamespace is where Cilium's Helm chart runs its agents.
+const DefaultCiliumNamespace = "kube-system"
 
 // Flags registers every flag of the watcher with the current values (after
 // Defaults) as their defaults.
@@ -108,6 +117,9 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LedgerReadInterval, "ledger-read-interval", c.LedgerReadInterval,
 		"how often, at most, a ledger ConfigMap that ipam keeps rewriting is read and streamed: a shard that changes after a quiet interval is read at once, and a burst of writes costs one read per interval; "+
 			"shorter makes ipam's read API (ListAllocations, ListPools) fresher during bursts of allocations, at the cost of reading up to 480 KiB per shard that often")
+	fs.StringVar(&c.CiliumNamespace, "cilium-namespace", c.CiliumNamespace,
+		"the namespace of Cilium's agents, whose L2 announcement Leases (cilium-l2announce-<namespace>-<name>) tell ipam which node announces a Service; "+
+			"only those Leases are streamed, and the watcher needs list and watch on leases there (deploy/kustomize/base/rbac/watcher.yaml); \"-\" streams none")
 }
 
 // Watcher is an assembled, not yet running, watcher.
@@ -200,7 +212,7 @@ func (w *Watcher) Store() *store.Store { return w.store }
 func (w *Watcher) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	inf, err := informers.Start(ctx, informers.Config{Namespace: w.cfg.Common.Namespace, DiscoveryInterval: w.cfg.DiscoveryInterval,
-		LedgerReadInterval: w.cfg.LedgerReadInterval}, w.client, w.dyn, w.meta, w.store, w.log, w.reg)
+		LedgerReadInterval: w.cfg.LedgerReadInterval, CiliumNamespace: ciliumNamespace(w.cfg.CiliumNamespace)}, w.client, w.dyn, w.meta, w.store, w.log, w.reg)
 	if err != nil {
 		return err
 	}
@@ -250,4 +262,13 @@ func newEpoch() string {
 		return pod + "-" + hex.EncodeToString(b)
 	}
 	return hex.EncodeToString(b)
+}
+
+// ciliumNamespace reads the flag: "-" is none (an empty flag would be the
+// default again).
+func ciliumNamespace(flag string) string {
+	if flag == "-" {
+		return ""
+	}
+	return flag
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -80,11 +82,24 @@ func TestEveryKindIsServedWithItsServerSideFilter(t *testing.T) {
 		env.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Delete(ctx, otherSlice.Name, metav1.DeleteOptions{})
 	})
 
-	w, _ := startWatcher(t, env, nil)
+	// Cilium's L2 announcement Leases, in Cilium's namespace only: not the
+	// namespace's other Leases, nor one of that name elsewhere.
+	lease := func(ns, name string) *coordinationv1.Lease {
+		holder, secs := "n1", int32(15)
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &metav1.MicroTime{Time: time.Unix(1700000000, 0)}}}
+	}
+	ciliumNS := env.Namespace(t, nil)
+	must(env.Client.CoordinationV1().Leases(ciliumNS).Create(ctx, lease(ciliumNS, "cilium-l2announce-shop-web"), metav1.CreateOptions{}))
+	must(env.Client.CoordinationV1().Leases(ciliumNS).Create(ctx, lease(ciliumNS, "kube-scheduler"), metav1.CreateOptions{}))
+	must(env.Client.CoordinationV1().Leases(ns).Create(ctx, lease(ns, "cilium-l2announce-shop-db"), metav1.CreateOptions{}))
+
+	w, _ := startWatcher(t, env, func(c *Config) { c.CiliumNamespace = ciliumNS })
 	s := watch(t, dial(t, w.Addr().String(), subscriberToken(t, env)), &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{
 		watcherv1.Kind_KIND_POD, watcherv1.Kind_KIND_ENDPOINT_SLICE, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP,
 		watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, watcherv1.Kind_KIND_NAMESPACE,
-		watcherv1.Kind_KIND_NODE, watcherv1.Kind_KIND_SERVICE_CIDR, watcherv1.Kind_KIND_KUBERNETES_ENDPOINT_SLICE}})
+		watcherv1.Kind_KIND_NODE, watcherv1.Kind_KIND_SERVICE_CIDR, watcherv1.Kind_KIND_KUBERNETES_ENDPOINT_SLICE,
+		watcherv1.Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE}})
 	snap, _ := s.untilSynced(t)
 	got := map[string]*watcherv1.Object{}
 	for _, ev := range snap {
@@ -95,13 +110,15 @@ func TestEveryKindIsServedWithItsServerSideFilter(t *testing.T) {
 		"KIND_POD " + ns + "/labelled", "KIND_ENDPOINT_SLICE " + ns + "/ours", "KIND_LEDGER_CONFIG_MAP " + testenv.SystemNamespace + "/" + ledgerName,
 		"KIND_IP_POOL /" + poolName, "KIND_EXTERNAL_WORKLOAD " + ns + "/vm1", "KIND_NAMESPACE /" + ns,
 		"KIND_NODE /" + nodeName, "KIND_SERVICE_CIDR /kubernetes", "KIND_KUBERNETES_ENDPOINT_SLICE default/" + apiSlice.Name,
+		"KIND_CILIUM_L2_ANNOUNCEMENT_LEASE " + ciliumNS + "/cilium-l2announce-shop-web",
 	} {
 		if got[want] == nil {
 			t.Errorf("snapshot lacks %s", want)
 		}
 	}
 	for _, unwanted := range []string{"KIND_POD " + ns + "/plain", "KIND_ENDPOINT_SLICE " + ns + "/theirs", "KIND_LEDGER_CONFIG_MAP " + ns + "/not-a-ledger",
-		"KIND_KUBERNETES_ENDPOINT_SLICE default/" + otherSlice.Name, "KIND_ENDPOINT_SLICE default/" + apiSlice.Name} {
+		"KIND_KUBERNETES_ENDPOINT_SLICE default/" + otherSlice.Name, "KIND_ENDPOINT_SLICE default/" + apiSlice.Name,
+		"KIND_CILIUM_L2_ANNOUNCEMENT_LEASE " + ciliumNS + "/kube-scheduler", "KIND_CILIUM_L2_ANNOUNCEMENT_LEASE " + ns + "/cilium-l2announce-shop-db"} {
 		if got[unwanted] != nil {
 			t.Errorf("snapshot holds %s, outside the watcher's selectors", unwanted)
 		}
@@ -117,6 +134,10 @@ func TestEveryKindIsServedWithItsServerSideFilter(t *testing.T) {
 	}
 	if e := got["KIND_KUBERNETES_ENDPOINT_SLICE default/"+apiSlice.Name].GetEndpointSlice(); len(e.GetEndpoints()) != 1 {
 		t.Errorf("the API server's slice body %v", e)
+	}
+	if l := got["KIND_CILIUM_L2_ANNOUNCEMENT_LEASE "+ciliumNS+"/cilium-l2announce-shop-web"].GetLease(); l.GetHolderIdentity() != "n1" ||
+		l.GetLeaseDurationSeconds() != 15 || l.GetRenewTime() != time.Unix(1700000000, 0).UnixNano() {
+		t.Errorf("Lease body %v", l)
 	}
 	if e := got["KIND_EXTERNAL_WORKLOAD "+ns+"/vm1"].GetExternalWorkload(); len(e.GetWorkloadIps()) != 1 || e.GetPorts()[0].GetProtocol() != "TCP" {
 		t.Errorf("ExternalWorkload body %v", e)

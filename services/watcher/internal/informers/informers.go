@@ -78,6 +78,9 @@ type Config struct {
 	// LedgerReadInterval: how often, at most, a ledger shard that keeps
 	// changing is read (ledger.go); DefaultLedgerReadInterval when 0.
 	LedgerReadInterval time.Duration
+	// CiliumNamespace holds Cilium's L2 announcement Leases; empty: the
+	// kind is not served (synced and empty).
+	CiliumNamespace string
 }
 
 // Set is the running informers.
@@ -186,8 +189,20 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 		{watcherv1.Kind_KIND_IP_POOL, crds.ForResource(convert.IPPoolResource).Informer()},
 		{watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, crds.ForResource(convert.ExternalWorkloadResource).Informer()},
 	}
+	var leases informers.SharedInformerFactory
+	if cfg.CiliumNamespace != "" {
+		// Only Cilium's namespace; the API server cannot select names by
+		// prefix, so the transform keeps of every other Lease only its key.
+		leases = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(cfg.CiliumNamespace))
+		list = append(list, inf{watcherv1.Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE, leases.Coordination().V1().Leases().Informer()})
+	} else {
+		s.synced = append(s.synced, namedSync{kind: watcherv1.Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE, synced: func() bool { return true }})
+	}
 	for _, i := range list {
 		h := &handler{kind: i.kind, sink: sink, log: log, m: m}
+		if i.kind == watcherv1.Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE {
+			h.keep = convert.IsCiliumL2Lease
+		}
 		if err := i.informer.SetTransform(h.transform); err != nil {
 			return nil, fmt.Errorf("informer %v: %w", i.kind, err)
 		}
@@ -212,6 +227,9 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 	pods.Start(ctx.Done())
 	slices.Start(ctx.Done())
 	apiServer.Start(ctx.Done())
+	if leases != nil {
+		leases.Start(ctx.Done())
+	}
 	go ledger.run(ctx)
 	crds.Start(ctx.Done())
 	go s.optional.run(ctx)
@@ -269,7 +287,15 @@ type handler struct {
 	sink Sink
 	log  *slog.Logger
 	m    *metrics
+	// keep, when set, says which objects of the informer are streamed: the
+	// others are cached as their key alone (ignored) and never delivered.
+	keep func(metav1.Object) bool
 }
+
+// ignored is what the cache holds of an object the handler does not
+// stream: its key and resourceVersion, so that the informer can tell its
+// changes and deletion apart, and nothing more.
+type ignored struct{ metav1.ObjectMeta }
 
 // cached is what the informers' caches hold: the store's form of an object,
 // with the metadata the cache keys and compares it by. (A struct of one
@@ -287,8 +313,12 @@ func (c cached) GetObjectMeta() metav1.Object {
 // does not convert is counted, logged and cached as it came (without
 // managedFields), and the handler skips it.
 func (h *handler) transform(obj any) (any, error) {
-	if _, done := obj.(cached); done {
+	switch obj.(type) {
+	case cached, *ignored:
 		return obj, nil
+	}
+	if a, ok := obj.(metav1.Object); ok && h.keep != nil && !h.keep(a) {
+		return &ignored{metav1.ObjectMeta{Namespace: a.GetNamespace(), Name: a.GetName(), ResourceVersion: a.GetResourceVersion()}}, nil
 	}
 	if gvk, ok := crdKinds[h.kind]; ok {
 		if u, ok := obj.(*unstructured.Unstructured); ok && u.GetKind() == "" {

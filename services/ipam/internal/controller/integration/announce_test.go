@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -13,6 +15,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/testenv"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/server"
 )
 
 const unannounced = "ipledger_ipam_addresses_unannounced"
@@ -28,11 +31,7 @@ func TestAnnouncedByMetalLB(t *testing.T) {
 	env := testenv.Get(t)
 	ctx := context.Background()
 	h := newHarness(t)
-	h.pool("tann-"+h.lease, "10.78.61.0/28")
-	h.service("web", nil)
-	r := h.start("ipam-0")
-	h.expect(wait, map[string]string{"web": "10.78.61.0"})
-	srv := h.api(r)
+	r, srv := h.startWeb("tann", "10.78.61.0/28", "10.78.61.0")
 	why := func() *ipamv1.Announcement {
 		t.Helper()
 		x, err := srv.ExplainService(ctx, &ipamv1.ExplainServiceRequest{Service: &ipamv1.ServiceRef{Namespace: h.ns, Name: "web"}})
@@ -73,44 +72,23 @@ func TestAnnouncedByMetalLB(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	gauge := func() error {
-		mfs, err := r.reg.Gather()
-		if err != nil {
-			return err
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == unannounced {
-				return fmt.Errorf("%s = %v", unannounced, mf.GetMetric()[0].GetGauge().GetValue())
-			}
-		}
-		return fmt.Errorf("%s not exported", unannounced)
-	}
 	waitFor := func(state, node, message, metric string) {
 		t.Helper()
-		testenv.Eventually(t, wait, func() error {
-			a := why()
-			if a.GetState() != state || a.GetNode() != node || !strings.Contains(a.GetMessage(), message) {
-				return fmt.Errorf("announcement %v, want %s by %q saying %q", a, state, node, message)
-			}
-			if err := gauge(); err.Error() != metric {
-				return err
-			}
-			return nil
-		})
+		waitAnnouncement(t, srv, r, h.ns, "web", state, node, message, metric)
 	}
 
 	create("ipaddresspools", "IPAddressPool", "ipledger", map[string]any{"addresses": []any{"10.78.61.0/28"}, "autoAssign": false})
 	create("l2advertisements", "L2Advertisement", "ipledger-lan", map[string]any{"ipAddressPools": []any{"ipledger"}})
-	waitFor("NotAnnounced", "", "no speaker reports announcing it", unannounced+" = 1")
+	waitFor("NotAnnounced", "", "no speaker reports announcing it", "1")
 	l2Status("l2-n1", "n1")
-	waitFor("Announced", "n1", "announced by MetalLB L2 from node n1 since", unannounced+" = 0")
+	waitFor("Announced", "n1", "announced by MetalLB L2 from node n1 since", "0")
 
 	if err := env.Dynamic.Resource(convert.MetalLBL2AdvertisementResource).Namespace(mlb).Delete(ctx, "ipledger-lan", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("NotAnnounced", "", "no L2Advertisement or BGPAdvertisement in "+mlb+" covers MetalLB IPAddressPool ipledger", unannounced+" = 1")
+	waitFor("NotAnnounced", "", "no L2Advertisement or BGPAdvertisement in "+mlb+" covers MetalLB IPAddressPool ipledger", "1")
 	create("l2advertisements", "L2Advertisement", "ipledger-lan", map[string]any{"ipAddressPools": []any{"ipledger"}})
-	waitFor("Announced", "n1", "from node n1", unannounced+" = 0")
+	waitFor("Announced", "n1", "from node n1", "0")
 
 	// A failover: the new node's speaker writes its status, the old one's
 	// goes.
@@ -118,7 +96,7 @@ func TestAnnouncedByMetalLB(t *testing.T) {
 	if err := env.Dynamic.Resource(convert.MetalLBServiceL2StatusResource).Namespace(mlb).Delete(ctx, "l2-n1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("Announced", "n2", "from node n2", unannounced+" = 0")
+	waitFor("Announced", "n2", "from node n2", "0")
 	testenv.Eventually(t, wait, func() error {
 		evs, err := env.Client.CoreV1().Events(h.ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("reason", "AnnouncerChanged").String()})
 		if err != nil {
@@ -135,5 +113,88 @@ func TestAnnouncedByMetalLB(t *testing.T) {
 	// Without MetalLB's CRDs nothing is known of the address again, and
 	// nothing is counted.
 	env.UninstallMetalLB(t)
-	waitFor("NoAnnouncer", "", "no announcer found", unannounced+" = 0")
+	waitFor("NoAnnouncer", "", "no announcer found", "0")
+}
+
+// TestAnnouncedByCilium: a Lease cilium-l2announce-<namespace>-<name> in
+// kube-system (the watcher's default --cilium-namespace), as Cilium's L2
+// announcer holds it, makes ExplainService say the Service's address is
+// announced by Cilium from the holding node; one that lapses unrenewed —
+// with no object changing at the moment it lapses — makes it "not
+// announced", and the leader's gauge counts it.
+func TestAnnouncedByCilium(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := context.Background()
+	h := newHarness(t)
+	r, srv := h.startWeb("tcil", "10.78.62.0/28", "10.78.62.0")
+	leases := env.Client.CoordinationV1().Leases(metav1.NamespaceSystem)
+	name := "cilium-l2announce-" + h.ns + "-web"
+	t.Cleanup(func() { leases.Delete(ctx, name, metav1.DeleteOptions{}) })
+	holder, acquired := "n1", metav1.NewMicroTime(time.Now().Truncate(time.Second))
+	hour := int32(3600)
+	lease, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &hour, AcquireTime: &acquired, RenewTime: &acquired}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(state, node, message, metric string) {
+		t.Helper()
+		waitAnnouncement(t, srv, r, h.ns, "web", state, node, message, metric)
+	}
+	waitFor("Announced", "n1", "announced by Cilium L2 from node n1 since "+acquired.UTC().Format(time.RFC3339)+" (Lease kube-system/"+name+")", "0")
+
+	// Renewed for two seconds only, then never again: it lapses with no
+	// object changing, and the tracker decides again when it does.
+	two := int32(2)
+	renewed := metav1.NewMicroTime(time.Now())
+	lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = &two, &renewed
+	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("NotAnnounced", "", "not announced: Cilium's L2 announcement Lease kube-system/"+name+" has no live holder", "1")
+}
+
+// startWeb makes an IPPool of cidr and a Service web, starts ipam and waits
+// until web holds ip; it returns the replica and its API.
+func (h *harness) startWeb(pool, cidr, ip string) (*ipam, *server.Server) {
+	h.t.Helper()
+	h.pool(pool+"-"+h.lease, cidr)
+	h.service("web", nil)
+	r := h.start("ipam-0")
+	h.expect(wait, map[string]string{"web": ip})
+	return r, h.api(r)
+}
+
+// waitAnnouncement waits until ExplainService says of the one address of
+// Service ns/name: state, by node, in words holding message; and the
+// replica's ipledger_ipam_addresses_unannounced is metric.
+func waitAnnouncement(t *testing.T, srv *server.Server, r *ipam, ns, name, state, node, message, metric string) {
+	t.Helper()
+	testenv.Eventually(t, wait, func() error {
+		x, err := srv.ExplainService(context.Background(), &ipamv1.ExplainServiceRequest{Service: &ipamv1.ServiceRef{Namespace: ns, Name: name}})
+		if err != nil || len(x.GetAnnouncements()) != 1 {
+			return fmt.Errorf("ExplainService = %v, %v; want one announcement", x, err)
+		}
+		if a := x.GetAnnouncements()[0]; a.GetState() != state || a.GetNode() != node || !strings.Contains(a.GetMessage(), message) {
+			return fmt.Errorf("announcement %v, want %s by %q saying %q", a, state, node, message)
+		}
+		return gaugeIs(r, metric)
+	})
+}
+
+// gaugeIs checks the replica's ipledger_ipam_addresses_unannounced.
+func gaugeIs(r *ipam, want string) error {
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		return err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == unannounced {
+			if got := fmt.Sprint(mf.GetMetric()[0].GetGauge().GetValue()); got != want {
+				return fmt.Errorf("%s = %s, want %s", unannounced, got, want)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%s not exported", unannounced)
 }

@@ -125,7 +125,7 @@ func (h *harness) startWith(identity string, client kubernetes.Interface) *ipam 
 		Target: h.addr, Plaintext: true, TokenFile: h.tok,
 		Kinds: []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP,
 			watcherv1.Kind_KIND_GATEWAY, watcherv1.Kind_KIND_GATEWAY_CLASS},
-		OptionalKinds: announced.MetalLBKinds,
+		OptionalKinds: announced.Kinds,
 	}, log, reg)
 	if err != nil {
 		t.Fatal(err)
