@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/grpcserver"
 	"github.com/ipledger/ipledger/pkg/testenv"
@@ -34,6 +35,12 @@ func testLogger(t testing.TB) *slog.Logger {
 // waits until it serves.
 func startWatcher(t *testing.T, env *testenv.Env, mod func(*Config)) (*Watcher, *prometheus.Registry) {
 	t.Helper()
+	return startWatcherAs(t, env, env.Config, mod)
+}
+
+// startWatcherAs is startWatcher with the API server credentials of rc.
+func startWatcherAs(t *testing.T, env *testenv.Env, rc *rest.Config, mod func(*Config)) (*Watcher, *prometheus.Registry) {
+	t.Helper()
 	var cfg Config
 	cfg.Defaults()
 	cfg.Common.Namespace = testenv.SystemNamespace
@@ -42,7 +49,7 @@ func startWatcher(t *testing.T, env *testenv.Env, mod func(*Config)) (*Watcher, 
 		mod(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	w, err := New(cfg, env.Config, testLogger(t), reg)
+	w, err := New(cfg, rc, testLogger(t), reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/testenv"
@@ -141,5 +142,26 @@ func TestEveryKindIsServedWithItsServerSideFilter(t *testing.T) {
 	}
 	if e := got["KIND_EXTERNAL_WORKLOAD "+ns+"/vm1"].GetExternalWorkload(); len(e.GetWorkloadIps()) != 1 || e.GetPorts()[0].GetProtocol() != "TCP" {
 		t.Errorf("ExternalWorkload body %v", e)
+	}
+}
+
+// TestCiliumLeasesWithoutTheirRoleLeaveTheWatcherSynced: the watcher, as its
+// ServiceAccount, told to read Cilium's Leases in a namespace where no Role
+// lets it (an overlay that moved the base's kube-system Role) still syncs,
+// and serves the kind empty, instead of listing in vain forever and holding
+// every consumer unsynced.
+func TestCiliumLeasesWithoutTheirRoleLeaveTheWatcherSynced(t *testing.T) {
+	env := testenv.Get(t)
+	elsewhere := env.Namespace(t, nil)
+	rc := rest.CopyConfig(env.Config)
+	rc.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + testenv.SystemNamespace + ":ipledger-watcher",
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + testenv.SystemNamespace, "system:authenticated"},
+	}
+	w, _ := startWatcherAs(t, env, rc, func(c *Config) { c.CiliumNamespace = elsewhere })
+	s := watch(t, dial(t, w.Addr().String(), subscriberToken(t, env)), &watcherv1.WatchRequest{Kinds: []watcherv1.Kind{
+		watcherv1.Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE}})
+	if snap, _ := s.untilSynced(t); len(snap) != 0 {
+		t.Errorf("%d Leases streamed from %s, where the watcher may not read them", len(snap), elsewhere)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 
@@ -190,6 +192,9 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 		{watcherv1.Kind_KIND_EXTERNAL_WORKLOAD, crds.ForResource(convert.ExternalWorkloadResource).Informer()},
 	}
 	var leases informers.SharedInformerFactory
+	if cfg.CiliumNamespace != "" && !mayWatchLeases(ctx, client.AuthorizationV1(), cfg.CiliumNamespace, log) {
+		cfg.CiliumNamespace = ""
+	}
 	if cfg.CiliumNamespace != "" {
 		// Only Cilium's namespace; the API server cannot select names by
 		// prefix, so the transform keeps of every other Lease only its key.
@@ -235,6 +240,28 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 	go s.optional.run(ctx)
 	go s.watchSync(ctx)
 	return s, nil
+}
+
+// mayWatchLeases reports whether the watcher may list and watch the Leases
+// of ns (the Role ipledger:watcher:cilium-l2-leases). Without it a Lease
+// informer would list in vain forever and hold the watcher, and every
+// consumer, unsynced — as when an overlay moves that Role out of
+// kube-system — so the kind is then served empty, and the log says what to
+// grant. Asked once, at start.
+func mayWatchLeases(ctx context.Context, authz authorizationv1client.AuthorizationV1Interface, ns string, log *slog.Logger) bool {
+	for _, verb := range []string{"list", "watch"} {
+		review, err := authz.SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: ns, Verb: verb, Group: "coordination.k8s.io", Resource: "leases"}},
+		}, metav1.CreateOptions{})
+		if err != nil || !review.Status.Allowed {
+			log.Warn("not reading Cilium's L2 announcement Leases: the watcher may not "+verb+" Leases in "+ns+
+				"; bind it the Role ipledger:watcher:cilium-l2-leases there, or set --cilium-namespace to where Cilium runs (- for none), and restart it",
+				"namespace", ns, "err", err)
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Set) watchSync(ctx context.Context) {
