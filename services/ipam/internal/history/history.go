@@ -10,6 +10,7 @@
 package history
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -256,13 +257,8 @@ func Diff(ip netip.Addr, before, after Slot, at time.Time, by string) []Entry {
 // each address it touched, in address order.
 func (h Holders) Changes(ch ledger.Change, at time.Time, by string) []Entry {
 	before := h.Apply(ch)
-	ips := make([]netip.Addr, 0, len(before))
-	for ip := range before {
-		ips = append(ips, ip)
-	}
-	slices.SortFunc(ips, netip.Addr.Compare)
 	var out []Entry
-	for _, ip := range ips {
+	for _, ip := range slices.SortedFunc(maps.Keys(before), netip.Addr.Compare) {
 		out = append(out, Diff(ip, before[ip], h[ip], at, by)...)
 	}
 	return out
@@ -315,20 +311,11 @@ func Reconcile(said Holders, st ledger.State, at time.Time, by, how string) []En
 	for _, r := range st.Reservations {
 		when[r.IP] = r.CreatedAt
 	}
-	ips := map[netip.Addr]bool{}
-	for ip := range said {
-		ips[ip] = true
-	}
-	for ip := range now {
-		ips[ip] = true
-	}
-	sorted := make([]netip.Addr, 0, len(ips))
-	for ip := range ips {
-		sorted = append(sorted, ip)
-	}
-	slices.SortFunc(sorted, netip.Addr.Compare)
+	ips := make(Holders, len(said)+len(now)) // the keys of both; Diff reads the values from said and now
+	maps.Copy(ips, said)
+	maps.Copy(ips, now)
 	var out []Entry
-	for _, ip := range sorted {
+	for _, ip := range slices.SortedFunc(maps.Keys(ips), netip.Addr.Compare) {
 		for _, e := range Diff(ip, said[ip], now[ip], at, by) {
 			if t := when[ip]; how == HowRecovered && e.Action.adds() && !t.IsZero() && t.Before(at) {
 				e.At = t
