@@ -342,14 +342,19 @@ func (e *Env) Binary(t testing.TB, service string) string {
 // condition, never for a duration.
 func Eventually(t testing.TB, timeout time.Duration, check func() error) {
 	t.Helper()
+	if err := Poll(timeout, check); err != nil {
+		t.Fatalf("condition not met after %s: %v", timeout, err)
+	}
+}
+
+// Poll calls check until it returns nil or timeout passes, and returns its
+// last error: for a test that decides what a condition not met means.
+func Poll(timeout time.Duration, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met after %s: %v", timeout, err)
+		if err == nil || time.Now().After(deadline) {
+			return err
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

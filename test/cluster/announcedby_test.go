@@ -26,7 +26,7 @@ var l2AdvertisementsGVR = schema.GroupVersionResource{Group: "metallb.io", Versi
 // counts the address; restored, it is announced again by the node, the
 // gauge back at 0, and the Service has an AnnouncerChanged Event telling the
 // new announcing from the one before (on one node: the same node, a new
-// ServiceL2Status).
+// ServiceL2Status), made by the ipam term that saw both.
 func (e *env) announcedBy(t *testing.T, ns, svc string) {
 	ctx := context.Background()
 	ipam, err := e.client.CoreV1().Services(systemNS).Get(ctx, "ipledger-ipam", metav1.GetOptions{})
@@ -74,6 +74,49 @@ func (e *env) announcedBy(t *testing.T, ns, svc string) {
 		}
 		return nil
 	}
+	// The tracker remembers the announcing before a gap within one ipam
+	// term: a term that ends in the cycle (a lease renewal missed on a busy
+	// machine) forgets it, and the Event is not owed. The cycle is run
+	// again then, a few times at most; within one term the Event must come.
+	for attempt := 1; ; attempt++ {
+		term := e.ipamTerm(t)
+		ok := e.announcerChangedCycle(t, ns, svc, waitFor, announced)
+		if ok {
+			return
+		}
+		if now := e.ipamTerm(t); now != term && attempt < 3 {
+			t.Logf("ipam's term changed during the cycle (%s, now %s): the tracker's memory of the announcing before is per term; again", term, now)
+			continue
+		}
+		t.Fatalf("no AnnouncerChanged Event on %s/%s within one ipam term (%s)", ns, svc, term)
+	}
+}
+
+// ipamTerm names ipam's current term: the Lease holder and how many terms
+// it has started.
+func (e *env) ipamTerm(t *testing.T) string {
+	t.Helper()
+	var term string
+	testenv.Eventually(t, time.Minute, func() error {
+		holder := e.leader(t, "ipledger-ipam")
+		if holder == "" {
+			return fmt.Errorf("ipledger-ipam has no holder")
+		}
+		m, err := e.metrics(context.Background(), holder)
+		if err != nil {
+			return err
+		}
+		term = fmt.Sprintf("%s, term %v", holder, m["ipledger_leader_term_transitions_total{event=started,lease=ipledger-ipam}"])
+		return nil
+	})
+	return term
+}
+
+// announcerChangedCycle deletes the L2Advertisement and restores it, then
+// waits for the AnnouncerChanged Event of the return; it says whether one
+// came.
+func (e *env) announcerChangedCycle(t *testing.T, ns, svc string, waitFor func(string, func(*ipamv1.Announcement, float64) error) *ipamv1.Announcement, announced func(*ipamv1.Announcement, float64) error) bool {
+	ctx := context.Background()
 	first := waitFor("with the speaker", announced)
 
 	if err := e.dynamic.Resource(l2AdvertisementsGVR).Namespace(speakerNS).Delete(ctx, "ipledger-lan", metav1.DeleteOptions{}); err != nil {
@@ -95,7 +138,7 @@ func (e *env) announcedBy(t *testing.T, ns, svc string) {
 	// of the speaker restart and the ipam failover earlier are logged.
 	want := "announced by MetalLB L2 from node " + cluster.NodeName + " since " + again.GetSince()
 	before := "(before: MetalLB L2 from node " + cluster.NodeName + " since " + first.GetSince() + ")"
-	testenv.Eventually(t, time.Minute, func() error {
+	err := testenv.Poll(time.Minute, func() error {
 		evs, err := e.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=AnnouncerChanged,involvedObject.name=" + svc})
 		if err != nil {
 			return err
@@ -110,4 +153,8 @@ func (e *env) announcedBy(t *testing.T, ns, svc string) {
 		}
 		return fmt.Errorf("no AnnouncerChanged Event on %s/%s saying %q %s among %q", ns, svc, want, before, seen)
 	})
+	if err != nil {
+		t.Log(err)
+	}
+	return err == nil
 }
