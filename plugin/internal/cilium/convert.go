@@ -339,22 +339,7 @@ func (c *converter) selector(obj string, sel metav1.LabelSelector) (metallb.Allo
 	ok := true
 	addReq := func(field string, r metav1.LabelSelectorRequirement) {
 		switch {
-		case r.Key == "":
-			c.Warn(obj, field, "not converted: the key is empty (Cilium's selector refuses it too)")
-			ok = false
-		case r.Operator != metav1.LabelSelectorOpIn && r.Operator != metav1.LabelSelectorOpNotIn &&
-			r.Operator != metav1.LabelSelectorOpExists && r.Operator != metav1.LabelSelectorOpDoesNotExist:
-			c.Warn(obj, field, "not converted: operator %q is not In, NotIn, Exists or DoesNotExist", r.Operator)
-			ok = false
-		case (r.Operator == metav1.LabelSelectorOpIn || r.Operator == metav1.LabelSelectorOpNotIn) && len(r.Values) == 0:
-			c.Warn(obj, field, "not converted: operator %s needs at least one value (Cilium's selector refuses it too)", r.Operator)
-			ok = false
-		case (r.Operator == metav1.LabelSelectorOpExists || r.Operator == metav1.LabelSelectorOpDoesNotExist) && len(r.Values) > 0:
-			c.Warn(obj, field, "not converted: operator %s takes no values (Cilium's selector refuses it too)", r.Operator)
-			ok = false
-		case r.Key == ServiceNameKey:
-			c.Warn(obj, field, "not converted: %s selects Services by name, and an IPPool selects them by label and namespace only; "+
-				"dropping it would give the pool's addresses to Services Cilium kept out. Label those Services and select the label instead", ServiceNameKey)
+		case !c.requirement(obj, field, r):
 			ok = false
 		case r.Key == ServiceNamespaceKey:
 			ns = append(ns, r)
@@ -371,37 +356,75 @@ func (c *converter) selector(obj string, sel metav1.LabelSelector) (metallb.Allo
 	}
 	var out metallb.Allocation
 	if len(ns) > 0 {
-		names, nsSel, why := Namespaces(ns)
-		switch {
-		case why != "":
-			c.Warn(obj, f, "not converted: %s", why)
-			ok = false
-		case names != nil:
-			if len(names) > maxNamespaces {
-				c.Warn(obj, f, "not converted: %d namespaces, and an IPPool lists at most %d", len(names), maxNamespaces)
-				ok = false
-			}
-			out.Namespaces = names
-		case nsSel != nil:
-			out.NamespaceSelectors = []metav1.LabelSelector{*nsSel}
-			c.Warn(obj, f, "the %s requirements become a namespace selector on %s, the label the API server gives every Namespace (its name)", ServiceNamespaceKey, NamespaceNameLabel)
-		}
+		ok = c.namespaces(obj, f, ns, &out) && ok
 	}
 	if len(svc) > 0 {
-		s := metav1.LabelSelector{}
-		for _, r := range svc {
-			if r.Operator == metav1.LabelSelectorOpIn && len(r.Values) == 1 && s.MatchLabels[r.Key] == "" && !hasExpr(svc, r.Key) {
-				if s.MatchLabels == nil {
-					s.MatchLabels = map[string]string{}
-				}
-				s.MatchLabels[r.Key] = r.Values[0]
-				continue
-			}
-			s.MatchExpressions = append(s.MatchExpressions, r)
-		}
-		out.ServiceSelectors = []metav1.LabelSelector{s}
+		out.ServiceSelectors = []metav1.LabelSelector{serviceSelector(svc)}
 	}
 	return out, ok
+}
+
+// requirement reports whether a requirement of the serviceSelector can be
+// carried over, warning when not: one Cilium's selector refuses, or one on
+// io.kubernetes.service.name.
+func (c *converter) requirement(obj, field string, r metav1.LabelSelectorRequirement) bool {
+	switch {
+	case r.Key == "":
+		c.Warn(obj, field, "not converted: the key is empty (Cilium's selector refuses it too)")
+	case r.Operator != metav1.LabelSelectorOpIn && r.Operator != metav1.LabelSelectorOpNotIn &&
+		r.Operator != metav1.LabelSelectorOpExists && r.Operator != metav1.LabelSelectorOpDoesNotExist:
+		c.Warn(obj, field, "not converted: operator %q is not In, NotIn, Exists or DoesNotExist", r.Operator)
+	case (r.Operator == metav1.LabelSelectorOpIn || r.Operator == metav1.LabelSelectorOpNotIn) && len(r.Values) == 0:
+		c.Warn(obj, field, "not converted: operator %s needs at least one value (Cilium's selector refuses it too)", r.Operator)
+	case (r.Operator == metav1.LabelSelectorOpExists || r.Operator == metav1.LabelSelectorOpDoesNotExist) && len(r.Values) > 0:
+		c.Warn(obj, field, "not converted: operator %s takes no values (Cilium's selector refuses it too)", r.Operator)
+	case r.Key == ServiceNameKey:
+		c.Warn(obj, field, "not converted: %s selects Services by name, and an IPPool selects them by label and namespace only; "+
+			"dropping it would give the pool's addresses to Services Cilium kept out. Label those Services and select the label instead", ServiceNameKey)
+	default:
+		return true
+	}
+	return false
+}
+
+// namespaces sets out's namespaces or namespace selector from the
+// requirements on io.kubernetes.service.namespace (Namespaces); false when
+// the pool cannot be converted because of them.
+func (c *converter) namespaces(obj, field string, reqs []metav1.LabelSelectorRequirement, out *metallb.Allocation) bool {
+	names, nsSel, why := Namespaces(reqs)
+	switch {
+	case why != "":
+		c.Warn(obj, field, "not converted: %s", why)
+		return false
+	case names != nil:
+		out.Namespaces = names
+		if len(names) > maxNamespaces {
+			c.Warn(obj, field, "not converted: %d namespaces, and an IPPool lists at most %d", len(names), maxNamespaces)
+			return false
+		}
+	case nsSel != nil:
+		out.NamespaceSelectors = []metav1.LabelSelector{*nsSel}
+		c.Warn(obj, field, "the %s requirements become a namespace selector on %s, the label the API server gives every Namespace (its name)", ServiceNamespaceKey, NamespaceNameLabel)
+	}
+	return true
+}
+
+// serviceSelector is one Service selector with the requirements: In with
+// one value as matchLabels where its key has no other requirement, the
+// rest as expressions, in order.
+func serviceSelector(svc []metav1.LabelSelectorRequirement) metav1.LabelSelector {
+	s := metav1.LabelSelector{}
+	for _, r := range svc {
+		if r.Operator == metav1.LabelSelectorOpIn && len(r.Values) == 1 && s.MatchLabels[r.Key] == "" && !hasExpr(svc, r.Key) {
+			if s.MatchLabels == nil {
+				s.MatchLabels = map[string]string{}
+			}
+			s.MatchLabels[r.Key] = r.Values[0]
+			continue
+		}
+		s.MatchExpressions = append(s.MatchExpressions, r)
+	}
+	return s
 }
 
 // hasExpr reports whether key has more than one requirement in rs (then
