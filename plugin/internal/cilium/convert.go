@@ -92,23 +92,12 @@ func Convert(objs []*unstructured.Unstructured) Result {
 		return cmp.Or(cmp.Compare(a.GetName(), b.GetName()), cmp.Compare(a.GroupVersionKind().Version, b.GroupVersionKind().Version))
 	})
 	var c converter
-	from := map[string]string{}
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
 		obj := conversion.Describe(o)
 		switch {
 		case gvk.Group == Group && gvk.Kind == Kind:
-			if prev, ok := from[o.GetName()]; ok {
-				c.Warn(obj, "metadata.name", "not converted: %s already becomes IPPool %q; give each pool once", prev, o.GetName())
-				c.NotConverted = append(c.NotConverted, obj)
-				continue
-			}
-			if p, ok := c.pool(o); ok {
-				from[o.GetName()] = obj
-				c.Pools = append(c.Pools, p)
-			} else {
-				c.NotConverted = append(c.NotConverted, obj)
-			}
+			c.AddPool(o, "; give each pool once", c.pool)
 		case gvk.Group == Group && (gvk.Kind == "CiliumL2AnnouncementPolicy" || strings.HasPrefix(gvk.Kind, "CiliumBGP")):
 			c.Warn(obj, "", "not converted: announcing is reachability, not address management, and ipledger does not announce; keep it for Cilium's agents (%s)", reachabilityDoc)
 		case gvk.Group == Group:

@@ -104,3 +104,34 @@ func TestConverterResultOrder(t *testing.T) {
 		t.Errorf("Result = %v, %v, pools %v; want warnings %v, sorted objects and pools", got, res.NotConverted, res.Pools, want)
 	}
 }
+
+func TestAddPool(t *testing.T) {
+	obj := func(name string) *unstructured.Unstructured {
+		o := &unstructured.Unstructured{}
+		o.SetKind("Pool")
+		o.SetNamespace("ns")
+		o.SetName(name)
+		return o
+	}
+	convert := func(o *unstructured.Unstructured) (IPPool, bool) {
+		return NewIPPool(o.GetName(), "test", Describe(o)), o.GetName() != "bad"
+	}
+	var c Converter
+	for _, o := range []*unstructured.Unstructured{obj("a"), obj("bad"), obj("a"), obj("bad"), obj("b")} {
+		c.AddPool(o, "; rename one", convert)
+	}
+	var names []string
+	for _, p := range c.Pools {
+		names = append(names, p.Metadata.Name)
+	}
+	if !slices.Equal(names, []string{"a", "b"}) {
+		t.Errorf("pools %v, want a and b once each", names)
+	}
+	if !slices.Equal(c.NotConverted, []string{"Pool ns/bad", "Pool ns/a", "Pool ns/bad"}) {
+		t.Errorf("not converted %v, want bad twice (it never became a pool) and the second a", c.NotConverted)
+	}
+	want := []Warning{{Object: "Pool ns/a", Field: "metadata.name", Message: `not converted: Pool ns/a already becomes IPPool "a"; rename one`}}
+	if !slices.Equal(c.Warnings, want) {
+		t.Errorf("warnings %+v, want %+v", c.Warnings, want)
+	}
+}

@@ -92,6 +92,31 @@ type Converter struct {
 	Pools        []IPPool
 	Warnings     []Warning
 	NotConverted []string
+	// from names, by IPPool name, the object each pool came from.
+	from map[string]string
+}
+
+// AddPool converts a source pool object with convert and keeps the IPPool,
+// unless an earlier object already became an IPPool of the same name: then
+// it warns, ending with taken (how to fix it). An object that produces no
+// IPPool is listed in NotConverted.
+func (c *Converter) AddPool(o *unstructured.Unstructured, taken string, convert func(*unstructured.Unstructured) (IPPool, bool)) {
+	obj := Describe(o)
+	if prev, ok := c.from[o.GetName()]; ok {
+		c.Warn(obj, "metadata.name", "not converted: %s already becomes IPPool %q%s", prev, o.GetName(), taken)
+		c.NotConverted = append(c.NotConverted, obj)
+		return
+	}
+	p, ok := convert(o)
+	if !ok {
+		c.NotConverted = append(c.NotConverted, obj)
+		return
+	}
+	if c.from == nil {
+		c.from = map[string]string{}
+	}
+	c.from[o.GetName()] = obj
+	c.Pools = append(c.Pools, p)
 }
 
 // Warn records a warning about obj's field ("" for the object as a whole).

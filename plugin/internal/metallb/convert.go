@@ -94,23 +94,12 @@ func Convert(objs []*unstructured.Unstructured) Result {
 			pools = append(pools, o)
 		}
 	}
-	from := map[string]string{} // IPPool name -> the object it came from
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
 		obj := conversion.Describe(o)
 		switch {
 		case gvk.Group == Group && gvk.Kind == "IPAddressPool":
-			if prev, ok := from[o.GetName()]; ok {
-				c.Warn(obj, "metadata.name", "not converted: %s already becomes IPPool %q, and IPPools are cluster-scoped; rename one of them", prev, o.GetName())
-				c.NotConverted = append(c.NotConverted, obj)
-				continue
-			}
-			if p, ok := c.pool(o); ok {
-				from[o.GetName()] = obj
-				c.Pools = append(c.Pools, p)
-			} else {
-				c.NotConverted = append(c.NotConverted, obj)
-			}
+			c.AddPool(o, ", and IPPools are cluster-scoped; rename one of them", c.pool)
 		case gvk.Group == Group && (gvk.Kind == "L2Advertisement" || gvk.Kind == "BGPAdvertisement"):
 			c.advertisement(o, pools)
 		case gvk.Group == Group && (gvk.Kind == "BGPPeer" || gvk.Kind == "BFDProfile" || gvk.Kind == "Community"):
