@@ -541,7 +541,7 @@ func (r *NodeReconciler) actOnTriage(ctx context.Context, log *slog.Logger, rd r
 	case decide.NextConfirm:
 		return r.confirm(ctx, log, rd, true)
 	case decide.NextGiveBack:
-		return r.giveBack(ctx, log, rd.node, rd.obj, rd.exists, rd.view, rd.waiting[rd.node])
+		return r.giveBack(ctx, log, rd)
 	case decide.NextAwaitEC2:
 		log.Debug("Waiting for EC2 to list the Node's address")
 		r.c.status.Set(rd.node, StatePending, t.Reason)
@@ -702,8 +702,9 @@ func (r *NodeReconciler) associate(ctx context.Context, log *slog.Logger, obj *w
 // giveBack handles a Node that should have no address: it disassociates
 // and releases (or keeps, as an orphan) every address tagged for it, and
 // clears the Node's label and annotation if the Node still exists.
-func (r *NodeReconciler) giveBack(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool, view []decide.Address, waiting bool) error {
-	view, err := r.withoutHeldOutside(ctx, log, obj, node, view, nil, nil)
+func (r *NodeReconciler) giveBack(ctx context.Context, log *slog.Logger, rd round) error {
+	node, obj := rd.node, rd.obj
+	view, err := r.withoutHeldOutside(ctx, log, obj, node, rd.view, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -723,12 +724,12 @@ func (r *NodeReconciler) giveBack(ctx context.Context, log *slog.Logger, node st
 			r.event(nodeRef(node, obj), corev1.EventTypeNormal, ReasonReleased, "Released Elastic IP %s (%s)", a.PublicIP, a.AllocationID)
 		}
 	}
-	if exists {
+	if rd.exists {
 		if err := r.publish(ctx, obj, "", ""); err != nil {
 			return err
 		}
 	}
-	if waiting {
+	if rd.waiting[node] {
 		// An unanswered allocation may still show up tagged for this Node.
 		r.queue.AddAfter(node, r.c.cfg.PendingPoll)
 		return nil
