@@ -92,83 +92,70 @@ func Convert(objs []*unstructured.Unstructured) Result {
 		return cmp.Or(cmp.Compare(a.GetName(), b.GetName()), cmp.Compare(a.GroupVersionKind().Version, b.GroupVersionKind().Version))
 	})
 	var c converter
-	from := map[string]string{}
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
 		obj := conversion.Describe(o)
 		switch {
 		case gvk.Group == Group && gvk.Kind == Kind:
-			if prev, ok := from[o.GetName()]; ok {
-				c.warn(obj, "metadata.name", "not converted: %s already becomes IPPool %q; give each pool once", prev, o.GetName())
-				c.notConverted = append(c.notConverted, obj)
-				continue
-			}
-			if p, ok := c.pool(o); ok {
-				from[o.GetName()] = obj
-				c.pools = append(c.pools, p)
-			} else {
-				c.notConverted = append(c.notConverted, obj)
-			}
+			c.AddPool(o, "; give each pool once", c.pool)
 		case gvk.Group == Group && (gvk.Kind == "CiliumL2AnnouncementPolicy" || strings.HasPrefix(gvk.Kind, "CiliumBGP")):
-			c.warn(obj, "", "not converted: announcing is reachability, not address management, and ipledger does not announce; keep it for Cilium's agents (%s)", reachabilityDoc)
+			c.Warn(obj, "", "not converted: announcing is reachability, not address management, and ipledger does not announce; keep it for Cilium's agents (%s)", reachabilityDoc)
 		case gvk.Group == Group:
-			c.warn(obj, "", "not converted: %s is not LB-IPAM's address configuration", gvk.Kind)
+			c.Warn(obj, "", "not converted: %s is not LB-IPAM's address configuration", gvk.Kind)
 		default:
-			c.warn(obj, "", "not converted: not a %s", Kind)
+			c.Warn(obj, "", "not converted: not a %s", Kind)
 		}
 	}
-	slices.SortFunc(c.pools, func(a, b metallb.IPPool) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
-	c.overlaps()
-	slices.SortStableFunc(c.warnings, func(a, b metallb.Warning) int { return cmp.Compare(a.Object, b.Object) })
-	slices.Sort(c.notConverted)
-	return Result{Pools: c.pools, Warnings: c.warnings, NotConverted: c.notConverted}
+	return c.Result(c.overlaps)
 }
 
-type converter struct {
-	pools        []metallb.IPPool
-	warnings     []metallb.Warning
-	notConverted []string
-}
+// converter is one conversion's state (conversion.Converter) and the
+// mapping of Cilium's pools.
+type converter struct{ conversion.Converter }
 
-func (c *converter) warn(obj, field, format string, args ...any) {
-	c.warnings = append(c.warnings, metallb.Warning{Object: obj, Field: field, Message: fmt.Sprintf(format, args...)})
+// poolKind is how Cilium's pools are read (conversion.ReadPool).
+var poolKind = conversion.PoolKind{
+	Group: Group, Versions: []string{"v2", "v2alpha1"}, Export: "cilium.io/v2 or v2alpha1", Source: ConvertedFrom, KnownSpecFields: knownSpecFields,
 }
 
 // pool converts one CiliumLoadBalancerIPPool; false when it produces no IPPool.
 func (c *converter) pool(o *unstructured.Unstructured) (metallb.IPPool, bool) {
-	obj := conversion.Describe(o)
-	if v := o.GroupVersionKind().Version; v != "v2" && v != "v2alpha1" {
-		c.warn(obj, "apiVersion", "not converted: %s/%s is not a version this converter knows; export the pools as cilium.io/v2 or v2alpha1", Group, v)
-		return metallb.IPPool{}, false
-	}
-	if o.GetName() == "" {
-		c.warn(obj, "metadata.name", "not converted: the pool has no name")
-		return metallb.IPPool{}, false
-	}
-	rawSpec, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec")
-	specMap, _ := rawSpec.(map[string]any)
 	var spec poolSpec
-	if err := conversion.Decode(specMap, &spec); err != nil {
-		c.warn(obj, "spec", "not converted: %v", err)
+	out, _, ok := c.ReadPool(o, poolKind, &spec)
+	if !ok {
 		return metallb.IPPool{}, false
 	}
-	out := metallb.IPPool{
-		APIVersion: "ipledger.io/v1alpha1",
-		Kind:       "IPPool",
-		Metadata: metallb.ObjectMeta{
-			Name:        o.GetName(),
-			Labels:      map[string]string{metallb.LabelConvertedFrom: ConvertedFrom},
-			Annotations: map[string]string{metallb.AnnotationConvertedFrom: obj},
-		},
-		Spec: metallb.IPPoolSpec{AutoAssign: true},
+	obj := conversion.Describe(o)
+	out.Spec.AutoAssign = true
+	addrs, wideCIDR, ok := c.blocks(obj, spec)
+	out.Spec.Addresses = addrs
+	out.Spec.SkipFirstLastIPs, _ = c.firstLast(obj, spec.AllowFirstLastIPs, wideCIDR)
+	if spec.Disabled {
+		out.Spec.AutoAssign = false
+		c.Warn(obj, "spec.disabled", "ipledger has no disabled pool; written as autoAssign: false, so ipam gives none of its addresses to a Service "+
+			"automatically, but still to one that requests one of them (ipledger.io/loadBalancerIPs, lbipam.cilium.io/ips) or names the pool "+
+			"(ipledger.io/address-pool), where Cilium allocates no new address from a disabled pool; Services holding its addresses keep them in both")
 	}
-	ok := true
-	for _, k := range conversion.UnknownKeys(specMap, knownSpecFields) {
-		c.warn(obj, "spec."+k, "not carried over: ipledger's IPPool has no equivalent")
+	if sel := spec.ServiceSelector; sel != nil {
+		alloc, selOK := c.selector(obj, *sel)
+		ok = ok && selOK
+		if len(alloc.Namespaces) > 0 || len(alloc.NamespaceSelectors) > 0 || len(alloc.ServiceSelectors) > 0 {
+			out.Spec.Allocation = &alloc
+		}
 	}
+	if conflict := poolConflict(o); conflict != "" {
+		c.Warn(obj, "status", "Cilium marks this pool conflicting (%s) and gives out none of its addresses; ipam makes the younger of two overlapping IPPools Conflicting as well, so check both before applying", conflict)
+	}
+	c.WarnMetadata(o, "")
+	return out, ok
+}
 
-	// Blocks: Cilium 1.15 and later read spec.blocks; 1.13 and 1.14 had
-	// spec.cidrs, which later versions still accept in v2alpha1.
+// blocks converts the pool's blocks into the IPPool's entries, each once.
+// Cilium 1.15 and later read spec.blocks; 1.13 and 1.14 had spec.cidrs,
+// which later versions still accept in v2alpha1. wideCIDR: a block is a
+// CIDR where allowFirstLastIPs matters (convertBlock). false when the pool
+// cannot be converted because of them.
+func (c *converter) blocks(obj string, spec poolSpec) (addrs []string, wideCIDR, ok bool) {
 	type entry struct {
 		field string
 		b     block
@@ -180,69 +167,35 @@ func (c *converter) pool(o *unstructured.Unstructured) (metallb.IPPool, bool) {
 	for i, b := range spec.Blocks {
 		entries = append(entries, entry{fmt.Sprintf("spec.blocks[%d]", i), b})
 	}
+	ok = true
 	if len(entries) == 0 {
-		c.warn(obj, "spec.blocks", "not converted: the pool has no blocks, so Cilium gave out none of its addresses either")
+		c.Warn(obj, "spec.blocks", "not converted: the pool has no blocks, so Cilium gave out none of its addresses either")
 		ok = false
 	}
 	seen := map[string]bool{}
-	wideCIDR := false
 	for _, e := range entries {
 		addr, notes, wide, err := convertBlock(e.b)
 		if err != nil {
-			c.warn(obj, e.field, "not converted: %v", err)
+			c.Warn(obj, e.field, "not converted: %v", err)
 			ok = false
 			continue
 		}
 		wideCIDR = wideCIDR || wide
 		for _, n := range notes {
-			c.warn(obj, e.field, "%s", n)
+			c.Warn(obj, e.field, "%s", n)
 		}
 		if seen[addr] {
-			c.warn(obj, e.field, "%s repeats an earlier block; written once", addr)
+			c.Warn(obj, e.field, "%s repeats an earlier block; written once", addr)
 			continue
 		}
 		seen[addr] = true
-		out.Spec.Addresses = append(out.Spec.Addresses, addr)
+		addrs = append(addrs, addr)
 	}
-	if len(out.Spec.Addresses) > maxAddresses {
-		c.warn(obj, "spec.blocks", "not converted: %d blocks, and an IPPool holds at most %d; merge adjacent blocks into ranges or split the pool", len(out.Spec.Addresses), maxAddresses)
+	if len(addrs) > maxAddresses {
+		c.Warn(obj, "spec.blocks", "not converted: %d blocks, and an IPPool holds at most %d; merge adjacent blocks into ranges or split the pool", len(addrs), maxAddresses)
 		ok = false
 	}
-
-	out.Spec.SkipFirstLastIPs, _ = c.firstLast(obj, spec.AllowFirstLastIPs, wideCIDR)
-
-	if spec.Disabled {
-		out.Spec.AutoAssign = false
-		c.warn(obj, "spec.disabled", "ipledger has no disabled pool; written as autoAssign: false, so ipam gives none of its addresses to a Service "+
-			"automatically, but still to one that requests one of them (ipledger.io/loadBalancerIPs, lbipam.cilium.io/ips) or names the pool "+
-			"(ipledger.io/address-pool), where Cilium allocates no new address from a disabled pool; Services holding its addresses keep them in both")
-	}
-
-	if sel := spec.ServiceSelector; sel != nil {
-		alloc, selOK := c.selector(obj, *sel)
-		ok = ok && selOK
-		if len(alloc.Namespaces) > 0 || len(alloc.NamespaceSelectors) > 0 || len(alloc.ServiceSelectors) > 0 {
-			out.Spec.Allocation = &alloc
-		}
-	}
-
-	if conflict := poolConflict(o); conflict != "" {
-		c.warn(obj, "status", "Cilium marks this pool conflicting (%s) and gives out none of its addresses; ipam makes the younger of two overlapping IPPools Conflicting as well, so check both before applying", conflict)
-	}
-	if l := o.GetLabels(); len(l) > 0 {
-		c.warn(obj, "metadata.labels", "not carried over (%s): ipam does not read IPPool labels", conversion.JoinMap(l))
-	}
-	var annotations []string
-	for k := range o.GetAnnotations() {
-		if !strings.HasPrefix(k, "kubectl.kubernetes.io/") {
-			annotations = append(annotations, k)
-		}
-	}
-	if len(annotations) > 0 {
-		slices.Sort(annotations)
-		c.warn(obj, "metadata.annotations", "not carried over: %s", strings.Join(annotations, ", "))
-	}
-	return out, ok
+	return addrs, wideCIDR, ok
 }
 
 // overlaps warns, on the later of two converted pools (in the order
@@ -250,35 +203,11 @@ func (c *converter) pool(o *unstructured.Unstructured) (metallb.IPPool, bool) {
 // Cilium marks the newer of two overlapping pools conflicting, and ipam
 // makes the younger IPPool Conflicting, so it gives out nothing.
 func (c *converter) overlaps() {
-	type span struct{ lo, hi netip.Addr }
-	spans := make([][]span, len(c.pools))
-	for i, p := range c.pools {
-		for _, a := range p.Spec.Addresses {
-			if lo, hi, ok := strings.Cut(a, "-"); ok {
-				spans[i] = append(spans[i], span{netip.MustParseAddr(lo), netip.MustParseAddr(hi)})
-				continue
-			}
-			pfx := netip.MustParsePrefix(a)
-			spans[i] = append(spans[i], span{pfx.Addr(), metallb.LastOf(pfx)})
-		}
-	}
-	for j := range c.pools {
-		for i := range j {
-			shared := ""
-			for _, x := range spans[j] {
-				for _, y := range spans[i] {
-					if x.lo.Is4() == y.lo.Is4() && !x.hi.Less(y.lo) && !y.hi.Less(x.lo) && shared == "" {
-						shared = conversion.Later(x.lo, y.lo).String()
-					}
-				}
-			}
-			if shared != "" {
-				c.warn(c.pools[j].Metadata.Annotations[metallb.AnnotationConvertedFrom], "spec.blocks",
-					"shares addresses (%s, …) with IPPool %s: ipam, like Cilium, makes the younger of two overlapping pools Conflicting, "+
-						"and a Conflicting pool gives out nothing; remove the overlap before applying",
-					shared, c.pools[i].Metadata.Name)
-			}
-		}
+	for _, o := range conversion.Overlaps(c.Pools) {
+		c.Warn(c.Pools[o.Later].Metadata.Annotations[metallb.AnnotationConvertedFrom], "spec.blocks",
+			"shares addresses (%s, …) with IPPool %s: ipam, like Cilium, makes the younger of two overlapping pools Conflicting, "+
+				"and a Conflicting pool gives out nothing; remove the overlap before applying",
+			o.Shared, c.Pools[o.Earlier].Metadata.Name)
 	}
 }
 
@@ -309,7 +238,7 @@ func FirstLastIPs(allow *string, wideCIDR bool) (skip bool, note string) {
 func (c *converter) firstLast(obj string, allow *string, wideCIDR bool) (bool, string) {
 	skip, note := FirstLastIPs(allow, wideCIDR)
 	if note != "" {
-		c.warn(obj, "spec.allowFirstLastIPs", "%s", note)
+		c.Warn(obj, "spec.allowFirstLastIPs", "%s", note)
 	}
 	return skip, note
 }
@@ -335,7 +264,7 @@ func convertBlock(b block) (entry string, notes []string, wide bool, err error) 
 			notes = append(notes, fmt.Sprintf("%q has host bits set; Cilium allocates from the network %s, and so does the IPPool", cidr, m))
 			pfx = m
 		}
-		lo, hi := pfx.Addr(), metallb.LastOf(pfx)
+		lo, hi := pfx.Addr(), conversion.LastOf(pfx)
 		notes = append(notes, metallb.UnusableNotes(lo, hi)...)
 		if lo.Is6() && pfx.Bits() < 127 {
 			notes = append(notes, fmt.Sprintf("ipledger never hands out %s, the Subnet-Router anycast address of %s (Cilium does); "+
@@ -399,22 +328,7 @@ func (c *converter) selector(obj string, sel metav1.LabelSelector) (metallb.Allo
 	ok := true
 	addReq := func(field string, r metav1.LabelSelectorRequirement) {
 		switch {
-		case r.Key == "":
-			c.warn(obj, field, "not converted: the key is empty (Cilium's selector refuses it too)")
-			ok = false
-		case r.Operator != metav1.LabelSelectorOpIn && r.Operator != metav1.LabelSelectorOpNotIn &&
-			r.Operator != metav1.LabelSelectorOpExists && r.Operator != metav1.LabelSelectorOpDoesNotExist:
-			c.warn(obj, field, "not converted: operator %q is not In, NotIn, Exists or DoesNotExist", r.Operator)
-			ok = false
-		case (r.Operator == metav1.LabelSelectorOpIn || r.Operator == metav1.LabelSelectorOpNotIn) && len(r.Values) == 0:
-			c.warn(obj, field, "not converted: operator %s needs at least one value (Cilium's selector refuses it too)", r.Operator)
-			ok = false
-		case (r.Operator == metav1.LabelSelectorOpExists || r.Operator == metav1.LabelSelectorOpDoesNotExist) && len(r.Values) > 0:
-			c.warn(obj, field, "not converted: operator %s takes no values (Cilium's selector refuses it too)", r.Operator)
-			ok = false
-		case r.Key == ServiceNameKey:
-			c.warn(obj, field, "not converted: %s selects Services by name, and an IPPool selects them by label and namespace only; "+
-				"dropping it would give the pool's addresses to Services Cilium kept out. Label those Services and select the label instead", ServiceNameKey)
+		case !c.requirement(obj, field, r):
 			ok = false
 		case r.Key == ServiceNamespaceKey:
 			ns = append(ns, r)
@@ -431,37 +345,75 @@ func (c *converter) selector(obj string, sel metav1.LabelSelector) (metallb.Allo
 	}
 	var out metallb.Allocation
 	if len(ns) > 0 {
-		names, nsSel, why := Namespaces(ns)
-		switch {
-		case why != "":
-			c.warn(obj, f, "not converted: %s", why)
-			ok = false
-		case names != nil:
-			if len(names) > maxNamespaces {
-				c.warn(obj, f, "not converted: %d namespaces, and an IPPool lists at most %d", len(names), maxNamespaces)
-				ok = false
-			}
-			out.Namespaces = names
-		case nsSel != nil:
-			out.NamespaceSelectors = []metav1.LabelSelector{*nsSel}
-			c.warn(obj, f, "the %s requirements become a namespace selector on %s, the label the API server gives every Namespace (its name)", ServiceNamespaceKey, NamespaceNameLabel)
-		}
+		ok = c.namespaces(obj, f, ns, &out) && ok
 	}
 	if len(svc) > 0 {
-		s := metav1.LabelSelector{}
-		for _, r := range svc {
-			if r.Operator == metav1.LabelSelectorOpIn && len(r.Values) == 1 && s.MatchLabels[r.Key] == "" && !hasExpr(svc, r.Key) {
-				if s.MatchLabels == nil {
-					s.MatchLabels = map[string]string{}
-				}
-				s.MatchLabels[r.Key] = r.Values[0]
-				continue
-			}
-			s.MatchExpressions = append(s.MatchExpressions, r)
-		}
-		out.ServiceSelectors = []metav1.LabelSelector{s}
+		out.ServiceSelectors = []metav1.LabelSelector{serviceSelector(svc)}
 	}
 	return out, ok
+}
+
+// requirement reports whether a requirement of the serviceSelector can be
+// carried over, warning when not: one Cilium's selector refuses, or one on
+// io.kubernetes.service.name.
+func (c *converter) requirement(obj, field string, r metav1.LabelSelectorRequirement) bool {
+	switch {
+	case r.Key == "":
+		c.Warn(obj, field, "not converted: the key is empty (Cilium's selector refuses it too)")
+	case r.Operator != metav1.LabelSelectorOpIn && r.Operator != metav1.LabelSelectorOpNotIn &&
+		r.Operator != metav1.LabelSelectorOpExists && r.Operator != metav1.LabelSelectorOpDoesNotExist:
+		c.Warn(obj, field, "not converted: operator %q is not In, NotIn, Exists or DoesNotExist", r.Operator)
+	case (r.Operator == metav1.LabelSelectorOpIn || r.Operator == metav1.LabelSelectorOpNotIn) && len(r.Values) == 0:
+		c.Warn(obj, field, "not converted: operator %s needs at least one value (Cilium's selector refuses it too)", r.Operator)
+	case (r.Operator == metav1.LabelSelectorOpExists || r.Operator == metav1.LabelSelectorOpDoesNotExist) && len(r.Values) > 0:
+		c.Warn(obj, field, "not converted: operator %s takes no values (Cilium's selector refuses it too)", r.Operator)
+	case r.Key == ServiceNameKey:
+		c.Warn(obj, field, "not converted: %s selects Services by name, and an IPPool selects them by label and namespace only; "+
+			"dropping it would give the pool's addresses to Services Cilium kept out. Label those Services and select the label instead", ServiceNameKey)
+	default:
+		return true
+	}
+	return false
+}
+
+// namespaces sets out's namespaces or namespace selector from the
+// requirements on io.kubernetes.service.namespace (Namespaces); false when
+// the pool cannot be converted because of them.
+func (c *converter) namespaces(obj, field string, reqs []metav1.LabelSelectorRequirement, out *metallb.Allocation) bool {
+	names, nsSel, why := Namespaces(reqs)
+	switch {
+	case why != "":
+		c.Warn(obj, field, "not converted: %s", why)
+		return false
+	case names != nil:
+		out.Namespaces = names
+		if len(names) > maxNamespaces {
+			c.Warn(obj, field, "not converted: %d namespaces, and an IPPool lists at most %d", len(names), maxNamespaces)
+			return false
+		}
+	case nsSel != nil:
+		out.NamespaceSelectors = []metav1.LabelSelector{*nsSel}
+		c.Warn(obj, field, "the %s requirements become a namespace selector on %s, the label the API server gives every Namespace (its name)", ServiceNamespaceKey, NamespaceNameLabel)
+	}
+	return true
+}
+
+// serviceSelector is one Service selector with the requirements: In with
+// one value as matchLabels where its key has no other requirement, the
+// rest as expressions, in order.
+func serviceSelector(svc []metav1.LabelSelectorRequirement) metav1.LabelSelector {
+	s := metav1.LabelSelector{}
+	for _, r := range svc {
+		if r.Operator == metav1.LabelSelectorOpIn && len(r.Values) == 1 && s.MatchLabels[r.Key] == "" && !hasExpr(svc, r.Key) {
+			if s.MatchLabels == nil {
+				s.MatchLabels = map[string]string{}
+			}
+			s.MatchLabels[r.Key] = r.Values[0]
+			continue
+		}
+		s.MatchExpressions = append(s.MatchExpressions, r)
+	}
+	return s
 }
 
 // hasExpr reports whether key has more than one requirement in rs (then

@@ -1,9 +1,12 @@
 // Package conversion holds what the converters of kubectl ipledger
-// (packages metallb, cilium, kubevip) share in reading another controller's
-// objects: how an object is named in warnings, decoding unstructured data
-// into typed values with errors that name the field, the fields nobody
-// reads, and small formatting helpers. It does no I/O and knows no
-// controller: each converter keeps its own mapping.
+// (packages metallb, cilium, kubevip) share: the IPPool they write, their
+// warnings and result, the scaffold each embeds (Converter: collecting and
+// sorting what it produces, reading what every source pool object has,
+// finding pools that overlap), how an object is named in warnings,
+// decoding unstructured data into typed values with errors that name the
+// field, the fields nobody reads, and small address and formatting
+// helpers. It does no I/O and knows no controller: each converter keeps its
+// own mapping.
 package conversion
 
 import (

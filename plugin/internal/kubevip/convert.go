@@ -24,6 +24,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -119,7 +120,7 @@ func Convert(objs []*unstructured.Unstructured) Result {
 			cms = append(cms, o)
 			continue
 		}
-		c.warn(conversion.Describe(o), "", "not converted: not a ConfigMap (kube-vip-cloud-provider's configuration is the %s ConfigMap in %s)", ConfigMapName, ConfigMapNamespace)
+		c.Warn(conversion.Describe(o), "", "not converted: not a ConfigMap (kube-vip-cloud-provider's configuration is the %s ConfigMap in %s)", ConfigMapName, ConfigMapNamespace)
 	}
 	switch len(cms) {
 	case 0:
@@ -127,27 +128,17 @@ func Convert(objs []*unstructured.Unstructured) Result {
 		c.configMap(cms[0])
 	default:
 		for _, o := range cms {
-			c.warn(conversion.Describe(o), "", "not converted: %d ConfigMaps given, and kube-vip-cloud-provider reads one; give only the one it reads (%s/%s by default)",
+			c.Warn(conversion.Describe(o), "", "not converted: %d ConfigMaps given, and kube-vip-cloud-provider reads one; give only the one it reads (%s/%s by default)",
 				len(cms), ConfigMapNamespace, ConfigMapName)
-			c.notConverted = append(c.notConverted, conversion.Describe(o))
+			c.NotConverted = append(c.NotConverted, conversion.Describe(o))
 		}
 	}
-	slices.SortFunc(c.pools, func(a, b metallb.IPPool) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
-	c.overlaps()
-	slices.SortStableFunc(c.warnings, func(a, b metallb.Warning) int { return cmp.Compare(a.Object, b.Object) })
-	slices.Sort(c.notConverted)
-	return Result{Pools: c.pools, Warnings: c.warnings, NotConverted: c.notConverted}
+	return c.Result(c.overlaps)
 }
 
-type converter struct {
-	pools        []metallb.IPPool
-	warnings     []metallb.Warning
-	notConverted []string
-}
-
-func (c *converter) warn(obj, field, format string, args ...any) {
-	c.warnings = append(c.warnings, metallb.Warning{Object: obj, Field: field, Message: fmt.Sprintf(format, args...)})
-}
+// converter is one conversion's state (conversion.Converter) and the
+// mapping of kube-vip's keys.
+type converter struct{ conversion.Converter }
 
 // configMap converts the keys of one kube-vip ConfigMap. Warnings name the
 // key as their field; the pools are annotated "ConfigMap ns/name: key".
@@ -155,15 +146,38 @@ func (c *converter) configMap(o *unstructured.Unstructured) {
 	obj := conversion.Describe(o)
 	data, _, err := unstructured.NestedStringMap(o.Object, "data")
 	if err != nil {
-		c.warn(obj, "data", "not converted: %v", err)
-		c.notConverted = append(c.notConverted, obj)
+		c.Warn(obj, "data", "not converted: %v", err)
+		c.NotConverted = append(c.NotConverted, obj)
 		return
 	}
 	if _, ok := o.Object["binaryData"]; ok {
-		c.warn(obj, "binaryData", "not carried over: kube-vip-cloud-provider reads data only")
+		c.Warn(obj, "binaryData", "not carried over: kube-vip-cloud-provider reads data only")
 	}
+	serving, own := servingKeys(data)
+	skipEnds := c.skipEnds(obj, data)
+	for _, k := range slices.Sorted(maps.Keys(data)) {
+		v := data[k]
+		switch {
+		case k == keySkipEnds:
+		case k == keySearchOrder:
+			c.searchOrder(obj, k, v)
+		case strings.HasPrefix(k, prefixCIDR) || strings.HasPrefix(k, prefixRange):
+			c.addressKey(obj, k, v, data, serving[k], own, skipEnds)
+		case strings.HasPrefix(k, prefixShare):
+			c.shareKey(obj, k, v)
+		case strings.HasPrefix(k, prefixIface):
+			c.Warn(obj, k, "not carried over: the interface kube-vip announces on is reachability, not address management; kube-vip-cloud-provider wrote it into each Service's kube-vip.io/serviceInterface annotation, which stays and which kube-vip keeps reading; "+
+				"for new Services, set that annotation or kube-vip's vip_servicesinterface (docs/reachability.md)")
+		default:
+			c.Warn(obj, k, "not carried over: kube-vip-cloud-provider reads no such key")
+		}
+	}
+}
 
-	// The namespaces the keys name, and which key serves each.
+// servingKeys returns the address keys that serve some namespace (ServingKey
+// of each namespace the keys name, and of every other namespace), and the
+// namespaces served by a key of their own, sorted.
+func servingKeys(data map[string]string) (serving map[string]bool, own []string) {
 	nsSet := map[string]bool{}
 	for k := range data {
 		for _, p := range []string{prefixCIDR, prefixRange, prefixShare, prefixIface} {
@@ -175,16 +189,8 @@ func (c *converter) configMap(o *unstructured.Unstructured) {
 			}
 		}
 	}
-	namespaces := slices.Sorted(func(yield func(string) bool) {
-		for ns := range nsSet {
-			if !yield(ns) {
-				return
-			}
-		}
-	})
-	serving := map[string]bool{} // address keys that serve some namespace
-	var own []string             // namespaces served by a key of their own
-	for _, ns := range namespaces {
+	serving = map[string]bool{}
+	for _, ns := range slices.Sorted(maps.Keys(nsSet)) {
 		k := ServingKey(data, ns)
 		if k == "" {
 			continue
@@ -196,45 +202,27 @@ func (c *converter) configMap(o *unstructured.Unstructured) {
 	}
 	// Every other namespace (those the keys do not name) is served by the
 	// global key, if any.
-	globalKey := ServingKey(data, "\x00") // a namespace no key names
-	if globalKey != "" {
+	if globalKey := ServingKey(data, "\x00"); globalKey != "" { // a namespace no key names
 		serving[globalKey] = true
 	}
+	return serving, own
+}
 
-	skipEnds := false
-	if v, ok := data[keySkipEnds]; ok {
-		skipEnds = v == "true"
-		if v != "true" && v != "false" {
-			c.warn(obj, keySkipEnds, "%q is not \"true\", and kube-vip-cloud-provider skips the ends only for exactly \"true\": not skipped", v)
-		}
+// skipEnds reads skip-end-ips-in-cidr as kube-vip-cloud-provider does:
+// only exactly "true" skips.
+func (c *converter) skipEnds(obj string, data map[string]string) bool {
+	v, ok := data[keySkipEnds]
+	if ok && v != "true" && v != "false" {
+		c.Warn(obj, keySkipEnds, "%q is not \"true\", and kube-vip-cloud-provider skips the ends only for exactly \"true\": not skipped", v)
 	}
+	return v == "true"
+}
 
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range data {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		v := data[k]
-		switch {
-		case k == keySkipEnds:
-		case k == keySearchOrder:
-			if v == "desc" {
-				c.warn(obj, k, "not carried over: ipam hands out each pool's lowest never-used address first (then the least recently freed), kube-vip-cloud-provider with desc its highest; the addresses Services hold are kept either way")
-			} else if v != "asc" && v != "" {
-				c.warn(obj, k, "%q is not desc, so kube-vip-cloud-provider searched upwards, as ipam does", v)
-			}
-		case strings.HasPrefix(k, prefixCIDR) || strings.HasPrefix(k, prefixRange):
-			c.addressKey(obj, k, v, data, serving[k], own, skipEnds)
-		case strings.HasPrefix(k, prefixShare):
-			c.shareKey(obj, k, v)
-		case strings.HasPrefix(k, prefixIface):
-			c.warn(obj, k, "not carried over: the interface kube-vip announces on is reachability, not address management; kube-vip-cloud-provider wrote it into each Service's kube-vip.io/serviceInterface annotation, which stays and which kube-vip keeps reading; "+
-				"for new Services, set that annotation or kube-vip's vip_servicesinterface (docs/reachability.md)")
-		default:
-			c.warn(obj, k, "not carried over: kube-vip-cloud-provider reads no such key")
-		}
+func (c *converter) searchOrder(obj, key, val string) {
+	if val == "desc" {
+		c.Warn(obj, key, "not carried over: ipam hands out each pool's lowest never-used address first (then the least recently freed), kube-vip-cloud-provider with desc its highest; the addresses Services hold are kept either way")
+	} else if val != "asc" && val != "" {
+		c.Warn(obj, key, "%q is not desc, so kube-vip-cloud-provider searched upwards, as ipam does", val)
 	}
 }
 
@@ -242,50 +230,42 @@ func (c *converter) configMap(o *unstructured.Unstructured) {
 func (c *converter) addressKey(obj, key, val string, data map[string]string, serves bool, own []string, skipEnds bool) {
 	_, ns, _ := strings.Cut(key, "-")
 	if ns != Global && !conversion.IsNamespaceName(ns) {
-		c.warn(obj, key, "not converted: %q is not a namespace name, so no Service's namespace selects this key", ns)
+		c.Warn(obj, key, "not converted: %q is not a namespace name, so no Service's namespace selects this key", ns)
 		return
 	}
 	if !serves {
 		winner := ServingKey(data, ns)
-		c.warn(obj, key, "not converted: kube-vip-cloud-provider reads %s first (cidr keys before range keys, a namespace's own before global), so it never gave out this key's addresses; "+
+		c.Warn(obj, key, "not converted: kube-vip-cloud-provider reads %s first (cidr keys before range keys, a namespace's own before global), so it never gave out this key's addresses; "+
 			"a Service holding one of them keeps it, held outside its pool (docs/pools.md)", winner)
 		return
 	}
 	field := obj + ": " + key
 	spec, skip, notes, err := parsePool(key, val, skipEnds)
 	for _, n := range notes {
-		c.warn(obj, key, "%s", n)
+		c.Warn(obj, key, "%s", n)
 	}
 	if err != nil {
-		c.warn(obj, key, "not converted: %v", err)
-		c.notConverted = append(c.notConverted, field)
+		c.Warn(obj, key, "not converted: %v", err)
+		c.NotConverted = append(c.NotConverted, field)
 		return
 	}
 	if len(spec.Addresses) > maxAddresses {
-		c.warn(obj, key, "not converted: %d entries, and an IPPool holds at most %d; merge adjacent entries into ranges", len(spec.Addresses), maxAddresses)
-		c.notConverted = append(c.notConverted, field)
+		c.Warn(obj, key, "not converted: %d entries, and an IPPool holds at most %d; merge adjacent entries into ranges", len(spec.Addresses), maxAddresses)
+		c.NotConverted = append(c.NotConverted, field)
 		return
 	}
 	if len(spec.Exclude) > maxExclude {
-		c.warn(obj, key, "not converted: skip-end-ips-in-cidr excludes %d addresses, and an IPPool excludes at most %d", len(spec.Exclude), maxExclude)
-		c.notConverted = append(c.notConverted, field)
+		c.Warn(obj, key, "not converted: skip-end-ips-in-cidr excludes %d addresses, and an IPPool excludes at most %d", len(spec.Exclude), maxExclude)
+		c.NotConverted = append(c.NotConverted, field)
 		return
 	}
-	out := metallb.IPPool{
-		APIVersion: "ipledger.io/v1alpha1",
-		Kind:       "IPPool",
-		Metadata: metallb.ObjectMeta{
-			Name:        PoolPrefix + ns,
-			Labels:      map[string]string{metallb.LabelConvertedFrom: ConvertedFrom},
-			Annotations: map[string]string{metallb.AnnotationConvertedFrom: field},
-		},
-		Spec: metallb.IPPoolSpec{
-			Addresses:        spec.Addresses,
-			Exclude:          spec.Exclude,
-			AutoAssign:       true,
-			AvoidBuggyIPs:    true,
-			SkipFirstLastIPs: skip,
-		},
+	out := conversion.NewIPPool(PoolPrefix+ns, ConvertedFrom, field)
+	out.Spec = metallb.IPPoolSpec{
+		Addresses:        spec.Addresses,
+		Exclude:          spec.Exclude,
+		AutoAssign:       true,
+		AvoidBuggyIPs:    true,
+		SkipFirstLastIPs: skip,
 	}
 	switch {
 	case ns != Global:
@@ -294,18 +274,18 @@ func (c *converter) addressKey(obj, key, val string, data map[string]string, ser
 		out.Spec.Allocation = &metallb.Allocation{NamespaceSelectors: []metav1.LabelSelector{{
 			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: NamespaceNameLabel, Operator: metav1.LabelSelectorOpNotIn, Values: own}},
 		}}}
-		c.warn(obj, key, "serves every namespace but those with a key of their own (%s): kube-vip-cloud-provider never gives those a global address, even when their own key is full or unreadable", strings.Join(own, ", "))
+		c.Warn(obj, key, "serves every namespace but those with a key of their own (%s): kube-vip-cloud-provider never gives those a global address, even when their own key is full or unreadable", strings.Join(own, ", "))
 	}
-	c.pools = append(c.pools, out)
+	c.Pools = append(c.Pools, out)
 }
 
 func (c *converter) shareKey(obj, key, val string) {
 	b, err := strconv.ParseBool(val)
 	switch {
 	case err != nil:
-		c.warn(obj, key, "%q is not a boolean, so kube-vip-cloud-provider does not share; nothing to carry over", val)
+		c.Warn(obj, key, "%q is not a boolean, so kube-vip-cloud-provider does not share; nothing to carry over", val)
 	case b:
-		c.warn(obj, key, "not carried over: kube-vip-cloud-provider puts Services whose ports differ on one IPv4 address without being asked; ipam shares an address only between Services "+
+		c.Warn(obj, key, "not carried over: kube-vip-cloud-provider puts Services whose ports differ on one IPv4 address without being asked; ipam shares an address only between Services "+
 			"with the same ipledger.io/allow-shared-ip key (of one namespace, unless both list the other in ipledger.io/sharing-cross-namespace). "+
 			"Give every Service that shares an address today a common key before the switch, or the younger gets a new address (%s)", guide)
 	}
@@ -334,83 +314,118 @@ func parsePool(key, val string, skipEnds bool) (out poolAddrs, skip bool, notes 
 		return out, false, nil, errors.New("0.0.0.0/32 is kube-vip's DHCP mode (each Service gets its address from a DHCP server), and ipam allocates only from pools; " +
 			"these Services keep the address in their status, held outside every pool, but a new one gets none")
 	}
-	seen := map[string]bool{}
+	w := poolWriter{seen: map[string]bool{}}
 	var prefixes []netip.Prefix
-	add := func(e string) {
-		if seen[e] {
-			notes = append(notes, fmt.Sprintf("%s repeats an earlier entry; written once", e))
-			return
-		}
-		seen[e] = true
-		out.Addresses = append(out.Addresses, e)
-	}
 	for _, part := range strings.Split(val, ",") {
-		if isCIDR {
-			pfx, err := netip.ParsePrefix(part)
-			switch {
-			case err != nil:
-				return poolAddrs{}, false, notes, fmt.Errorf("%q is not a CIDR, and kube-vip-cloud-provider cannot read it either (it fails every Service of this key); write CIDRs separated by commas, without spaces", part)
-			case pfx.Addr().Is4In6():
-				return poolAddrs{}, false, notes, fmt.Errorf("%q is an IPv4-mapped IPv6 prefix, which the IPPool CRD refuses; write it as an IPv4 CIDR", part)
-			}
-			if m := pfx.Masked(); m != pfx {
-				notes = append(notes, fmt.Sprintf("%q has host bits set; kube-vip-cloud-provider allocates from the network %s, and so does the IPPool", part, m))
-				pfx = m
-			}
-			notes = append(notes, metallb.UnusableNotes(pfx.Addr(), metallb.LastOf(pfx))...)
-			if pfx.Addr().Is6() && pfx.Bits() < 127 {
-				notes = append(notes, fmt.Sprintf("ipledger never hands out %s, the Subnet-Router anycast address of %s (kube-vip-cloud-provider does); "+
-					"a Service that holds it keeps it, held outside its pool (docs/pools.md)", pfx.Addr(), pfx))
-			}
-			prefixes = append(prefixes, pfx)
-			if !skipEnds {
-				add(pfx.String())
+		if !isCIDR {
+			if err := w.rangeEntry(part); err != nil {
+				return poolAddrs{}, false, w.notes, err
 			}
 			continue
 		}
-		lo, hi, ok := strings.Cut(part, "-")
-		if !ok || strings.Contains(hi, "-") {
-			return poolAddrs{}, false, notes, fmt.Errorf("%q is not a range first-last, and kube-vip-cloud-provider cannot read it either (it fails every Service of this key)", part)
+		pfx, err := w.cidr(part)
+		if err != nil {
+			return poolAddrs{}, false, w.notes, err
 		}
-		a, errA := netip.ParseAddr(lo)
-		b, errB := netip.ParseAddr(hi)
-		switch {
-		case errA != nil || errB != nil || a.Zone() != "" || b.Zone() != "":
-			return poolAddrs{}, false, notes, fmt.Errorf("%q is not a range of two IP addresses, and kube-vip-cloud-provider cannot read it either (it fails every Service of this key)", part)
-		case a.Is4In6() || b.Is4In6():
-			return poolAddrs{}, false, notes, fmt.Errorf("%q has an IPv4-mapped IPv6 address, which the IPPool CRD refuses; write the IPv4 address", part)
-		case a.Is4() != b.Is4() || b.Less(a):
-			notes = append(notes, fmt.Sprintf("%q is reversed or mixes families; kube-vip-cloud-provider ignores it without a word, and so does the IPPool", part))
-			continue
-		}
-		notes = append(notes, metallb.UnusableNotes(a, b)...)
-		if a == b {
-			add(netip.PrefixFrom(a, a.BitLen()).String())
-		} else {
-			add(a.String() + "-" + b.String())
+		prefixes = append(prefixes, pfx)
+		if !skipEnds {
+			w.add(pfx.String())
 		}
 	}
 	if isCIDR && skipEnds {
-		// kube-vip skips the ends of the prefixes of the merged set: write
-		// those, so that each entry's ends are kube-vip's.
-		merged := mergedPrefixes(prefixes)
-		wide6 := slices.ContainsFunc(merged, func(p netip.Prefix) bool { return p.Addr().Is6() && p.Bits() < 127 })
-		for _, p := range merged {
-			add(p.String())
-			if wide6 && p.Addr().Is4() && p.Bits() < 31 {
-				out.Exclude = append(out.Exclude, p.Addr().String(), metallb.LastOf(p).String())
-			}
-		}
-		if wide6 {
-			notes = append(notes, "skip-end-ips-in-cidr skips the first and last address of each IPv4 CIDR only: written as exclude entries, since skipFirstLastIPs would skip each IPv6 CIDR's last address too")
-		} else {
-			skip = true
+		skip = w.mergedEnds(prefixes)
+	}
+	if len(w.out.Addresses) == 0 {
+		return poolAddrs{}, false, w.notes, errors.New("no address: kube-vip-cloud-provider gives this key's Services none")
+	}
+	return w.out, skip, w.notes, nil
+}
+
+// poolWriter collects one key's IPPool entries, each once, and the notes
+// on them.
+type poolWriter struct {
+	out   poolAddrs
+	notes []string
+	seen  map[string]bool
+}
+
+func (w *poolWriter) add(e string) {
+	if w.seen[e] {
+		w.notes = append(w.notes, fmt.Sprintf("%s repeats an earlier entry; written once", e))
+		return
+	}
+	w.seen[e] = true
+	w.out.Addresses = append(w.out.Addresses, e)
+}
+
+// cidr reads one CIDR of a cidr-* key, masked to its network, noting what
+// ipam does differently.
+func (w *poolWriter) cidr(part string) (netip.Prefix, error) {
+	pfx, err := netip.ParsePrefix(part)
+	switch {
+	case err != nil:
+		return pfx, fmt.Errorf("%q is not a CIDR, and kube-vip-cloud-provider cannot read it either (it fails every Service of this key); write CIDRs separated by commas, without spaces", part)
+	case pfx.Addr().Is4In6():
+		return pfx, fmt.Errorf("%q is an IPv4-mapped IPv6 prefix, which the IPPool CRD refuses; write it as an IPv4 CIDR", part)
+	}
+	if m := pfx.Masked(); m != pfx {
+		w.notes = append(w.notes, fmt.Sprintf("%q has host bits set; kube-vip-cloud-provider allocates from the network %s, and so does the IPPool", part, m))
+		pfx = m
+	}
+	w.notes = append(w.notes, metallb.UnusableNotes(pfx.Addr(), conversion.LastOf(pfx))...)
+	if pfx.Addr().Is6() && pfx.Bits() < 127 {
+		w.notes = append(w.notes, fmt.Sprintf("ipledger never hands out %s, the Subnet-Router anycast address of %s (kube-vip-cloud-provider does); "+
+			"a Service that holds it keeps it, held outside its pool (docs/pools.md)", pfx.Addr(), pfx))
+	}
+	return pfx, nil
+}
+
+// rangeEntry reads one first-last range of a range-* key and adds it;
+// kube-vip ignores a reversed or mixed-family range, and so does the pool.
+func (w *poolWriter) rangeEntry(part string) error {
+	lo, hi, ok := strings.Cut(part, "-")
+	if !ok || strings.Contains(hi, "-") {
+		return fmt.Errorf("%q is not a range first-last, and kube-vip-cloud-provider cannot read it either (it fails every Service of this key)", part)
+	}
+	a, errA := netip.ParseAddr(lo)
+	b, errB := netip.ParseAddr(hi)
+	switch {
+	case errA != nil || errB != nil || a.Zone() != "" || b.Zone() != "":
+		return fmt.Errorf("%q is not a range of two IP addresses, and kube-vip-cloud-provider cannot read it either (it fails every Service of this key)", part)
+	case a.Is4In6() || b.Is4In6():
+		return fmt.Errorf("%q has an IPv4-mapped IPv6 address, which the IPPool CRD refuses; write the IPv4 address", part)
+	case a.Is4() != b.Is4() || b.Less(a):
+		w.notes = append(w.notes, fmt.Sprintf("%q is reversed or mixes families; kube-vip-cloud-provider ignores it without a word, and so does the IPPool", part))
+		return nil
+	}
+	w.notes = append(w.notes, metallb.UnusableNotes(a, b)...)
+	if a == b {
+		w.add(netip.PrefixFrom(a, a.BitLen()).String())
+	} else {
+		w.add(a.String() + "-" + b.String())
+	}
+	return nil
+}
+
+// mergedEnds adds the prefixes of the merged set of a cidr key whose ends
+// kube-vip skips (skip-end-ips-in-cidr): so that each entry's ends are
+// kube-vip's. It returns whether skipFirstLastIPs says the skip; else (an
+// IPv6 CIDR wider than /127, whose last address skipFirstLastIPs would skip
+// too) the IPv4 ends are written as exclusions.
+func (w *poolWriter) mergedEnds(prefixes []netip.Prefix) (skip bool) {
+	merged := mergedPrefixes(prefixes)
+	wide6 := slices.ContainsFunc(merged, func(p netip.Prefix) bool { return p.Addr().Is6() && p.Bits() < 127 })
+	for _, p := range merged {
+		w.add(p.String())
+		if wide6 && p.Addr().Is4() && p.Bits() < 31 {
+			w.out.Exclude = append(w.out.Exclude, p.Addr().String(), conversion.LastOf(p).String())
 		}
 	}
-	if len(out.Addresses) == 0 {
-		return poolAddrs{}, false, notes, errors.New("no address: kube-vip-cloud-provider gives this key's Services none")
+	if wide6 {
+		w.notes = append(w.notes, "skip-end-ips-in-cidr skips the first and last address of each IPv4 CIDR only: written as exclude entries, since skipFirstLastIPs would skip each IPv6 CIDR's last address too")
+		return false
 	}
-	return out, skip, notes, nil
+	return true
 }
 
 // mergedPrefixes is the set of prefixes covering the union of ps, each
@@ -420,7 +435,7 @@ func mergedPrefixes(ps []netip.Prefix) []netip.Prefix {
 	type span struct{ lo, hi netip.Addr }
 	var spans []span
 	for _, p := range ps {
-		spans = append(spans, span{p.Addr(), metallb.LastOf(p)})
+		spans = append(spans, span{p.Addr(), conversion.LastOf(p)})
 	}
 	slices.SortFunc(spans, func(a, b span) int { return cmp.Or(a.lo.Compare(b.lo), a.hi.Compare(b.hi)) })
 	var merged []span
@@ -443,12 +458,12 @@ func mergedPrefixes(ps []netip.Prefix) []netip.Prefix {
 			var p netip.Prefix
 			for bits := 0; bits <= lo.BitLen(); bits++ {
 				p = netip.PrefixFrom(lo, bits).Masked()
-				if p.Addr() == lo && !s.hi.Less(metallb.LastOf(p)) {
+				if p.Addr() == lo && !s.hi.Less(conversion.LastOf(p)) {
 					break
 				}
 			}
 			out = append(out, p)
-			end := metallb.LastOf(p)
+			end := conversion.LastOf(p)
 			if end == s.hi {
 				break
 			}
@@ -464,37 +479,10 @@ func mergedPrefixes(ps []netip.Prefix) []netip.Prefix {
 // namespace keys over one range can give one address to two Services; ipam
 // makes the younger of two overlapping IPPools Conflicting instead.
 func (c *converter) overlaps() {
-	type span struct{ lo, hi netip.Addr }
-	spans := make([][]span, len(c.pools))
-	for i, p := range c.pools {
-		for _, a := range p.Spec.Addresses {
-			if lo, hi, ok := strings.Cut(a, "-"); ok {
-				spans[i] = append(spans[i], span{netip.MustParseAddr(lo), netip.MustParseAddr(hi)})
-				continue
-			}
-			pfx := netip.MustParsePrefix(a)
-			spans[i] = append(spans[i], span{pfx.Addr(), metallb.LastOf(pfx)})
-		}
-	}
-	for j := range c.pools {
-		for i := range j {
-			shared := netip.Addr{}
-			for _, x := range spans[j] {
-				for _, y := range spans[i] {
-					if x.lo.Is4() == y.lo.Is4() && !x.hi.Less(y.lo) && !y.hi.Less(x.lo) && !shared.IsValid() {
-						shared = x.lo
-						if x.lo.Less(y.lo) {
-							shared = y.lo
-						}
-					}
-				}
-			}
-			if shared.IsValid() {
-				from := c.pools[j].Metadata.Annotations[metallb.AnnotationConvertedFrom]
-				obj, key, _ := strings.Cut(from, ": ")
-				c.warn(obj, key, "shares addresses (%s, …) with IPPool %s: ipam makes the younger of two overlapping pools Conflicting, and a Conflicting pool gives out nothing "+
-					"(kube-vip-cloud-provider could give one address to two namespaces); remove the overlap before applying", shared, c.pools[i].Metadata.Name)
-			}
-		}
+	for _, o := range conversion.Overlaps(c.Pools) {
+		from := c.Pools[o.Later].Metadata.Annotations[metallb.AnnotationConvertedFrom]
+		obj, key, _ := strings.Cut(from, ": ")
+		c.Warn(obj, key, "shares addresses (%s, …) with IPPool %s: ipam makes the younger of two overlapping pools Conflicting, and a Conflicting pool gives out nothing "+
+			"(kube-vip-cloud-provider could give one address to two namespaces); remove the overlap before applying", o.Shared, c.Pools[o.Earlier].Metadata.Name)
 	}
 }

@@ -29,7 +29,7 @@ func convertAddress(s string) (entry string, notes []string, err error) {
 			notes = append(notes, fmt.Sprintf("%q has host bits set; MetalLB uses the network %s, and so does the IPPool", s, m))
 			pfx = m
 		}
-		lo, hi := pfx.Addr(), LastOf(pfx)
+		lo, hi := pfx.Addr(), conversion.LastOf(pfx)
 		notes = append(notes, UnusableNotes(lo, hi)...)
 		if lo.Is6() && pfx.Bits() < 127 {
 			notes = append(notes, fmt.Sprintf("ipledger never hands out %s, the Subnet-Router anycast address of %s; "+
@@ -76,16 +76,6 @@ func mappedHint(pfx netip.Prefix) string {
 		return "it covers more than the IPv4 space"
 	}
 	return netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()-96).Masked().String()
-}
-
-// LastOf is the last address of a prefix.
-func LastOf(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }
 
 // unusable are the blocks ipam never hands out, whatever the pool contains

@@ -31,13 +31,12 @@ import (
 const Group = "metallb.io"
 
 // LabelConvertedFrom marks every IPPool the converter writes (value
-// "metallb"), so that a rollback can delete exactly those:
-// kubectl delete ippools -l ipledger.io/converted-from=metallb.
-const LabelConvertedFrom = "ipledger.io/converted-from"
+// "metallb"): conversion.LabelConvertedFrom.
+const LabelConvertedFrom = conversion.LabelConvertedFrom
 
-// AnnotationConvertedFrom names, on each IPPool, the IPAddressPool it was
-// converted from ("IPAddressPool metallb-system/first-pool").
-const AnnotationConvertedFrom = "ipledger.io/converted-from"
+// AnnotationConvertedFrom names, on each IPPool, the object it was
+// converted from: conversion.AnnotationConvertedFrom.
+const AnnotationConvertedFrom = conversion.AnnotationConvertedFrom
 
 // Limits of the IPPool CRD (deploy/kustomize/base/crds/ipledger.io_ippools.yaml).
 const (
@@ -48,71 +47,17 @@ const (
 
 const reachabilityDoc = "docs/reachability.md"
 
-// IPPool is an ipledger IPPool (ipledger.io/v1alpha1), the fields the
-// converter writes.
-type IPPool struct {
-	APIVersion string     `json:"apiVersion"`
-	Kind       string     `json:"kind"`
-	Metadata   ObjectMeta `json:"metadata"`
-	Spec       IPPoolSpec `json:"spec"`
-}
-
-// ObjectMeta is the metadata of a converted IPPool.
-type ObjectMeta struct {
-	Name        string            `json:"name"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-}
-
-// IPPoolSpec is spec of an IPPool. AutoAssign and AvoidBuggyIPs are always
-// written, so a reviewer sees them; SkipFirstLastIPs (Cilium's
-// allowFirstLastIPs) only when set, as MetalLB has no such field.
-type IPPoolSpec struct {
-	Addresses        []string `json:"addresses"`
-	AutoAssign       bool     `json:"autoAssign"`
-	AvoidBuggyIPs    bool     `json:"avoidBuggyIPs"`
-	SkipFirstLastIPs bool     `json:"skipFirstLastIPs,omitempty"`
-	// Exclude is written only by converters whose source skips addresses
-	// that skipFirstLastIPs cannot say (kube-vip's IPv4-only skip-end-ips).
-	Exclude    []string    `json:"exclude,omitempty"`
-	Allocation *Allocation `json:"allocation,omitempty"`
-}
-
-// Allocation is spec.allocation of an IPPool: MetalLB's serviceAllocation.
-type Allocation struct {
-	Priority           int32                  `json:"priority,omitempty"`
-	Namespaces         []string               `json:"namespaces,omitempty"`
-	NamespaceSelectors []metav1.LabelSelector `json:"namespaceSelectors,omitempty"`
-	ServiceSelectors   []metav1.LabelSelector `json:"serviceSelectors,omitempty"`
-}
-
-// Warning is something the converter could not carry over, or changed.
-type Warning struct {
-	// Object is the MetalLB object, "IPAddressPool metallb-system/first-pool".
-	Object string
-	// Field is the field at fault ("spec.serviceAllocation.priority"); empty
-	// for the object as a whole.
-	Field   string
-	Message string
-}
-
-func (w Warning) String() string {
-	if w.Field == "" {
-		return w.Object + ": " + w.Message
-	}
-	return w.Object + ": " + w.Field + ": " + w.Message
-}
-
-// Result is what Convert produced.
-type Result struct {
-	// Pools are the converted IPPools, sorted by name.
-	Pools []IPPool
-	// Warnings are sorted by object, then in field order.
-	Warnings []Warning
-	// NotConverted are the IPAddressPools that produced no IPPool (their
-	// warnings say why), sorted.
-	NotConverted []string
-}
+// The IPPool the converters write, their warnings and their result are
+// package conversion's; these names stay for the commands and tests that
+// read them through this package.
+type (
+	IPPool     = conversion.IPPool
+	ObjectMeta = conversion.ObjectMeta
+	IPPoolSpec = conversion.IPPoolSpec
+	Allocation = conversion.Allocation
+	Warning    = conversion.Warning
+	Result     = conversion.Result
+)
 
 // ipAddressPoolSpec is the part of MetalLB's IPAddressPoolSpec the converter
 // reads (go.universe.tf/metallb/api/v1beta1).
@@ -149,139 +94,95 @@ func Convert(objs []*unstructured.Unstructured) Result {
 			pools = append(pools, o)
 		}
 	}
-	from := map[string]string{} // IPPool name -> the object it came from
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
 		obj := conversion.Describe(o)
 		switch {
 		case gvk.Group == Group && gvk.Kind == "IPAddressPool":
-			if prev, ok := from[o.GetName()]; ok {
-				c.warn(obj, "metadata.name", "not converted: %s already becomes IPPool %q, and IPPools are cluster-scoped; rename one of them", prev, o.GetName())
-				c.notConverted = append(c.notConverted, obj)
-				continue
-			}
-			if p, ok := c.pool(o); ok {
-				from[o.GetName()] = obj
-				c.pools = append(c.pools, p)
-			} else {
-				c.notConverted = append(c.notConverted, obj)
-			}
+			c.AddPool(o, ", and IPPools are cluster-scoped; rename one of them", c.pool)
 		case gvk.Group == Group && (gvk.Kind == "L2Advertisement" || gvk.Kind == "BGPAdvertisement"):
 			c.advertisement(o, pools)
 		case gvk.Group == Group && (gvk.Kind == "BGPPeer" || gvk.Kind == "BFDProfile" || gvk.Kind == "Community"):
-			c.warn(obj, "", "not converted: BGP sessions announce addresses, which is reachability, not address management; ipledger does not announce. Keep MetalLB's speakers or pick another announcer: %s", reachabilityDoc)
+			c.Warn(obj, "", "not converted: BGP sessions announce addresses, which is reachability, not address management; ipledger does not announce. Keep MetalLB's speakers or pick another announcer: %s", reachabilityDoc)
 		case gvk.Group == Group && gvk.Kind == "AddressPool":
-			c.warn(obj, "", "not converted: AddressPool is MetalLB's deprecated pool kind (removed in MetalLB 0.14); convert it to an IPAddressPool (and an L2Advertisement or BGPAdvertisement) first, then convert that")
+			c.Warn(obj, "", "not converted: AddressPool is MetalLB's deprecated pool kind (removed in MetalLB 0.14); convert it to an IPAddressPool (and an L2Advertisement or BGPAdvertisement) first, then convert that")
 		case gvk.Group == Group:
-			c.warn(obj, "", "not converted: %s is not address configuration", gvk.Kind)
+			c.Warn(obj, "", "not converted: %s is not address configuration", gvk.Kind)
 		case gvk.Kind == "ConfigMap" && o.GetName() == "config":
-			c.warn(obj, "", "not converted: MetalLB's ConfigMap configuration (before 0.13) is not read; convert it to IPAddressPools with MetalLB's configmaptocrs first, then convert those")
+			c.Warn(obj, "", "not converted: MetalLB's ConfigMap configuration (before 0.13) is not read; convert it to IPAddressPools with MetalLB's configmaptocrs first, then convert those")
 		default:
-			c.warn(obj, "", "not converted: not a MetalLB object")
+			c.Warn(obj, "", "not converted: not a MetalLB object")
 		}
 	}
-	slices.SortFunc(c.pools, func(a, b IPPool) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
-	slices.SortStableFunc(c.warnings, func(a, b Warning) int { return cmp.Compare(a.Object, b.Object) })
-	slices.Sort(c.notConverted)
-	return Result{Pools: c.pools, Warnings: c.warnings, NotConverted: c.notConverted}
+	return c.Result(nil)
 }
 
-type converter struct {
-	pools        []IPPool
-	warnings     []Warning
-	notConverted []string
-}
+// converter is one conversion's state (conversion.Converter) and the
+// mapping of MetalLB's objects.
+type converter struct{ conversion.Converter }
 
-func (c *converter) warn(obj, field, format string, args ...any) {
-	c.warnings = append(c.warnings, Warning{Object: obj, Field: field, Message: fmt.Sprintf(format, args...)})
+// poolKind is how MetalLB's IPAddressPools are read (conversion.ReadPool).
+var poolKind = conversion.PoolKind{
+	Group: Group, Versions: []string{"v1beta1"}, Export: "metallb.io/v1beta1", Source: "metallb", KnownSpecFields: knownSpecFields,
 }
 
 // pool converts one IPAddressPool; false when it produces no IPPool.
 func (c *converter) pool(o *unstructured.Unstructured) (IPPool, bool) {
-	obj := conversion.Describe(o)
-	if v := o.GroupVersionKind().Version; v != "v1beta1" {
-		c.warn(obj, "apiVersion", "not converted: %s/%s is not a version this converter knows; export the pools as metallb.io/v1beta1", Group, v)
-		return IPPool{}, false
-	}
-	if o.GetName() == "" {
-		c.warn(obj, "metadata.name", "not converted: the pool has no name")
-		return IPPool{}, false
-	}
-	rawSpec, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec")
-	specMap, _ := rawSpec.(map[string]any)
 	var spec ipAddressPoolSpec
-	if err := conversion.Decode(specMap, &spec); err != nil {
-		c.warn(obj, "spec", "not converted: %v", err)
+	out, specMap, ok := c.ReadPool(o, poolKind, &spec)
+	if !ok {
 		return IPPool{}, false
 	}
-	out := IPPool{
-		APIVersion: "ipledger.io/v1alpha1",
-		Kind:       "IPPool",
-		Metadata: ObjectMeta{
-			Name:        o.GetName(),
-			Labels:      map[string]string{LabelConvertedFrom: "metallb"},
-			Annotations: map[string]string{AnnotationConvertedFrom: obj},
-		},
-		Spec: IPPoolSpec{AutoAssign: spec.AutoAssign == nil || *spec.AutoAssign, AvoidBuggyIPs: spec.AvoidBuggyIPs},
-	}
-	ok := true
-	for _, k := range conversion.UnknownKeys(specMap, knownSpecFields) {
-		c.warn(obj, "spec."+k, "not carried over: ipledger's IPPool has no equivalent")
-	}
-
-	if len(spec.Addresses) == 0 {
-		c.warn(obj, "spec.addresses", "not converted: the pool has no addresses (MetalLB refuses it too)")
-		ok = false
-	}
-	seen := map[string]bool{}
-	for i, a := range spec.Addresses {
-		field := fmt.Sprintf("spec.addresses[%d]", i)
-		entry, notes, err := convertAddress(a)
-		if err != nil {
-			c.warn(obj, field, "not converted: %q %v", a, err)
-			ok = false
-			continue
-		}
-		for _, n := range notes {
-			c.warn(obj, field, "%s", n)
-		}
-		if seen[entry] {
-			c.warn(obj, field, "%q repeats an earlier entry; written once", a)
-			continue
-		}
-		seen[entry] = true
-		out.Spec.Addresses = append(out.Spec.Addresses, entry)
-	}
-	if len(out.Spec.Addresses) > maxAddresses {
-		c.warn(obj, "spec.addresses", "not converted: %d entries, and an IPPool holds at most %d; merge adjacent entries into ranges or split the pool", len(out.Spec.Addresses), maxAddresses)
-		ok = false
-	}
-
+	obj := conversion.Describe(o)
+	out.Spec = IPPoolSpec{AutoAssign: spec.AutoAssign == nil || *spec.AutoAssign, AvoidBuggyIPs: spec.AvoidBuggyIPs}
+	out.Spec.Addresses, ok = c.addresses(obj, spec.Addresses)
 	if sa := spec.ServiceAllocation; sa != nil {
 		alloc, allocOK := c.allocation(obj, sa)
 		rawAlloc, _, _ := unstructured.NestedFieldNoCopy(specMap, "serviceAllocation")
 		allocMap, _ := rawAlloc.(map[string]any)
 		for _, k := range conversion.UnknownKeys(allocMap, knownAllocationFields) {
-			c.warn(obj, "spec.serviceAllocation."+k, "not carried over: ipledger's IPPool has no equivalent")
+			c.Warn(obj, "spec.serviceAllocation."+k, "not carried over: ipledger's IPPool has no equivalent")
 		}
 		ok = ok && allocOK
 		if alloc.Priority != 0 || len(alloc.Namespaces) > 0 || len(alloc.NamespaceSelectors) > 0 || len(alloc.ServiceSelectors) > 0 {
 			out.Spec.Allocation = &alloc
 		}
 	}
+	c.WarnMetadata(o, fmt.Sprintf("; MetalLB's advertisements select pools by them, and those stay MetalLB's (%s)", reachabilityDoc))
+	return out, ok
+}
 
-	if l := o.GetLabels(); len(l) > 0 {
-		c.warn(obj, "metadata.labels", "not carried over (%s): ipam does not read IPPool labels; MetalLB's advertisements select pools by them, and those stay MetalLB's (%s)", conversion.JoinMap(l), reachabilityDoc)
+// addresses converts spec.addresses into the IPPool's entries, each once;
+// false when the pool cannot be converted because of them.
+func (c *converter) addresses(obj string, addrs []string) ([]string, bool) {
+	ok := true
+	if len(addrs) == 0 {
+		c.Warn(obj, "spec.addresses", "not converted: the pool has no addresses (MetalLB refuses it too)")
+		ok = false
 	}
-	var annotations []string
-	for k := range o.GetAnnotations() {
-		if !strings.HasPrefix(k, "kubectl.kubernetes.io/") {
-			annotations = append(annotations, k)
+	var out []string
+	seen := map[string]bool{}
+	for i, a := range addrs {
+		field := fmt.Sprintf("spec.addresses[%d]", i)
+		entry, notes, err := convertAddress(a)
+		if err != nil {
+			c.Warn(obj, field, "not converted: %q %v", a, err)
+			ok = false
+			continue
 		}
+		for _, n := range notes {
+			c.Warn(obj, field, "%s", n)
+		}
+		if seen[entry] {
+			c.Warn(obj, field, "%q repeats an earlier entry; written once", a)
+			continue
+		}
+		seen[entry] = true
+		out = append(out, entry)
 	}
-	if len(annotations) > 0 {
-		slices.Sort(annotations)
-		c.warn(obj, "metadata.annotations", "not carried over: %s", strings.Join(annotations, ", "))
+	if len(out) > maxAddresses {
+		c.Warn(obj, "spec.addresses", "not converted: %d entries, and an IPPool holds at most %d; merge adjacent entries into ranges or split the pool", len(out), maxAddresses)
+		ok = false
 	}
 	return out, ok
 }
@@ -294,7 +195,7 @@ func (c *converter) allocation(obj string, sa *serviceAllocation) (Allocation, b
 	const f = "spec.serviceAllocation."
 	switch p := sa.Priority; {
 	case p < 0 || p > math.MaxInt32:
-		c.warn(obj, f+"priority", "not carried over: %d is outside ipledger's range (1 to %d; 0 or none is tried after every pool with a priority); "+
+		c.Warn(obj, f+"priority", "not carried over: %d is outside ipledger's range (1 to %d; 0 or none is tried after every pool with a priority); "+
 			"set spec.allocation.priority by hand to keep this pool's place", p, math.MaxInt32)
 	default:
 		out.Priority = int32(p) // 0 means none in both
@@ -305,9 +206,9 @@ func (c *converter) allocation(obj string, sa *serviceAllocation) (Allocation, b
 		field := fmt.Sprintf("%snamespaces[%d]", f, i)
 		switch {
 		case !conversion.IsNamespaceName(ns):
-			c.warn(obj, field, "not carried over: %q cannot name a namespace, so it never matched one in MetalLB either", ns)
+			c.Warn(obj, field, "not carried over: %q cannot name a namespace, so it never matched one in MetalLB either", ns)
 		case seen[ns]:
-			c.warn(obj, field, "%q repeats an earlier entry; written once", ns)
+			c.Warn(obj, field, "%q repeats an earlier entry; written once", ns)
 		default:
 			seen[ns] = true
 			out.Namespaces = append(out.Namespaces, ns)
@@ -315,12 +216,12 @@ func (c *converter) allocation(obj string, sa *serviceAllocation) (Allocation, b
 	}
 	slices.Sort(out.Namespaces)
 	if len(out.Namespaces) > maxNamespaces {
-		c.warn(obj, f+"namespaces", "not converted: %d namespaces, and an IPPool lists at most %d; label the namespaces and use namespaceSelectors", len(out.Namespaces), maxNamespaces)
+		c.Warn(obj, f+"namespaces", "not converted: %d namespaces, and an IPPool lists at most %d; label the namespaces and use namespaceSelectors", len(out.Namespaces), maxNamespaces)
 		ok = false
 	}
 	if len(sa.Namespaces) > 0 && len(out.Namespaces) == 0 && len(sa.NamespaceSelectors) == 0 {
 		// Dropping every name would widen the pool to every namespace.
-		c.warn(obj, f+"namespaces", "not converted: no entry names a namespace, and without them the IPPool would serve every namespace")
+		c.Warn(obj, f+"namespaces", "not converted: no entry names a namespace, and without them the IPPool would serve every namespace")
 		ok = false
 	}
 
@@ -335,7 +236,7 @@ func (c *converter) allocation(obj string, sa *serviceAllocation) (Allocation, b
 // (they are sets); false when one is invalid, which MetalLB refuses too.
 func (c *converter) selectors(obj, field string, in []metav1.LabelSelector) ([]metav1.LabelSelector, bool) {
 	if len(in) > maxSelectors {
-		c.warn(obj, field, "not converted: %d selectors, and an IPPool holds at most %d", len(in), maxSelectors)
+		c.Warn(obj, field, "not converted: %d selectors, and an IPPool holds at most %d", len(in), maxSelectors)
 		return nil, false
 	}
 	ok := true
@@ -347,17 +248,17 @@ func (c *converter) selectors(obj, field string, in []metav1.LabelSelector) ([]m
 			ef := fmt.Sprintf("%s[%d].matchExpressions[%d]", field, i, j)
 			switch {
 			case e.Key == "":
-				c.warn(obj, ef, "not converted: the key is empty (MetalLB refuses it too)")
+				c.Warn(obj, ef, "not converted: the key is empty (MetalLB refuses it too)")
 				ok = false
 			case (e.Operator == metav1.LabelSelectorOpIn || e.Operator == metav1.LabelSelectorOpNotIn) && len(e.Values) == 0:
-				c.warn(obj, ef, "not converted: operator %s needs at least one value (MetalLB refuses it too)", e.Operator)
+				c.Warn(obj, ef, "not converted: operator %s needs at least one value (MetalLB refuses it too)", e.Operator)
 				ok = false
 			case (e.Operator == metav1.LabelSelectorOpExists || e.Operator == metav1.LabelSelectorOpDoesNotExist) && len(e.Values) > 0:
-				c.warn(obj, ef, "not converted: operator %s takes no values (MetalLB refuses it too)", e.Operator)
+				c.Warn(obj, ef, "not converted: operator %s takes no values (MetalLB refuses it too)", e.Operator)
 				ok = false
 			case e.Operator != metav1.LabelSelectorOpIn && e.Operator != metav1.LabelSelectorOpNotIn &&
 				e.Operator != metav1.LabelSelectorOpExists && e.Operator != metav1.LabelSelectorOpDoesNotExist:
-				c.warn(obj, ef, "not converted: operator %q is not In, NotIn, Exists or DoesNotExist (MetalLB refuses it too)", e.Operator)
+				c.Warn(obj, ef, "not converted: operator %q is not In, NotIn, Exists or DoesNotExist (MetalLB refuses it too)", e.Operator)
 				ok = false
 			}
 			e.Values = slices.Compact(slices.Sorted(slices.Values(e.Values)))
@@ -376,8 +277,8 @@ func (c *converter) advertisement(o *unstructured.Unstructured, pools []*unstruc
 	var selectors []metav1.LabelSelector
 	const why = "announcing is reachability, not address management, and ipledger does not announce; keep MetalLB's speakers with this advertisement or pick another announcer"
 	if err := conversion.Decode(rawSel, &selectors); err != nil {
-		c.warn(obj, "spec.ipAddressPoolSelectors", "cannot be read (%v)", err)
-		c.warn(obj, "", "not converted (which IPAddressPools it announces is unknown): %s (%s)", why, reachabilityDoc)
+		c.Warn(obj, "spec.ipAddressPoolSelectors", "cannot be read (%v)", err)
+		c.Warn(obj, "", "not converted (which IPAddressPools it announces is unknown): %s (%s)", why, reachabilityDoc)
 		return
 	}
 	var announced []string
@@ -393,7 +294,7 @@ func (c *converter) advertisement(o *unstructured.Unstructured, pools []*unstruc
 		}
 		if selected {
 			announced = append(announced, p.GetName())
-			c.warn(conversion.Describe(p), "", "announced by %s, which is not converted: announcing is reachability, not address management; keep MetalLB's speakers for it or pick another announcer (%s)", obj, reachabilityDoc)
+			c.Warn(conversion.Describe(p), "", "announced by %s, which is not converted: announcing is reachability, not address management; keep MetalLB's speakers for it or pick another announcer (%s)", obj, reachabilityDoc)
 		}
 	}
 	for _, n := range names {
@@ -410,5 +311,5 @@ func (c *converter) advertisement(o *unstructured.Unstructured, pools []*unstruc
 	case len(selectors) > 0:
 		what = "the IPAddressPools its ipAddressPoolSelectors select, none of those given"
 	}
-	c.warn(obj, "", "not converted (it announces %s): %s (%s)", what, why, reachabilityDoc)
+	c.Warn(obj, "", "not converted (it announces %s): %s (%s)", what, why, reachabilityDoc)
 }

@@ -465,102 +465,154 @@ func (r *NodeReconciler) sync(ctx context.Context, log *slog.Logger, node string
 	}
 	view, waiting := r.exp.Apply(view)
 	r.c.metrics.observe(view, r.c.reserved)
-	return r.reconcile(ctx, log, node, obj, exists, view, waiting, false)
+	return r.reconcile(ctx, log, round{node: node, obj: obj, exists: exists, view: view, waiting: waiting})
 }
 
-// reconcile acts on one Node as obj shows it: from the view, or (confirmed)
-// just read from the API server. An intent that destroys something is never
+// round is what one pass of a sync decides from: the Node as obj shows it
+// — from the view, or (confirmed) just read from the API server — and EC2's
+// managed addresses as the term's expectations correct them.
+type round struct {
+	node      string
+	obj       *watcherv1.Object
+	exists    bool
+	view      []decide.Address
+	waiting   map[string]bool
+	confirmed bool
+}
+
+// reconcile acts on one Node in the two steps of package decide: it gathers
+// what decide.Triage needs, then — for a Node that wants an address — its
+// instance (admitted by decide.Admit) and what decide.Assign needs, and
+// carries out each decision. An intent that destroys something is never
 // carried out on the view's word: the live Node is read and reconciled
 // instead.
-func (r *NodeReconciler) reconcile(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool,
-	view []decide.Address, waiting map[string]bool, confirmed bool) error {
-	if !exists || !r.c.Wants(obj) {
-		intent := decide.Intent{GiveBack: true, Tagged: taggedFor(node, view), Published: exists && published(obj)}
-		if intent.Destroys() && !confirmed {
-			return r.confirm(ctx, log, node, view, waiting, true)
-		}
-		return r.giveBack(ctx, log, node, obj, exists, view, waiting[node])
+func (r *NodeReconciler) reconcile(ctx context.Context, log *slog.Logger, rd round) error {
+	t := decide.Triage(r.nodeFacts(rd))
+	if t.Next != decide.NextLookUp {
+		return r.actOnTriage(ctx, log, rd, t)
 	}
-	if waiting[node] {
-		// An allocation whose outcome we could not see may still show up:
-		// allocating again now is how duplicates are born.
-		log.Debug("Waiting for EC2 to list the Node's address")
-		r.c.status.Set(node, StatePending, "waiting for EC2 to list an address whose allocation had no answer")
-		r.queue.AddAfter(node, r.c.cfg.PendingPoll)
-		return nil
+	if t.WarnLegacy {
+		r.warnLegacy(log, rd.obj)
 	}
-	if obj.GetNode().GetProviderId() == "" {
-		// The cloud controller sets it shortly after the Node registers;
-		// that update requeues the Node.
-		r.c.status.Set(node, StatePending, "waiting for spec.providerID")
-		return nil
-	}
-	instanceID, err := decide.InstanceID(obj.GetNode().GetProviderId())
-	if err != nil {
-		r.c.status.Set(node, StateError, err.Error())
-		r.event(obj, corev1.EventTypeWarning, ReasonInvalidProviderID, "Cannot give the Node an Elastic IP: %v", err)
-		// A Node update requeues it; until then it is looked at again every
-		// interval, like every Node in error.
-		r.queue.AddAfter(node, r.c.cfg.RequeueInterval)
-		return nil
-	}
-	if r.c.optIn(obj) == decide.LegacyOptIn {
-		r.warnLegacy(log, obj)
-	}
-	insts, err := r.c.ec2.Instances(ctx, []string{instanceID})
+	insts, err := r.c.ec2.Instances(ctx, []string{t.InstanceID})
 	if err != nil {
 		return err
 	}
-	inst, found := insts[instanceID]
+	inst, found := insts[t.InstanceID]
 	target, refusal := decide.Admit(decide.Claim{
-		Node: node, InstanceID: instanceID, InternalIPs: internalIPs(obj), Rivals: r.rivals(node, instanceID),
+		Node: rd.node, InstanceID: t.InstanceID, InternalIPs: internalIPs(rd.obj), Rivals: r.rivals(rd.node, t.InstanceID),
 	}, inst, found, r.c.member)
 	if refusal != nil {
-		r.serve(node, "") // a refused Node waits on no set: it must not hold others back
-		r.stopWaiting(node)
-		r.refuse(log, obj, instanceID, refusal)
+		r.serve(rd.node, "") // a refused Node waits on no set: it must not hold others back
+		r.stopWaiting(rd.node)
+		r.refuse(log, rd.obj, t.InstanceID, refusal)
 		return nil
 	}
 	if target.NetworkInterfaceID == "" {
-		return fmt.Errorf("instance %s: %w", instanceID, awsec2.ErrNoPrimaryInterface)
+		return fmt.Errorf("instance %s: %w", t.InstanceID, awsec2.ErrNoPrimaryInterface)
 	}
 	// An address tagged for the Node but associated outside the cluster was
 	// not associated by eipd: it is someone else's, whatever its tags say.
 	// It is neither reassociated nor released as a duplicate.
 	held := map[string]bool{}
-	if view, err = r.withoutHeldOutside(ctx, log, obj, node, view, map[string]decide.Instance{target.NetworkInterfaceID: inst}, held); err != nil {
+	if rd.view, err = r.withoutHeldOutside(ctx, log, rd.obj, rd.node, rd.view, map[string]decide.Instance{target.NetworkInterfaceID: inst}, held); err != nil {
 		return err
 	}
 	set := r.c.reserved.InstanceSet(inst)
-	r.serve(node, set)
-	tagged := taggedNodes(view)
-	if !tagged[node] && obj.GetNode().GetUnschedulable() {
-		// A Node being drained (a spot interruption, a scale-in) must not
-		// take a scarce address; one it already has, it keeps.
-		r.stopWaiting(node)
-		r.c.status.Set(node, StatePending, "cordoned (spec.unschedulable): a Node being drained takes no new Elastic IP; uncordon it to get one")
-		return nil
+	r.serve(rd.node, set)
+	a := decide.Assign(r.choiceInput(rd, target, set), rd.obj.GetNode().GetUnschedulable(), rd.confirmed)
+	return r.actOnAssignment(ctx, log, rd, a, set, held)
+}
+
+// nodeFacts gathers what decide.Triage looks at.
+func (r *NodeReconciler) nodeFacts(rd round) decide.NodeFacts {
+	f := decide.NodeFacts{Node: rd.node, Tagged: taggedFor(rd.node, rd.view), Waiting: rd.waiting[rd.node], Confirmed: rd.confirmed}
+	if rd.exists {
+		f.OptIn = r.c.optIn(rd.obj)
+		f.Published = published(rd.obj)
+		f.ProviderID = rd.obj.GetNode().GetProviderId()
 	}
-	plan := decide.Choose(decide.Input{
-		Node:                node,
+	return f
+}
+
+// actOnTriage carries out every decision of decide.Triage but NextLookUp.
+func (r *NodeReconciler) actOnTriage(ctx context.Context, log *slog.Logger, rd round, t decide.Triaged) error {
+	switch t.Next {
+	case decide.NextConfirm:
+		return r.confirm(ctx, log, rd, true)
+	case decide.NextGiveBack:
+		return r.giveBack(ctx, log, rd)
+	case decide.NextAwaitEC2:
+		log.Debug("Waiting for EC2 to list the Node's address")
+		r.c.status.Set(rd.node, StatePending, t.Reason)
+		r.queue.AddAfter(rd.node, r.c.cfg.PendingPoll)
+	case decide.NextAwaitProviderID:
+		r.c.status.Set(rd.node, StatePending, t.Reason)
+	case decide.NextInvalidProviderID:
+		r.c.status.Set(rd.node, StateError, t.Reason)
+		r.event(rd.obj, corev1.EventTypeWarning, ReasonInvalidProviderID, "Cannot give the Node an Elastic IP: %s", t.Reason)
+		// A Node update requeues it; until then it is looked at again every
+		// interval, like every Node in error.
+		r.queue.AddAfter(rd.node, r.c.cfg.RequeueInterval)
+	default:
+		return fmt.Errorf("node %s: triage %v has no action here (a bug in eipd)", rd.node, t.Next)
+	}
+	return nil
+}
+
+// choiceInput gathers what decide.Choose (through decide.Assign) looks at
+// for an admitted Node.
+func (r *NodeReconciler) choiceInput(rd round, target decide.Target, set string) decide.Input {
+	return decide.Input{
+		Node:                rd.node,
 		Target:              target,
-		CurrentAllocationID: obj.GetMeta().GetAnnotations()[AnnotationAllocationID],
-		Addresses:           view,
+		CurrentAllocationID: rd.obj.GetMeta().GetAnnotations()[AnnotationAllocationID],
+		Addresses:           rd.view,
 		PodRefs:             r.podRefs(),
 		Reservations:        r.c.reserved,
 		Set:                 set,
-		Ahead:               r.ahead(obj, set, tagged),
-	})
-	if plan.Action == decide.Wait {
-		r.wait(log, obj, set, plan.Reason)
+		Ahead:               r.ahead(rd.obj, set, taggedNodes(rd.view)),
+	}
+}
+
+// actOnAssignment carries out a decision of decide.Assign. held are the
+// addresses tagged for the Node but held outside the cluster: a new
+// allocation must not return one of them.
+func (r *NodeReconciler) actOnAssignment(ctx context.Context, log *slog.Logger, rd round, a decide.Assignment, set string, held map[string]bool) error {
+	switch a.Step {
+	case decide.Cordoned:
+		r.stopWaiting(rd.node)
+		r.c.status.Set(rd.node, StatePending, a.Reason)
+		return nil
+	case decide.Waits:
+		r.wait(log, rd.obj, set, a.Reason)
 		return nil
 	}
-	r.stopWaiting(node)
-	if (decide.Intent{Duplicates: len(plan.Release)}).Destroys() && !confirmed {
-		// Which duplicate stays depends on the Node's annotation: the
-		// view's may be old.
-		return r.confirm(ctx, log, node, view, waiting, false)
+	r.stopWaiting(rd.node)
+	if a.Step == decide.ConfirmDuplicates {
+		return r.confirm(ctx, log, rd, false)
 	}
+	if err := r.releaseDuplicates(ctx, log, rd.obj, a.Plan); err != nil {
+		return err
+	}
+	addr, ok, err := r.obtain(ctx, log, rd.obj, a.Plan, set, held)
+	if err != nil || !ok {
+		return err
+	}
+	if err := r.associate(ctx, log, rd.obj, addr, a.Target); err != nil {
+		return err
+	}
+	if err := r.publish(ctx, rd.obj, addr.PublicIP, addr.AllocationID); err != nil {
+		return err
+	}
+	r.c.status.Set(rd.node, StateAssociated, "")
+	r.queue.AddAfter(rd.node, r.c.cfg.RequeueInterval)
+	return r.liftStartupTaint(ctx, log, rd.obj, addr, a.Seen)
+}
+
+// releaseDuplicates gives back the further addresses tagged for the Node
+// (decide.Plan.Release), keeping the plan's.
+func (r *NodeReconciler) releaseDuplicates(ctx context.Context, log *slog.Logger, obj *watcherv1.Object, plan decide.Plan) error {
 	for _, dup := range plan.Release {
 		if err := r.giveBackOne(ctx, dup); err != nil {
 			return err
@@ -570,65 +622,89 @@ func (r *NodeReconciler) reconcile(ctx context.Context, log *slog.Logger, node s
 		r.event(obj, corev1.EventTypeWarning, ReasonDuplicateReleased, "Node had %d Elastic IPs; kept %s (%s), %s %s (%s)",
 			len(plan.Release)+1, plan.Address.PublicIP, plan.Address.AllocationID, r.releaseVerb(dup), dup.PublicIP, dup.AllocationID)
 	}
-	addr := plan.Address
+	return nil
+}
+
+// obtain returns the address the plan gives the Node: the one tagged for
+// it, an orphan it claims, or a new one. ok is false when the Node must
+// wait for EC2 (it is requeued).
+func (r *NodeReconciler) obtain(ctx context.Context, log *slog.Logger, obj *watcherv1.Object, plan decide.Plan, set string, held map[string]bool) (addr decide.Address, ok bool, err error) {
 	switch plan.Action {
 	case decide.ClaimOrphan:
-		if !r.exp.Claim(node, addr.AllocationID, addr.PublicIP) {
-			r.queue.AddAfter(node, r.c.cfg.PendingPoll)
-			return nil
-		}
-		if err := r.c.ec2.TagNode(ctx, addr.AllocationID, node); err != nil {
-			r.exp.Forget(node)
-			return err
-		}
-		addr.Node = node
-		if set != "" {
-			log.Info("Took an Elastic IP of its reserved set", "allocationID", addr.AllocationID, "ip", addr.PublicIP, "reservedSet", set)
-			r.event(obj, corev1.EventTypeNormal, ReasonClaimed, "Took Elastic IP %s (%s) of reserved set %s", addr.PublicIP, addr.AllocationID, set)
-			break
-		}
-		log.Info("Reusing an orphan Elastic IP", "allocationID", addr.AllocationID, "ip", addr.PublicIP)
-		r.event(obj, corev1.EventTypeNormal, ReasonClaimed, "Reusing orphan Elastic IP %s (%s)", addr.PublicIP, addr.AllocationID)
+		return r.claim(ctx, log, obj, plan.Address, set)
 	case decide.Allocate:
-		addr, err = r.c.ec2.Allocate(ctx, node, held)
-		if errors.Is(err, awsec2.ErrUncertain) {
-			r.exp.Uncertain(node)
-			r.c.status.Set(node, StatePending, err.Error())
-			log.Warn("Allocation outcome unknown; waiting for EC2 to list the Node's address before trying again", "err", err)
-			r.queue.AddAfter(node, r.c.cfg.PendingPoll)
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		r.exp.Allocated(node, addr.AllocationID, addr.PublicIP)
-		log.Info("Allocated an Elastic IP", "allocationID", addr.AllocationID, "ip", addr.PublicIP)
-		r.event(obj, corev1.EventTypeNormal, ReasonAllocated, "Allocated Elastic IP %s (%s)", addr.PublicIP, addr.AllocationID)
+		return r.allocate(ctx, log, obj, held)
 	}
-	if !addr.AssociatedWith(target) {
-		if _, err := r.c.ec2.Associate(ctx, addr.AllocationID, target); err != nil {
-			return err
-		}
-		log.Info("Associated the Elastic IP", "allocationID", addr.AllocationID, "ip", addr.PublicIP,
-			"instance", target.InstanceID, "networkInterface", target.NetworkInterfaceID, "privateIP", target.PrivateIP)
-		r.event(obj, corev1.EventTypeNormal, ReasonAssociated, "Associated Elastic IP %s with %s (%s %s)", addr.PublicIP, target.InstanceID, target.NetworkInterfaceID, target.PrivateIP)
+	return plan.Address, true, nil
+}
+
+// claim tags an orphan (or a free address of the Node's reserved set) for
+// the Node, unless the term's expectations say another Node is taking it.
+func (r *NodeReconciler) claim(ctx context.Context, log *slog.Logger, obj *watcherv1.Object, addr decide.Address, set string) (decide.Address, bool, error) {
+	node := obj.GetMeta().GetName()
+	if !r.exp.Claim(node, addr.AllocationID, addr.PublicIP) {
+		r.queue.AddAfter(node, r.c.cfg.PendingPoll)
+		return addr, false, nil
 	}
-	if err := r.publish(ctx, obj, addr.PublicIP, addr.AllocationID); err != nil {
+	if err := r.c.ec2.TagNode(ctx, addr.AllocationID, node); err != nil {
+		r.exp.Forget(node)
+		return addr, false, err
+	}
+	addr.Node = node
+	if set != "" {
+		log.Info("Took an Elastic IP of its reserved set", "allocationID", addr.AllocationID, "ip", addr.PublicIP, "reservedSet", set)
+		r.event(obj, corev1.EventTypeNormal, ReasonClaimed, "Took Elastic IP %s (%s) of reserved set %s", addr.PublicIP, addr.AllocationID, set)
+		return addr, true, nil
+	}
+	log.Info("Reusing an orphan Elastic IP", "allocationID", addr.AllocationID, "ip", addr.PublicIP)
+	r.event(obj, corev1.EventTypeNormal, ReasonClaimed, "Reusing orphan Elastic IP %s (%s)", addr.PublicIP, addr.AllocationID)
+	return addr, true, nil
+}
+
+// allocate allocates a new address tagged for the Node (skipping the
+// addresses held outside the cluster). An allocation whose outcome EC2 did
+// not answer is expected: the Node waits until EC2 lists it rather than
+// allocate a duplicate.
+func (r *NodeReconciler) allocate(ctx context.Context, log *slog.Logger, obj *watcherv1.Object, held map[string]bool) (decide.Address, bool, error) {
+	node := obj.GetMeta().GetName()
+	addr, err := r.c.ec2.Allocate(ctx, node, held)
+	if errors.Is(err, awsec2.ErrUncertain) {
+		r.exp.Uncertain(node)
+		r.c.status.Set(node, StatePending, err.Error())
+		log.Warn("Allocation outcome unknown; waiting for EC2 to list the Node's address before trying again", "err", err)
+		r.queue.AddAfter(node, r.c.cfg.PendingPoll)
+		return addr, false, nil
+	}
+	if err != nil {
+		return addr, false, err
+	}
+	r.exp.Allocated(node, addr.AllocationID, addr.PublicIP)
+	log.Info("Allocated an Elastic IP", "allocationID", addr.AllocationID, "ip", addr.PublicIP)
+	r.event(obj, corev1.EventTypeNormal, ReasonAllocated, "Allocated Elastic IP %s (%s)", addr.PublicIP, addr.AllocationID)
+	return addr, true, nil
+}
+
+// associate associates the Node's address with its target, unless EC2
+// already shows it there.
+func (r *NodeReconciler) associate(ctx context.Context, log *slog.Logger, obj *watcherv1.Object, addr decide.Address, target decide.Target) error {
+	if addr.AssociatedWith(target) {
+		return nil
+	}
+	if _, err := r.c.ec2.Associate(ctx, addr.AllocationID, target); err != nil {
 		return err
 	}
-	r.c.status.Set(node, StateAssociated, "")
-	r.queue.AddAfter(node, r.c.cfg.RequeueInterval)
-	// Seen: EC2 listed the address associated with the instance before this
-	// sync did anything, not only because eipd just asked for it.
-	seen := plan.Action == decide.UseTagged && plan.Address.AssociatedWith(target)
-	return r.liftStartupTaint(ctx, log, obj, addr, seen)
+	log.Info("Associated the Elastic IP", "allocationID", addr.AllocationID, "ip", addr.PublicIP,
+		"instance", target.InstanceID, "networkInterface", target.NetworkInterfaceID, "privateIP", target.PrivateIP)
+	r.event(obj, corev1.EventTypeNormal, ReasonAssociated, "Associated Elastic IP %s with %s (%s %s)", addr.PublicIP, target.InstanceID, target.NetworkInterfaceID, target.PrivateIP)
+	return nil
 }
 
 // giveBack handles a Node that should have no address: it disassociates
 // and releases (or keeps, as an orphan) every address tagged for it, and
 // clears the Node's label and annotation if the Node still exists.
-func (r *NodeReconciler) giveBack(ctx context.Context, log *slog.Logger, node string, obj *watcherv1.Object, exists bool, view []decide.Address, waiting bool) error {
-	view, err := r.withoutHeldOutside(ctx, log, obj, node, view, nil, nil)
+func (r *NodeReconciler) giveBack(ctx context.Context, log *slog.Logger, rd round) error {
+	node, obj := rd.node, rd.obj
+	view, err := r.withoutHeldOutside(ctx, log, obj, node, rd.view, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -648,12 +724,12 @@ func (r *NodeReconciler) giveBack(ctx context.Context, log *slog.Logger, node st
 			r.event(nodeRef(node, obj), corev1.EventTypeNormal, ReasonReleased, "Released Elastic IP %s (%s)", a.PublicIP, a.AllocationID)
 		}
 	}
-	if exists {
+	if rd.exists {
 		if err := r.publish(ctx, obj, "", ""); err != nil {
 			return err
 		}
 	}
-	if waiting {
+	if rd.waiting[node] {
 		// An unanswered allocation may still show up tagged for this Node.
 		r.queue.AddAfter(node, r.c.cfg.PendingPoll)
 		return nil

@@ -59,15 +59,16 @@ func (c *Controller) liveNodes(ctx context.Context, names []string, limit int) [
 // keeps its address (and is synced from the live object), otherwise its
 // addresses are given back. If the read fails nothing is given back: the
 // sync fails and is retried with backoff.
-func (r *NodeReconciler) confirm(ctx context.Context, log *slog.Logger, node string, view []decide.Address, waiting map[string]bool, viewGivesBack bool) error {
-	live := r.c.liveNode(ctx, node)
+func (r *NodeReconciler) confirm(ctx context.Context, log *slog.Logger, rd round, viewGivesBack bool) error {
+	live := r.c.liveNode(ctx, rd.node)
 	if live.err != nil {
-		return fmt.Errorf("cannot confirm with the API server before touching Node %s's Elastic IP (nothing given back): %w", node, live.err)
+		return fmt.Errorf("cannot confirm with the API server before touching Node %s's Elastic IP (nothing given back): %w", rd.node, live.err)
 	}
 	if viewGivesBack && live.exists && r.c.Wants(live.obj) {
 		r.refused(log, "sync")
 	}
-	return r.reconcile(ctx, log, node, live.obj, live.exists, view, waiting, true)
+	rd.obj, rd.exists, rd.confirmed = live.obj, live.exists, true
+	return r.reconcile(ctx, log, rd)
 }
 
 // refused counts and logs a give-back the view asked for and the live Node

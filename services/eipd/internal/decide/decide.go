@@ -1,9 +1,10 @@
 // Package decide owns eipd's choices, free of any client: which Elastic IP a
 // Node gets (its own by tag, else the orphan most referenced by Pods, else a
 // new one), which duplicates are released, which actions destroy something
-// and must first be confirmed against the live Node, and how a Node's
-// providerID names its EC2 instance. The controller gathers the inputs and
-// carries out the plan.
+// and must first be confirmed against the live Node, how a Node's
+// providerID names its EC2 instance, and what one sync does with a Node
+// (Triage, then Assign). The controller gathers the inputs and carries out
+// what they return.
 package decide
 
 import (

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ipledger/ipledger/pkg/convert"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
@@ -199,7 +200,7 @@ func (w *worker) writePoolStatuses(ctx context.Context, holders poolHolders) {
 			}
 		}
 		full, _ := json.Marshal(map[string]any{"status": written})
-		_, err := w.c.dynamic.Resource(PoolGVR).Patch(ctx, name, types.MergePatchType, full, metav1.PatchOptions{FieldManager: "ipledger-ipam"}, "status")
+		_, err := w.c.dynamic.Resource(PoolGVR).Patch(ctx, name, types.MergePatchType, full, metav1.PatchOptions{FieldManager: convert.IPAMFieldManager}, "status")
 		if err != nil {
 			w.log.Warn("Cannot write IPPool status", "pool", name, "err", err)
 			continue
@@ -284,7 +285,7 @@ func (w *worker) syncPoolFinalizers(ctx context.Context, holders poolHolders) {
 			continue
 		}
 		body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": want, "resourceVersion": m.GetResourceVersion()}})
-		_, err := w.c.dynamic.Resource(PoolGVR).Patch(ctx, m.GetName(), types.MergePatchType, body, metav1.PatchOptions{FieldManager: "ipledger-ipam"})
+		_, err := w.c.dynamic.Resource(PoolGVR).Patch(ctx, m.GetName(), types.MergePatchType, body, metav1.PatchOptions{FieldManager: convert.IPAMFieldManager})
 		switch {
 		case err == nil && has:
 			w.log.Info("IPPool released: no Service holds its addresses any more", "pool", m.GetName())

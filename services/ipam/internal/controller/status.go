@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/expect"
 	"github.com/ipledger/ipledger/pkg/metaonly"
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
@@ -143,7 +144,7 @@ func (c *Controller) writeService(ctx context.Context, wr *write) (string, error
 	}
 	raw, err := c.client.CoreV1().RESTClient().Patch(types.MergePatchType).
 		Namespace(ns).Resource("services").Name(name).SubResource("status").
-		Param("fieldManager", fieldManager).SetHeader("Accept", metaonly.Accept).
+		Param("fieldManager", convert.IPAMFieldManager).SetHeader("Accept", metaonly.Accept).
 		Body(body).Do(ctx).Raw()
 	if err != nil {
 		return "", fmt.Errorf("patch status of Service %s/%s: %w", ns, name, err)
@@ -162,9 +163,6 @@ func (c *Controller) writeService(ctx context.Context, wr *write) (string, error
 	wr.want.base = version{rv: out.ResourceVersion, conditions: conditions}
 	return out.ResourceVersion, nil
 }
-
-// fieldManager names ipam's writes in managedFields.
-const fieldManager = "ipledger-ipam"
 
 // transitionTime is the lastTransitionTime of want: cur's while the status
 // stays the same.

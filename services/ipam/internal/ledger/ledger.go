@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/metaonly"
 	"github.com/ipledger/ipledger/pkg/parallel"
@@ -44,8 +45,10 @@ var ErrReleased = errors.New("this term released the ledger")
 
 // FieldManager is the field manager of every ledger write of ipam's: a
 // shard whose managedFields name another manager, later than ipam's own
-// write, was changed by someone else (ForeignWrite).
-const FieldManager = "ipledger-ipam"
+// write, was changed by someone else (ForeignWrite). It is ipam's one field
+// manager, convert.IPAMFieldManager (the watcher tells ipam's writes apart
+// by it).
+const FieldManager = convert.IPAMFieldManager
 
 // ForeignWrite is a change to a ledger shard that ipam did not make: the
 // ledger admission policy lets only ipam and a break-glass group write it
