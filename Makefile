@@ -77,4 +77,4 @@ fmt: ## gofmt every Go file.
 	$(GOFMT) -w $$(find . -name '*.go' -not -name '*.pb.go' -not -path './.dev/*')
 
 tidy: ## go mod tidy in every module (hack/tools too).
-	for m in $(MODULES) test/cluster hack/tools hack/tools/promtool hack/tools/coredns hack/tools/vuln hack/tools/sbom; do (cd $$m && GOWORK=off go mod tidy); done
+	for m in $(MODULES) test/cluster hack/tools hack/tools/promtool hack/tools/coredns hack/tools/vuln hack/tools/sbom hack/tools/helm; do (cd $$m && GOWORK=off go mod tidy); done
