@@ -25,6 +25,11 @@ const ChartDir = "deploy/helm/ipledger"
 // ipledger-<version>.tgz, as `helm package` names it.
 func ChartPackageName(version string) string { return "ipledger-" + version + ".tgz" }
 
+// ChartValuesFile is the file of deploy/helm (and of a release's chart/)
+// that holds the chart's values for the install flavour name (an overlay:
+// values-production.yaml); the base needs none.
+func ChartValuesFile(name string) string { return "values-" + name + ".yaml" }
+
 // chartMetadata is the part of Chart.yaml a release reads.
 type chartMetadata struct {
 	Name        string `json:"name"`

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/controlplane"
 	"github.com/ipledger/ipledger/pkg/objdiff"
+	"github.com/ipledger/ipledger/pkg/release"
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
@@ -50,14 +51,15 @@ func templated(o objdiff.Object) bool {
 }
 
 // chartCases are the choices the drift test renders both ways: values for
-// the chart, and the kustomization (from the repository's root) that makes
-// the same choices: every shipped install flavour, every component on its
-// own and all of them at once.
+// the chart (@<file> reads them from a file of the repository), and the
+// kustomization (from the repository's root) that makes the same choices:
+// every shipped install flavour (deploy/helm/values-<overlay>.yaml, which a
+// release ships beside the chart), every component on its own, and all of
+// them at once.
 var chartCases = []struct{ name, kustomization, values string }{
 	{"base (defaults)", "deploy/kustomize/base", ""},
-	{"overlays/production", "deploy/kustomize/overlays/production",
-		"highAvailability: true\ntls: signer\nprometheus: true\nendpoints: {workloadGrants: enforce, probeAllowedCIDRs: none}\n"},
-	{"overlays/cloud", "deploy/kustomize/overlays/cloud", "ipam: {requireLBClass: true}\n"},
+	{"overlays/production", "deploy/kustomize/overlays/production", "@deploy/helm/values-production.yaml"},
+	{"overlays/cloud", "deploy/kustomize/overlays/cloud", "@deploy/helm/values-cloud.yaml"},
 	{"high-availability", "test/e2e/testdata/helm/high-availability", "highAvailability: true\n"},
 	{"eip with a cluster ID", "test/e2e/testdata/eip", "eip: {enabled: true, clusterID: prod-eu-1}\n"},
 	{"eip and tls-signer", "test/e2e/testdata/eip-tls-signer", "eip: {enabled: true, clusterID: prod-eu-1}\ntls: signer\n"},
@@ -133,6 +135,13 @@ func TestHelmChartRendersWhatKustomizeBuilds(t *testing.T) {
 	helm := helmBin(t)
 	for _, c := range chartCases {
 		t.Run(c.name, func(t *testing.T) {
+			if file, ok := strings.CutPrefix(c.values, "@"); ok {
+				b, err := os.ReadFile(filepath.Join(env.Root, file))
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.values = string(b)
+			}
 			want, err := env.Kubectl(context.Background(), "kustomize", filepath.Join(env.Root, c.kustomization))
 			if err != nil {
 				t.Fatal(err)
@@ -159,6 +168,38 @@ func TestHelmChartRendersWhatKustomizeBuilds(t *testing.T) {
 			}
 			t.Logf("%d objects the same both ways; helm template took %v", len(objs), took.Round(time.Millisecond))
 		})
+	}
+}
+
+// TestEveryShippedOverlayHasChartValues: each install flavour a release
+// ships (pkg/release.Installs) has its chart values, compared above, and the
+// release ships them beside the chart.
+func TestEveryShippedOverlayHasChartValues(t *testing.T) {
+	env := testenv.Get(t)
+	entries, err := os.ReadDir(filepath.Join(env.Root, "deploy/kustomize/overlays"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var overlays []string
+	for _, e := range entries {
+		overlays = append(overlays, e.Name())
+	}
+	for _, in := range release.Installs(overlays) {
+		if in.Name == "base" {
+			continue
+		}
+		file := release.ChartValuesFile(in.Name)
+		if _, err := os.Stat(filepath.Join(env.Root, "deploy/helm", file)); err != nil {
+			t.Errorf("overlays/%s ships, and deploy/helm/%s, its chart values, is missing: %v", in.Name, file, err)
+			continue
+		}
+		found := false
+		for _, c := range chartCases {
+			found = found || c.values == "@deploy/helm/"+file && c.kustomization == "deploy/kustomize/"+in.Dir
+		}
+		if !found {
+			t.Errorf("no chartCases entry renders deploy/helm/%s against deploy/kustomize/%s", file, in.Dir)
+		}
 	}
 }
 

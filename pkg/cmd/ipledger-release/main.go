@@ -45,6 +45,7 @@ Into <out>/v<VERSION>/ it writes (docs/install.md, "From a release"):
   sbom/ipledger-<svc>_linux_<arch>.cdx.json  CycloneDX SBOM of each image's binary (hack/tools/sbom)
   chart/ipledger-<VERSION>.tgz  the Helm chart deploy/helm/ipledger, images pinned by digest (helm install)
   chart/oci/                    an OCI layout of that package, tagged <VERSION> (oras cp --from-oci-layout)
+  chart/values-<flavour>.yaml   the chart's values of each install flavour but base (helm install -f)
   kubectl-ipledger_<os>_<arch>.tar.gz  the plugin, its completion script and LICENSE, for linux and darwin
   plugin.yaml                   the plugin's krew manifest: each archive's download and sha256
   SHA256SUMS                    sha256sum -c reads it
@@ -146,15 +147,9 @@ func run(ctx context.Context, o options, prov containerimage.Provenance) error {
 // digests the release built, and writes the kustomization that pins the
 // remote base at the release's tag the same way.
 func installs(ctx context.Context, o options, prov containerimage.Provenance, dir string, pinned []release.Image, step func(string, ...any)) error {
-	entries, err := os.ReadDir(filepath.Join("deploy", "kustomize", "overlays"))
+	overlays, err := overlays()
 	if err != nil {
 		return err
-	}
-	var overlays []string
-	for _, e := range entries {
-		if e.IsDir() {
-			overlays = append(overlays, e.Name())
-		}
 	}
 	// kustomize refuses an absolute path as a resource: the kustomization
 	// that pins the digests names the install relative to itself.
@@ -203,7 +198,13 @@ func installs(ctx context.Context, o options, prov containerimage.Provenance, di
 
 // chart writes the Helm chart's package, its images pinned by the digests
 // the release built, and an OCI layout of it.
+// Beside them, the values of each install flavour but the base
+// (deploy/helm/values-<overlay>.yaml).
 func chart(prov containerimage.Provenance, dir string, pinned []release.Image, step func(string, ...any)) error {
+	overlays, err := overlays()
+	if err != nil {
+		return err
+	}
 	pkg, err := release.ChartPackage(os.DirFS(release.ChartDir), prov.Version, pinned)
 	if err != nil {
 		return err
@@ -228,8 +229,36 @@ func chart(prov containerimage.Provenance, dir string, pinned []release.Image, s
 			return err
 		}
 	}
+	for _, in := range release.Installs(overlays) {
+		if in.Name == "base" {
+			continue
+		}
+		name := release.ChartValuesFile(in.Name)
+		values, err := os.ReadFile(filepath.Join(filepath.Dir(release.ChartDir), name))
+		if err != nil {
+			return fmt.Errorf("install/%s.yaml ships and the chart's values for it do not: %w", in.Name, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "chart", name), values, 0o644); err != nil {
+			return err
+		}
+	}
 	step("wrote %s and its OCI layout %s (%s)", file, filepath.Join(dir, "chart", "oci"), digest)
 	return nil
+}
+
+// overlays are the directories of deploy/kustomize/overlays.
+func overlays() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join("deploy", "kustomize", "overlays"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
 }
 
 // plugin builds kubectl-ipledger for every platform into its archive, and

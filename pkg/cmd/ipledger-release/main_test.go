@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"debug/buildinfo"
@@ -19,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -27,6 +29,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/containerimage"
 	"github.com/ipledger/ipledger/pkg/controlplane"
+	"github.com/ipledger/ipledger/pkg/objdiff"
 	"github.com/ipledger/ipledger/pkg/release"
 )
 
@@ -54,7 +57,10 @@ func TestMain(m *testing.M) {
 // kustomization of the remote base at the tag renders the same base install;
 // the krew manifest's sha256s are its archives', and each archive holds the
 // plugin and a completion script that completes; each image's SBOM lists
-// the modules of the binary inside that image; SHA256SUMS covers every file.
+// the modules of the binary inside that image; the Helm chart's package,
+// rendered by Helm with each flavour's values, is the objects of that
+// flavour's install, and its OCI layout holds it; SHA256SUMS covers every
+// file.
 func TestReleaseDirectoryIsWhatAUserInstalls(t *testing.T) {
 	root, err := controlplane.RepoRoot()
 	if err != nil {
@@ -204,6 +210,84 @@ func TestReleaseDirectoryIsWhatAUserInstalls(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("sbom/%s_linux_amd64.cdx.json lists\n%v\nthe binary in its image links\n%v", b.Name, got, want)
 			}
+		}
+	})
+
+	t.Run("the chart renders the installs", func(t *testing.T) {
+		helm, err := controlplane.HelmBin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pkg := filepath.Join(dir, "chart", release.ChartPackageName(prov.Version))
+		files, err := filepath.Glob(filepath.Join(dir, "install", "*.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+			if name == "kustomization" {
+				continue
+			}
+			args := []string{"template", "ipledger", pkg, "--namespace", "ipledger-system"}
+			if name != "base" {
+				args = append(args, "--values", filepath.Join(dir, "chart", release.ChartValuesFile(name)))
+			}
+			cmd := exec.Command(helm, args...)
+			cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+			start := time.Now()
+			got, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("helm %s: %v", strings.Join(args, " "), stderr(err))
+			}
+			took := time.Since(start)
+			want, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			diffs, err := objdiff.Diff("the chart", got, "install/"+name+".yaml", want, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range diffs {
+				t.Errorf("%s", d)
+			}
+			t.Logf("chart/%s with %s: the objects of install/%s.yaml (%d differences), rendered in %v", filepath.Base(pkg), cmp.Or(strings.Join(args[5:], " "), "its defaults"), name, len(diffs), took.Round(time.Millisecond))
+		}
+	})
+
+	t.Run("the chart's OCI layout holds its package", func(t *testing.T) {
+		pkg, err := os.ReadFile(filepath.Join(dir, "chart", release.ChartPackageName(prov.Version)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var index struct {
+			Manifests []struct {
+				Digest      string            `json:"digest"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"manifests"`
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, "chart", "oci", "index.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, &index); err != nil {
+			t.Fatal(err)
+		}
+		if len(index.Manifests) != 1 || index.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != prov.Version {
+			t.Fatalf("chart/oci/index.json: %s; want one manifest tagged %s", raw, prov.Version)
+		}
+		var manifest struct {
+			Layers []struct{ MediaType, Digest string }
+		}
+		raw, err = os.ReadFile(filepath.Join(dir, "chart", "oci", "blobs", "sha256", strings.TrimPrefix(index.Manifests[0].Digest, "sha256:")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, &manifest); err != nil {
+			t.Fatal(err)
+		}
+		if len(manifest.Layers) != 1 || manifest.Layers[0].MediaType != release.HelmContentMediaType || manifest.Layers[0].Digest != "sha256:"+release.SHA256(pkg) {
+			t.Errorf("chart/oci's manifest has layers %+v; want the package (sha256:%s) alone", manifest.Layers, release.SHA256(pkg))
 		}
 	})
 
