@@ -302,3 +302,102 @@ func kustomizeDocs(t *testing.T, dir string) []kustomizeDoc {
 func indent(s string) string {
 	return "  " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n  ")
 }
+
+// TestHelmInstallsAsDocsSay runs docs/install.md's Helm commands against an
+// API server of its own (the chart creates ipledger-system and its CRDs and
+// admission policies, which the tests sharing testenv's must not see, and
+// deleting a namespace never ends without kube-controller-manager):
+// `helm install --create-namespace` beside the chart's own Namespace creates
+// every object the chart renders, `helm upgrade -f values-production.yaml`
+// moves it to production's objects, and `helm uninstall` deletes them all
+// (the Namespace is left terminating, for the namespace controller a cluster
+// runs).
+func TestHelmInstallsAsDocsSay(t *testing.T) {
+	env := testenv.Get(t)
+	helm := helmBin(t)
+	cp, err := controlplane.Start(t.Context(), controlplane.Options{Dir: t.TempDir(), BinDir: env.CP.BinDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Stop)
+	chart := filepath.Join(env.Root, chartDir)
+	run := func(name string, args ...string) []byte {
+		t.Helper()
+		cmd := exec.Command(name, append(args, "--kubeconfig", cp.KubeconfigPath)...)
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, stderr.String())
+		}
+		return out
+	}
+	kubectl := filepath.Join(env.CP.BinDir, "kubectl")
+	// present lists the objects of a rendering that the API server has.
+	present := func(rendered []byte) map[string]bool {
+		t.Helper()
+		file := filepath.Join(t.TempDir(), "rendered.yaml")
+		if err := os.WriteFile(file, rendered, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := run(kubectl, "get", "-f", file, "--ignore-not-found", "-o", "jsonpath={range .items[*]}{.kind} {.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}")
+		got := map[string]bool{}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if kind, name, ok := strings.Cut(line, " "); ok {
+				got[kind+" "+strings.TrimPrefix(name, "/")] = true
+			}
+		}
+		return got
+	}
+	ids := func(rendered []byte) []string {
+		t.Helper()
+		objs, err := objdiff.Parse(rendered)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for id := range objs {
+			out = append(out, id)
+		}
+		return out
+	}
+
+	base, err := helmTemplate(t, helm, chart, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(helm, "install", "ipledger", chart, "--namespace", "ipledger-system", "--create-namespace")
+	have := present(base)
+	for _, id := range ids(base) {
+		if !have[id] {
+			t.Errorf("after helm install, %s is missing (the API server has %d of the chart's objects)", id, len(have))
+		}
+	}
+
+	values, err := os.ReadFile(filepath.Join(env.Root, "deploy/helm/values-production.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	production, err := helmTemplate(t, helm, chart, string(values))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(helm, "upgrade", "ipledger", chart, "--namespace", "ipledger-system", "--values", filepath.Join(env.Root, "deploy/helm/values-production.yaml"))
+	have = present(production)
+	for _, id := range ids(production) {
+		if !have[id] {
+			t.Errorf("after helm upgrade to production's values, %s is missing", id)
+		}
+	}
+	if replicas := run(kubectl, "-n", "ipledger-system", "get", "deploy/ipledger-watcher", "-o", "jsonpath={.spec.replicas}"); string(replicas) != "3" {
+		t.Errorf("after the upgrade the watcher has %s replicas, want production's 3", replicas)
+	}
+
+	run(helm, "uninstall", "ipledger", "--namespace", "ipledger-system")
+	for id := range present(production) {
+		if id != "Namespace ipledger-system" {
+			t.Errorf("after helm uninstall, %s is still there", id)
+		}
+	}
+}
