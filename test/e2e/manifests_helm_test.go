@@ -401,3 +401,17 @@ func TestHelmInstallsAsDocsSay(t *testing.T) {
 		}
 	}
 }
+
+// TestHelmChartIsTheRelease: Chart.yaml names the release of the VERSION
+// file (make release refuses another; the images of values.yaml are held to
+// the kustomize tree's, and so to VERSION, by the drift test).
+func TestHelmChartIsTheRelease(t *testing.T) {
+	env := testenv.Get(t)
+	v, err := os.ReadFile(filepath.Join(env.Root, "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := release.ChartPackage(os.DirFS(filepath.Join(env.Root, chartDir)), strings.TrimSpace(string(v)), nil); err != nil {
+		t.Error(err)
+	}
+}
