@@ -231,7 +231,14 @@ func TestHelmChartRefusesWhatKustomizeRefuses(t *testing.T) {
 // `helm install` would install it, with the given values.
 func helmTemplate(t *testing.T, helm, chart, values string) ([]byte, error) {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "values.yaml")
+	// Not under t.TempDir(): a subtest's name may hold a comma, and --values
+	// splits its argument at commas.
+	dir, err := os.MkdirTemp("", "ipledger-helm-values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	file := filepath.Join(dir, "values.yaml")
 	if err := os.WriteFile(file, []byte(values), 0o644); err != nil {
 		t.Fatal(err)
 	}
