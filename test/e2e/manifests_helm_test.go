@@ -119,7 +119,11 @@ func TestHelmChartPiecesAreWhatKustomizeBuilds(t *testing.T) {
 				t.Fatalf("%v (run with -update to create it)", err)
 			}
 			if !bytes.Equal(got, want) {
-				t.Errorf("%s/files/%s.yaml is not what %s adds to %s: run `go test ./test/e2e -run 'Golden|Helm' -update`", chartDir, p.name, p.with, p.without)
+				what := p.with + " builds"
+				if p.without != "" {
+					what = p.with + " adds to " + p.without
+				}
+				t.Errorf("%s/files/%s.yaml is not what %s: run `go test ./test/e2e -run 'Golden|Helm' -update`", chartDir, p.name, what)
 			}
 		})
 	}
@@ -166,7 +170,7 @@ func TestHelmChartRendersWhatKustomizeBuilds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%d objects the same both ways; helm template took %v", len(objs), took.Round(time.Millisecond))
+			t.Logf("%d objects compared, %d differences; helm template took %v", len(objs), len(diffs), took.Round(time.Millisecond))
 		})
 	}
 }
