@@ -260,34 +260,45 @@ func TestReleaseDirectoryIsWhatAUserInstalls(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var index struct {
-			Manifests []struct {
-				Digest      string            `json:"digest"`
-				Annotations map[string]string `json:"annotations"`
-			} `json:"manifests"`
-		}
-		raw, err := os.ReadFile(filepath.Join(dir, "chart", "oci", "index.json"))
+		// Read as an OCI layout reader does (go-containerregistry's, which
+		// crane uses); pkg/release's tests check each blob's digest.
+		idx, err := layout.ImageIndexFromPath(filepath.Join(dir, "chart", "oci"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := json.Unmarshal(raw, &index); err != nil {
-			t.Fatal(err)
-		}
-		if len(index.Manifests) != 1 || index.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != prov.Version {
-			t.Fatalf("chart/oci/index.json: %s; want one manifest tagged %s", raw, prov.Version)
-		}
-		var manifest struct {
-			Layers []struct{ MediaType, Digest string }
-		}
-		raw, err = os.ReadFile(filepath.Join(dir, "chart", "oci", "blobs", "sha256", strings.TrimPrefix(index.Manifests[0].Digest, "sha256:")))
+		im, err := idx.IndexManifest()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := json.Unmarshal(raw, &manifest); err != nil {
+		if len(im.Manifests) != 1 || im.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != prov.Version {
+			t.Fatalf("chart/oci/index.json: %+v; want one manifest tagged %s", im.Manifests, prov.Version)
+		}
+		img, err := idx.Image(im.Manifests[0].Digest)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if len(manifest.Layers) != 1 || manifest.Layers[0].MediaType != release.HelmContentMediaType || manifest.Layers[0].Digest != "sha256:"+release.SHA256(pkg) {
-			t.Errorf("chart/oci's manifest has layers %+v; want the package (sha256:%s) alone", manifest.Layers, release.SHA256(pkg))
+		m, err := img.Manifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(m.Config.MediaType) != release.HelmConfigMediaType || len(m.Layers) != 1 || string(m.Layers[0].MediaType) != release.HelmContentMediaType {
+			t.Fatalf("chart/oci's manifest: config %s, layers %+v; want Helm's config and one chart layer", m.Config.MediaType, m.Layers)
+		}
+		layers, err := img.Layers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := layers[0].Compressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		blob, err := io.ReadAll(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(blob, pkg) {
+			t.Errorf("chart/oci's layer (%d bytes) is not chart/%s (%d bytes)", len(blob), release.ChartPackageName(prov.Version), len(pkg))
 		}
 	})
 
