@@ -12,6 +12,8 @@ GOFMT = "$$(go env GOROOT)/bin/gofmt"
 TOOLS_BIN = $(shell hack/build-tools.sh)
 NODE_BIN = $(shell hack/build-node.sh)
 E2E_BIN = $(shell hack/build-e2e.sh)
+# Helm v4's CLI (hack/tools/helm), for the tests that render the chart deploy/helm/ipledger; cached apart from TOOLS_BIN.
+HELM_DIR = $(shell hack/build-helm.sh)
 MODULES := proto pkg services/watcher services/ipam services/endpoints services/eipd services/signer plugin test/e2e
 # go.work patterns do not cross module boundaries (./services/... matches nothing), so name each module.
 PACKAGES := $(addsuffix /...,$(addprefix ./,$(MODULES)))
@@ -39,7 +41,7 @@ vulncheck: ## govulncheck over the shipped binaries, offline (a database built f
 	hack/vulncheck.sh
 
 test: tools proto-check vet vulncheck ## Everything CI runs: proto checks, vet, govulncheck, unit, integration (real API server), manifests, e2e.
-	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) go test $(GO_TEST_FLAGS) $(PACKAGES)
+	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_HELM_DIR=$(HELM_DIR) go test $(GO_TEST_FLAGS) $(PACKAGES)
 
 test-cluster: tools images ## ipledger as pods on a real single-node cluster (root; pkg/cluster): up, the previous release (hack/previous-release; images built once per commit) rolled to overlays/e2e, down to it and back, scenarios, down.
 	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) IPLEDGER_E2E_BIN=$(E2E_BIN) go test $(GO_TEST_FLAGS) -v ./test/cluster/...
@@ -60,7 +62,7 @@ bench: tools ## Benchmarks (BENCHMARKS.md): hack/bench.sh [micro watcher ipam en
 images: ## Build the container images without Docker: OCI archives .dev/images/ipledger-<service>.tar of ghcr.io/ipledger/<service>:dev.
 	go run ./pkg/cmd/ipledger-images
 
-release: tools ## One release's artifacts in .dev/release/v<VERSION>: installs pinned by digest, amd64+arm64 images, SBOMs, kubectl-ipledger archives + krew manifest, SHA256SUMS (docs/install.md).
+release: tools ## One release's artifacts in .dev/release/v<VERSION>: installs pinned by digest, the Helm chart, amd64+arm64 images, SBOMs, kubectl-ipledger archives + krew manifest, SHA256SUMS (docs/install.md).
 	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) go run ./pkg/cmd/ipledger-release $(RELEASE_FLAGS)
 
 up: tools ## Start the local system (etcd, kube-apiserver, moto, the four services) in the background.
@@ -77,4 +79,4 @@ fmt: ## gofmt every Go file.
 	$(GOFMT) -w $$(find . -name '*.go' -not -name '*.pb.go' -not -path './.dev/*')
 
 tidy: ## go mod tidy in every module (hack/tools too).
-	for m in $(MODULES) test/cluster hack/tools hack/tools/promtool hack/tools/coredns hack/tools/vuln hack/tools/sbom; do (cd $$m && GOWORK=off go mod tidy); done
+	for m in $(MODULES) test/cluster hack/tools hack/tools/promtool hack/tools/coredns hack/tools/vuln hack/tools/sbom hack/tools/helm; do (cd $$m && GOWORK=off go mod tidy); done

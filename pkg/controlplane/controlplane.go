@@ -378,3 +378,23 @@ func ToolsBin() (string, error) {
 	}
 	return strings.TrimSpace(string(out)), nil
 }
+
+// HelmBin returns the path of the pinned Helm CLI: helm in
+// $IPLEDGER_HELM_DIR, else in the folder hack/build-helm.sh prints (it builds
+// it on first use, ~3 min).
+func HelmBin() (string, error) {
+	if dir := os.Getenv("IPLEDGER_HELM_DIR"); dir != "" {
+		return filepath.Join(dir, "helm"), nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(filepath.Join(root, "hack", "build-helm.sh"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/build-helm.sh: %w", err)
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "helm"), nil
+}

@@ -2,8 +2,10 @@
 // offline, into .dev/release/v<VERSION>/: the four images for amd64 and
 // arm64 (one OCI image index per service, in an archive) with an SBOM of
 // each, every install flavour rendered with those images pinned by digest,
-// kubectl-ipledger for Linux and macOS on both architectures in archives
-// with their krew manifest, and SHA256SUMS over all of it (pkg/release
+// the Helm chart's package (deploy/helm/ipledger, its images pinned the
+// same way) and an OCI layout of it, kubectl-ipledger for Linux and macOS
+// on both architectures in archives with their krew manifest, and
+// SHA256SUMS over all of it (pkg/release
 // decides the forms). Pushing and publishing are a maintainer's
 // separate step (`crane push`, `skopeo copy oci-archive:…`, a GitHub
 // release): nothing here talks to a registry.
@@ -41,6 +43,9 @@ Into <out>/v<VERSION>/ it writes (docs/install.md, "From a release"):
   install/kustomization.yaml    the remote base at the tag v<VERSION> (--repo), images pinned by digest
   images/ipledger-<svc>.tar     OCI archive of ghcr.io/ipledger/<svc>:v<VERSION>, an image index of linux/<arch>...
   sbom/ipledger-<svc>_linux_<arch>.cdx.json  CycloneDX SBOM of each image's binary (hack/tools/sbom)
+  chart/ipledger-<VERSION>.tgz  the Helm chart deploy/helm/ipledger, images pinned by digest (helm install)
+  chart/oci/                    an OCI layout of that package, tagged <VERSION> (oras cp --from-oci-layout)
+  chart/values-<flavour>.yaml   the chart's values of each install flavour but base (helm install -f)
   kubectl-ipledger_<os>_<arch>.tar.gz  the plugin, its completion script and LICENSE, for linux and darwin
   plugin.yaml                   the plugin's krew manifest: each archive's download and sha256
   SHA256SUMS                    sha256sum -c reads it
@@ -122,6 +127,9 @@ func run(ctx context.Context, o options, prov containerimage.Provenance) error {
 	if err := installs(ctx, o, prov, dir, pinned, step); err != nil {
 		return err
 	}
+	if err := chart(prov, dir, pinned, step); err != nil {
+		return err
+	}
 	if err := plugin(ctx, o, prov, dir, step); err != nil {
 		return err
 	}
@@ -139,15 +147,9 @@ func run(ctx context.Context, o options, prov containerimage.Provenance) error {
 // digests the release built, and writes the kustomization that pins the
 // remote base at the release's tag the same way.
 func installs(ctx context.Context, o options, prov containerimage.Provenance, dir string, pinned []release.Image, step func(string, ...any)) error {
-	entries, err := os.ReadDir(filepath.Join("deploy", "kustomize", "overlays"))
+	overlays, err := overlays()
 	if err != nil {
 		return err
-	}
-	var overlays []string
-	for _, e := range entries {
-		if e.IsDir() {
-			overlays = append(overlays, e.Name())
-		}
 	}
 	// kustomize refuses an absolute path as a resource: the kustomization
 	// that pins the digests names the install relative to itself.
@@ -192,6 +194,71 @@ func installs(ctx context.Context, o options, prov containerimage.Provenance, di
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "install", "kustomization.yaml"), k, 0o644)
+}
+
+// chart writes the Helm chart's package, its images pinned by the digests
+// the release built, and an OCI layout of it.
+// Beside them, the values of each install flavour but the base
+// (deploy/helm/values-<overlay>.yaml).
+func chart(prov containerimage.Provenance, dir string, pinned []release.Image, step func(string, ...any)) error {
+	overlays, err := overlays()
+	if err != nil {
+		return err
+	}
+	pkg, err := release.ChartPackage(os.DirFS(release.ChartDir), prov.Version, pinned)
+	if err != nil {
+		return err
+	}
+	file := filepath.Join(dir, "chart", release.ChartPackageName(prov.Version))
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(file, pkg, 0o644); err != nil {
+		return err
+	}
+	layout, digest, err := release.ChartLayout(pkg, prov.Version)
+	if err != nil {
+		return err
+	}
+	for p, data := range layout {
+		f := filepath.Join(dir, "chart", "oci", filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(f, data, 0o644); err != nil {
+			return err
+		}
+	}
+	for _, in := range release.Installs(overlays) {
+		if in.Name == "base" {
+			continue
+		}
+		name := release.ChartValuesFile(in.Name)
+		values, err := os.ReadFile(filepath.Join(filepath.Dir(release.ChartDir), name))
+		if err != nil {
+			return fmt.Errorf("install/%s.yaml ships and the chart's values for it do not: %w", in.Name, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "chart", name), values, 0o644); err != nil {
+			return err
+		}
+	}
+	step("wrote %s and its OCI layout %s (%s)", file, filepath.Join(dir, "chart", "oci"), digest)
+	return nil
+}
+
+// overlays are the directories of deploy/kustomize/overlays.
+func overlays() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join("deploy", "kustomize", "overlays"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
 }
 
 // plugin builds kubectl-ipledger for every platform into its archive, and

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"debug/buildinfo"
@@ -19,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -27,6 +29,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/containerimage"
 	"github.com/ipledger/ipledger/pkg/controlplane"
+	"github.com/ipledger/ipledger/pkg/objdiff"
 	"github.com/ipledger/ipledger/pkg/release"
 )
 
@@ -54,7 +57,10 @@ func TestMain(m *testing.M) {
 // kustomization of the remote base at the tag renders the same base install;
 // the krew manifest's sha256s are its archives', and each archive holds the
 // plugin and a completion script that completes; each image's SBOM lists
-// the modules of the binary inside that image; SHA256SUMS covers every file.
+// the modules of the binary inside that image; the Helm chart's package,
+// rendered by Helm with each flavour's values, is the objects of that
+// flavour's install, and its OCI layout holds it; SHA256SUMS covers every
+// file.
 func TestReleaseDirectoryIsWhatAUserInstalls(t *testing.T) {
 	root, err := controlplane.RepoRoot()
 	if err != nil {
@@ -204,6 +210,95 @@ func TestReleaseDirectoryIsWhatAUserInstalls(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("sbom/%s_linux_amd64.cdx.json lists\n%v\nthe binary in its image links\n%v", b.Name, got, want)
 			}
+		}
+	})
+
+	t.Run("the chart renders the installs", func(t *testing.T) {
+		helm, err := controlplane.HelmBin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pkg := filepath.Join(dir, "chart", release.ChartPackageName(prov.Version))
+		files, err := filepath.Glob(filepath.Join(dir, "install", "*.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+			if name == "kustomization" {
+				continue
+			}
+			args := []string{"template", "ipledger", pkg, "--namespace", "ipledger-system"}
+			if name != "base" {
+				args = append(args, "--values", filepath.Join(dir, "chart", release.ChartValuesFile(name)))
+			}
+			cmd := exec.Command(helm, args...)
+			cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+			start := time.Now()
+			got, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("helm %s: %v", strings.Join(args, " "), stderr(err))
+			}
+			took := time.Since(start)
+			want, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			diffs, err := objdiff.Diff("the chart", got, "install/"+name+".yaml", want, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range diffs {
+				t.Errorf("%s", d)
+			}
+			t.Logf("chart/%s with %s: the objects of install/%s.yaml (%d differences), rendered in %v", filepath.Base(pkg), cmp.Or(strings.Join(args[5:], " "), "its defaults"), name, len(diffs), took.Round(time.Millisecond))
+		}
+	})
+
+	t.Run("the chart's OCI layout holds its package", func(t *testing.T) {
+		pkg, err := os.ReadFile(filepath.Join(dir, "chart", release.ChartPackageName(prov.Version)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Read as an OCI layout reader does (go-containerregistry's, which
+		// crane uses); pkg/release's tests check each blob's digest.
+		idx, err := layout.ImageIndexFromPath(filepath.Join(dir, "chart", "oci"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		im, err := idx.IndexManifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(im.Manifests) != 1 || im.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != prov.Version {
+			t.Fatalf("chart/oci/index.json: %+v; want one manifest tagged %s", im.Manifests, prov.Version)
+		}
+		img, err := idx.Image(im.Manifests[0].Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := img.Manifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(m.Config.MediaType) != release.HelmConfigMediaType || len(m.Layers) != 1 || string(m.Layers[0].MediaType) != release.HelmContentMediaType {
+			t.Fatalf("chart/oci's manifest: config %s, layers %+v; want Helm's config and one chart layer", m.Config.MediaType, m.Layers)
+		}
+		layers, err := img.Layers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := layers[0].Compressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		blob, err := io.ReadAll(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(blob, pkg) {
+			t.Errorf("chart/oci's layer (%d bytes) is not chart/%s (%d bytes)", len(blob), release.ChartPackageName(prov.Version), len(pkg))
 		}
 	})
 
