@@ -62,6 +62,9 @@ type Config struct {
 	// History bounds the address history (--history-max-age,
 	// --history-max-per-address).
 	History history.Retention
+	// HistoryNow is the clock the history's retention is applied by (nil:
+	// time.Now); tests move it forward instead of waiting.
+	HistoryNow func() time.Time
 }
 
 // Defaults fills unset fields.
@@ -87,6 +90,7 @@ type Controller struct {
 	log     *slog.Logger
 	metrics *metrics
 	ledgerM *ledger.Metrics
+	histM   *history.Metrics
 	reg     prometheus.Registerer
 
 	// pools remembers each IPPool's last valid spec across terms.
@@ -109,12 +113,16 @@ func New(cfg Config, client kubernetes.Interface, dyn dynamic.Interface, source 
 	if err != nil {
 		return nil, err
 	}
+	histM, err := history.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	source.Store().AddAttribute(watcherv1.Kind_KIND_SERVICE, attrCreated, func(o *watcherv1.Object) any {
 		return o.GetMeta().GetCreationTimestamp()
 	})
 	return &Controller{
 		cfg: cfg, client: client, dynamic: dyn, source: source, log: log,
-		metrics: m, ledgerM: ledgerM, reg: reg, pools: objects.PoolSet{KeepReleased: cfg.KeepReleased},
+		metrics: m, ledgerM: ledgerM, histM: histM, reg: reg, pools: objects.PoolSet{KeepReleased: cfg.KeepReleased},
 	}, nil
 }
 
@@ -150,7 +158,8 @@ func (w *worker) Run(term *leader.Term) error {
 	// The history is written beside the term, never in its loop: a slow
 	// or failing history write delays no allocation.
 	w.hist = history.Start(term.Context(), w.c.client, history.Options{
-		Namespace: w.c.cfg.Namespace, Term: term.ID(), Retention: w.c.cfg.History, Log: w.log})
+		Namespace: w.c.cfg.Namespace, Term: term.ID(), Retention: w.c.cfg.History, Log: w.log,
+		Metrics: w.c.histM, Now: w.c.cfg.HistoryNow})
 	reg := w.c.source.Follow(w.handler())
 	defer w.c.source.RemoveHandler(reg)
 

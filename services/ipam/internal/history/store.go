@@ -106,7 +106,7 @@ func (s stored) entries() []Entry {
 func read(ctx context.Context, client kubernetes.Interface, namespace string) (stored, error) {
 	list, err := client.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelKey + "=true"})
 	if err != nil {
-		return stored{}, fmt.Errorf("list history ConfigMaps: %w", err)
+		return stored{}, &configMapError{op: "list", name: NamePrefix + "*", err: err}
 	}
 	byName := map[string]*corev1.ConfigMap{}
 	for i := range list.Items {
