@@ -159,7 +159,16 @@ func (w *worker) Run(term *leader.Term) error {
 	// or failing history write delays no allocation.
 	w.hist = history.Start(term.Context(), w.c.client, history.Options{
 		Namespace: w.c.cfg.Namespace, Term: term.ID(), Retention: w.c.cfg.History, Log: w.log,
-		Metrics: w.c.histM, Now: w.c.cfg.HistoryNow})
+		Metrics: w.c.histM, Now: w.c.cfg.HistoryNow, WaitForBegin: true})
+	// The writer reads the history and compares it with the ledger once
+	// the term has decided every Service the rebuild marked (the loop
+	// finds nothing ready: beginHistory), or historyBeginBound after the
+	// term started if a storm of changes keeps it busy: that comparison
+	// holds the history and three maps of every address, and made during
+	// the first passes it was +20–25 MB on the restart's peak at 10,000
+	// Services (BENCHMARKS.md).
+	begin := time.AfterFunc(historyBeginBound, w.hist.Begin)
+	defer begin.Stop()
 	reg := w.c.source.Follow(w.handler())
 	defer w.c.source.RemoveHandler(reg)
 

@@ -40,6 +40,11 @@ type Options struct {
 	// Now is the clock retention is applied by (nil: time.Now); tests
 	// move it forward instead of waiting.
 	Now func() time.Time
+	// WaitForBegin holds every read and write until Begin: the term hands
+	// the writer its changes from the start, and lets it read the history
+	// and compare it with the ledger once its first passes are done, off
+	// the restart's memory peak (BENCHMARKS.md, Address history).
+	WaitForBegin bool
 }
 
 // failWarnEvery is how often a writer that keeps failing says so again:
@@ -75,6 +80,9 @@ type Writer struct {
 	taken int
 	wake  chan struct{}
 	idle  chan struct{} // closed and replaced when the queue is written
+	// begun is closed by Begin (at Start without WaitForBegin).
+	begun     chan struct{}
+	beginOnce sync.Once
 
 	// The loop's own.
 	epoch      uint64
@@ -96,10 +104,21 @@ func Start(ctx context.Context, client kubernetes.Interface, opts Options) *Writ
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	w := &Writer{client: client, opts: opts, wake: make(chan struct{}, 1), idle: make(chan struct{})}
+	w := &Writer{client: client, opts: opts, wake: make(chan struct{}, 1), idle: make(chan struct{}), begun: make(chan struct{})}
+	if !opts.WaitForBegin {
+		w.Begin()
+	}
 	opts.Metrics.own(w)
 	go w.run(ctx)
 	return w
+}
+
+// Begin lets a writer started with WaitForBegin read the history and
+// write. It may be called any number of times, from any goroutine.
+func (w *Writer) Begin() {
+	if w != nil {
+		w.beginOnce.Do(func() { close(w.begun) })
+	}
 }
 
 func (w *Writer) push(it item) {
@@ -133,7 +152,8 @@ func (w *Writer) Committed(ch ledger.Change, at time.Time, by string) {
 }
 
 // Drain waits until everything told so far is written, the writer is
-// fenced, or ctx ends.
+// fenced, or ctx ends. A writer not begun (WaitForBegin) writes nothing:
+// call Begin first.
 func (w *Writer) Drain(ctx context.Context) error {
 	for w != nil {
 		w.mu.Lock()
@@ -154,6 +174,11 @@ func (w *Writer) Drain(ctx context.Context) error {
 
 func (w *Writer) run(ctx context.Context) {
 	defer w.opts.Metrics.forget(w)
+	select {
+	case <-ctx.Done():
+		return
+	case <-w.begun:
+	}
 	for {
 		select {
 		case <-ctx.Done():

@@ -83,9 +83,9 @@ type harness struct {
 	// it is applied by (nil: time.Now).
 	historyRetention history.Retention
 	historyNow       func() time.Time
-	lease        string
-	addr, tok    string
-	watcher      *testenv.Process
+	lease            string
+	addr, tok        string
+	watcher          *testenv.Process
 }
 
 func newHarness(t *testing.T) *harness {
