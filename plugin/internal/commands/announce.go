@@ -20,7 +20,7 @@ ipledger's IPPools and hand out none of its own, so an operator keeps one defini
 (docs/reachability.md). Its subcommand names the announcer: metallb or cilium.`,
 		Example: `  kubectl ipledger announce metallb | kubectl apply --server-side -f -
   kubectl ipledger announce cilium --interfaces '^eth1$' | kubectl apply --server-side -f -`,
-		Args:    cobra.NoArgs,
+		Args: cobra.NoArgs,
 	}
 	var namespace string
 	var interfaces []string
