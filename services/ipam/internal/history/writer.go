@@ -488,7 +488,8 @@ func (w *Writer) configMap(s *segment, extra map[string]string) *corev1.ConfigMa
 	s.size = len(data[keyEntries])
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: w.opts.Namespace, ResourceVersion: s.rv,
-			Labels: map[string]string{LabelKey: "true", "app.kubernetes.io/managed-by": "ipledger-ipam"}},
+			Labels:      map[string]string{LabelKey: "true", "app.kubernetes.io/managed-by": "ipledger-ipam"},
+			Annotations: map[string]string{AddressesAnnotation: addressesOf(s.entries)}},
 		Data: data,
 	}
 }
