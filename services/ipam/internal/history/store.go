@@ -240,10 +240,22 @@ func ReadAddress(ctx context.Context, client kubernetes.Interface, namespace str
 	if _, ok := meta[HeadName]; !ok {
 		return nil, nil
 	}
-	cms := client.CoreV1().ConfigMaps(namespace)
-	head, err := cms.Get(ctx, HeadName, metav1.GetOptions{})
+	// One ConfigMap by a LIST of its name: ipam's Role grants list on
+	// ConfigMaps, not get (deploy/kustomize/base/rbac/ipam.yaml).
+	get := func(name string) (*corev1.ConfigMap, error) {
+		l, err := client.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: LabelKey + "=true", FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			return nil, &configMapError{op: "list", name: name, err: err}
+		}
+		if len(l.Items) != 1 {
+			return nil, fmt.Errorf("history ConfigMap %s: gone while being read; try again", name)
+		}
+		return &l.Items[0], nil
+	}
+	head, err := get(HeadName)
 	if err != nil {
-		return nil, &configMapError{op: "get", name: HeadName, err: err}
+		return nil, err
 	}
 	if f := head.Data[keyFormat]; f != Format {
 		return nil, fmt.Errorf("history ConfigMap %s: format %q, want %q", HeadName, f, Format)
@@ -266,9 +278,9 @@ func ReadAddress(ctx context.Context, client kubernetes.Interface, namespace str
 		if ok && !mayHold(ann, ip) {
 			continue
 		}
-		cm, err := cms.Get(ctx, name, metav1.GetOptions{})
+		cm, err := get(name)
 		if err != nil {
-			return nil, &configMapError{op: "get", name: name, err: err}
+			return nil, err
 		}
 		if err := keep(cm); err != nil {
 			return nil, err
