@@ -31,22 +31,26 @@ func Run(t *testing.T, convert func([]*unstructured.Unstructured) metallb.Result
 	}
 	for _, in := range inputs {
 		t.Run(filepath.Base(in), func(t *testing.T) {
-			got := render(t, in, convert)
-			golden := strings.TrimSuffix(in, ".yaml") + ".golden"
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s differs from the output (go test -update rewrites it):\n%s", golden, got)
-			}
+			Compare(t, strings.TrimSuffix(in, ".yaml")+".golden", render(t, in, convert))
 		})
+	}
+}
+
+// Compare compares got with the golden file golden (-update rewrites it).
+func Compare(t *testing.T, golden string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the output (go test -update rewrites it):\n%s", golden, got)
 	}
 }
 

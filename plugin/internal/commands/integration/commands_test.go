@@ -309,6 +309,34 @@ func TestCommandsAgainstIPAM(t *testing.T) {
 		}
 	})
 
+	// The Cilium policy announcing the pool, applied to the API server with
+	// Cilium's CiliumL2AnnouncementPolicy CRD installed: valid as Cilium's
+	// schema has it.
+	t.Run("announce cilium", func(t *testing.T) {
+		out := s.ok(t, read("announce", "cilium", "--interfaces", "^eth1$", "--node-selector", "!node-role.kubernetes.io/control-plane")...)
+		wantAll(t, "announce cilium", out, "kind: CiliumL2AnnouncementPolicy", "#   "+pool+": 10.91.0.0/29", "loadBalancerIPs: true", "externalIPs: false",
+			"- ^eth1$", "operator: DoesNotExist")
+		ctx := context.Background()
+		if got, err := s.env.Kubectl(ctx, "apply", "--server-side", "-f", "../../cilium/testdata/crds/cilium.io_ciliuml2announcementpolicies.yaml"); err != nil {
+			t.Fatalf("install Cilium's CRD: %v\n%s", err, got)
+		}
+		if got, err := s.env.Kubectl(ctx, "wait", "--for", "condition=established", "crd/ciliuml2announcementpolicies.cilium.io"); err != nil {
+			t.Fatalf("Cilium's CRD: %v\n%s", err, got)
+		}
+		file := filepath.Join(t.TempDir(), "cilium.yaml")
+		if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = s.env.Kubectl(ctx, "delete", "--ignore-not-found", "-f", file) })
+		testenv.Eventually(t, wait, func() error { // until discovery serves the new kind
+			got, err := s.env.Kubectl(ctx, "apply", "--server-side", "-f", file)
+			if err != nil || !strings.Contains(string(got), "ciliuml2announcementpolicy.cilium.io/ipledger serverside-applied") {
+				return fmt.Errorf("kubectl apply of announce cilium's output: %v\n%s", err, got)
+			}
+			return nil
+		})
+	})
+
 	t.Run("allocations", func(t *testing.T) {
 		rows := fields(s.ok(t, read("allocations", "-n", s.ns)...))
 		if len(rows) != 4 || strings.Join(rows[0], " ") != "SERVICE IP POOL STATE" {

@@ -62,6 +62,9 @@ type Config struct {
 	// History bounds the address history (--history-max-age,
 	// --history-max-per-address).
 	History history.Retention
+	// HistoryNow is the clock the history's retention is applied by (nil:
+	// time.Now); tests move it forward instead of waiting.
+	HistoryNow func() time.Time
 }
 
 // Defaults fills unset fields.
@@ -87,6 +90,7 @@ type Controller struct {
 	log     *slog.Logger
 	metrics *metrics
 	ledgerM *ledger.Metrics
+	histM   *history.Metrics
 	reg     prometheus.Registerer
 
 	// pools remembers each IPPool's last valid spec across terms.
@@ -109,12 +113,16 @@ func New(cfg Config, client kubernetes.Interface, dyn dynamic.Interface, source 
 	if err != nil {
 		return nil, err
 	}
+	histM, err := history.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	source.Store().AddAttribute(watcherv1.Kind_KIND_SERVICE, attrCreated, func(o *watcherv1.Object) any {
 		return o.GetMeta().GetCreationTimestamp()
 	})
 	return &Controller{
 		cfg: cfg, client: client, dynamic: dyn, source: source, log: log,
-		metrics: m, ledgerM: ledgerM, reg: reg, pools: objects.PoolSet{KeepReleased: cfg.KeepReleased},
+		metrics: m, ledgerM: ledgerM, histM: histM, reg: reg, pools: objects.PoolSet{KeepReleased: cfg.KeepReleased},
 	}, nil
 }
 
@@ -150,7 +158,17 @@ func (w *worker) Run(term *leader.Term) error {
 	// The history is written beside the term, never in its loop: a slow
 	// or failing history write delays no allocation.
 	w.hist = history.Start(term.Context(), w.c.client, history.Options{
-		Namespace: w.c.cfg.Namespace, Term: term.ID(), Retention: w.c.cfg.History, Log: w.log})
+		Namespace: w.c.cfg.Namespace, Term: term.ID(), Retention: w.c.cfg.History, Log: w.log,
+		Metrics: w.c.histM, Now: w.c.cfg.HistoryNow, WaitForBegin: true})
+	// The writer reads the history and compares it with the ledger once
+	// the term has decided every Service the rebuild marked (the loop
+	// finds nothing ready: beginHistory), or historyBeginBound after the
+	// term started if a storm of changes keeps it busy: that comparison
+	// holds the history and three maps of every address, and made during
+	// the first passes it was +20–25 MB on the restart's peak at 10,000
+	// Services (BENCHMARKS.md).
+	begin := time.AfterFunc(historyBeginBound, w.hist.Begin)
+	defer begin.Stop()
 	reg := w.c.source.Follow(w.handler())
 	defer w.c.source.RemoveHandler(reg)
 

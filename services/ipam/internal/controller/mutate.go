@@ -158,6 +158,7 @@ const historyDrainTimeout = 5 * time.Second
 func (w *worker) drainHistory(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, historyDrainTimeout)
 	defer cancel()
+	w.hist.Begin()
 	if err := w.hist.Drain(ctx); err != nil {
 		w.log.Info("Stopped before the address history was written; the next term records what is missing", "err", err)
 	}

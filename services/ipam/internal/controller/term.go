@@ -172,5 +172,18 @@ func (w *worker) loop(ctx context.Context, term *leader.Term, until func(phase) 
 		}
 		w.settle(w.writes.land()...)
 		w.step(ctx)
+		w.beginHistory()
+	}
+}
+
+// historyBeginBound is how long after a term's start its history writer
+// begins at the latest (controller.go).
+const historyBeginBound = time.Minute
+
+// beginHistory lets the term's history writer begin once the term serves
+// and has nothing ready: the first passes over every Service are done.
+func (w *worker) beginHistory() {
+	if w.phase == serving && !w.ready() {
+		w.hist.Begin()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +38,13 @@ const (
 	// are sealed: the head is rewritten at every write, so it is kept
 	// small (the writes of the history stay below the ledger's own).
 	HeadLimit = 128 * 1024
+
+	// AddressesAnnotation indexes each history ConfigMap: the distinct
+	// addresses of its entries, sorted, space-separated (ReadAddress). A
+	// segment holds at most ≈ 2,600 entries, so the index is at most ≈ 100
+	// KB (IPv6), under the 256 KiB annotations may take, and the ConfigMap
+	// stays well under 1 MiB.
+	AddressesAnnotation = "ipledger.io/history-addresses"
 
 	keyFormat   = "format"
 	keyEpoch    = "epoch"
@@ -106,7 +114,7 @@ func (s stored) entries() []Entry {
 func read(ctx context.Context, client kubernetes.Interface, namespace string) (stored, error) {
 	list, err := client.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelKey + "=true"})
 	if err != nil {
-		return stored{}, fmt.Errorf("list history ConfigMaps: %w", err)
+		return stored{}, &configMapError{op: "list", name: NamePrefix + "*", err: err}
 	}
 	byName := map[string]*corev1.ConfigMap{}
 	for i := range list.Items {
@@ -179,4 +187,107 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string) ([
 func segmentNumber(name string) (uint64, bool) {
 	n, err := strconv.ParseUint(strings.TrimPrefix(name, NamePrefix), 10, 64)
 	return n, err == nil && strings.HasPrefix(name, NamePrefix)
+}
+
+// addressesOf is the index of entries (AddressesAnnotation).
+func addressesOf(entries []Entry) string {
+	ips := make([]netip.Addr, 0, len(entries))
+	for _, e := range entries {
+		ips = append(ips, e.IP)
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	ips = slices.Compact(ips)
+	var b strings.Builder
+	for i, ip := range ips {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(ip.String())
+	}
+	return b.String()
+}
+
+// mayHold reports whether a history ConfigMap with annotations may hold
+// entries of ip: its index names it, or it has no index (written before
+// there was one).
+func mayHold(annotations map[string]string, ip netip.Addr) bool {
+	idx, ok := annotations[AddressesAnnotation]
+	return !ok || strings.Contains(" "+idx+" ", " "+ip.String()+" ")
+}
+
+// ReadAddress returns the stored entries of ip, in the order written,
+// reading only what may hold them: the history ConfigMaps' metadata (one
+// LIST, without their data), the head, and the sealed segments whose index
+// (AddressesAnnotation) names ip — at 100,000 entries, a few of ≈ 40
+// segments (BENCHMARKS.md). A segment rewritten between the LIST and its
+// GET is read as rewritten.
+func ReadAddress(ctx context.Context, client kubernetes.Interface, namespace string, ip netip.Addr) ([]Entry, error) {
+	raw, err := client.CoreV1().RESTClient().Get().Namespace(namespace).Resource("configmaps").
+		Param("labelSelector", LabelKey+"=true").
+		SetHeader("Accept", "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1").
+		DoRaw(ctx)
+	if err != nil {
+		return nil, &configMapError{op: "list", name: NamePrefix + "*", err: err}
+	}
+	var list metav1.PartialObjectMetadataList
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, fmt.Errorf("list history ConfigMaps' metadata: %w", err)
+	}
+	meta := map[string]map[string]string{}
+	for _, m := range list.Items {
+		meta[m.Name] = m.Annotations
+	}
+	if _, ok := meta[HeadName]; !ok {
+		return nil, nil
+	}
+	// One ConfigMap by a LIST of its name: ipam's Role grants list on
+	// ConfigMaps, not get (deploy/kustomize/base/rbac/ipam.yaml).
+	get := func(name string) (*corev1.ConfigMap, error) {
+		l, err := client.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{
+			LabelSelector: LabelKey + "=true", FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			return nil, &configMapError{op: "list", name: name, err: err}
+		}
+		if len(l.Items) != 1 {
+			return nil, fmt.Errorf("history ConfigMap %s: gone while being read; try again", name)
+		}
+		return &l.Items[0], nil
+	}
+	head, err := get(HeadName)
+	if err != nil {
+		return nil, err
+	}
+	if f := head.Data[keyFormat]; f != Format {
+		return nil, fmt.Errorf("history ConfigMap %s: format %q, want %q", HeadName, f, Format)
+	}
+	var out []Entry
+	keep := func(cm *corev1.ConfigMap) error {
+		seg, err := segmentOf(cm)
+		if err != nil {
+			return err
+		}
+		for _, e := range seg.entries {
+			if e.IP == ip {
+				out = append(out, e)
+			}
+		}
+		return nil
+	}
+	for _, name := range strings.Fields(head.Data[keySegments]) {
+		ann, ok := meta[name]
+		if ok && !mayHold(ann, ip) {
+			continue
+		}
+		cm, err := get(name)
+		if err != nil {
+			return nil, err
+		}
+		if err := keep(cm); err != nil {
+			return nil, err
+		}
+	}
+	if err := keep(head); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -33,7 +34,22 @@ type Options struct {
 	Term      string
 	Retention Retention
 	Log       *slog.Logger
+	// Metrics count the writer's failures and export what it has not
+	// written (nil: none).
+	Metrics *Metrics
+	// Now is the clock retention is applied by (nil: time.Now); tests
+	// move it forward instead of waiting.
+	Now func() time.Time
+	// WaitForBegin holds every read and write until Begin: the term hands
+	// the writer its changes from the start, and lets it read the history
+	// and compare it with the ledger once its first passes are done, off
+	// the restart's memory peak (BENCHMARKS.md, Address history).
+	WaitForBegin bool
 }
+
+// failWarnEvery is how often a writer that keeps failing says so again:
+// it tries every retryDelay, and one line per try would bury the log.
+const failWarnEvery = time.Minute
 
 // item is one thing the term tells its writer: a ledger (re)opened, or a
 // change committed.
@@ -59,8 +75,14 @@ type Writer struct {
 	mu    sync.Mutex
 	queue []item
 	busy  bool // an item taken from the queue is not yet written
+	// taken counts the items taken from the queue and not yet written
+	// (their entries are in pending): with the queue, what is unwritten.
+	taken int
 	wake  chan struct{}
 	idle  chan struct{} // closed and replaced when the queue is written
+	// begun is closed by Begin (at Start without WaitForBegin).
+	begun     chan struct{}
+	beginOnce sync.Once
 
 	// The loop's own.
 	epoch      uint64
@@ -71,13 +93,32 @@ type Writer struct {
 	fenced     bool
 	lastTrim   time.Time
 	nextNumber uint64
+	// failures since the last write that succeeded, and when the writer
+	// last logged one.
+	failures int
+	lastWarn time.Time
 }
 
 // Start starts a term's writer; it stops when ctx ends.
 func Start(ctx context.Context, client kubernetes.Interface, opts Options) *Writer {
-	w := &Writer{client: client, opts: opts, wake: make(chan struct{}, 1), idle: make(chan struct{})}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	w := &Writer{client: client, opts: opts, wake: make(chan struct{}, 1), idle: make(chan struct{}), begun: make(chan struct{})}
+	if !opts.WaitForBegin {
+		w.Begin()
+	}
+	opts.Metrics.own(w)
 	go w.run(ctx)
 	return w
+}
+
+// Begin lets a writer started with WaitForBegin read the history and
+// write. It may be called any number of times, from any goroutine.
+func (w *Writer) Begin() {
+	if w != nil {
+		w.beginOnce.Do(func() { close(w.begun) })
+	}
 }
 
 func (w *Writer) push(it item) {
@@ -86,6 +127,7 @@ func (w *Writer) push(it item) {
 	}
 	w.mu.Lock()
 	w.queue = append(w.queue, it)
+	w.opts.Metrics.setUnwritten(w, len(w.queue)+w.taken)
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
@@ -110,7 +152,8 @@ func (w *Writer) Committed(ch ledger.Change, at time.Time, by string) {
 }
 
 // Drain waits until everything told so far is written, the writer is
-// fenced, or ctx ends.
+// fenced, or ctx ends. A writer not begun (WaitForBegin) writes nothing:
+// call Begin first.
 func (w *Writer) Drain(ctx context.Context) error {
 	for w != nil {
 		w.mu.Lock()
@@ -130,6 +173,12 @@ func (w *Writer) Drain(ctx context.Context) error {
 }
 
 func (w *Writer) run(ctx context.Context) {
+	defer w.opts.Metrics.forget(w)
+	select {
+	case <-ctx.Done():
+		return
+	case <-w.begun:
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -140,16 +189,25 @@ func (w *Writer) run(ctx context.Context) {
 			w.mu.Lock()
 			items := w.queue
 			w.queue = nil
-			w.busy = len(items) > 0 || len(w.pending) > 0
+			// Taken items unwritten (a write that failed) are tried
+			// again even when they left no entries: the head must still
+			// be written with the term's epoch.
+			w.busy = len(items) > 0 || len(w.pending) > 0 || w.taken > 0
 			w.mu.Unlock()
 			if !w.busy {
 				break
 			}
-			if err := w.handle(ctx, items); err != nil {
+			err := w.handle(ctx, items)
+			w.mu.Lock()
+			w.opts.Metrics.setUnwritten(w, len(w.queue)+w.taken)
+			w.mu.Unlock()
+			if err == nil {
+				w.recovered()
+			} else {
 				if ctx.Err() != nil {
 					return
 				}
-				w.opts.Log.Warn("Cannot write the address history; trying again", "err", err, "entries", len(w.pending), "retryIn", retryDelay)
+				w.failed(err)
 				select {
 				case <-ctx.Done():
 					return
@@ -172,12 +230,28 @@ func (w *Writer) handle(ctx context.Context, items []item) error {
 			w.requeue(items[i:])
 			return err
 		}
+		w.mu.Lock()
+		w.taken++
+		w.mu.Unlock()
 	}
 	if w.fenced {
 		w.pending = nil
+		w.written()
 		return nil
 	}
-	return w.flush(ctx)
+	err := w.flush(ctx)
+	if err == nil {
+		w.written()
+	}
+	return err
+}
+
+// written says every item taken is written (or, fenced, never will be by
+// this writer).
+func (w *Writer) written() {
+	w.mu.Lock()
+	w.taken = 0
+	w.mu.Unlock()
 }
 
 func (w *Writer) requeue(items []item) {
@@ -185,6 +259,51 @@ func (w *Writer) requeue(items []item) {
 	w.queue = append(items, w.queue...)
 	w.mu.Unlock()
 }
+
+// failed counts a failed attempt and says so: at the first failure, and
+// then once every failWarnEvery while the writer keeps failing. The log
+// names the ConfigMap the API server refused, where one was written.
+func (w *Writer) failed(err error) {
+	w.opts.Metrics.failed()
+	w.failures++
+	now := time.Now()
+	if w.failures > 1 && now.Sub(w.lastWarn) < failWarnEvery {
+		return
+	}
+	w.lastWarn = now
+	w.mu.Lock()
+	unwritten := len(w.queue) + w.taken
+	w.mu.Unlock()
+	args := []any{"namespace", w.opts.Namespace}
+	var ce *configMapError
+	if errors.As(err, &ce) {
+		args = append(args, "configMap", ce.name)
+	}
+	args = append(args, "err", err, "unwrittenChanges", unwritten, "failures", w.failures, "retryIn", retryDelay)
+	w.opts.Log.Warn("Cannot write the address history; allocation goes on and the writer tries again", args...)
+}
+
+// recovered says, after failures, that the history is written again.
+func (w *Writer) recovered() {
+	if w.failures == 0 {
+		return
+	}
+	w.opts.Log.Info("The address history is written again", "namespace", w.opts.Namespace, "failures", w.failures)
+	w.failures = 0
+}
+
+// configMapError is an API error about one history ConfigMap (name; a
+// pattern for a LIST).
+type configMapError struct {
+	op, name string
+	err      error
+}
+
+func (e *configMapError) Error() string {
+	return fmt.Sprintf("%s history ConfigMap %s: %v", e.op, e.name, e.err)
+}
+
+func (e *configMapError) Unwrap() error { return e.err }
 
 // decide turns one item into entries (w.pending).
 func (w *Writer) decide(ctx context.Context, it item) error {
@@ -266,7 +385,7 @@ func (w *Writer) flush(ctx context.Context) error {
 }
 
 func (w *Writer) write(ctx context.Context) error {
-	now := time.Now()
+	now := w.opts.Now()
 	segs := w.st.segments
 	head := segs[len(segs)-1]
 	headEntries := append(append([]Entry(nil), head.entries...), w.pending...)
@@ -369,7 +488,8 @@ func (w *Writer) configMap(s *segment, extra map[string]string) *corev1.ConfigMa
 	s.size = len(data[keyEntries])
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: w.opts.Namespace, ResourceVersion: s.rv,
-			Labels: map[string]string{LabelKey: "true", "app.kubernetes.io/managed-by": "ipledger-ipam"}},
+			Labels:      map[string]string{LabelKey: "true", "app.kubernetes.io/managed-by": "ipledger-ipam"},
+			Annotations: map[string]string{AddressesAnnotation: addressesOf(s.entries)}},
 		Data: data,
 	}
 }
@@ -386,7 +506,7 @@ func (w *Writer) put(ctx context.Context, s *segment, extra map[string]string) e
 		out, err = cms.Update(ctx, w.configMap(s, extra), metav1.UpdateOptions{FieldManager: ledger.FieldManager})
 	}
 	if err != nil {
-		return fmt.Errorf("write history ConfigMap %s: %w", s.name, err)
+		return &configMapError{op: "write", name: s.name, err: err}
 	}
 	s.rv = out.ResourceVersion
 	return nil

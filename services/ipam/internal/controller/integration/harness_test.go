@@ -33,6 +33,7 @@ import (
 	"github.com/ipledger/ipledger/services/ipam/internal/announced"
 	"github.com/ipledger/ipledger/services/ipam/internal/app"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
+	"github.com/ipledger/ipledger/services/ipam/internal/history"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 )
@@ -77,9 +78,14 @@ type harness struct {
 	// keepReleased is ipam's --keep-released-addresses (0: free at once,
 	// as the tests written before kept addresses expect).
 	keepReleased time.Duration
-	lease        string
-	addr, tok    string
-	watcher      *testenv.Process
+	// historyRetention is ipam's --history-max-age and
+	// --history-max-per-address (zero: unbounded); historyNow the clock
+	// it is applied by (nil: time.Now).
+	historyRetention history.Retention
+	historyNow       func() time.Time
+	lease            string
+	addr, tok        string
+	watcher          *testenv.Process
 }
 
 func newHarness(t *testing.T) *harness {
@@ -132,7 +138,8 @@ func (h *harness) startWith(identity string, client kubernetes.Interface) *ipam 
 	}
 	ctrl, err := controller.New(controller.Config{Namespace: h.ledgerNS, LBClass: h.class, RequireLBClass: h.requireClass, BatchSize: h.batchSize,
 		WriteKubeVIPAnnotation:   h.writeKubeVIP,
-		GatewayServiceNamespaces: h.gatewayServiceNamespaces, KeepReleased: h.keepReleased}, client, h.env.Dynamic, src, log, reg)
+		GatewayServiceNamespaces: h.gatewayServiceNamespaces, KeepReleased: h.keepReleased,
+		History: h.historyRetention, HistoryNow: h.historyNow}, client, h.env.Dynamic, src, log, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
