@@ -132,7 +132,7 @@ var apiServices = schema.GroupVersionResource{Group: "apiregistration.k8s.io", V
 // serve starts the aggregated API and registers it with an APIService
 // (behind an ExternalName Service: testenv's endpoints are on loopback,
 // which EndpointSlices may not name), and waits until it is Available.
-func serve(t *testing.T, env *testenv.Env) *fakeIPAM {
+func serve(t testing.TB, env *testenv.Env) *fakeIPAM {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	fake := &fakeIPAM{reserved: map[string]*ipamv1.Reservation{}}
@@ -201,7 +201,7 @@ func serve(t *testing.T, env *testenv.Env) *fakeIPAM {
 }
 
 // bind grants user the ClusterRole role.
-func bind(t *testing.T, env *testenv.Env, user, role string) {
+func bind(t testing.TB, env *testenv.Env, user, role string) {
 	t.Helper()
 	crb := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "test-" + user},

@@ -19,7 +19,7 @@ var (
 )
 
 // plugin builds kubectl-ipledger once.
-func plugin(t *testing.T, env *testenv.Env) string {
+func plugin(t testing.TB, env *testenv.Env) string {
 	t.Helper()
 	pluginOnce.Do(func() {
 		pluginPath = filepath.Join(env.CP.Dir, "kubectl-ipledger")
@@ -40,7 +40,9 @@ type buildError struct {
 	err error
 }
 
-func (e *buildError) Error() string { return "go build kubectl-ipledger: " + e.err.Error() + "\n" + e.out }
+func (e *buildError) Error() string {
+	return "go build kubectl-ipledger: " + e.err.Error() + "\n" + e.out
+}
 
 // TestPluginAsThemselves: kubectl ipledger with a person's own kubeconfig
 // (a client certificate: no ServiceAccount, no --service-account, no
