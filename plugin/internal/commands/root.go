@@ -104,8 +104,9 @@ func (o *Options) Call(ctx context.Context, target connect.Target, method string
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	var (
-		conn  *connect.Conn
-		where string
+		conn       *connect.Conn
+		where      string
+		aggregated bool
 	)
 	if connect.UseAggregated(o.Connect, method) {
 		c, ok, err := connect.DialAggregated(o.Kube)
@@ -113,7 +114,7 @@ func (o *Options) Call(ctx context.Context, target connect.Target, method string
 		case err != nil:
 			return err
 		case ok:
-			conn, where = c, "ipam through the aggregated API "+connect.AggregatedGroupVersion+", as yourself"
+			conn, where, aggregated = c, "ipam through the aggregated API "+connect.AggregatedGroupVersion+", as yourself", true
 		case o.Connect.API == connect.APIAggregated:
 			return fmt.Errorf("--api=aggregated: the cluster does not serve %s (install components/aggregated-api, and check `kubectl get apiservice v1alpha1.api.ipledger.io`)", connect.AggregatedGroupVersion)
 		}
@@ -130,7 +131,7 @@ func (o *Options) Call(ctx context.Context, target connect.Target, method string
 	}
 	defer conn.Close()
 	if err := f(ctx, conn); err != nil {
-		return diagnose.Explain(err, diagnose.Call{Method: method, Pod: conn.Pod, Where: where})
+		return diagnose.Explain(err, diagnose.Call{Method: method, Pod: conn.Pod, Where: where, Aggregated: aggregated})
 	}
 	return nil
 }
