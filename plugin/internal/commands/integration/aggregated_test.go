@@ -94,7 +94,9 @@ func TestPluginThroughTheAggregatedAPI(t *testing.T) {
 	if _, err := env.Client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Client.RbacV1().ClusterRoleBindings().Delete(ctx, "test-plugin-operator", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = env.Client.RbacV1().ClusterRoleBindings().Delete(ctx, "test-plugin-operator", metav1.DeleteOptions{})
+	})
 	heidi, err := env.CP.UserKubeconfig(t.TempDir(), "heidi")
 	if err != nil {
 		t.Fatal(err)
