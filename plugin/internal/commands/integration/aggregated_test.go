@@ -90,8 +90,12 @@ func TestPluginThroughTheAggregatedAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	as := func(args ...string) []string { return append(args, "--kubeconfig", grace, "--api", "aggregated") }
-	crb.Name, crb.RoleRef.Name, crb.Subjects[0].Name = "test-plugin-operator", "ipledger:operator", "heidi"
-	if _, err := env.Client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+	op := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-plugin-operator"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ipledger:operator"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "heidi"}},
+	}
+	if _, err := env.Client.RbacV1().ClusterRoleBindings().Create(ctx, op, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
