@@ -212,6 +212,14 @@ func (a *Authorizer) SetCacheTTLs(allow, deny time.Duration) {
 
 type userKey struct{}
 
+// WithUser returns ctx carrying user as the authenticated caller, for a
+// caller authenticated elsewhere (the aggregated API, where the
+// kube-apiserver authenticated the person): what UserFrom returns, and what
+// ipam's writes are attributed to.
+func WithUser(ctx context.Context, user authenticationv1.UserInfo) context.Context {
+	return context.WithValue(ctx, userKey{}, user)
+}
+
 // UserFrom returns the authenticated caller stored in ctx by Authenticate.
 func UserFrom(ctx context.Context) (authenticationv1.UserInfo, bool) {
 	u, ok := ctx.Value(userKey{}).(authenticationv1.UserInfo)

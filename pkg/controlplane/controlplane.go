@@ -3,8 +3,10 @@
 // ipledger's tests and its local development environment talk to: Node and
 // RBAC authorization with the NodeRestriction admission plugin (what a real
 // cluster runs, so that a test acting as system:node:<name> meets the same
-// fences a kubelet does), static-token and ServiceAccount authentication,
-// dual-stack Service CIDRs, and no controller-manager.
+// fences a kubelet does), static-token, ServiceAccount and client-certificate
+// authentication, the aggregation layer's front proxy (request-header
+// authentication, certs.go), an audit log of ipledger's API groups
+// (audit.go), dual-stack Service CIDRs, and no controller-manager.
 package controlplane
 
 import (
@@ -57,6 +59,7 @@ type ControlPlane struct {
 	etcd, apiserver *exec.Cmd
 	opts            Options
 	apiserverArgs   []string
+	clientCA        *authority
 }
 
 // Start launches etcd and kube-apiserver and returns once /readyz answers.
@@ -187,6 +190,15 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
 		return err
 	}
 	cp.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", ports[0])
+	proxyArgs, clientCA, err := frontProxy(cp.Dir)
+	if err != nil {
+		return err
+	}
+	cp.clientCA = clientCA
+	auditArgs, err := audit(cp.Dir)
+	if err != nil {
+		return err
+	}
 	cp.apiserverArgs = []string{
 		"--etcd-servers=" + cp.EtcdURL,
 		"--bind-address=127.0.0.1",
@@ -213,6 +225,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
 		"--storage-media-type=application/vnd.kubernetes.protobuf",
 		"--v=0",
 	}
+	cp.apiserverArgs = append(append(cp.apiserverArgs, proxyArgs...), auditArgs...)
 	if err := cp.runAPIServer(ctx, cp.apiserverArgs); err != nil {
 		return err
 	}

@@ -103,17 +103,35 @@ func (o *Options) Namespace() (string, error) {
 func (o *Options) Call(ctx context.Context, target connect.Target, method string, f func(ctx context.Context, c *connect.Conn) error) error {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	conn, err := connect.Dial(ctx, o.Kube, o.Connect, target)
-	if err != nil {
-		return err
+	var (
+		conn       *connect.Conn
+		where      string
+		aggregated bool
+	)
+	if connect.UseAggregated(o.Connect, method) {
+		c, ok, err := connect.DialAggregated(o.Kube)
+		switch {
+		case err != nil:
+			return err
+		case ok:
+			conn, where, aggregated = c, "ipam through the aggregated API "+connect.AggregatedGroupVersion+", as yourself", true
+		case o.Connect.API == connect.APIAggregated:
+			return fmt.Errorf("--api=aggregated: the cluster does not serve %s (install components/aggregated-api, and check `kubectl get apiservice v1alpha1.api.ipledger.io`)", connect.AggregatedGroupVersion)
+		}
+	}
+	if conn == nil {
+		c, err := connect.Dial(ctx, o.Kube, o.Connect, target)
+		if err != nil {
+			return err
+		}
+		conn, where = c, "ipam at "+o.Connect.Address
+		if conn.Pod != "" {
+			where = fmt.Sprintf("ipam Pod %s/%s", o.Connect.Namespace, conn.Pod)
+		}
 	}
 	defer conn.Close()
-	where := "ipam at " + o.Connect.Address
-	if conn.Pod != "" {
-		where = fmt.Sprintf("ipam Pod %s/%s", o.Connect.Namespace, conn.Pod)
-	}
 	if err := f(ctx, conn); err != nil {
-		return diagnose.Explain(err, diagnose.Call{Method: method, Pod: conn.Pod, Where: where})
+		return diagnose.Explain(err, diagnose.Call{Method: method, Pod: conn.Pod, Where: where, Aggregated: aggregated})
 	}
 	return nil
 }

@@ -62,10 +62,13 @@ type Flags struct {
 	TLSSecret   string
 	CAConfigMap string
 	ServerName  string
+	// API chooses how to reach ipam: APIAuto, APIAggregated or APIGRPC.
+	API string
 }
 
 // AddFlags registers the flags on fs.
 func (f *Flags) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&f.API, "api", APIAuto, "How to reach ipam: auto (the aggregated API api.ipledger.io as yourself when the cluster serves it and no gRPC flag is given, else gRPC through a port-forward), aggregated, or grpc.")
 	fs.StringVar(&f.Namespace, "ipam-namespace", DefaultNamespace, "Namespace where ipam runs.")
 	fs.StringVar(&f.Lease, "ipam-lease", DefaultLease, "ipam's leader-election Lease (in --ipam-namespace); reserve and release go to its holder.")
 	fs.StringVar(&f.Address, "ipam-address", "", "Dial ipam at host:port instead of port-forwarding to one of its Pods.")
@@ -99,6 +102,9 @@ type Conn struct {
 
 // Close closes the connection and the port-forward.
 func (c *Conn) Close() error {
+	if c.cc == nil { // the aggregated API: nothing to close
+		return nil
+	}
 	err := c.cc.Close()
 	if c.stop != nil {
 		c.stop()

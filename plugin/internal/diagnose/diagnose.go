@@ -20,6 +20,9 @@ type Call struct {
 	Pod string
 	// Where names how ipam was reached, e.g. "ipam Pod ipledger-system/ipledger-ipam-0" or "ipam at 10.0.0.1:9443".
 	Where string
+	// Aggregated: the call went through the aggregated API as the
+	// kubeconfig's own user, not as a ServiceAccount.
+	Aggregated bool
 }
 
 // roles says which ClusterRole of deploy/kustomize/base/rbac/grpc-roles.yaml
@@ -47,6 +50,10 @@ func Explain(err error, call Call) error {
 		role := roles[call.Method]
 		if role == "" {
 			role = "ipledger:viewer or ipledger:operator"
+		}
+		if call.Aggregated {
+			return fmt.Errorf("no permission: %s\nfix: bind the ClusterRole %s to yourself (the kubeconfig's user or one of its groups), e.g.\n  kubectl create clusterrolebinding NAME --clusterrole=%s --user=YOU",
+				msg, role, strings.Fields(role)[0])
 		}
 		return fmt.Errorf("no permission: %s\nfix: bind the ClusterRole %s to that ServiceAccount, e.g.\n  kubectl create clusterrolebinding NAME --clusterrole=%s --serviceaccount=NAMESPACE:NAME",
 			msg, role, strings.Fields(role)[0])

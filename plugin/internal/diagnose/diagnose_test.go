@@ -22,6 +22,9 @@ func TestExplain(t *testing.T) {
 	}{
 		{"a reader without the binding", status.Error(codes.PermissionDenied, `user "system:serviceaccount:ops:me" may not list allocations.ipledger.io`), direct,
 			[]string{"no permission: user", "ClusterRole ipledger:viewer (list allocations.ipledger.io)", "--clusterrole=ipledger:viewer --serviceaccount=NAMESPACE:NAME"}},
+		{"a person through the aggregated API", status.Error(codes.PermissionDenied, `reservations.api.ipledger.io is forbidden: User "grace" cannot create resource "reservations"`),
+			Call{Method: "ReserveAddress", Aggregated: true},
+			[]string{`User "grace" cannot create`, "ClusterRole ipledger:operator (create reservations.ipledger.io) to yourself", "--clusterrole=ipledger:operator --user=YOU"}},
 		{"a writer without the binding", status.Error(codes.PermissionDenied, "may not create reservations.ipledger.io"), viaPod,
 			[]string{"ipledger:operator (create reservations.ipledger.io)", "--clusterrole=ipledger:operator "}},
 		{"a method the table lacks", status.Error(codes.PermissionDenied, "may not"), Call{Method: "Future"},

@@ -21,6 +21,7 @@ import (
 	"github.com/ipledger/ipledger/pkg/stream"
 	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
+	"github.com/ipledger/ipledger/services/ipam/internal/aggregated"
 	"github.com/ipledger/ipledger/services/ipam/internal/announced"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
 	"github.com/ipledger/ipledger/services/ipam/internal/history"
@@ -51,6 +52,8 @@ type Config struct {
 	GRPC       grpcserver.Config
 	Ops        opsserver.Config
 	Controller controller.Config
+	// Aggregated is the api.ipledger.io aggregated API, off by default.
+	Aggregated aggregated.Config
 }
 
 // Defaults fills the fields left unset with ipam's defaults.
@@ -79,6 +82,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	c.Leader.Flags(fs)
 	c.GRPC.Flags(fs, DefaultGRPCAddr)
 	c.Ops.Flags(fs)
+	c.Aggregated.Flags(fs)
 	fs.StringVar(&c.Controller.LBClass, "lb-class", c.Controller.LBClass,
 		"spec.loadBalancerClass served (type LoadBalancer Services of other classes are left alone)")
 	fs.BoolVar(&c.Controller.RequireLBClass, "require-lb-class", c.Controller.RequireLBClass,
@@ -176,6 +180,17 @@ func (c *Config) Run(ctx context.Context) error {
 	}
 	gs.Register(&ipamv1grpc.IPAMService_ServiceDesc, ipamServer)
 
+	// The aggregated API answers from the same server, on every replica
+	// (reads only); the kube-apiserver has authenticated the person.
+	var agg *aggregated.Server
+	if c.Aggregated.Enabled() {
+		ac := c.Aggregated
+		ac.Kubeconfig = c.Common.Kubeconfig
+		if agg, err = aggregated.New(ac, ipamServer); err != nil {
+			return err
+		}
+	}
+
 	ops := opsserver.New(c.Ops, reg, func() error {
 		if err := gs.CertificateReady(); err != nil {
 			return err
@@ -195,6 +210,9 @@ func (c *Config) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { return gs.Serve(ctx) })
 	g.Go(func() error { return ops.Serve(ctx) })
+	if agg != nil {
+		g.Go(func() error { return agg.Run(ctx) })
+	}
 	log.Info("Starting ipledger-ipam", "namespace", c.Common.Namespace, "lbClass", c.Controller.LBClass, "requireLBClass", c.Controller.RequireLBClass,
 		"keepReleasedAddresses", c.Controller.KeepReleased.String(), "identity", c.Leader.Identity, "grpcAddr", gs.Addr().String(), "qps", c.Common.KubeAPIQPS, "burst", c.Common.KubeAPIBurst)
 	return g.Wait()

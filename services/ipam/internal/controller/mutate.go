@@ -110,7 +110,9 @@ func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
 			return mutationResult{err: fmt.Errorf("record the reservation in the ledger: %w", err)}
 		}
 		w.hist.Committed(ch, time.Now(), m.by)
-		w.log.Info("Reserved an address", "ip", r.IP, "note", r.Note)
+		w.log.Info("Reserved an address", "ip", r.IP, "note", r.Note, "by", m.by)
+		w.event(configMapRef(w.c.cfg.Namespace, ledger.HeadName), "Normal", "AddressReserved",
+			fmt.Sprintf("%s reserved %s: %s", m.by, r.IP, r.Note))
 		w.dirty.markPoolWrites() // its pool's counts changed
 		return mutationResult{res: *r}
 	}
@@ -126,7 +128,9 @@ func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
 	}
 	w.hist.Committed(ch, time.Now(), m.by)
 	w.alloc.Unreserve(ip)
-	w.log.Info("Released a reservation", "ip", ip)
+	w.log.Info("Released a reservation", "ip", ip, "by", m.by)
+	w.event(configMapRef(w.c.cfg.Namespace, ledger.HeadName), "Normal", "ReservationReleased",
+		fmt.Sprintf("%s released the reservation of %s (%s)", m.by, ip, found.Note))
 	// A Service waiting for this IP may take it now; its pool's counts
 	// changed even when none waits.
 	var keys []string

@@ -588,11 +588,22 @@ func (s *Server) ReleaseReservation(ctx context.Context, req *ipamv1.ReleaseRese
 	return &ipamv1.ReleaseReservationResponse{Reservation: reservationProto(out)}, nil
 }
 
+// NotLeaderMessage starts the FailedPrecondition message of a reservation
+// sent to a standby (the aggregated API answers it with 503 and
+// Retry-After, so that the client retries and reaches the leader).
+const NotLeaderMessage = "this replica is not the leader"
+
+// IsNotLeader reports whether err is a standby's refusal of a reservation.
+func IsNotLeader(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.FailedPrecondition && strings.HasPrefix(st.Message(), NotLeaderMessage)
+}
+
 func (s *Server) mutationError(ctx context.Context, err error) error {
 	var ae *allocator.Error
 	switch {
 	case errors.Is(err, controller.ErrNotLeader):
-		return status.Errorf(codes.FailedPrecondition, "this replica is not the leader; send reservations to the leader, %s", s.leaderIdentity(ctx))
+		return status.Errorf(codes.FailedPrecondition, "%s; send reservations to the leader, %s", NotLeaderMessage, s.leaderIdentity(ctx))
 	case errors.As(err, &ae):
 		return status.Errorf(codes.FailedPrecondition, "ip: %s", ae.Message)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
