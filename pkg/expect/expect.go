@@ -8,9 +8,12 @@
 // again, re-create what it just created or undo an update. A Set answers
 // "is what I see now older than what I wrote?" and forgets a write once it
 // is seen or once its deadline has passed. The deadline only bounds the
-// waiting: the view brings every change unless an event is lost, and each
-// user's writes are conditional (resourceVersions, deterministic names,
-// tags), so dropping an old write never lets a stale view do harm.
+// waiting: the view brings every change unless an event is lost, and
+// ipam's and endpoints' writes are conditional (resourceVersions,
+// deterministic names), so dropping an old write never lets a stale view do
+// harm. eipd's are not (EC2's CreateTags overwrites, and DescribeAddresses
+// answers may be applied out of order): it keeps a claim EC2 shows (Shown)
+// until its deadline.
 //
 // The meaning of "seen" is the caller's: ipam compares resourceVersions
 // (Services), endpoints the UIDs and generations of EndpointSlices, eipd

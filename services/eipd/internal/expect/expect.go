@@ -123,10 +123,20 @@ func behindUnless(shown bool) pkgexpect.Seen {
 	return pkgexpect.Behind
 }
 
+// shownUnless is the pkgexpect.Seen of a write EC2 shows when shown holds,
+// kept until its deadline for the views older than this one.
+func shownUnless(shown bool) pkgexpect.Seen {
+	if shown {
+		return pkgexpect.Shown
+	}
+	return pkgexpect.Behind
+}
+
 // Apply overlays the expectations on a DescribeAddresses view and returns
 // the corrected view and the Nodes whose outcome is not visible yet (their
-// syncs must wait rather than allocate). Expectations EC2 now shows, and
-// expired ones, are dropped.
+// syncs must wait rather than allocate). Expired expectations are dropped,
+// and those EC2 now shows, but for claims and allocations: those last
+// their deadline, whatever order the views come in.
 func (e *Expectations) Apply(view []decide.Address) (out []decide.Address, waiting map[string]bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -168,9 +178,14 @@ func (e *Expectations) Apply(view []decide.Address) (out []decide.Address, waiti
 			}
 			continue
 		}
+		// A claim or allocation EC2 shows is kept (Shown) until its
+		// deadline: a view served before the tag, applied after this one
+		// (another Node's sync, a describe retried through throttling),
+		// would otherwise offer the address to a second Node, and CreateTags
+		// is not conditional.
 		i, isListed := byID[x.allocationID]
-		if _, behind := e.nodes.Check(node, func(nodeExpectation) pkgexpect.Seen { return behindUnless(isListed && out[i].Node == node) }); !behind {
-			continue // EC2 caught up, or it expired
+		if _, behind := e.nodes.Check(node, func(nodeExpectation) pkgexpect.Seen { return shownUnless(isListed && out[i].Node == node) }); !behind {
+			continue // EC2 shows it, or it expired
 		}
 		if isListed {
 			out[i].Node = node // tagged, but the tag is not visible yet
