@@ -316,3 +316,41 @@ func nodesFromEnv() (int, error) {
 	}
 	return n, nil
 }
+
+// NodeMemory is the resident memory, in bytes, of each of node name's own
+// processes (containerd, kubelet, kube-proxy; for the first node the
+// control plane's too), read from /proc: what a node costs the machine
+// beside its pods.
+func (c *Cluster) NodeMemory(name string) (map[string]int64, error) {
+	for _, n := range c.nodes {
+		if n.Name != name {
+			continue
+		}
+		names := nodeDaemons
+		if n.index == 1 {
+			names = daemons
+		}
+		out := map[string]int64{}
+		for _, d := range names {
+			p, ok := running(n.l, d)
+			if !ok {
+				return nil, fmt.Errorf("node %s: %s is not running", name, d)
+			}
+			status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid))
+			if err != nil {
+				return nil, err
+			}
+			for _, line := range strings.Split(string(status), "\n") {
+				if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+					kb, err := strconv.ParseInt(f[1], 10, 64)
+					if err != nil {
+						return nil, fmt.Errorf("/proc/%d/status: %q: %w", p.pid, line, err)
+					}
+					out[d] = kb << 10
+				}
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("no node %s in the cluster", name)
+}

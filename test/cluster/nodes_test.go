@@ -50,6 +50,19 @@ func TestPodsAcrossNodes(t *testing.T) {
 			t.Errorf("node %s's InternalIP is %q, want %s", n.Name, ip, n.IP)
 		}
 	}
+	for _, n := range nodes {
+		mem, err := e.node.NodeMemory(n.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total int64
+		var parts []string
+		for _, d := range []string{"containerd", "kubelet", "kube-proxy"} {
+			total += mem[d]
+			parts = append(parts, fmt.Sprintf("%s %d MiB", d, mem[d]>>20))
+		}
+		t.Logf("node %s: containerd + kubelet + kube-proxy resident %d MiB (%s)", n.Name, total>>20, strings.Join(parts, ", "))
+	}
 	ns := e.namespace(t)
 	servers := make([]corev1.Pod, 2)
 	clients := make([]corev1.Pod, 2)
