@@ -19,7 +19,7 @@ MODULES := proto pkg services/watcher services/ipam services/endpoints services/
 PACKAGES := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: help tools proto proto-check vet vulncheck test test-unit test-cluster cluster-up cluster-down bench images release up down run fmt tidy
+.PHONY: help tools proto proto-check vet vulncheck test test-unit test-cluster test-cluster-full cluster-up cluster-down bench images release up down run fmt tidy
 
 help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -45,6 +45,12 @@ test: tools proto-check vet vulncheck ## Everything CI runs: proto checks, vet, 
 
 test-cluster: tools images ## ipledger as pods on a real single-node cluster (root; pkg/cluster): up, the previous release (hack/previous-release; images built once per commit) rolled to overlays/e2e, down to it and back, scenarios, down.
 	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) IPLEDGER_E2E_BIN=$(E2E_BIN) go test $(GO_TEST_FLAGS) -v ./test/cluster/...
+
+# The tests of test-cluster-full: those that need a second node, and the node's own checks.
+CLUSTER_FULL_TESTS ?= TestPodsAcrossNodes|TestUpstreamLoadBalancerSpecs|TestUpAgainKeepsTheNode|TestTestAddressesStayOnTheMachine
+
+test-cluster-full: tools images ## test-cluster's install on two nodes (IPLEDGER_NODES=2; pkg/cluster/nodes.go), then the tests that need them: pods across nodes, the upstream specs that need >1 node. By hand, not in .ci/run (CONTRIBUTING.md).
+	IPLEDGER_NODES=2 IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) IPLEDGER_E2E_BIN=$(E2E_BIN) go test $(GO_TEST_FLAGS) -v -run '$(CLUSTER_FULL_TESTS)' ./test/cluster/...
 
 cluster-up: tools ## Start the real single-node cluster (root) and import .dev/images if built; kubeconfig in /var/lib/ipledger-node.
 	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) go run ./pkg/cmd/ipledger-cluster up

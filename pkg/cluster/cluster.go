@@ -7,7 +7,9 @@
 // of host state Up made (iptables chains, the bridge, cgroups, mounts,
 // network namespaces, sysctls), then checks the machine is as Up found it.
 // The node uses host-wide state, so there is one per machine: a lock and a
-// marker file guard it.
+// marker file guard it. Options.Nodes (IPLEDGER_NODES) adds nodes beside it
+// on the same machine, each in a network namespace of its own with its own
+// containerd, kubelet and kube-proxy (nodes.go).
 package cluster
 
 import (
@@ -63,6 +65,10 @@ type Options struct {
 	// reach the host at; empty means the IPv4 address of the interface of
 	// the default route.
 	NodeIP string
+	// Nodes is how many nodes run: the first, in the host's network
+	// namespace with the control plane, and up to MaxNodes-1 more beside it
+	// (nodes.go). 0 means $IPLEDGER_NODES, else 1.
+	Nodes int
 	// Log receives progress lines; nil discards them.
 	Log func(format string, args ...any)
 }
@@ -79,8 +85,11 @@ type Cluster struct {
 	KubeconfigPath string
 	// CAFile is the node's CA (it signed kube-apiserver's certificate).
 	CAFile string
+	// Nodes are the cluster's nodes, the first (NodeName, the host's) first.
+	Nodes []Node
 
-	l layout
+	l     layout
+	nodes []node
 }
 
 func (o *Options) defaults() error {
@@ -106,16 +115,30 @@ func (o *Options) defaults() error {
 			return err
 		}
 	}
+	if o.Nodes == 0 {
+		if o.Nodes, err = nodesFromEnv(); err != nil {
+			return err
+		}
+	}
+	if o.Nodes < 1 || o.Nodes > MaxNodes {
+		return fmt.Errorf("Options.Nodes = %d: want 1 to %d", o.Nodes, MaxNodes)
+	}
 	return nil
 }
 
 func (o Options) cluster() *Cluster {
 	l := layout{dir: o.Dir}
-	return &Cluster{
+	c := &Cluster{
 		Dir: o.Dir, NodeIP: o.NodeIP, ToolsBin: o.ToolsBin, NodeBin: o.NodeBin,
 		APIServerURL:   fmt.Sprintf("https://%s", net.JoinHostPort(o.NodeIP, fmt.Sprint(APIServerPort))),
 		KubeconfigPath: l.kubeconfig(), CAFile: l.caCert(), l: l,
 	}
+	for i := 1; i <= o.Nodes; i++ {
+		n := nodeOf(o.Dir, o.NodeIP, i)
+		c.nodes = append(c.nodes, n)
+		c.Nodes = append(c.Nodes, n.Node)
+	}
+	return c
 }
 
 // Up starts the node, or returns the one already up in opts.Dir when all of
@@ -217,12 +240,27 @@ func flock(path string, waiting func()) (func(), error) {
 }
 
 // daemons in the order Up starts them; Down stops them in reverse.
-var daemons = []string{"etcd", "kube-apiserver", "containerd", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}
+// nodeDaemons are those of a node beyond the first.
+var (
+	daemons     = []string{"etcd", "kube-apiserver", "containerd", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}
+	nodeDaemons = []string{"containerd", "kubelet", "kube-proxy"}
+)
 
+// healthy says whether the cluster runs, with exactly the nodes asked for.
 func (c *Cluster) healthy(ctx context.Context) bool {
 	for _, name := range daemons {
 		if _, ok := running(c.l, name); !ok {
 			return false
+		}
+	}
+	if len(extraNodes(c.Dir, c.NodeIP)) != len(c.nodes)-1 {
+		return false
+	}
+	for _, n := range c.nodes[1:] {
+		for _, name := range nodeDaemons {
+			if _, ok := running(n.l, name); !ok {
+				return false
+			}
 		}
 	}
 	return c.apiserverReady(ctx) == nil
@@ -273,19 +311,19 @@ func (c *Cluster) up(ctx context.Context, opts Options) error {
 		return err
 	}
 	opts.Log("cluster: API server ready at %s after %s", c.APIServerURL, time.Since(start).Round(time.Millisecond))
-	if err := c.startContainerd(ctx); err != nil {
+	if err := c.startContainerd(ctx, c.nodes[0]); err != nil {
 		return err
 	}
 	if err := c.importNodeImages(ctx); err != nil {
 		return err
 	}
-	if err := c.startNode(); err != nil {
+	if err := c.startNode(c.nodes[0]); err != nil {
 		return err
 	}
 	if _, err := c.Kubectl(ctx, bytes.NewBufferString(coreDNSManifest(CoreDNSImage)), "apply", "--server-side", "-f", "-"); err != nil {
 		return err
 	}
-	if err := c.waitNodeReady(ctx, 2*time.Minute); err != nil {
+	if err := c.waitNodeReady(ctx, c.nodes[0], 2*time.Minute); err != nil {
 		return err
 	}
 	opts.Log("cluster: node %s Ready after %s", NodeName, time.Since(start).Round(time.Millisecond))
@@ -293,6 +331,15 @@ func (c *Cluster) up(ctx context.Context, opts Options) error {
 		return err
 	}
 	opts.Log("cluster: CoreDNS ready after %s", time.Since(start).Round(time.Millisecond))
+	// The other nodes once CoreDNS runs on the first.
+	for _, n := range c.nodes[1:] {
+		t := time.Now()
+		if err := c.startExtraNode(ctx, n); err != nil {
+			return err
+		}
+		opts.Log("cluster: node %s (%s, pods %s) Ready in %s, after %s", n.Name, n.IP, n.PodCIDR,
+			time.Since(t).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	}
 	return nil
 }
 
@@ -300,14 +347,26 @@ func (c *Cluster) writeFiles() error {
 	if err := writePKI(c.l, net.ParseIP(c.NodeIP)); err != nil {
 		return err
 	}
-	cni := filepath.Join(c.l.cniConfDir(), "10-ipledger-node.conflist")
 	files := map[string]string{
-		c.l.path("tokens.csv"):                AdminToken + ",admin,admin-uid,system:masters\n",
-		c.l.kubeconfig():                      kubeconfig(c.APIServerURL, c.l.caCert(), AdminToken),
-		c.l.path("containerd", "config.toml"): containerdConfig(c.l, mustFullName(PauseImage)),
-		cni:                                   cniConfig(c.l),
-		c.l.path("kubelet.yaml"):              kubeletConfig(c.l, c.NodeIP),
-		c.l.path("kube-proxy.yaml"):           kubeProxyConfig(c.l, c.NodeIP),
+		c.l.path("tokens.csv"): AdminToken + ",admin,admin-uid,system:masters\n",
+		c.l.kubeconfig():       kubeconfig(c.APIServerURL, c.l.caCert(), AdminToken),
+	}
+	for path, content := range files {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			return err
+		}
+	}
+	return c.writeNodeFiles(c.nodes[0])
+}
+
+// writeNodeFiles writes the configuration of node n's containerd, CNI
+// network, kubelet and kube-proxy into its folder.
+func (c *Cluster) writeNodeFiles(n node) error {
+	files := map[string]string{
+		n.l.path("containerd", "config.toml"):                        containerdConfig(n.l, mustFullName(PauseImage)),
+		filepath.Join(n.l.cniConfDir(), "10-ipledger-node.conflist"): cniConfig(n.l, Bridge, n.PodCIDR),
+		n.l.path("kubelet.yaml"):                                     kubeletConfig(c.l, n),
+		n.l.path("kube-proxy.yaml"):                                  kubeProxyConfig(c.l, n),
 	}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
@@ -402,31 +461,43 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	)
 }
 
-func (c *Cluster) startContainerd(ctx context.Context) error {
-	if err := launch(c.l, "containerd", "containerd", "--config", c.l.path("containerd", "config.toml")); err != nil {
+// startContainerd starts node n's containerd, in its network namespace
+// (the CNI plugins run there, and the host-network pods), and waits for it
+// to serve.
+func (c *Cluster) startContainerd(ctx context.Context, n node) error {
+	if err := launchIn(n, "containerd", "containerd", "--config", n.l.path("containerd", "config.toml")); err != nil {
 		return err
 	}
-	return controlplane.WaitFor(ctx, 30*time.Second, "containerd", func() error {
-		if _, ok := running(c.l, "containerd"); !ok {
-			return fmt.Errorf("containerd exited (log %s)", c.l.logFile("containerd"))
+	return controlplane.WaitFor(ctx, 30*time.Second, "containerd of "+n.Name, func() error {
+		if _, ok := running(n.l, "containerd"); !ok {
+			return fmt.Errorf("containerd of %s exited (log %s)", n.Name, n.l.logFile("containerd"))
 		}
-		_, err := c.ctr(ctx, "version")
+		_, err := ctr(ctx, n, "version")
 		return err
 	})
 }
 
-func (c *Cluster) startNode() error {
-	if err := launch(c.l, "kubelet", filepath.Join(c.NodeBin, "kubelet"),
-		"--config="+c.l.path("kubelet.yaml"),
+// startNode starts node n's kubelet and kube-proxy, in its network
+// namespace.
+func (c *Cluster) startNode(n node) error {
+	if err := launchIn(n, "kubelet", filepath.Join(c.NodeBin, "kubelet"),
+		"--config="+n.l.path("kubelet.yaml"),
 		"--kubeconfig="+c.l.kubeconfig(),
-		"--root-dir="+c.l.kubeletRoot(),
-		"--hostname-override="+NodeName,
-		"--node-ip="+c.NodeIP,
+		"--root-dir="+n.l.kubeletRoot(),
+		"--hostname-override="+n.Name,
+		"--node-ip="+n.IP,
 		"--v=0",
 	); err != nil {
 		return err
 	}
-	return launch(c.l, "kube-proxy", filepath.Join(c.NodeBin, "kube-proxy"), "--config="+c.l.path("kube-proxy.yaml"), "--v=0")
+	return launchIn(n, "kube-proxy", filepath.Join(c.NodeBin, "kube-proxy"), "--config="+n.l.path("kube-proxy.yaml"), "--v=0")
+}
+
+// launchIn launches bin in node n's network namespace, its files in n's
+// folder.
+func launchIn(n node, name, bin string, args ...string) error {
+	cmd, argv := n.command(bin, args...)
+	return launch(n.l, name, cmd, argv...)
 }
 
 func (c *Cluster) apiserverReady(ctx context.Context) error {
@@ -453,19 +524,24 @@ func (c *Cluster) apiserverReady(ctx context.Context) error {
 	return nil
 }
 
-func (c *Cluster) waitNodeReady(ctx context.Context, timeout time.Duration) error {
-	return controlplane.WaitFor(ctx, timeout, "node "+NodeName, func() error {
-		for _, name := range []string{"kubelet", "kube-proxy", "kube-controller-manager", "kube-scheduler"} {
+func (c *Cluster) waitNodeReady(ctx context.Context, n node, timeout time.Duration) error {
+	return controlplane.WaitFor(ctx, timeout, "node "+n.Name, func() error {
+		for _, name := range []string{"kube-controller-manager", "kube-scheduler"} {
 			if _, ok := running(c.l, name); !ok {
 				return fmt.Errorf("%s exited (log %s)", name, c.l.logFile(name))
 			}
 		}
-		out, err := c.Kubectl(ctx, nil, "get", "node", NodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		for _, name := range []string{"kubelet", "kube-proxy"} {
+			if _, ok := running(n.l, name); !ok {
+				return fmt.Errorf("%s of %s exited (log %s)", name, n.Name, n.l.logFile(name))
+			}
+		}
+		out, err := c.Kubectl(ctx, nil, "get", "node", n.Name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 		if err != nil {
 			return err
 		}
 		if string(out) != "True" {
-			return fmt.Errorf("node %s Ready=%q", NodeName, out)
+			return fmt.Errorf("node %s Ready=%q", n.Name, out)
 		}
 		return nil
 	})
@@ -525,25 +601,44 @@ func down(opts Options) error {
 		errs = append(errs, f())
 		opts.Log("cluster: %s in %s", what, time.Since(t).Round(time.Millisecond))
 	}
-	// The kubelet first, so that it restarts no container, then its
+	// Every node there is, whatever Options.Nodes says: Up may have
+	// started more.
+	extra := extraNodes(opts.Dir, "")
+	layouts := []layout{l}
+	for _, n := range extra {
+		layouts = append(layouts, n.l)
+	}
+	// The kubelets first, so that they restart no container, then their
 	// containers; the rest at once: every bit of their state is deleted
 	// next, so nothing needs an orderly stop, nor more than a short grace.
 	const grace = 2 * time.Second
-	step("stopped the kubelet", func() error { return stopDaemon(l, "kubelet", grace) })
-	step("killed the containers", func() error { return killContainers(l) })
-	step("stopped the other processes", func() error {
-		rest := []string{"kube-proxy", "kube-scheduler", "kube-controller-manager", "containerd", "kube-apiserver", "etcd"}
-		stopped := make(chan error, len(rest))
-		for _, name := range rest {
-			go func() { stopped <- stopDaemon(l, name, grace) }()
+	type proc struct {
+		l    layout
+		name string
+	}
+	stopAll := func(procs []proc) error {
+		stopped := make(chan error, len(procs))
+		for _, p := range procs {
+			go func() { stopped <- stopDaemon(p.l, p.name, grace) }()
 		}
 		var errs []error
-		for range rest {
+		for range procs {
 			errs = append(errs, <-stopped)
 		}
 		return errors.Join(errs...)
-	})
-	step("cleaned the host", func() error { return cleanHost(l, before) })
+	}
+	var kubelets, rest []proc
+	for _, nl := range layouts {
+		kubelets = append(kubelets, proc{nl, "kubelet"})
+		rest = append(rest, proc{nl, "kube-proxy"}, proc{nl, "containerd"})
+	}
+	for _, name := range []string{"kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
+		rest = append(rest, proc{l, name})
+	}
+	step("stopped the kubelets", func() error { return stopAll(kubelets) })
+	step("killed the containers", func() error { return killContainers(layouts) })
+	step("stopped the other processes", func() error { return stopAll(rest) })
+	step("cleaned the host", func() error { return cleanHost(l, extra, before) })
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -563,22 +658,22 @@ func down(opts Options) error {
 }
 
 // killContainers kills every process in the pods' cgroups and the shims of
-// the node's containerd, and waits for them to be gone.
-func killContainers(l layout) error {
-	pids := shims(l.containerdSocket())
-	for _, cg := range podCgroups() {
-		pids = append(pids, cgroupProcesses(cg)...)
+// the nodes' containerds (one layout each), and waits for them to be gone.
+func killContainers(layouts []layout) error {
+	left := func() []int {
+		var pids []int
+		for _, l := range layouts {
+			pids = append(pids, shims(l.containerdSocket())...)
+		}
+		for _, cg := range podCgroups() {
+			pids = append(pids, cgroupProcesses(cg)...)
+		}
+		return pids
 	}
-	for _, pid := range pids {
+	for _, pid := range left() {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	if !waitGone(func() bool {
-		left := len(shims(l.containerdSocket()))
-		for _, cg := range podCgroups() {
-			left += len(cgroupProcesses(cg))
-		}
-		return left > 0
-	}, 20*time.Second) {
+	if !waitGone(func() bool { return len(left()) > 0 }, 20*time.Second) {
 		return errors.New("containers still run 20s after SIGKILL")
 	}
 	return nil
@@ -587,10 +682,17 @@ func killContainers(l layout) error {
 // cleanHost removes what the node left on the host: mounts (pod volumes,
 // container root filesystems, network namespaces), cgroups, the bridge,
 // iptables chains, nftables tables, the unreachable routes of TestRanges and
-// paths that did not exist before, and restores the sysctls. The node's
-// processes are gone by now.
-func cleanHost(l layout, before HostState) error {
+// paths that did not exist before, and restores the sysctls; for each of
+// the extra nodes, its link and network namespace, failing when a process
+// is still inside the namespace. The nodes' processes are gone by now.
+func cleanHost(l layout, extra []node, before HostState) error {
 	var errs []error
+	netns := map[string]uint64{}
+	for _, n := range extra {
+		ino, err := removeNodeNetwork(n)
+		errs = append(errs, err)
+		netns[n.Name] = ino
+	}
 	info, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return err
@@ -643,6 +745,9 @@ func cleanHost(l layout, before HostState) error {
 		}
 	}
 	errs = append(errs, removeAllUnmounted(l.dir))
+	for _, n := range extra {
+		errs = append(errs, checkNetnsGone(n, netns[n.Name]))
+	}
 	return errors.Join(errs...)
 }
 

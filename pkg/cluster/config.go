@@ -17,8 +17,16 @@ const (
 	ServiceCIDR = "10.96.0.0/16"
 	// DNSServiceIP is the ClusterIP of kube-system/kube-dns (CoreDNS).
 	DNSServiceIP = "10.96.0.10"
-	// PodCIDR is the bridge's subnet: every pod's address.
+	// PodCIDR is the first node's bridge's subnet: its pods' addresses.
+	// Node n's is 10.244.(n-1).0/24.
 	PodCIDR = "10.244.0.0/24"
+	// ClusterCIDR holds the pod CIDRs of every node (kube-proxy's
+	// clusterCIDR: traffic from elsewhere to a ClusterIP is masqueraded).
+	ClusterCIDR = "10.244.0.0/17"
+	// NodeLinkCIDR holds the links between the host and the nodes beyond
+	// the first, a /30 each: node n's is the (n-2)th, the host's address
+	// on it the first, the node's the second (its InternalIP).
+	NodeLinkCIDR = "10.244.255.0/24"
 	// ClusterDomain is the DNS suffix of Services.
 	ClusterDomain = "cluster.local"
 	// Bridge is the Linux bridge the CNI plugin puts pods on.
@@ -83,9 +91,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 		l.path("containerd", "runc"), cniBinDir, l.cniConfDir())
 }
 
-// cniConfig is the pods' network: one bridge, addresses from host-local, no
-// masquerade (pods talk only to this machine).
-func cniConfig(l layout) string {
+// cniConfig is a node's pods' network: one bridge, addresses of podCIDR
+// from host-local, no masquerade (pods talk only to this machine).
+func cniConfig(l layout, bridge, podCIDR string) string {
 	return fmt.Sprintf(`{
   "cniVersion": "0.4.0",
   "name": %q,
@@ -106,15 +114,20 @@ func cniConfig(l layout) string {
     {"type": "loopback"}
   ]
 }
-`, cniNetwork, Bridge, PodCIDR, l.path("cni", "ipam"))
+`, cniNetwork, bridge, podCIDR, l.path("cni", "ipam"))
 }
 
 // kubeletConfig is the kubelet's configuration. cgroup v1 needs
 // failCgroupV1: false; the eviction thresholds are low so that a busy shared
 // disk does not evict the pods under test; healthz and the read-only port
 // are off (fewer fixed ports); resolvConf is empty so that no pod ever sends
-// a query to the host's resolver.
-func kubeletConfig(l layout, nodeIP string) string {
+// a query to the host's resolver. A node beyond the first has a cgroup
+// root of its own, beside the first's kubepods.
+func kubeletConfig(cl layout, n node) string {
+	cgroupRoot := ""
+	if n.cgroupRoot != "" {
+		cgroupRoot = "cgroupRoot: " + n.cgroupRoot + "\n"
+	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: %[1]s
@@ -139,13 +152,14 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 rotateCertificates: false
-`, nodeIP, l.caCert(), l.containerdSocket(), DNSServiceIP, ClusterDomain, l.path("pod-logs"))
+`, n.IP, cl.caCert(), n.l.containerdSocket(), DNSServiceIP, ClusterDomain, n.l.path("pod-logs")) + cgroupRoot
 }
 
 // kubeProxyConfig is kube-proxy's configuration: iptables mode, and nothing
 // that changes the host beyond its own chains (no conntrack table sizing or
 // timeouts, no route_localnet, no OOM score, which this host cannot set).
-func kubeProxyConfig(l layout, nodeIP string) string {
+// clusterCIDR is every node's pods (ClusterCIDR).
+func kubeProxyConfig(cl layout, n node) string {
 	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: %[1]q}
@@ -163,7 +177,7 @@ conntrack:
   tcpCloseWaitTimeout: 0s
 iptables:
   localhostNodePorts: false
-`, l.kubeconfig(), NodeName, nodeIP, PodCIDR)
+`, cl.kubeconfig(), n.Name, n.IP, ClusterCIDR)
 }
 
 // kubeconfig is a client configuration trusting ca for server, with token.

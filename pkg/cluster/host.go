@@ -436,7 +436,9 @@ func mountsUnder(mountinfo, dir string) []string {
 	return out
 }
 
-// podCgroups lists the kubelet's pod cgroup in each hierarchy that has one.
+// podCgroups lists, in each hierarchy, the first kubelet's pod cgroup and
+// the cgroup roots of the nodes beyond the first (nodes.go), each with its
+// kubelet's pods below it.
 func podCgroups() []string {
 	var out []string
 	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
@@ -444,6 +446,12 @@ func podCgroups() []string {
 	for _, h := range hierarchies {
 		if _, err := os.Stat(filepath.Join(h, cgroupName)); err == nil {
 			out = append(out, filepath.Join(h, cgroupName))
+		}
+		roots, _ := filepath.Glob(filepath.Join(h, NodeName+"-[0-9]*"))
+		for _, r := range roots {
+			if fi, err := os.Lstat(r); err == nil && fi.IsDir() {
+				out = append(out, r)
+			}
 		}
 	}
 	return out

@@ -2,12 +2,14 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/ipledger/ipledger/pkg/containerimage"
 )
@@ -43,12 +45,20 @@ func (c *Cluster) importNodeImages(ctx context.Context) error {
 	if err := containerimage.WriteArchive(filepath.Join(dir, "agnhost.tar"), AgnhostImage, agnhost); err != nil {
 		return fmt.Errorf("image %s: %w", AgnhostImage, err)
 	}
-	return c.ImportImages(ctx, dir)
+	// Only the first node's containerd: Up imports them into the others'
+	// as it starts each.
+	return c.importInto(ctx, c.nodes[0], dir)
 }
 
-// ImportImages imports every OCI or Docker archive (*.tar) in dir into the
-// node's containerd, where the kubelet finds them (namespace k8s.io).
+// ImportImages imports every OCI or Docker archive (*.tar) in dir into
+// every node's containerd, where the kubelets find them (namespace
+// k8s.io), the nodes at once.
 func (c *Cluster) ImportImages(ctx context.Context, dir string) error {
+	return c.eachNode(func(n node) error { return c.importInto(ctx, n, dir) })
+}
+
+// importInto imports dir's archives into node n's containerd.
+func (c *Cluster) importInto(ctx context.Context, n node, dir string) error {
 	tars, err := filepath.Glob(filepath.Join(dir, "*.tar"))
 	if err != nil {
 		return err
@@ -57,25 +67,43 @@ func (c *Cluster) ImportImages(ctx context.Context, dir string) error {
 		return fmt.Errorf("no image archives (*.tar) in %s: build them with `make images`", dir)
 	}
 	for _, tar := range tars {
-		if _, err := c.ctr(ctx, "-n", "k8s.io", "images", "import", tar); err != nil {
-			return fmt.Errorf("import %s: %w", tar, err)
+		if _, err := ctr(ctx, n, "-n", "k8s.io", "images", "import", tar); err != nil {
+			return fmt.Errorf("import %s into %s: %w", tar, n.Name, err)
 		}
 	}
 	return nil
 }
 
-// TagImage gives the image src of the node's containerd the name dst too
+// TagImage gives the image src of every node's containerd the name dst too
 // (replacing an image of that name), so that a manifest naming dst runs src
 // without a pull: the release's names over the images `make images` built.
 func (c *Cluster) TagImage(ctx context.Context, src, dst string) error {
-	_, err := c.ctr(ctx, "-n", "k8s.io", "images", "tag", "--force", src, dst)
-	return err
+	return c.eachNode(func(n node) error {
+		_, err := ctr(ctx, n, "-n", "k8s.io", "images", "tag", "--force", src, dst)
+		return err
+	})
 }
 
-func (c *Cluster) ctr(ctx context.Context, args ...string) ([]byte, error) {
-	out, err := exec.CommandContext(ctx, "ctr", append([]string{"--address", c.l.containerdSocket()}, args...)...).CombinedOutput()
+// eachNode runs f for every node at once and joins their errors.
+func (c *Cluster) eachNode(f func(node) error) error {
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(n)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// ctr runs ctr against node n's containerd.
+func ctr(ctx context.Context, n node, args ...string) ([]byte, error) {
+	out, err := exec.CommandContext(ctx, "ctr", append([]string{"--address", n.l.containerdSocket()}, args...)...).CombinedOutput()
 	if err != nil {
-		return out, fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, out)
+		return out, fmt.Errorf("ctr of %s %s: %w: %s", n.Name, strings.Join(args, " "), err, out)
 	}
 	return out, nil
 }

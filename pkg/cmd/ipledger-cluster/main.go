@@ -18,7 +18,9 @@ import (
 const usage = `ipledger-cluster runs a real single-node Kubernetes on this machine (root):
 etcd, kube-apiserver on the node address, kube-controller-manager,
 kube-scheduler, containerd + runc, the kubelet, kube-proxy, a bridge CNI
-network and CoreDNS. Images are imported from OCI archives, never pulled.
+network and CoreDNS; with --nodes N (or IPLEDGER_NODES=N) N-1 more nodes
+beside it, each with its own network namespace, containerd, kubelet and
+kube-proxy. Images are imported from OCI archives, never pulled.
 One node per machine; it outlives this command until "down". Each command
 waits while a test run (make test-cluster) uses the node.
 
@@ -41,6 +43,7 @@ func main() {
 	var opts cluster.Options
 	flag.StringVar(&opts.Dir, "dir", cluster.DefaultDir, "the node's folder (every file of the node; down removes it)")
 	flag.StringVar(&opts.NodeIP, "node-ip", "", "address of the API server and kubelet (default: the IPv4 address of the default route's interface)")
+	flag.IntVar(&opts.Nodes, "nodes", 0, "how many nodes: the first in the host's network namespace, the others each in its own (default: $IPLEDGER_NODES, else 1)")
 	flag.Usage = func() {
 		fmt.Fprint(flag.CommandLine.Output(), usage)
 		flag.PrintDefaults()
