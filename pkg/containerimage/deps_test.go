@@ -28,6 +28,11 @@ func TestBinariesKeepMethodElimination(t *testing.T) {
 		t.Fatalf("GoBuildArgs %q set no -tags", args)
 	}
 	forbidden := []string{"text/template", "golang.org/x/net/trace"}
+	// ipam links k8s.io/apiserver for its aggregated API (issue 48 §3),
+	// whose generic server imports text/template (routes, cel-go, cobra):
+	// a cost measured and accepted in docs/architecture.md (+18 MB binary,
+	// +16 MB resident) until that server is split out; no other binary may.
+	accepted := map[string]string{"ipledger-ipam": "text/template"}
 	for _, b := range Binaries {
 		cmd := exec.Command("go", "list", "-deps", "-tags", args[i+1], b.Package)
 		cmd.Dir = root
@@ -38,7 +43,7 @@ func TestBinariesKeepMethodElimination(t *testing.T) {
 		}
 		deps := strings.Fields(string(out))
 		for _, f := range forbidden {
-			if slices.Contains(deps, f) {
+			if slices.Contains(deps, f) && accepted[b.Name] != f {
 				t.Errorf("%s links %s", b.Name, f)
 			}
 		}
