@@ -112,7 +112,7 @@ func (h *historyQueries) Create(ctx context.Context, obj runtime.Object, _ rest.
 	var scoped context.Context
 	if h.local {
 		ns, _ := genericapirequest.NamespaceFrom(ctx)
-		if svc := q.Spec.Service; svc != nil && svc.Namespace != ns {
+		if svc := q.Spec.Service; svc != nil && svc.Namespace != "" && svc.Namespace != ns {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("spec.service.namespace: %q is not the namespace of the localhistoryquery (%q); "+
 				"leave it empty or ask in namespace %q", svc.Namespace, ns, svc.Namespace))
 		}

@@ -109,4 +109,25 @@ func TestLocalHistoryQueryRefusesAnotherNamespacesService(t *testing.T) {
 	if _, err := local.Create(ctx, q, nil, nil); !apierrors.IsBadRequest(err) {
 		t.Fatalf("err = %v, want BadRequest", err)
 	}
+	// A Service named without its namespace is the query's namespace's.
+	var asked *ipamv1.AddressHistoryRequest
+	local.ipam = recordingHistory{&asked}
+	q = &ipamapi.LocalHistoryQuery{Spec: ipamapi.HistoryQuerySpec{Service: &ipamapi.ServiceRef{Name: "web"}}}
+	if _, err := local.Create(ctx, q, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := asked.GetService(); got.GetNamespace() != "shop" || got.GetName() != "web" {
+		t.Errorf("asked ipam for %v, want shop/web", got)
+	}
+}
+
+type recordingHistory struct{ req **ipamv1.AddressHistoryRequest }
+
+func (recordingHistory) PreviewPool(context.Context, *ipamv1.PreviewPoolRequest) (*ipamv1.PreviewPoolResponse, error) {
+	return nil, nil
+}
+
+func (r recordingHistory) AddressHistory(_ context.Context, req *ipamv1.AddressHistoryRequest) (*ipamv1.AddressHistoryResponse, error) {
+	*r.req = req
+	return &ipamv1.AddressHistoryResponse{}, nil
 }

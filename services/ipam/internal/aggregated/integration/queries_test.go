@@ -32,7 +32,7 @@ spec: {}
 
 const localHistoryQuery = `apiVersion: api.ipledger.io/v1alpha1
 kind: LocalHistoryQuery
-spec: {}
+spec:
 `
 
 // entriesOf is the jsonpath of the answer's entries, as IP=namespace.
@@ -74,7 +74,8 @@ spec:
 	if out, err := kubectl(t, env, vera, "create", "--validate=false", "-f", q, "-o", entriesOf); err != nil || out != "192.0.2.10=shop 192.0.2.11=bank 192.0.2.12= " {
 		t.Errorf("kubectl create historyquery as a cluster-wide viewer: %q (%v)", out, err)
 	}
-	lq := writeFile(t, dir, "local.yaml", localHistoryQuery)
+	// A Service named without its namespace is the question's namespace's.
+	lq := writeFile(t, dir, "local.yaml", localHistoryQuery+"  service: {name: api}\n")
 	if out, err := kubectl(t, env, vera, "create", "--validate=false", "-n", "bank", "-f", lq, "-o", entriesOf); err != nil || out != "192.0.2.11=bank " {
 		t.Errorf("kubectl create localhistoryquery -n bank: %q (%v)", out, err)
 	}
