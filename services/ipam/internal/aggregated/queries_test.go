@@ -121,7 +121,9 @@ func TestLocalHistoryQueryRefusesAnotherNamespacesService(t *testing.T) {
 	}
 }
 
-type recordingHistory struct{ req **ipamv1.AddressHistoryRequest }
+type recordingHistory struct {
+	req **ipamv1.AddressHistoryRequest
+}
 
 func (recordingHistory) PreviewPool(context.Context, *ipamv1.PreviewPoolRequest) (*ipamv1.PreviewPoolResponse, error) {
 	return nil, nil
