@@ -519,6 +519,25 @@ type scope struct {
 	user   authenticationv1.UserInfo
 	rule   Rule
 	all    bool // allowed cluster-wide
+	// in, when set (WithNamespaceAccess), answers AllowedIn in place of
+	// the Authorizer's own SubjectAccessReviews.
+	in func(ctx context.Context, namespace string) (bool, error)
+}
+
+// WithNamespaceAccess returns ctx carrying, for the call of a Namespaced
+// rule by a caller authorized elsewhere (the aggregated API, where ipam
+// reviews the person the kube-apiserver authenticated), what
+// AllowedEverywhere and AllowedIn answer: all when allowed cluster-wide,
+// else in, asked namespace by namespace.
+func WithNamespaceAccess(ctx context.Context, all bool, in func(ctx context.Context, namespace string) (bool, error)) context.Context {
+	return context.WithValue(ctx, scopeKey{}, scope{all: all, in: in})
+}
+
+// ContextAllowedIn is AllowedIn for a server without an Authorizer: a
+// call WithNamespaceAccess scoped is answered by its in, any other is
+// allowed.
+func ContextAllowedIn(ctx context.Context, namespace string) (bool, error) {
+	return (*Authorizer)(nil).AllowedIn(ctx, namespace)
 }
 
 // AllowedIn reports whether the caller of ctx, a call of a Namespaced
@@ -531,6 +550,12 @@ func (a *Authorizer) AllowedIn(ctx context.Context, namespace string) (bool, err
 		return true, nil
 	}
 	if namespace == "" {
+		return false, nil
+	}
+	if sc.in != nil {
+		return sc.in(ctx, namespace)
+	}
+	if a == nil {
 		return false, nil
 	}
 	e, err := a.accessIn(ctx, sc.digest, sc.user, sc.rule, namespace)

@@ -327,3 +327,29 @@ func TestRevokedTokenRefusalIsCached(t *testing.T) {
 		t.Fatalf("%d TokenReviews, want 2 (one accepted, one refused and cached)", n)
 	}
 }
+
+func TestWithNamespaceAccess(t *testing.T) {
+	bg := context.Background()
+	if !AllowedEverywhere(bg) {
+		t.Error("a call with no scope: not allowed everywhere")
+	}
+	if ok, err := ContextAllowedIn(bg, "shop"); !ok || err != nil {
+		t.Errorf("a call with no scope in shop: %v %v", ok, err)
+	}
+	shopOnly := WithNamespaceAccess(bg, false, func(_ context.Context, ns string) (bool, error) { return ns == "shop", nil })
+	if AllowedEverywhere(shopOnly) {
+		t.Error("scoped to shop: allowed everywhere")
+	}
+	for ns, want := range map[string]bool{"shop": true, "bank": false, "": false} {
+		for name, in := range map[string]func(context.Context, string) (bool, error){
+			"ContextAllowedIn": ContextAllowedIn, "Authorizer.AllowedIn": (&Authorizer{}).AllowedIn,
+		} {
+			if ok, err := in(shopOnly, ns); ok != want || err != nil {
+				t.Errorf("%s(shop only, %q) = %v, %v; want %v", name, ns, ok, err, want)
+			}
+		}
+	}
+	if !AllowedEverywhere(WithNamespaceAccess(bg, true, nil)) {
+		t.Error("allowed cluster-wide: not allowed everywhere")
+	}
+}

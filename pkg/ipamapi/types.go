@@ -212,7 +212,8 @@ func (l *ExplanationList) DeepCopyObject() runtime.Object {
 // the generic API server needs of meta/v1.
 func NewScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
-	types := []runtime.Object{&Allocation{}, &AllocationList{}, &Pool{}, &PoolList{}, &Explanation{}, &ExplanationList{}, &Reservation{}, &ReservationList{}}
+	types := []runtime.Object{&Allocation{}, &AllocationList{}, &Pool{}, &PoolList{}, &Explanation{}, &ExplanationList{}, &Reservation{}, &ReservationList{},
+		&PoolPreview{}, &HistoryQuery{}, &LocalHistoryQuery{}}
 	s.AddKnownTypes(SchemeGroupVersion, types...)
 	s.AddKnownTypes(schema.GroupVersion{Group: Group, Version: runtime.APIVersionInternal}, types...)
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)

@@ -109,7 +109,7 @@ func (o *Options) Call(ctx context.Context, target connect.Target, method string
 		aggregated bool
 	)
 	if connect.UseAggregated(o.Connect, method) {
-		c, ok, err := connect.DialAggregated(o.Kube)
+		c, ok, err := connect.DialAggregated(o.Kube, method)
 		switch {
 		case err != nil:
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -29,10 +30,17 @@ const (
 	APIGRPC       = "grpc"
 )
 
-// AggregatedMethods are the IPAMService methods the aggregated API
-// (api.ipledger.io, components/aggregated-api) answers; the others
-// (PreviewPool, AddressHistory, GetAllocation) go over gRPC.
-var AggregatedMethods = []string{"ListAllocations", "ListPools", "ExplainService", "ReserveAddress", "ReleaseReservation"}
+// aggregatedResources are the IPAMService methods the aggregated API
+// (api.ipledger.io, components/aggregated-api) answers, and the resource
+// each needs; the other (GetAllocation) goes over gRPC.
+var aggregatedResources = map[string]string{
+	"ListAllocations": "allocations", "ListPools": "pools", "ExplainService": "explanations",
+	"ReserveAddress": "reservations", "ReleaseReservation": "reservations",
+	"PreviewPool": "poolpreviews", "AddressHistory": "historyqueries",
+}
+
+// AggregatedMethods are the methods of aggregatedResources, sorted.
+var AggregatedMethods = slices.Sorted(maps.Keys(aggregatedResources))
 
 // UseAggregated says whether a call of method tries the aggregated API:
 // --api=aggregated, or auto without the flags that choose gRPC (an
@@ -53,8 +61,9 @@ func UseAggregated(f Flags, method string) bool {
 // DialAggregated returns a Conn whose IPAM calls go to the aggregated API
 // with the kubeconfig's own credentials, the person's; ok is false when
 // the cluster does not serve api.ipledger.io/v1alpha1 (no APIService, or
-// ipam not Ready), for the caller to use gRPC instead.
-func DialAggregated(kube genericclioptions.RESTClientGetter) (*Conn, bool, error) {
+// ipam not Ready) or, an older ipam, not the resource method needs, for
+// the caller to use gRPC instead.
+func DialAggregated(kube genericclioptions.RESTClientGetter, method string) (*Conn, bool, error) {
 	cfg, err := kube.ToRESTConfig()
 	if err != nil {
 		return nil, false, fmt.Errorf("kubeconfig: %w", err)
@@ -63,7 +72,8 @@ func DialAggregated(kube genericclioptions.RESTClientGetter) (*Conn, bool, error
 	if err != nil {
 		return nil, false, fmt.Errorf("kubeconfig: %w", err)
 	}
-	if rl, err := dc.ServerResourcesForGroupVersion(ipamapi.SchemeGroupVersion.String()); err != nil || len(rl.APIResources) == 0 {
+	rl, err := dc.ServerResourcesForGroupVersion(ipamapi.SchemeGroupVersion.String())
+	if err != nil || !slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Name == aggregatedResources[method] }) {
 		return nil, false, nil
 	}
 	c := rest.CopyConfig(cfg)
@@ -147,6 +157,43 @@ func (a *aggregatedIPAM) ReleaseReservation(ctx context.Context, req *ipamv1.Rel
 		return nil, grpcError(err)
 	}
 	return &ipamv1.ReleaseReservationResponse{Reservation: out.Proto()}, nil
+}
+
+func (a *aggregatedIPAM) PreviewPool(ctx context.Context, req *ipamv1.PreviewPoolRequest, _ ...grpc.CallOption) (*ipamv1.PreviewPoolResponse, error) {
+	p := &ipamapi.PoolPreview{Spec: ipamapi.PoolPreviewSpec{Manifest: string(req.GetManifest()), Delete: req.GetDelete()}}
+	var out ipamapi.PoolPreview
+	if err := a.rc.Post().Resource("poolpreviews").Body(p).Do(ctx).Into(&out); err != nil {
+		return nil, grpcError(err)
+	}
+	if out.Status == nil {
+		return nil, status.Error(codes.Internal, "poolpreviews.api.ipledger.io answered without a status")
+	}
+	return out.Status, nil
+}
+
+// AddressHistory asks historyqueries (every namespace the person may get
+// history in) or, for one Service, localhistoryqueries in its namespace
+// (enough for a person whose grant is a RoleBinding there).
+func (a *aggregatedIPAM) AddressHistory(ctx context.Context, req *ipamv1.AddressHistoryRequest, _ ...grpc.CallOption) (*ipamv1.AddressHistoryResponse, error) {
+	spec := ipamapi.HistoryQuerySpecFrom(req)
+	var resp *ipamv1.AddressHistoryResponse
+	if ns := req.GetService().GetNamespace(); ns != "" {
+		var out ipamapi.LocalHistoryQuery
+		if err := a.rc.Post().Namespace(ns).Resource("localhistoryqueries").Body(&ipamapi.LocalHistoryQuery{Spec: spec}).Do(ctx).Into(&out); err != nil {
+			return nil, grpcError(err)
+		}
+		resp = out.Status
+	} else {
+		var out ipamapi.HistoryQuery
+		if err := a.rc.Post().Resource("historyqueries").Body(&ipamapi.HistoryQuery{Spec: spec}).Do(ctx).Into(&out); err != nil {
+			return nil, grpcError(err)
+		}
+		resp = out.Status
+	}
+	if resp == nil {
+		return nil, status.Error(codes.Internal, "historyqueries.api.ipledger.io answered without a status")
+	}
+	return resp, nil
 }
 
 // grpcError turns the API server's status into the gRPC status the

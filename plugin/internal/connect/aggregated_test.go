@@ -20,8 +20,9 @@ func TestUseAggregated(t *testing.T) {
 	}{
 		{"auto read", Flags{API: APIAuto}, "ListAllocations", true},
 		{"auto reserve", Flags{API: APIAuto}, "ReserveAddress", true},
-		{"auto history: not served", Flags{API: APIAuto}, "AddressHistory", false},
-		{"auto preview: not served", Flags{API: APIAuto}, "PreviewPool", false},
+		{"auto history", Flags{API: APIAuto}, "AddressHistory", true},
+		{"auto preview", Flags{API: APIAuto}, "PreviewPool", true},
+		{"auto GetAllocation: not served", Flags{API: APIAuto}, "GetAllocation", false},
 		{"auto with an address", Flags{API: APIAuto, Address: "127.0.0.1:9443"}, "ListPools", false},
 		{"auto with a token", Flags{API: APIAuto, TokenFile: "t"}, "ListPools", false},
 		{"auto with a ServiceAccount", Flags{API: APIAuto, ServiceAccount: "alice"}, "ListPools", false},

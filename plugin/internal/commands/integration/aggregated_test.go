@@ -121,6 +121,23 @@ func TestPluginThroughTheAggregatedAPI(t *testing.T) {
 	})
 	wantAll(t, "pools", s.ok(t, as("pools")...), pool, "4/8")
 	wantAll(t, "why", s.ok(t, as("why", "svc/web", "-n", s.ns)...), "10.91.0.")
+	// preview and history: ipam's own PreviewPool and AddressHistory, as
+	// the person.
+	manifest := filepath.Join(t.TempDir(), "pool.yaml")
+	if err := os.WriteFile(manifest, []byte("apiVersion: ipledger.io/v1alpha1\nkind: IPPool\nmetadata: {name: plugin-grow}\nspec: {addresses: [10.92.0.0/29]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wantAll(t, "preview", s.ok(t, as("preview", "-f", manifest)...), "plugin-grow (Create)")
+	testenv.Eventually(t, wait, func() error { // the leader writes the history; this standby reads it
+		out, errOut, err := s.run(t, as("history", s.ns+"/web")...)
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, errOut)
+		}
+		if !strings.Contains(out, "granted") || !strings.Contains(out, s.ns+"/web") {
+			return fmt.Errorf("history %s/web has no grant:\n%s", s.ns, out)
+		}
+		return nil
+	})
 	// Not the leader: refused after client-go's retries, naming the leader.
 	_, errOut, err := s.run(t, "reserve", "10.91.0.6", "--note", "lab", "--kubeconfig", heidi, "--api", "aggregated")
 	if err == nil || !strings.Contains(err.Error()+errOut, `not the leader; send reservations to the leader, "ipam-a"`) {

@@ -33,6 +33,11 @@ func TestGrantFor(t *testing.T) {
 		{"delete", "reservations", "", "delete reservations.ipledger.io"},
 		{"patch", "reservations", "", "create reservations.ipledger.io"},
 		{"list", "reservations", "", ""},
+		{"create", "poolpreviews", "", "get allocations.ipledger.io"},
+		{"get", "poolpreviews", "", ""},
+		{"create", "historyqueries", "", "get history.ipledger.io"},
+		{"create", "localhistoryqueries", "", "get history.ipledger.io"},
+		{"list", "historyqueries", "", ""},
 		{"get", "secrets", "", ""},
 	} {
 		g, ok := GrantFor(tc.verb, tc.resource, tc.sub)

@@ -19,6 +19,10 @@ type Grant struct {
 	Verb, Resource string
 	// Role is the ClusterRole that grants it, named in the refusal.
 	Role string
+	// Scoped: not checked before the request is served: the resource
+	// answers with what the caller may see namespace by namespace, as the
+	// gRPC API's Namespaced rules do (historyqueries: AddressHistory).
+	Scoped bool
 }
 
 func (g Grant) String() string { return fmt.Sprintf("%s %s.%s", g.Verb, g.Resource, authz.Group) }
@@ -48,6 +52,12 @@ func GrantFor(verb, resource, subresource string) (Grant, bool) {
 		return Grant{Verb: "get", Resource: "allocations", Role: "ipledger:viewer"}, true
 	case resource == "reservations" && (verb == "create" || verb == "delete"):
 		return Grant{Verb: verb, Resource: "reservations", Role: "ipledger:operator"}, true
+	case resource == "poolpreviews" && verb == "create":
+		// PreviewPool: nothing is written, the viewer's get suffices.
+		return Grant{Verb: "get", Resource: "allocations", Role: "ipledger:viewer"}, true
+	case (resource == "historyqueries" || resource == "localhistoryqueries") && verb == "create":
+		// AddressHistory: get history, cluster-wide or per namespace.
+		return Grant{Verb: "get", Resource: "history", Role: "ipledger:viewer", Scoped: true}, true
 	case resource == "reservations" && (verb == "patch" || verb == "update"):
 		// kubectl apply of an unchanged reservation; any change is refused.
 		return Grant{Verb: "create", Resource: "reservations", Role: "ipledger:operator"}, true
@@ -67,6 +77,9 @@ func (t translating) Authorize(ctx context.Context, a authorizer.Attributes) (au
 	g, ok := GrantFor(a.GetVerb(), a.GetResource(), a.GetSubresource())
 	if !ok {
 		return authorizer.DecisionDeny, fmt.Sprintf("ipam does not serve %s on %s", a.GetVerb(), resourceName(a)), nil
+	}
+	if g.Scoped {
+		return authorizer.DecisionAllow, "answered with what the caller may see, namespace by namespace", nil
 	}
 	decision, reason, err := t.next.Authorize(ctx, authorizer.AttributesRecord{
 		User: a.GetUser(), Verb: g.Verb, APIGroup: authz.Group, APIVersion: "*", Resource: g.Resource,

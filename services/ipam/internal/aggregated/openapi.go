@@ -22,6 +22,7 @@ func definitions(ref openapicommon.ReferenceCallback) map[string]openapicommon.O
 	for _, obj := range []any{
 		ipamapi.Allocation{}, ipamapi.AllocationList{}, ipamapi.Pool{}, ipamapi.PoolList{},
 		ipamapi.Explanation{}, ipamapi.ExplanationList{}, ipamapi.Reservation{}, ipamapi.ReservationList{},
+		ipamapi.PoolPreview{}, ipamapi.HistoryQuery{}, ipamapi.LocalHistoryQuery{},
 	} {
 		t := reflect.TypeOf(obj)
 		deps := map[string]bool{}

@@ -30,6 +30,7 @@ type Writes interface {
 type IPAM interface {
 	Reads
 	Writes
+	Queries
 }
 
 // notLeaderRetryAfter is the Retry-After of a reservation sent to a

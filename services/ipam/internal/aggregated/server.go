@@ -117,7 +117,8 @@ func build(cfg Config, ipam IPAM, ln net.Listener) (*Server, error) {
 	if err := authzOpts.ApplyTo(&config.Authorization); err != nil {
 		return nil, fmt.Errorf("aggregated: delegated authorization: %w", err)
 	}
-	config.Authorization.Authorizer = authorizer.AuthorizerFunc(translating{next: config.Authorization.Authorizer}.Authorize)
+	delegated := config.Authorization.Authorizer
+	config.Authorization.Authorizer = authorizer.AuthorizerFunc(translating{next: delegated}.Authorize)
 
 	// The generic API server builds its field managers from OpenAPI
 	// models, and kubectl validates what it creates against them (v2 for
@@ -142,6 +143,11 @@ func build(cfg Config, ipam IPAM, ln net.Listener) (*Server, error) {
 		"pools":        &pools{reads: ipam},
 		"explanations": &explanations{reads: ipam},
 		"reservations": &reservations{ipam: ipam},
+		"poolpreviews": &poolPreviews{ipam: ipam},
+		// The namespace rule of AddressHistory is answered with the
+		// delegated authorizer, for the user of the request.
+		"historyqueries":      &historyQueries{ipam: ipam, authz: delegated},
+		"localhistoryqueries": &historyQueries{ipam: ipam, authz: delegated, local: true},
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("aggregated: install %s: %w", ipamapi.Group, err)

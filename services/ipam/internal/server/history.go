@@ -34,12 +34,18 @@ func (s *Server) AddressHistory(ctx context.Context, req *ipamv1.AddressHistoryR
 		return nil, err
 	}
 	var visErr error
-	if s.cfg.Access != nil && !authz.AllowedEverywhere(ctx) {
+	if !authz.AllowedEverywhere(ctx) {
+		// A gRPC caller's scope is the Authorizer's (cfg.Access); an
+		// aggregated API caller's was set by authz.WithNamespaceAccess.
+		allowedIn := authz.ContextAllowedIn
+		if s.cfg.Access != nil {
+			allowedIn = s.cfg.Access.AllowedIn
+		}
 		allowed := map[string]bool{}
 		f.Visible = func(ns string) bool {
 			ok, seen := allowed[ns]
 			if !seen && visErr == nil {
-				ok, visErr = s.cfg.Access.AllowedIn(ctx, ns)
+				ok, visErr = allowedIn(ctx, ns)
 				allowed[ns] = ok
 			}
 			return ok

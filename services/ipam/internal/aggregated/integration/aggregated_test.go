@@ -121,6 +121,48 @@ func (f *fakeIPAM) ReleaseReservation(ctx context.Context, req *ipamv1.ReleaseRe
 	return &ipamv1.ReleaseReservationResponse{Reservation: r}, nil
 }
 
+func (*fakeIPAM) PreviewPool(_ context.Context, req *ipamv1.PreviewPoolRequest) (*ipamv1.PreviewPoolResponse, error) {
+	if !strings.Contains(string(req.GetManifest()), "kind: IPPool") {
+		return nil, status.Error(codes.InvalidArgument, "manifest: kind: want IPPool")
+	}
+	return &ipamv1.PreviewPoolResponse{Pool: "green", Change: "Create",
+		Allocated: []*ipamv1.ServicePreview{{Service: &ipamv1.ServiceRef{Namespace: "shop", Name: "pending"}, IpsAfter: []string{"198.51.100.1"}, ReasonAfter: "Allocated", PoolAfter: "green"}},
+		Summary:   []string{"1 pending Service would get addresses"}}, nil
+}
+
+// AddressHistory answers as ipam's server does for a caller's scope
+// (authz.AllowedEverywhere, authz.ContextAllowedIn: what the aggregated
+// API set for the person): entries of shop, of bank, and of a reservation
+// for no Service, only those of the namespaces the caller may read.
+func (*fakeIPAM) AddressHistory(ctx context.Context, req *ipamv1.AddressHistoryRequest) (*ipamv1.AddressHistoryResponse, error) {
+	all := []*ipamv1.HistoryEntry{
+		{At: "2026-12-01T10:00:00Z", Ip: "192.0.2.10", Pool: "blue", Service: &ipamv1.ServiceRef{Namespace: "shop", Name: "web"}, Action: "granted", By: "ipam"},
+		{At: "2026-12-01T11:00:00Z", Ip: "192.0.2.11", Pool: "blue", Service: &ipamv1.ServiceRef{Namespace: "bank", Name: "api"}, Action: "granted", By: "ipam"},
+		{At: "2026-12-01T12:00:00Z", Ip: "192.0.2.12", Pool: "blue", Action: "reserved", By: "dave", Note: "router"},
+	}
+	resp := &ipamv1.AddressHistoryResponse{}
+	for _, e := range all {
+		ns := e.GetService().GetNamespace()
+		if svc := req.GetService(); svc != nil && (svc.GetNamespace() != ns || svc.GetName() != e.GetService().GetName()) {
+			continue
+		}
+		if req.GetIp() != "" && req.GetIp() != e.GetIp() {
+			continue
+		}
+		if !authz.AllowedEverywhere(ctx) {
+			ok, err := authz.ContextAllowedIn(ctx, ns)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue
+			}
+		}
+		resp.Entries = append(resp.Entries, e)
+	}
+	return resp, nil
+}
+
 func (f *fakeIPAM) record() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

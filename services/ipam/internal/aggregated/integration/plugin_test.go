@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,11 @@ import (
 	"sync"
 	"testing"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipledger/ipledger/pkg/authz"
+	"github.com/ipledger/ipledger/pkg/ipamapi"
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
@@ -92,5 +98,95 @@ func TestPluginAsThemselves(t *testing.T) {
 	// ipam's refusal reaches the person with its fix.
 	if out, err := run("why", "svc/gone", "-n", "shop"); err == nil || !strings.Contains(out, "Service shop/gone not found") {
 		t.Errorf("why a missing Service: %v\n%s", err, out)
+	}
+}
+
+// TestPluginPreviewsAndReadsHistoryAsThemselves: kubectl ipledger preview
+// and history with a person's own kubeconfig go through the aggregated
+// API: a viewer previews a pool and reads every namespace's history; a
+// person granted history only in shop (a RoleBinding) reads shop's
+// Service and is refused bank's, with the fix.
+func TestPluginPreviewsAndReadsHistoryAsThemselves(t *testing.T) {
+	env := testenv.Get(t)
+	serve(t, env)
+	ctx := context.Background()
+	bind(t, env, "hugo", "ipledger:viewer")
+	dir := t.TempDir()
+	hugo, err := env.CP.UserKubeconfig(dir, "hugo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ivy: asking localhistoryqueries and reading history in shop only.
+	for _, ns := range []string{"shop", "bank"} {
+		if _, err := env.Kubectl(ctx, "create", "namespace", ns); err != nil && !strings.Contains(err.Error(), "AlreadyExists") {
+			t.Fatal(err)
+		}
+		role := &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: "ivy-asks", Namespace: ns},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{ipamapi.Group}, Resources: []string{"localhistoryqueries"}, Verbs: []string{"create"}}},
+		}
+		if ns == "shop" {
+			role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{authz.Group}, Resources: []string{"history"}, Verbs: []string{"get"}})
+		}
+		rb := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "ivy-asks", Namespace: ns},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "ivy"}},
+		}
+		if _, err := env.Client.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.Client.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.Client.RbacV1().Roles(ns).Delete(ctx, role.Name, metav1.DeleteOptions{})
+			_ = env.Client.RbacV1().RoleBindings(ns).Delete(ctx, rb.Name, metav1.DeleteOptions{})
+		})
+	}
+	ivy, err := env.CP.UserKubeconfig(dir, "ivy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := filepath.Join(dir, "pool.yaml")
+	if err := os.WriteFile(pool, []byte("apiVersion: ipledger.io/v1alpha1\nkind: IPPool\nmetadata: {name: green}\nspec: {addresses: [198.51.100.0/24]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := plugin(t, env)
+	run := func(kubeconfig string, args ...string) (string, error) {
+		out, err := exec.Command(bin, append([]string{"--kubeconfig", kubeconfig, "--api", "aggregated"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	for _, tc := range []struct {
+		who, kubeconfig string
+		args            []string
+		want, not       []string
+	}{
+		{"hugo", hugo, []string{"preview", "-f", pool}, []string{"green (Create)", "1 pending Service would get addresses", "shop/pending"}, nil},
+		{"hugo", hugo, []string{"history"}, []string{"192.0.2.10", "shop/web", "192.0.2.11", "bank/api", "192.0.2.12", "(router)"}, nil},
+		{"hugo", hugo, []string{"history", "192.0.2.11", "-o", "json"}, []string{`"bank"`}, []string{"192.0.2.10"}},
+		{"ivy", ivy, []string{"history", "shop/web"}, []string{"192.0.2.10", "shop/web", "granted"}, []string{"bank"}},
+	} {
+		out, err := run(tc.kubeconfig, tc.args...)
+		if err != nil {
+			t.Errorf("%s: kubectl ipledger %s: %v\n%s", tc.who, strings.Join(tc.args, " "), err, out)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: kubectl ipledger %s: no %q in\n%s", tc.who, strings.Join(tc.args, " "), w, out)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(out, n) {
+				t.Errorf("%s: kubectl ipledger %s: %q in\n%s", tc.who, strings.Join(tc.args, " "), n, out)
+			}
+		}
+	}
+	// ivy may ask in bank (the kube-apiserver lets her) but not read it:
+	// ipam refuses, naming the grant.
+	out, err := run(ivy, "history", "bank/api")
+	if err == nil || !strings.Contains(out, "may not get history.ipledger.io in namespace bank") || strings.Contains(out, "192.0.2.11") {
+		t.Errorf("ivy: history bank/api: %v\n%s", err, out)
 	}
 }

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -152,6 +154,22 @@ func TestAddressHistory(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A person of the aggregated API, scoped by authz.WithNamespaceAccess
+	// (ipam's SubjectAccessReviews for the request's user), on a server
+	// without the gRPC Authorizer: the same rule.
+	person := func(allowed string) context.Context {
+		return authz.WithNamespaceAccess(context.Background(), false, func(_ context.Context, n string) (bool, error) { return n == allowed, nil })
+	}
+	if got, err := historyOf(t, person(other), srv, &ipamv1.AddressHistoryRequest{}); err != nil || len(got) != 0 {
+		t.Errorf("person of %s reads %q (%v), want nothing", other, got, err)
+	}
+	if _, err := historyOf(t, person(other), srv, &ipamv1.AddressHistoryRequest{Service: &ipamv1.ServiceRef{Namespace: ns, Name: "first"}}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("person of %s naming %s: %v, want PermissionDenied", other, ns, err)
+	}
+	if got, err := historyOf(t, person(ns), srv, &ipamv1.AddressHistoryRequest{}); err != nil || len(got) != 5 {
+		t.Errorf("person of %s reads %q (%v), want its 5 entries", ns, got, err)
+	}
 }
 
 // bindHistoryReader lets ServiceAccount (saNamespace, default ns)/name
