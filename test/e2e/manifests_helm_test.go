@@ -36,6 +36,7 @@ var chartPieces = []struct{ name, with, without string }{
 	{"workload-grants", "test/e2e/testdata/helm/workload-grants", "deploy/kustomize/base"},
 	{"workload-grants-report", "test/e2e/testdata/helm/workload-grants-report", "deploy/kustomize/base"},
 	{"kube-vip", "test/e2e/testdata/kube-vip", "deploy/kustomize/base"},
+	{"aggregated-api", "test/e2e/testdata/aggregated-api", "deploy/kustomize/base"},
 }
 
 // templated says whether the chart renders an object from a template (a
@@ -71,6 +72,7 @@ var chartCases = []struct{ name, kustomization, values string }{
 	{"workload grants reported", "test/e2e/testdata/helm/workload-grants-report", "endpoints: {workloadGrants: report}\n"},
 	{"workload grants enforced", "test/e2e/testdata/helm/workload-grants", "endpoints: {workloadGrants: enforce}\n"},
 	{"kube-vip", "test/e2e/testdata/kube-vip", "ipam: {kubeVIP: true}\n"},
+	{"aggregated API", "test/e2e/testdata/aggregated-api", "aggregatedAPI: true\n"},
 	{"another lb-class, required", "test/e2e/testdata/helm/lb-class", "ipam: {lbClass: example.com/lb, requireLBClass: true}\n"},
 	{"gateway namespaces and probe networks", "test/e2e/testdata/helm/networks",
 		"ipam: {gatewayServiceNamespaces: [envoy-gateway-system, gateways]}\n" +
