@@ -72,6 +72,14 @@ func (c *Cluster) TagImage(ctx context.Context, src, dst string) error {
 	return err
 }
 
+// Ctr runs ctr against the node's containerd (its own socket) with args, as
+// an operator runs `ctr -n k8s.io …` on a node: test/cluster's
+// TestReleaseDirectory imports a release's archives with docs/install.md's
+// command word for word.
+func (c *Cluster) Ctr(ctx context.Context, args ...string) ([]byte, error) {
+	return c.ctr(ctx, args...)
+}
+
 func (c *Cluster) ctr(ctx context.Context, args ...string) ([]byte, error) {
 	out, err := exec.CommandContext(ctx, "ctr", append([]string{"--address", c.l.containerdSocket()}, args...)...).CombinedOutput()
 	if err != nil {
