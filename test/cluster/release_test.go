@@ -27,6 +27,7 @@ package cluster_test
 // Service keeps its status. TestReleaseDirectory reports what was found.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io/fs"
@@ -183,8 +184,8 @@ func (e *env) throughReleaseDirectory(ctx context.Context, dir string, nodeStart
 		e.installRelease(s, filepath.Join(dir, "install", "base.yaml"))
 		note("install/base.yaml rolled out %s after the apply", time.Since(applied).Round(100*time.Millisecond))
 		ns := e.releaseNamespace(ctx, s, "release-fresh")
-		pool := e.pool(s, ns)
-		e.createLoadBalancer(ctx, s, ns, "web")
+		pool := e.firstPool(s)
+		e.kubectl(s, "-n", ns, "create", "service", "loadbalancer", "web", "--tcp=80:80")
 		ip = e.ips(s, ns, []string{"web"}, 3*time.Minute)["web"]
 		note("fresh install: web got %s from pool %s, %s after the apply, %s after the node's start began",
 			ip, pool, time.Since(applied).Round(100*time.Millisecond), time.Since(nodeStart).Round(time.Second))
@@ -218,8 +219,8 @@ func (e *env) throughReleaseDirectory(ctx context.Context, dir string, nodeStart
 		e.installRelease(s, filepath.Join(previous, "install", "e2e.yaml"))
 		note("%s installed in %s", filepath.Base(previous), time.Since(start).Round(100*time.Millisecond))
 		ns := e.releaseNamespace(ctx, s, "release-upgrade")
-		pool := e.pool(s, ns)
-		e.createLoadBalancer(ctx, s, ns, "web")
+		pool := e.firstPool(s)
+		e.kubectl(s, "-n", ns, "create", "service", "loadbalancer", "web", "--tcp=80:80")
 		ip := e.ips(s, ns, []string{"web"}, 3*time.Minute)["web"]
 		e.importRelease(ctx, s, dir, true)
 		kept := e.watchAddresses(ns, map[string]string{"web": ip})
@@ -317,11 +318,20 @@ func (e *env) deleteNamespace(ctx context.Context, s *stage, ns string) {
 	})
 }
 
-// createLoadBalancer creates the LoadBalancer Service ns/name.
-func (e *env) createLoadBalancer(ctx context.Context, s *stage, ns, name string) {
-	if _, err := e.client.CoreV1().Services(ns).Create(ctx, loadBalancer(ns, name), metav1.CreateOptions{}); err != nil {
-		s.Fatalf("create Service %s/%s: %v", ns, name, err)
+// firstPool is docs/install.md's first IPPool, applied as it says; it
+// returns its name.
+func (e *env) firstPool(s *stage) string {
+	const name = "first"
+	pool := bytes.NewBufferString(`apiVersion: ipledger.io/v1alpha1
+kind: IPPool
+metadata: {name: ` + name + `}
+spec:
+  addresses: ["192.0.2.0/28"]
+`)
+	if out, err := e.node.Kubectl(context.Background(), pool, "apply", "-f", "-"); err != nil {
+		s.Fatalf("%v\n%s", err, out)
 	}
+	return name
 }
 
 // releaseWhy runs `kubectl ipledger why svc/<name>` with the plugin of the
