@@ -481,3 +481,26 @@ func dirSize(dir string) (int64, error) {
 	})
 	return size, err
 }
+
+func TestIPledgerOwned(t *testing.T) {
+	for _, tc := range []struct {
+		name, group, namespace, object string
+		labels                         map[string]string
+		want                           bool
+	}{
+		{"its namespace", "", "", systemNS, nil, true},
+		{"anything in its namespace", "", systemNS, "kube-root-ca.crt", nil, true},
+		{"its ClusterRole", "rbac.authorization.k8s.io", "", "ipledger:viewer", nil, true},
+		{"its admission policy", "admissionregistration.k8s.io", "", "ipledger-own-leases", nil, true},
+		{"its CRD", "apiextensions.k8s.io", "", "ippools.ipledger.io", nil, true},
+		{"an object of its API group", "ipledger.io", "", "first", nil, true},
+		{"labelled by it", "", "default", "x", map[string]string{"ipledger.io/ledger": "true"}, true},
+		{"part of it", "", "default", "x", map[string]string{"app.kubernetes.io/part-of": "ipledger"}, true},
+		{"a user's Service", "", "release-fresh", "web", map[string]string{"app": "web"}, false},
+		{"Kubernetes' own role", "rbac.authorization.k8s.io", "", "view", nil, false},
+	} {
+		if got := ipledgerOwned(tc.group, tc.namespace, tc.object, tc.labels); got != tc.want {
+			t.Errorf("%s: ipledgerOwned(%q, %q, %q, %v) = %v, want %v", tc.name, tc.group, tc.namespace, tc.object, tc.labels, got, tc.want)
+		}
+	}
+}
