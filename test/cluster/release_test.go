@@ -349,9 +349,11 @@ func (e *env) releaseWhy(ctx context.Context, s *stage, dir, ns, name, ip, pool 
 	s.Cleanup(func() {
 		e.kubectl(s, "delete", "--ignore-not-found", "clusterrolebinding", releaseOperatorBinding)
 	})
-	cmd := exec.CommandContext(ctx, filepath.Join(e.node.ToolsBin, "kubectl"), "--kubeconfig", e.node.KubeconfigPath,
+	// kubectl takes no flag before a plugin's name: the kubeconfig by
+	// KUBECONFIG, which the plugin reads as kubectl does.
+	cmd := exec.CommandContext(ctx, filepath.Join(e.node.ToolsBin, "kubectl"),
 		"ipledger", "why", "svc/"+name, "-n", ns, "--service-account", releaseOperator, "--timeout", "60s")
-	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+e.node.KubeconfigPath)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		s.Fatalf("kubectl ipledger why svc/%s -n %s (the release's plugin): %v\n%s", name, ns, err, out)
