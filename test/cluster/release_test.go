@@ -44,7 +44,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
+	"github.com/ipledger/ipledger/pkg/cluster"
 	"github.com/ipledger/ipledger/pkg/containerimage"
 	"github.com/ipledger/ipledger/pkg/controlplane"
 	"github.com/ipledger/ipledger/pkg/testenv"
@@ -397,7 +400,7 @@ func (e *env) uninstallRelease(ctx context.Context, s *stage, dir, file, ns, poo
 			return err
 		}
 		if len(left) > 0 {
-			return fmt.Errorf("%d ipledger objects left, e.g. %s", len(left), left[0])
+			return fmt.Errorf("%d ipledger objects left: %s", len(left), strings.Join(left, ", "))
 		}
 		return nil
 	})
@@ -425,6 +428,14 @@ func (e *env) ipledgerObjects(ctx context.Context) ([]string, error) {
 	if err != nil && len(lists) == 0 {
 		return nil, err
 	}
+	// Deprecated kinds (v1 Endpoints, ComponentStatus) are listed too,
+	// without their warnings.
+	cfg := rest.CopyConfig(e.node.RESTConfig())
+	cfg.WarningHandler = rest.NoWarnings{}
+	client, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
 	var left []string
 	for _, list := range lists {
 		gv, err := schema.ParseGroupVersion(list.GroupVersion)
@@ -435,7 +446,7 @@ func (e *env) ipledgerObjects(ctx context.Context) ([]string, error) {
 			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || r.Name == "events" {
 				continue
 			}
-			objs, err := e.dynamic.Resource(gv.WithResource(r.Name)).List(ctx, metav1.ListOptions{})
+			objs, err := client.Resource(gv.WithResource(r.Name)).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
 					continue
@@ -453,14 +464,18 @@ func (e *env) ipledgerObjects(ctx context.Context) ([]string, error) {
 	return left, nil
 }
 
-// ipledgerOwned decides whether an object is ipledger's.
+// ipledgerOwned decides whether an object is ipledger's. The test node's
+// name (cluster.NodeName, ipledger-node) is not ipledger's: its Node,
+// CSINode, Lease, static Pods and hostname label are the node's.
 func ipledgerOwned(group, namespace, name string, labels map[string]string) bool {
+	notNode := func(s string) string { return strings.ReplaceAll(s, cluster.NodeName, "") }
+	name = notNode(name)
 	if namespace == systemNS || name == systemNS || strings.HasSuffix(group, "ipledger.io") ||
 		strings.HasPrefix(name, "ipledger") || strings.HasSuffix(name, ".ipledger.io") {
 		return true
 	}
 	for k, v := range labels {
-		if strings.Contains(k, "ipledger") || strings.Contains(v, "ipledger") {
+		if strings.Contains(k, "ipledger") || strings.Contains(notNode(v), "ipledger") {
 			return true
 		}
 	}
@@ -500,6 +515,8 @@ func TestIPledgerOwned(t *testing.T) {
 		{"part of it", "", "default", "x", map[string]string{"app.kubernetes.io/part-of": "ipledger"}, true},
 		{"a user's Service", "", "release-fresh", "web", map[string]string{"app": "web"}, false},
 		{"Kubernetes' own role", "rbac.authorization.k8s.io", "", "view", nil, false},
+		{"the test node", "", "", cluster.NodeName, map[string]string{"kubernetes.io/hostname": cluster.NodeName}, false},
+		{"the test node's static Pod", "", "kube-system", "kube-proxy-" + cluster.NodeName, nil, false},
 	} {
 		if got := ipledgerOwned(tc.group, tc.namespace, tc.object, tc.labels); got != tc.want {
 			t.Errorf("%s: ipledgerOwned(%q, %q, %q, %v) = %v, want %v", tc.name, tc.group, tc.namespace, tc.object, tc.labels, got, tc.want)
