@@ -43,7 +43,7 @@ vulncheck: ## govulncheck over the shipped binaries, offline (a database built f
 test: tools proto-check vet vulncheck ## Everything CI runs: proto checks, vet, govulncheck, unit, integration (real API server), manifests, e2e.
 	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_HELM_DIR=$(HELM_DIR) go test $(GO_TEST_FLAGS) $(PACKAGES)
 
-test-cluster: tools images ## ipledger as pods on a real single-node cluster (root; pkg/cluster): up, the previous release (hack/previous-release; images built once per commit) rolled to overlays/e2e, down to it and back, scenarios, down.
+test-cluster: tools images ## ipledger as pods on a real single-node cluster (root; pkg/cluster): the release directory built for the host (.dev/test-cluster-release), up, installed from it alone, upgraded from 0.2.0 and uninstalled, the previous release (hack/previous-release; images built once per commit) rolled to overlays/e2e, down to it and back, scenarios, down.
 	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) IPLEDGER_E2E_BIN=$(E2E_BIN) go test $(GO_TEST_FLAGS) -v ./test/cluster/...
 
 # The tests of test-cluster-full: those that need a second node, and the node's own checks.

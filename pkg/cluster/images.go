@@ -99,6 +99,23 @@ func (c *Cluster) eachNode(f func(node) error) error {
 	return errors.Join(errs...)
 }
 
+// Ctr runs ctr with args against every node's containerd (each its own
+// socket), as an operator runs `ctr -n k8s.io …` on each node:
+// test/cluster's TestReleaseDirectory imports a release's archives with
+// docs/install.md's command word for word. The output is every node's.
+func (c *Cluster) Ctr(ctx context.Context, args ...string) ([]byte, error) {
+	var mu sync.Mutex
+	var all []byte
+	err := c.eachNode(func(n node) error {
+		out, err := ctr(ctx, n, args...)
+		mu.Lock()
+		all = append(all, out...)
+		mu.Unlock()
+		return err
+	})
+	return all, err
+}
+
 // ctr runs ctr against node n's containerd.
 func ctr(ctx context.Context, n node, args ...string) ([]byte, error) {
 	out, err := exec.CommandContext(ctx, "ctr", append([]string{"--address", n.l.containerdSocket()}, args...)...).CombinedOutput()

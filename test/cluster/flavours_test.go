@@ -145,7 +145,7 @@ const eipdRemoval = "leaves the old eipd running"
 // removeEIPD runs, word for word, docs/upgrading.md's kubectl commands that
 // remove what an install with eipd had and one without it does not (an
 // apply without prune leaves them), and checks that eipd is gone.
-func (e *env) removeEIPD(t *testing.T) {
+func (e *env) removeEIPD(t testing.TB) {
 	t.Helper()
 	root, err := controlplane.RepoRoot()
 	if err != nil {

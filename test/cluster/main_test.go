@@ -67,6 +67,15 @@ func run(m *testing.M) (code int) {
 	// Up, which takes the half-up node down and finds the machine as its
 	// snapshot says, or Down names the leftover as the node's.
 	removeTestLeftovers(logf)
+	// The release directory is built before the node starts: the way home
+	// from it (release_test.go) runs first on the fresh node.
+	var releaseDir string
+	if os.Getenv("IPLEDGER_CLUSTER_RELEASE") == "skip" {
+		released.skipped = "IPLEDGER_CLUSTER_RELEASE=skip"
+	} else if releaseDir, err = releaseDirectory(ctx, logf); err != nil {
+		logf("test-cluster: %v", err)
+		return 1
+	}
 	start := time.Now()
 	var node *cluster.Cluster
 	if reuse {
@@ -88,7 +97,7 @@ func run(m *testing.M) (code int) {
 		return 1
 	}
 	logf("test-cluster: node up in %s", time.Since(start).Round(time.Millisecond))
-	shared, err = install(ctx, node, logf)
+	shared, err = install(ctx, node, releaseDir, start, logf)
 	if shared != nil && shared.moto != nil {
 		defer shared.moto.Stop()
 	}
@@ -113,10 +122,12 @@ func removeTestLeftovers(logf func(string, ...any)) {
 	logf("test-cluster: deleted the link %s a killed run left", upstreamLink)
 }
 
-// install imports the images of `make images`, starts moto on the node
-// address, gives eipd its endpoint through the Secret components/e2e reads,
+// install starts moto on the node address, takes ipledger home from
+// releaseDir and uninstalls it (release_test.go; none when empty), imports
+// the images of `make images`, gives eipd its endpoint through the Secret
+// components/e2e reads, goes through the previous release (upgrade_test.go),
 // applies overlays/e2e and waits for every Deployment to roll out.
-func install(ctx context.Context, node *cluster.Cluster, logf func(string, ...any)) (*env, error) {
+func install(ctx context.Context, node *cluster.Cluster, releaseDir string, nodeStart time.Time, logf func(string, ...any)) (*env, error) {
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return nil, err
@@ -124,9 +135,6 @@ func install(ctx context.Context, node *cluster.Cluster, logf func(string, ...an
 	images := os.Getenv("IPLEDGER_IMAGES")
 	if images == "" {
 		images = filepath.Join(root, ".dev", "images")
-	}
-	if err := node.ImportImages(ctx, images); err != nil {
-		return nil, err
 	}
 	e := &env{node: node}
 	if e.client, err = kubernetes.NewForConfig(node.RESTConfig()); err != nil {
@@ -136,6 +144,14 @@ func install(ctx context.Context, node *cluster.Cluster, logf func(string, ...an
 		return nil, err
 	}
 	if e.moto, err = ec2test.StartAt(node.NodeIP); err != nil {
+		return e, err
+	}
+	if releaseDir != "" {
+		if err := e.throughReleaseDirectory(ctx, releaseDir, nodeStart, logf); err != nil {
+			return e, err
+		}
+	}
+	if err := node.ImportImages(ctx, images); err != nil {
 		return e, err
 	}
 	overlay := filepath.Join(root, "deploy", "kustomize", "overlays", "e2e")

@@ -698,6 +698,7 @@ func (e *env) buildInfo(ctx context.Context, s *stage, version string) string {
 type stage struct {
 	testing.TB
 	name     string
+	label    string // the log lines' prefix; "upgrade" when empty
 	logf     func(string, ...any)
 	mu       sync.Mutex
 	findings []string
@@ -709,7 +710,11 @@ type stageFatal struct{}
 func (s *stage) Helper()      {}
 func (s *stage) Name() string { return s.name }
 func (s *stage) Logf(format string, args ...any) {
-	s.logf("test-cluster: upgrade: "+format, args...)
+	label := s.label
+	if label == "" {
+		label = "upgrade"
+	}
+	s.logf("test-cluster: "+label+": "+format, args...)
 }
 func (s *stage) Log(args ...any) { s.Logf("%s", fmt.Sprint(args...)) }
 func (s *stage) Errorf(format string, args ...any) {
