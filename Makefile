@@ -44,7 +44,7 @@ test: tools proto-check vet vulncheck ## Everything CI runs: proto checks, vet, 
 	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_HELM_DIR=$(HELM_DIR) go test $(GO_TEST_FLAGS) $(PACKAGES)
 
 test-cluster: tools images ## ipledger as pods on a real single-node cluster (root; pkg/cluster): the release directory built for the host (.dev/test-cluster-release), up, installed from it alone, upgraded from 0.2.0 and uninstalled, the previous release (hack/previous-release; images built once per commit) rolled to overlays/e2e, down to it and back, scenarios, down.
-	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) IPLEDGER_E2E_BIN=$(E2E_BIN) go test $(GO_TEST_FLAGS) -v -skip '$(CLUSTER_TWO_NODE_TESTS)' ./test/cluster/...
+	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) IPLEDGER_E2E_BIN=$(E2E_BIN) go test $(GO_TEST_FLAGS) -timeout 50m -v -skip '$(CLUSTER_TWO_NODE_TESTS)' ./test/cluster/...
 
 # Tests that need a second node: test-cluster (one node) leaves them out, test-cluster-full runs them.
 CLUSTER_TWO_NODE_TESTS ?= TestPodsAcrossNodes
