@@ -404,32 +404,37 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if err := launch(c.l, "kube-apiserver", filepath.Join(c.ToolsBin, "kube-apiserver"),
-		"--etcd-servers="+etcdClientURL,
-		"--bind-address="+c.NodeIP,
-		"--advertise-address="+c.NodeIP,
+	// People's client certificates (UserKubeconfig) and the aggregation
+	// layer, made as pkg/controlplane makes them, under the node's folder.
+	proxyArgs, _, err := controlplane.FrontProxy(c.Dir)
+	if err != nil {
+		return err
+	}
+	if err := launch(c.l, "kube-apiserver", filepath.Join(c.ToolsBin, "kube-apiserver"), append([]string{
+		"--etcd-servers=" + etcdClientURL,
+		"--bind-address=" + c.NodeIP,
+		"--advertise-address=" + c.NodeIP,
 		fmt.Sprintf("--secure-port=%d", APIServerPort),
-		"--tls-cert-file="+pki("apiserver.crt"),
-		"--tls-private-key-file="+pki("apiserver.key"),
-		"--client-ca-file="+c.l.caCert(),
-		"--kubelet-client-certificate="+pki("apiserver-kubelet-client.crt"),
-		"--kubelet-client-key="+pki("apiserver-kubelet-client.key"),
+		"--tls-cert-file=" + pki("apiserver.crt"),
+		"--tls-private-key-file=" + pki("apiserver.key"),
+		"--kubelet-client-certificate=" + pki("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + pki("apiserver-kubelet-client.key"),
 		// Logs, exec and port-forward reach the kubelet at the node address:
 		// the node's name resolves nowhere.
 		"--kubelet-preferred-address-types=InternalIP",
-		"--token-auth-file="+c.l.path("tokens.csv"),
+		"--token-auth-file=" + c.l.path("tokens.csv"),
 		"--authorization-mode=RBAC",
-		"--service-account-issuer=https://kubernetes.default.svc."+ClusterDomain,
-		"--service-account-key-file="+pki("sa.key"),
-		"--service-account-signing-key-file="+pki("sa.key"),
-		"--service-cluster-ip-range="+ServiceCIDR,
+		"--service-account-issuer=https://kubernetes.default.svc." + ClusterDomain,
+		"--service-account-key-file=" + pki("sa.key"),
+		"--service-account-signing-key-file=" + pki("sa.key"),
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		// Unlike pkg/controlplane, the endpoint reconciler (kubernetes.default
 		// points at this address) and ServiceAccount admission (pods get their
 		// tokens) stay on: pods are real here.
 		"--endpoint-reconciler-type=lease",
 		"--storage-media-type=application/vnd.kubernetes.protobuf",
 		"--v=0",
-	); err != nil {
+	}, proxyArgs...)...); err != nil {
 		return err
 	}
 	if err := controlplane.WaitFor(ctx, 90*time.Second, "kube-apiserver", func() error {
@@ -557,6 +562,19 @@ func (c *Cluster) RESTConfig() *rest.Config {
 		QPS:             1000,
 		Burst:           2000,
 	}
+}
+
+// UserKubeconfig writes a kubeconfig for user in groups into dir and
+// returns its path: a person with a client certificate the node's client
+// CA signs (controlplane.ClientAuthority), not a ServiceAccount, no token,
+// with no grant but those RBAC gives user or groups.
+func (c *Cluster) UserKubeconfig(dir, user string, groups ...string) (string, error) {
+	clients, err := controlplane.ClientAuthority(c.Dir)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubeconfig-"+user)
+	return path, clients.WriteKubeconfig(path, c.APIServerURL, c.CAFile, user, groups...)
 }
 
 // Kubectl runs the pinned kubectl as admin, with stdin when not nil, and

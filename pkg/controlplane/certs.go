@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// The certificate authorities of the loopback control plane besides the
-// serving certificate kube-apiserver makes itself (--cert-dir):
+// The certificate authorities of the loopback control plane (and of the
+// real node's API server, pkg/cluster) besides its serving certificate:
 //   - ClientCAName signs the client certificates people authenticate with
 //     (--client-ca-file), so a test can act as a user who is not a
 //     ServiceAccount and has no token (UserConfig);
@@ -33,8 +33,8 @@ const (
 	FrontProxyClientName = "front-proxy-client"
 )
 
-// authority is a CA certificate and its key, kept on disk in Dir/pki.
-type authority struct {
+// Authority is a CA certificate and its key, kept on disk in Dir/pki.
+type Authority struct {
 	cert *x509.Certificate
 	key  *ecdsa.PrivateKey
 	// certFile is the PEM file of cert (what kube-apiserver reads).
@@ -43,7 +43,7 @@ type authority struct {
 
 // loadOrCreateAuthority reads Dir/pki/name.{crt,key}, or makes them: a
 // restarted API server keeps trusting what the first one trusted.
-func loadOrCreateAuthority(dir, name string) (*authority, error) {
+func loadOrCreateAuthority(dir, name string) (*Authority, error) {
 	certFile, keyFile := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
 	if certPEM, err := os.ReadFile(certFile); err == nil {
 		keyPEM, err := os.ReadFile(keyFile)
@@ -81,7 +81,7 @@ func loadOrCreateAuthority(dir, name string) (*authority, error) {
 	return parseAuthority(certFile, certPEM, keyPEM)
 }
 
-func parseAuthority(certFile string, certPEM, keyPEM []byte) (*authority, error) {
+func parseAuthority(certFile string, certPEM, keyPEM []byte) (*Authority, error) {
 	cb, _ := pem.Decode(certPEM)
 	kb, _ := pem.Decode(keyPEM)
 	if cb == nil || kb == nil {
@@ -95,12 +95,12 @@ func parseAuthority(certFile string, certPEM, keyPEM []byte) (*authority, error)
 	if err != nil {
 		return nil, err
 	}
-	return &authority{cert: cert, key: key, certFile: certFile}, nil
+	return &Authority{cert: cert, key: key, certFile: certFile}, nil
 }
 
 // clientCert signs a client certificate for user (CommonName) in groups
 // (Organization) and returns its PEM certificate and key.
-func (a *authority) clientCert(user string, groups ...string) (certPEM, keyPEM []byte, err error) {
+func (a *Authority) clientCert(user string, groups ...string) (certPEM, keyPEM []byte, err error) {
 	if user == "" {
 		return nil, nil, errors.New("a client certificate needs a user name")
 	}
@@ -137,17 +137,29 @@ func serial() *big.Int {
 	return n
 }
 
-// frontProxy makes the CAs and the front-proxy client certificate and
-// returns the kube-apiserver flags that use them: client certificates of
-// people, and the aggregation layer's request-header authentication.
+// ClientAuthority is the client CA of the API server whose files are in
+// dir (FrontProxy made it there): it signs the certificates of people.
+func ClientAuthority(dir string) (*Authority, error) {
+	return loadOrCreateAuthority(filepath.Join(dir, "pki"), ClientCAName)
+}
+
+// FrontProxy makes, in dir/pki, the CAs and the front-proxy client
+// certificate (or reads them: a restarted API server trusts what the first
+// one did) and returns the kube-apiserver flags that use them: client
+// certificates of people (--client-ca-file, ClientAuthority), and the
+// aggregation layer's request-header authentication. Both the loopback
+// control plane and the real node of pkg/cluster run their API server
+// with them.
 //
-// No --enable-aggregator-routing: EndpointSlices may not name loopback
-// addresses, and this control plane runs no kube-proxy, so an aggregated
-// API server running on this machine is reached through a Service of type
-// ExternalName (e.g. localhost), which the aggregator resolves itself.
-func frontProxy(dir string) ([]string, *authority, error) {
+// Here, no --enable-aggregator-routing: EndpointSlices may not name
+// loopback addresses, and this control plane runs no kube-proxy, so an
+// aggregated API server running on this machine is reached through a
+// Service of type ExternalName (e.g. localhost), which the aggregator
+// resolves itself. The node runs kube-proxy: its aggregator reaches a
+// Service's ClusterIP.
+func FrontProxy(dir string) ([]string, *Authority, error) {
 	pki := filepath.Join(dir, "pki")
-	clients, err := loadOrCreateAuthority(pki, ClientCAName)
+	clients, err := ClientAuthority(dir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -198,18 +210,31 @@ func (cp *ControlPlane) UserConfig(user string, groups ...string) (*rest.Config,
 // UserKubeconfig writes a kubeconfig for UserConfig(user, groups...) in
 // dir and returns its path, for kubectl.
 func (cp *ControlPlane) UserKubeconfig(dir, user string, groups ...string) (string, error) {
-	certPEM, keyPEM, err := cp.clientCA.clientCert(user, groups...)
-	if err != nil {
-		return "", err
-	}
 	path := filepath.Join(dir, "kubeconfig-"+user)
-	return path, os.WriteFile(path, []byte(fmt.Sprintf(`apiVersion: v1
+	return path, cp.clientCA.WriteKubeconfig(path, cp.APIServerURL, "", user, groups...)
+}
+
+// WriteKubeconfig writes to path a kubeconfig for user in groups at the API
+// server server, authenticated by a client certificate a signs: a person
+// with an ordinary kubeconfig, not a ServiceAccount, and no token. It
+// trusts the server's certificate with caFile, or, when empty, does not
+// verify it.
+func (a *Authority) WriteKubeconfig(path, server, caFile, user string, groups ...string) error {
+	certPEM, keyPEM, err := a.clientCert(user, groups...)
+	if err != nil {
+		return err
+	}
+	trust := "insecure-skip-tls-verify: true"
+	if caFile != "" {
+		trust = "certificate-authority: " + caFile
+	}
+	return os.WriteFile(path, []byte(fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: ipledger-local
   cluster:
     server: %s
-    insecure-skip-tls-verify: true
+    %s
 users:
 - name: %s
   user:
@@ -221,5 +246,5 @@ contexts:
     cluster: ipledger-local
     user: %s
 current-context: ipledger-local
-`, cp.APIServerURL, user, b64(certPEM), b64(keyPEM), user)), 0o600)
+`, server, trust, user, b64(certPEM), b64(keyPEM), user)), 0o600)
 }

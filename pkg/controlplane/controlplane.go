@@ -59,7 +59,7 @@ type ControlPlane struct {
 	etcd, apiserver *exec.Cmd
 	opts            Options
 	apiserverArgs   []string
-	clientCA        *authority
+	clientCA        *Authority
 }
 
 // Start launches etcd and kube-apiserver and returns once /readyz answers.
@@ -190,7 +190,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
 		return err
 	}
 	cp.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", ports[0])
-	proxyArgs, clientCA, err := frontProxy(cp.Dir)
+	proxyArgs, clientCA, err := FrontProxy(cp.Dir)
 	if err != nil {
 		return err
 	}
