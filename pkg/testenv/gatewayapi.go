@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // GatewayAPIVersion is the sigs.k8s.io/gateway-api release whose CRDs the
@@ -39,6 +40,20 @@ var metalLB = thirdPartyCRDs{what: "MetalLB's CRDs", module: "go.universe.tf/met
 
 // Kubectl runs kubectl against one cluster and returns its output.
 type Kubectl func(ctx context.Context, args ...string) ([]byte, error)
+
+// WaitEstablished waits until the CRDs named (crd/<name>, or -f with
+// their files) are Established. kubectl wait fails at once, with
+// ".status.conditions accessor error", on a CRD just created whose status
+// has no conditions yet: it is asked again until timeout passes.
+func WaitEstablished(ctx context.Context, kubectl Kubectl, timeout time.Duration, names ...string) ([]byte, error) {
+	var out []byte
+	err := Poll(timeout, func() error {
+		var err error
+		out, err = kubectl(ctx, append([]string{"wait", "--for=condition=Established", "--timeout=10s"}, names...)...)
+		return err
+	})
+	return out, err
+}
 
 // InstallGatewayAPI applies the Gateway API CRDs to the test's API server
 // (InstallGatewayAPIWith).
@@ -85,7 +100,7 @@ func (c thirdPartyCRDs) install(t testing.TB, kubectl Kubectl) {
 		t.Fatalf("install %s: %v: %s", c.what, err, out)
 	}
 	t.Cleanup(func() { c.uninstall(t, kubectl) })
-	if out, err := kubectl(ctx, append([]string{"wait", "--for=condition=Established", "--timeout=60s"}, c.names...)...); err != nil {
+	if out, err := WaitEstablished(ctx, kubectl, time.Minute, c.names...); err != nil {
 		t.Fatalf("%s are not established: %v: %s", c.what, err, out)
 	}
 }

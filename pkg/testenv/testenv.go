@@ -133,8 +133,7 @@ func (e *Env) Install(ctx context.Context) error {
 	if _, err := e.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(e.Root, "deploy/kustomize/components/eip/rbac.yaml")); err != nil {
 		return err
 	}
-	if _, err := e.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/ippools.ipledger.io", "crd/externalworkloads.ipledger.io"); err != nil {
+	if _, err := WaitEstablished(ctx, e.Kubectl, time.Minute, "crd/ippools.ipledger.io", "crd/externalworkloads.ipledger.io"); err != nil {
 		return err
 	}
 	reversed := &unstructured.Unstructured{Object: map[string]any{

@@ -135,7 +135,7 @@ func TestManifestsApplyToTheAPIServerMonitoring(t *testing.T) {
 	if _, err := env.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-f", "testdata/monitoring-crds"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s",
+	if _, err := testenv.WaitEstablished(ctx, env.Kubectl, time.Minute,
 		"crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com"); err != nil {
 		t.Fatal(err)
 	}

@@ -342,7 +342,7 @@ func installMetalLB(b *testing.B, env *testenv.Env, dir string, pool netip.Prefi
 	if _, err := env.Kubectl(ctx, "apply", "--server-side", "-f", crds); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := env.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "-f", crds); err != nil {
+	if _, err := testenv.WaitEstablished(ctx, env.Kubectl, time.Minute, "-f", crds); err != nil {
 		b.Fatal(err)
 	}
 	ns := env.Namespace(b, map[string]string{"app": "metallb"})
