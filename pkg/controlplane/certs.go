@@ -224,27 +224,6 @@ func (a *Authority) WriteKubeconfig(path, server, caFile, user string, groups ..
 	if err != nil {
 		return err
 	}
-	trust := "insecure-skip-tls-verify: true"
-	if caFile != "" {
-		trust = "certificate-authority: " + caFile
-	}
-	return os.WriteFile(path, []byte(fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: ipledger-local
-  cluster:
-    server: %s
-    %s
-users:
-- name: %s
-  user:
-    client-certificate-data: %s
-    client-key-data: %s
-contexts:
-- name: ipledger-local
-  context:
-    cluster: ipledger-local
-    user: %s
-current-context: ipledger-local
-`, server, trust, user, b64(certPEM), b64(keyPEM), user)), 0o600)
+	kc := kubeconfig(server, caFile, user, "client-certificate-data: "+b64(certPEM)+"\n    client-key-data: "+b64(keyPEM))
+	return os.WriteFile(path, []byte(kc), 0o600)
 }

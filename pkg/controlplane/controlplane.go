@@ -299,24 +299,35 @@ func (cp *ControlPlane) writeKubeconfig() error {
 // Kubeconfig renders a kubeconfig for server authenticating with token. The
 // loopback server's certificate is self-signed, hence insecure-skip-tls-verify.
 func Kubeconfig(server, token string) string {
+	return kubeconfig(server, "", "user", "token: "+token)
+}
+
+// kubeconfig renders the one kubeconfig shape of the test API servers: one
+// cluster at server, trusted with caFile (or, when empty, not verified),
+// and user with credentials (the lines of its user: block).
+func kubeconfig(server, caFile, user, credentials string) string {
+	trust := "insecure-skip-tls-verify: true"
+	if caFile != "" {
+		trust = "certificate-authority: " + caFile
+	}
 	return fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: ipledger-local
   cluster:
     server: %s
-    insecure-skip-tls-verify: true
+    %s
 users:
-- name: user
+- name: %s
   user:
-    token: %s
+    %s
 contexts:
 - name: ipledger-local
   context:
     cluster: ipledger-local
-    user: user
+    user: %s
 current-context: ipledger-local
-`, server, token)
+`, server, trust, user, credentials, user)
 }
 
 func writeSigningKey(path string) error {
