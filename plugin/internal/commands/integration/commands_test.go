@@ -382,14 +382,34 @@ func TestCommandsAgainstIPAM(t *testing.T) {
 		write := func(args ...string) []string {
 			return append(args, "--ipam-address", s.leader, "--service-account", s.operator)
 		}
-		if out := s.ok(t, write("reserve", "10.91.0.7", "--note", "edge router")...); out != "reserved 10.91.0.7 (edge router)\n" {
+		// An address of the pool no Service holds: which ones the four
+		// Services got is the allocator's choice.
+		held := map[string]bool{}
+		for _, ns := range []string{s.ns, s.ns2} {
+			list, err := s.env.Client.CoreV1().Services(ns).List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, svc := range list.Items {
+				for _, in := range svc.Status.LoadBalancer.Ingress {
+					held[in.IP] = true
+				}
+			}
+		}
+		ip := ""
+		for i := 7; i >= 0 && ip == ""; i-- {
+			if a := fmt.Sprintf("10.91.0.%d", i); !held[a] {
+				ip = a
+			}
+		}
+		if out := s.ok(t, write("reserve", ip, "--note", "edge router")...); out != "reserved "+ip+" (edge router)\n" {
 			t.Errorf("reserve printed %q", out)
 		}
-		if out := s.ok(t, write("release", "10.91.0.7")...); out != "released 10.91.0.7 (edge router)\n" {
+		if out := s.ok(t, write("release", ip)...); out != "released "+ip+" (edge router)\n" {
 			t.Errorf("release printed %q", out)
 		}
-		wantAll(t, "release again", s.fails(t, write("release", "10.91.0.7")...), "10.91.0.7 is not reserved")
-		wantAll(t, "reserve without --note", s.fails(t, write("reserve", "10.91.0.7")...), `"note" not set`)
+		wantAll(t, "release again", s.fails(t, write("release", ip)...), ip+" is not reserved")
+		wantAll(t, "reserve without --note", s.fails(t, write("reserve", ip)...), `"note" not set`)
 	})
 
 	t.Run("a deleted Service's address is kept until released", func(t *testing.T) {
