@@ -149,6 +149,7 @@ func TestAnnounce(t *testing.T) {
 		t.Fatalf("before the speaker, the client's ARP found %s for %s (state %s, %v)", mac, solo, state, err)
 	}
 
+	started := time.Now()
 	e.startSpeaker(t, speakerDir, uplinks)
 	checkAll := func(when string, onMiss ...func()) {
 		t.Helper()
@@ -156,7 +157,7 @@ func TestAnnounce(t *testing.T) {
 			e.reachPod(t, client, lanMAC, netip.MustParseAddr(ips[tg.svc]), tg, when, onMiss...)
 		}
 	}
-	checkAll("with the speaker")
+	checkAll("with the speaker", e.speakerResync(t, ns, started))
 	// Local: kube-proxy leaves the source alone, and the pod sees the LAN
 	// client itself.
 	if body, _, err := reach(ctx, client, solo, 80, "clientip"); err != nil || !strings.HasPrefix(body, clientAddr.String()+":") {
@@ -289,7 +290,20 @@ func (e *env) startSpeaker(t *testing.T, dir string, uplinks []string) {
 	}
 	e.applyTemplate(t, filepath.Join(testdata, "config.yaml"), "POOL", announcePool.String(), "BRIDGE", lanBridge)
 	e.applyTemplate(t, filepath.Join(testdata, "speaker.yaml"), "IMAGE", speakerImage)
-	e.speakerReady(t, "")
+	e.logSpeakerOnFailure(t, e.speakerReady(t, ""))
+}
+
+// logSpeakerOnFailure prints speaker's last log lines when the test fails:
+// nothing else tells why it did not answer.
+func (e *env) logSpeakerOnFailure(t *testing.T, speaker corev1.Pod) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		tail := int64(80)
+		raw, err := e.client.CoreV1().Pods(speakerNS).GetLogs(speaker.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
+		t.Logf("speaker %s, its last log lines (%v):\n%s", speaker.Name, err, raw)
+	})
 }
 
 // applyTemplate applies a testdata manifest with its placeholders
@@ -345,16 +359,7 @@ func (e *env) restartSpeaker(t *testing.T) {
 	next := e.speakerReady(t, old.Name)
 	t.Logf("speaker %s replaced by %s", old.Name, next.Name)
 	e.noRBACDenials(t, next)
-	// What the new speaker said, when the test fails after it took over:
-	// nothing else tells why it did not answer.
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		tail := int64(80)
-		raw, err := pods.GetLogs(next.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
-		t.Logf("speaker %s, its last log lines (%v):\n%s", next.Name, err, raw)
-	})
+	e.logSpeakerOnFailure(t, next)
 }
 
 // announcePool creates ipledger's IPPool over announcePool for ns, and
@@ -505,17 +510,17 @@ func (e *env) reachPod(t *testing.T, c *cluster.LANClient, mac net.HardwareAddr,
 	t.Logf("%s: %s:%d (%s) answered by pod %s, ARP %s, after %s", when, ip, tg.port, tg.svc, tg.pod, mac, time.Since(start).Round(time.Millisecond))
 }
 
-// speakerResync returns what to do while a restarted speaker does not
-// answer, for a race in MetalLB v0.16.1's speaker, not in ipledger: its
-// announcer scans the node's interfaces in the background, every 10 s, and
-// a scan that meets an interface vanishing under it (a pod's veth) gives up
-// until the next. A Service reconciled before a scan has succeeded finds
-// none of the L2Advertisement's interfaces: the speaker reports
-// announceFailed ("… doesn't exist …") on it and does not try it again
-// until the Service changes. When the speaker restarted at since reported
-// exactly that, each Service it named is touched once (an annotation), so
-// that it reconciles it again, and the test says so. Nothing is touched
-// when the speaker reported nothing of the kind.
+// speakerResync returns what to do while a speaker started (or restarted)
+// at since does not answer, for a race in MetalLB v0.16.1's speaker, not in
+// ipledger: its announcer scans the node's interfaces in the background,
+// every 10 s, and a scan that meets an interface vanishing under it (a
+// pod's veth) gives up until the next. A Service reconciled before a scan
+// has succeeded finds none of the L2Advertisement's interfaces: the speaker
+// reports announceFailed ("… doesn't exist …") on it and does not try it
+// again until the Service changes. When the speaker reported exactly that,
+// each Service it named is touched once (an annotation), so that it
+// reconciles it again, and the test says so. Nothing is touched when the
+// speaker reported nothing of the kind.
 func (e *env) speakerResync(t *testing.T, ns string, since time.Time) func() {
 	touched := map[string]bool{}
 	return func() {
@@ -533,7 +538,7 @@ func (e *env) speakerResync(t *testing.T, ns string, since time.Time) func() {
 				continue
 			}
 			touched[name] = true
-			t.Logf("the restarted speaker reported %q on Service %s, before its first scan of the node's interfaces (MetalLB's race): touching the Service", ev.Message, name)
+			t.Logf("the speaker reported %q on Service %s, before its first scan of the node's interfaces (MetalLB's race): touching the Service", ev.Message, name)
 			patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"test.ipledger.io/speaker-resync":%q}}}`, since.Format(time.RFC3339Nano))
 			if _, err := e.client.CoreV1().Services(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 				t.Logf("touch Service %s: %v", name, err)
