@@ -271,7 +271,10 @@ func (e *env) startSpeaker(t *testing.T, dir string, uplinks []string) {
 	ctx := context.Background()
 	testdata := filepath.Join("testdata", "metallb-speaker")
 	e.kubectl(t, "apply", "--server-side", "-f", filepath.Join(dir, "crd"))
-	e.kubectl(t, "wait", "--for=condition=Established", "--timeout=1m", "-f", filepath.Join(dir, "crd"))
+	kubectl := func(ctx context.Context, args ...string) ([]byte, error) { return e.node.Kubectl(ctx, nil, args...) }
+	if out, err := testenv.WaitEstablished(ctx, kubectl, time.Minute, "-f", filepath.Join(dir, "crd")); err != nil {
+		t.Fatalf("MetalLB's CRDs not Established: %v\n%s", err, out)
+	}
 	e.kubectl(t, "apply", "--server-side", "-f", filepath.Join(testdata, "rbac.yaml"))
 	t.Cleanup(func() {
 		// The namespace first, while the CRDs its objects need are there.

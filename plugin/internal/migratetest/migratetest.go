@@ -66,6 +66,15 @@ func (m *Migration) Kubectl(args ...string) string {
 	return string(out)
 }
 
+// WaitEstablished waits until the CRDs named (crd/<name>) are served
+// (testenv.WaitEstablished); a failure fails the test.
+func (m *Migration) WaitEstablished(crds ...string) {
+	m.T.Helper()
+	if out, err := testenv.WaitEstablished(context.Background(), m.Env.Kubectl, Wait, crds...); err != nil {
+		m.T.Fatalf("CRDs %v not Established: %v\n%s", crds, err, out)
+	}
+}
+
 // Plugin runs kubectl-ipledger with args as the cluster admin.
 func (m *Migration) Plugin(stdin string, args ...string) (stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer

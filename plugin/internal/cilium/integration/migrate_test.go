@@ -53,7 +53,7 @@ func TestMigrationKeepsCiliumAddresses(t *testing.T) {
 	// Cilium as installed: its pool CRD and pools, and stand-ins for its
 	// operator Deployment and cilium-config (no kubelet: nothing runs).
 	m.Kubectl("apply", "--server-side", "-f", "../testdata/crds")
-	m.Kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/ciliumloadbalancerippools.cilium.io")
+	m.WaitEstablished("crd/ciliumloadbalancerippools.cilium.io")
 	m.Kubectl("apply", "-f", m.WriteFile("cilium.yaml", fmt.Sprintf(`apiVersion: cilium.io/v2
 kind: CiliumLoadBalancerIPPool
 metadata: {name: cil-auto}

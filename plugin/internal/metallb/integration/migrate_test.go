@@ -54,7 +54,7 @@ func TestMigrationKeepsMetalLBAddresses(t *testing.T) {
 	// MetalLB as installed: its CRDs, pools and advertisement, and a stand-in
 	// for its controller Deployment (no kubelet here: it never runs a Pod).
 	m.Kubectl("apply", "--server-side", "-f", "../testdata/crds")
-	m.Kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/ipaddresspools.metallb.io", "crd/l2advertisements.metallb.io")
+	m.WaitEstablished("crd/ipaddresspools.metallb.io", "crd/l2advertisements.metallb.io")
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "metallb-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
