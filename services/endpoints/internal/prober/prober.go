@@ -38,6 +38,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/ipledger/ipledger/pkg/backoff"
 	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -511,7 +512,8 @@ func (p *Prober) refused(ctx context.Context, t *target, why string) {
 // clearLoop removes the Ready condition a removed probe left behind,
 // retrying after a conflict (once a newer view arrives) or an error.
 func (p *Prober) clearLoop(ctx context.Context, t *target) {
-	backoff := p.unit
+	retry := backoff.Policy{First: p.unit, Max: 30 * p.unit}.Start()
+	delay := retry.Next()
 	for {
 		obj := t.view()
 		d := readiness.Decide(false, readiness.State{}, readiness.ReadyCondition(obj.GetExternalWorkload()), "")
@@ -525,8 +527,8 @@ func (p *Prober) clearLoop(ctx context.Context, t *target) {
 		case <-ctx.Done():
 			return
 		case <-t.wake:
-		case <-time.After(backoff):
-			backoff = min(2*backoff, 30*p.unit)
+		case <-time.After(delay):
+			delay = retry.Next()
 		}
 	}
 }
