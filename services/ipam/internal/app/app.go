@@ -83,11 +83,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	c.GRPC.Flags(fs, DefaultGRPCAddr)
 	c.Ops.Flags(fs)
 	c.Aggregated.Flags(fs)
-	fs.StringVar(&c.Controller.LBClass, "lb-class", c.Controller.LBClass,
-		"spec.loadBalancerClass served (type LoadBalancer Services of other classes are left alone)")
-	fs.BoolVar(&c.Controller.RequireLBClass, "require-lb-class", c.Controller.RequireLBClass,
-		"serve only Services whose spec.loadBalancerClass is --lb-class; by default Services without a class are served too. "+
-			"Set it where another load-balancer controller (the cloud provider's, MetalLB during a migration) serves class-less Services")
+	objects.ClassFlags(fs, &c.Controller.LBClass, &c.Controller.RequireLBClass)
 	fs.BoolVar(&c.Controller.WriteKubeVIPAnnotation, "write-kube-vip-annotation", c.Controller.WriteKubeVIPAnnotation,
 		"write the kube-vip.io/loadbalancerIPs annotation kube-vip announces, with each Service's status: the addresses ipam granted, "+
 			"under field manager ipledger-ipam (never over one another writer set). Off, ipam removes the ones it wrote. "+
@@ -116,9 +112,6 @@ func (c *Config) Run(ctx context.Context) error {
 		c.Leader.Identity = leader.DefaultIdentity()
 	}
 	c.Controller.Namespace = c.Common.Namespace
-	if c.Controller.LBClass == "" {
-		c.Controller.LBClass = objects.DefaultLBClass
-	}
 	restCfg, err := c.Common.RESTConfig()
 	if err != nil {
 		return err
