@@ -28,6 +28,8 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipledger/ipledger/pkg/parallel"
 )
 
 // Group is the API group of ipledger's virtual resources.
@@ -125,7 +127,7 @@ type Authorizer struct {
 	now               func() time.Time
 
 	flight  singleflight.Group
-	pending chan struct{} // a slot per review in flight (DefaultMaxPendingReviews)
+	pending *parallel.Limit // a slot per review in flight (DefaultMaxPendingReviews)
 	mu      sync.Mutex
 	users   map[string]userEntry   // token digest -> TokenReview answer, authenticated
 	refused map[string]userEntry   // token digest -> TokenReview answer, refused
@@ -163,7 +165,7 @@ func New(client kubernetes.Interface, rules Rules, log *slog.Logger) *Authorizer
 		allowTTL:  DefaultAllowTTL,
 		denyTTL:   DefaultDenyTTL,
 		now:       time.Now,
-		pending:   make(chan struct{}, DefaultMaxPendingReviews),
+		pending:   parallel.NewLimit(DefaultMaxPendingReviews),
 		users:     map[string]userEntry{},
 		refused:   map[string]userEntry{},
 		access:    map[string]accessEntry{},
@@ -175,7 +177,7 @@ func New(client kubernetes.Interface, rules Rules, log *slog.Logger) *Authorizer
 // needs a review is refused with UNAVAILABLE. Call before serving.
 func (a *Authorizer) SetMaxPendingReviews(n int) {
 	if n > 0 {
-		a.pending = make(chan struct{}, n)
+		a.pending = parallel.NewLimit(n)
 	}
 }
 
@@ -185,18 +187,6 @@ func (a *Authorizer) SetMaxPendingReviews(n int) {
 // retries.
 var errTooManyReviews = status.Error(codes.Unavailable,
 	"the server is reviewing too many tokens at once with the Kubernetes API server; retry with backoff")
-
-// acquireReview takes a review slot without waiting.
-func (a *Authorizer) acquireReview() bool {
-	select {
-	case a.pending <- struct{}{}:
-		return true
-	default:
-		return false
-	}
-}
-
-func (a *Authorizer) releaseReview() { <-a.pending }
 
 // SetAudiences overrides the audiences a token must carry one of (default
 // Audience). Call before serving.
@@ -308,10 +298,10 @@ func reviewOnce[E any](a *Authorizer, ctx context.Context, key string, cached fu
 		if e, ok := cached(); ok {
 			return e, nil
 		}
-		if !a.acquireReview() {
+		if !a.pending.TryAcquire() {
 			return nil, errTooManyReviews
 		}
-		defer a.releaseReview()
+		defer a.pending.Release()
 		rctx, cancel := reviewContext(ctx)
 		defer cancel()
 		return review(rctx)

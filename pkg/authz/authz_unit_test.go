@@ -267,15 +267,15 @@ func TestPendingReviewsAreBounded(t *testing.T) {
 		t.Fatalf("good: %v", got)
 	}
 	// Two reviews in flight (held as a slow API server would hold them).
-	a.pending <- struct{}{}
-	a.pending <- struct{}{}
+	a.pending.TryAcquire()
+	a.pending.TryAcquire()
 	if got := call("made-up"); got != codes.Unavailable {
 		t.Errorf("a review beyond the bound: %v, want Unavailable", got)
 	}
 	if got := call("good"); got != codes.OK {
 		t.Errorf("a cached caller while the reviews are full: %v, want OK", got)
 	}
-	<-a.pending
+	a.pending.Release()
 	if got := call("made-up"); got != codes.Unauthenticated {
 		t.Errorf("a review once a slot is free: %v, want Unauthenticated", got)
 	}

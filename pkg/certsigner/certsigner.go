@@ -27,6 +27,8 @@ import (
 	certlisters "k8s.io/client-go/listers/certificates/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/ipledger/ipledger/pkg/backoff"
 )
 
 // Config configures the signer.
@@ -124,7 +126,7 @@ func (s *Signer) Run(ctx context.Context) error {
 	}))
 	inf := factory.Certificates().V1().CertificateSigningRequests()
 	lister := inf.Lister()
-	queue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(backoff.Queue[string](0),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "certsigner"})
 	defer queue.ShutDown()
 	enqueue := func(obj any) {

@@ -41,6 +41,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/authz"
+	"github.com/ipledger/ipledger/pkg/parallel"
 	"github.com/ipledger/ipledger/pkg/promreg"
 	"github.com/ipledger/ipledger/pkg/servingcert"
 )
@@ -369,7 +370,7 @@ func New(cfg Config, authorizer *authz.Authorizer, log *slog.Logger, reg prometh
 		max:        cfg.MaxStreamsPerIdentity,
 		log:        log,
 		open:       map[string]int{},
-		openSlots:  make(chan struct{}, cfg.MaxOpenStreams),
+		openSlots:  parallel.NewLimit(cfg.MaxOpenStreams),
 		ended: promreg.Reuse(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ipledger_grpc_server_streams_deauthorized_total",
 			Help: "Open streams ended because a re-authorization refused their caller, by gRPC code.",

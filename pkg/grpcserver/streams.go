@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ipledger/ipledger/pkg/authz"
+	"github.com/ipledger/ipledger/pkg/parallel"
 )
 
 // DefaultMaxStreamsPerIdentity bounds the streams one caller may hold open
@@ -41,7 +42,7 @@ type streamGuard struct {
 	overLimit  prometheus.Counter
 	// openSlots holds a slot per open-method stream (health Watch,
 	// reflection): they need no token, so nothing else bounds them.
-	openSlots     chan struct{}
+	openSlots     *parallel.Limit
 	overOpenLimit prometheus.Counter
 
 	mu   sync.Mutex
@@ -62,15 +63,13 @@ func (g *streamGuard) intercept(srv any, ss grpc.ServerStream, info *grpc.Stream
 	wrapped := middleware.WrapServerStream(ss)
 	user, ok := authz.UserFrom(ctx)
 	if !ok { // an open method (health, reflection): no identity to count or re-check
-		select {
-		case g.openSlots <- struct{}{}:
-			defer func() { <-g.openSlots }()
-		default:
+		if !g.openSlots.TryAcquire() {
 			g.overOpenLimit.Inc()
 			return status.Errorf(codes.ResourceExhausted,
 				"this server already serves %d streams of methods open without a token (health Watch, reflection), its limit (--grpc-max-open-streams): retry later",
-				cap(g.openSlots))
+				g.openSlots.Size())
 		}
+		defer g.openSlots.Release()
 		wrapped.WrappedContext = ctx
 		return handler(srv, wrapped)
 	}

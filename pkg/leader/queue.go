@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/ipledger/ipledger/pkg/backoff"
 	"github.com/ipledger/ipledger/pkg/promreg"
 )
 
@@ -29,8 +30,9 @@ type queueOptions[T comparable] struct {
 }
 
 // WithRateLimiter sets how long a failed item waits before it is retried
-// (AddRateLimited). The default is client-go's controller rate limiter:
-// per item 5 ms doubling up to 1000 s, and 10 per second (burst 100) overall.
+// (AddRateLimited). The default is backoff.Queue(0), client-go's controller
+// rate limiter: per item 5 ms doubling up to 1000 s, and 10 per second
+// (burst 100) overall.
 func WithRateLimiter[T comparable](rl workqueue.TypedRateLimiter[T]) QueueOption[T] {
 	return func(o *queueOptions[T]) { o.limiter = rl }
 }
@@ -39,7 +41,7 @@ func WithRateLimiter[T comparable](rl workqueue.TypedRateLimiter[T]) QueueOption
 // (ipledger_workqueue_*{name="..."}) and should be unique per process.
 // Queues of successive terms with the same name share their metrics.
 func NewQueue[T comparable](name string, reg prometheus.Registerer, opts ...QueueOption[T]) *Queue[T] {
-	o := queueOptions[T]{limiter: workqueue.DefaultTypedControllerRateLimiter[T]()}
+	o := queueOptions[T]{limiter: backoff.Queue[T](0)}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -50,19 +52,6 @@ func NewQueue[T comparable](name string, reg prometheus.Registerer, opts ...Queu
 		log: slog.Default().With("queue", name),
 	}
 }
-
-// MaxDelay caps the delays of rl at max: a failed item is retried within
-// max however often it (or every other item) failed before.
-func MaxDelay[T comparable](rl workqueue.TypedRateLimiter[T], max time.Duration) workqueue.TypedRateLimiter[T] {
-	return maxDelay[T]{TypedRateLimiter: rl, max: max}
-}
-
-type maxDelay[T comparable] struct {
-	workqueue.TypedRateLimiter[T]
-	max time.Duration
-}
-
-func (l maxDelay[T]) When(item T) time.Duration { return min(l.TypedRateLimiter.When(item), l.max) }
 
 // WithLogger sets the logger of sync errors (default slog.Default()).
 func (q *Queue[T]) WithLogger(log *slog.Logger) *Queue[T] {

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/ipledger/ipledger/pkg/backoff"
 	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
@@ -174,14 +175,14 @@ func TestQueueRetriesErrors(t *testing.T) {
 	end()
 }
 
-// A queue given a rate limiter uses it: an hour's backoff capped by MaxDelay
+// A queue given a rate limiter uses it: an hour's backoff capped by backoff.Capped
 // at 10 ms retries at once.
 func TestQueueWithRateLimiterCappedByMaxDelay(t *testing.T) {
 	slow := workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Hour, time.Hour)
-	if d := MaxDelay(slow, 10*time.Millisecond).When("x"); d != 10*time.Millisecond {
-		t.Fatalf("MaxDelay(1h, 10ms).When = %s, want 10ms", d)
+	if d := backoff.Capped(slow, 10*time.Millisecond).When("x"); d != 10*time.Millisecond {
+		t.Fatalf("Capped(1h, 10ms).When = %s, want 10ms", d)
 	}
-	q := NewQueue("capped", prometheus.NewRegistry(), WithRateLimiter(MaxDelay(slow, 10*time.Millisecond)))
+	q := NewQueue("capped", prometheus.NewRegistry(), WithRateLimiter(backoff.Capped(slow, 10*time.Millisecond)))
 	var attempts atomic.Int32
 	term, stop, end := NewTerm(context.Background(), "test", "id")
 	done := make(chan struct{})

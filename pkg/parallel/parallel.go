@@ -1,8 +1,10 @@
 // Package parallel is ipledger's one way of using more than one core or
 // connection: n calls with a bounded number under way at once (ipam's
 // quorum GETs and status writes, the ledger's fence, eipd's live Node
-// reads), and a sequence computed ahead of its reader (Ahead: the stream
-// store's decodes).
+// reads), admission to a bound without waiting (Limit.TryAcquire: authz's
+// token reviews, the gRPC servers' open streams), a bound shared among
+// tenants by a policy (Shared: endpoints' probe slots), and a sequence
+// computed ahead of its reader (Ahead: the stream store's decodes).
 package parallel
 
 import (
@@ -17,6 +19,25 @@ type Limit struct{ slots chan struct{} }
 
 // NewLimit is a Limit of n calls at once (at least one).
 func NewLimit(n int) *Limit { return &Limit{slots: make(chan struct{}, max(n, 1))} }
+
+// TryAcquire takes one of l's slots if one is free now, without waiting:
+// admission, for a caller that refuses work beyond the bound rather than
+// queue it (authz's token reviews, the gRPC servers' streams open without a
+// token). A true TryAcquire is followed by one Release.
+func (l *Limit) TryAcquire() bool {
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// Release gives back a slot that TryAcquire took.
+func (l *Limit) Release() { <-l.slots }
+
+// Size is how many calls l lets run at once.
+func (l *Limit) Size() int { return cap(l.slots) }
 
 // Run calls do(i) for every i < n, in order of i, each in a goroutine of
 // its own once l has a free slot, and returns when every call has

@@ -1,6 +1,10 @@
 package servingcert
 
-import "time"
+import (
+	"time"
+
+	"github.com/ipledger/ipledger/pkg/backoff"
+)
 
 // RenewAt is when a certificate received at issued and valid until
 // notAfter is renewed: two thirds of the way, so that a signer that is down
@@ -11,17 +15,9 @@ func RenewAt(issued, notAfter time.Time) time.Time {
 	return issued.Add(notAfter.Sub(issued) * 2 / 3)
 }
 
-// maxBackoff bounds the wait between failed requests.
-const maxBackoff = time.Minute
+// retry is the wait between failed requests: one second, doubling, at most
+// a minute.
+var retry = backoff.Policy{First: time.Second, Max: time.Minute}
 
-// Backoff is the wait after the failures-th failed request in a row: one
-// second, doubling, at most maxBackoff.
-func Backoff(failures int) time.Duration {
-	if failures < 1 {
-		return 0
-	}
-	if failures > 7 {
-		return maxBackoff
-	}
-	return min(time.Second<<(failures-1), maxBackoff)
-}
+// Backoff is the wait after the failures-th failed request in a row.
+func Backoff(failures int) time.Duration { return retry.Delay(failures) }

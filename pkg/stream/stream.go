@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -40,6 +39,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ipledger/ipledger/pkg/authz"
+	"github.com/ipledger/ipledger/pkg/backoff"
 	"github.com/ipledger/ipledger/pkg/promreg"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
@@ -338,7 +338,7 @@ func (c *Client) RemoveHandler(r Registration) {
 // and returns nil. Call it once.
 func (c *Client) Run(ctx context.Context) error {
 	defer c.conn.Close()
-	backoff := c.cfg.MinBackoff
+	retry := backoff.Policy{First: c.cfg.MinBackoff, Max: c.cfg.MaxBackoff}.Start()
 	for {
 		optional := !c.withoutOptional && len(c.cfg.OptionalKinds) > 0
 		reachedSync, err := c.watchOnce(ctx)
@@ -352,13 +352,11 @@ func (c *Client) Run(ctx context.Context) error {
 			continue
 		}
 		if reachedSync {
-			backoff = c.cfg.MinBackoff
+			retry.Reset()
 		}
-		// Equal jitter: a delay in [backoff/2, backoff], never above
-		// MaxBackoff, so that many clients of a restarted watcher spread out.
-		// (apimachinery's wait.Backoff adds its jitter on top of its cap.)
-		delay := backoff/2 + rand.N(backoff/2+1)
-		backoff = min(backoff*2, c.cfg.MaxBackoff)
+		// Equal jitter, never above MaxBackoff, so that many clients of a
+		// restarted watcher spread out (the stream's variant of the policy).
+		delay := retry.NextJittered()
 		code := status.Code(err)
 		c.m.disconnects.WithLabelValues(code.String()).Inc()
 		switch refused := code == codes.Unauthenticated || code == codes.PermissionDenied; {

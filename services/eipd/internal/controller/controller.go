@@ -36,7 +36,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/pkg/backoff"
 	"github.com/ipledger/ipledger/pkg/stream"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
@@ -434,7 +434,7 @@ func (r *NodeReconciler) Sweep(ctx context.Context) error {
 // sync failed — however often, as in a throttling storm — is retried within
 // one interval.
 func (c *Controller) RetryLimiter() workqueue.TypedRateLimiter[string] {
-	return leader.MaxDelay(workqueue.DefaultTypedControllerRateLimiter[string](), c.cfg.RequeueInterval)
+	return backoff.Queue[string](c.cfg.RequeueInterval)
 }
 
 // Sync brings one Node's Elastic IP to what its labels ask for. It is the

@@ -28,10 +28,12 @@ func (c *Controller) NewWorker(src Source, reg prometheus.Registerer) func(term 
 	}
 }
 
-// worker is one term of eipd, the same shape as ipam's and endpoints': it
-// registers its handler (which replays the cached Nodes) once the stream
-// has synced, sweeps stale addresses at start and every requeue interval,
-// and writes only with the term's context.
+// worker is one term of eipd, endpoints' shape (docs/architecture.md, "One
+// shape for term workers and entry points"), not ipam's dirty-set loop: a
+// leader.Queue of Node keys, each synced on its own. It registers its
+// handler (which replays the cached Nodes into the queue) once the stream
+// has synced, sweeps stale addresses at start and every requeue interval
+// beside the queue, and writes only with the term's context.
 type worker struct {
 	c     *Controller
 	src   Source

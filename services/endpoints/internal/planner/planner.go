@@ -524,39 +524,9 @@ func (p *planning) reconcilePortSet(at discoveryv1.AddressType, g *group, existi
 	for k, ep := range g.endpoints {
 		remaining[k] = ep
 	}
-	var toUpdate, unchanged []*discoveryv1.EndpointSlice
-
 	// 1. Keep desired endpoints where they are, refresh changed ones, drop
 	//    the rest; fix labels.
-	for _, s := range existing {
-		kept := make([]discoveryv1.Endpoint, 0, len(s.Endpoints))
-		changed := false
-		for i := range s.Endpoints {
-			k := endpointKey(&s.Endpoints[i])
-			want, ok := remaining[k]
-			if !ok {
-				changed = true // not desired, or a duplicate of one already placed
-				continue
-			}
-			if !endpointEqual(&want, &s.Endpoints[i]) {
-				changed = true
-			}
-			kept = append(kept, want)
-			delete(remaining, k)
-		}
-		labelsChanged := !mapsEqual(s.Labels, p.labels)
-		switch {
-		case changed && len(kept) == 0:
-			p.delete = append(p.delete, s)
-		case changed || labelsChanged:
-			c := s.DeepCopy()
-			c.Endpoints = kept
-			c.Labels = cloneMap(p.labels)
-			toUpdate = append(toUpdate, c)
-		default:
-			unchanged = append(unchanged, s)
-		}
-	}
+	toUpdate, unchanged := p.keepInPlace(existing, remaining)
 
 	left := sortedKeys(remaining)
 	pop := func() discoveryv1.Endpoint {
@@ -600,6 +570,43 @@ func (p *planning) reconcilePortSet(at discoveryv1.AddressType, g *group, existi
 		p.stamp(s)
 	}
 	p.update = append(p.update, toUpdate...)
+}
+
+// keepInPlace is step 1 of reconcilePortSet: each existing slice keeps the
+// endpoints of remaining it holds (refreshed), which leave remaining; a slice
+// left with none is deleted, one that changed (or whose labels did) is
+// updated, the others are unchanged.
+func (p *planning) keepInPlace(existing []*discoveryv1.EndpointSlice, remaining map[string]discoveryv1.Endpoint) (toUpdate, unchanged []*discoveryv1.EndpointSlice) {
+	for _, s := range existing {
+		kept := make([]discoveryv1.Endpoint, 0, len(s.Endpoints))
+		changed := false
+		for i := range s.Endpoints {
+			k := endpointKey(&s.Endpoints[i])
+			want, ok := remaining[k]
+			if !ok {
+				changed = true // not desired, or a duplicate of one already placed
+				continue
+			}
+			if !endpointEqual(&want, &s.Endpoints[i]) {
+				changed = true
+			}
+			kept = append(kept, want)
+			delete(remaining, k)
+		}
+		labelsChanged := !mapsEqual(s.Labels, p.labels)
+		switch {
+		case changed && len(kept) == 0:
+			p.delete = append(p.delete, s)
+		case changed || labelsChanged:
+			c := s.DeepCopy()
+			c.Endpoints = kept
+			c.Labels = cloneMap(p.labels)
+			toUpdate = append(toUpdate, c)
+		default:
+			unchanged = append(unchanged, s)
+		}
+	}
+	return toUpdate, unchanged
 }
 
 // sliceToFill returns the index of the slice with the least room left after

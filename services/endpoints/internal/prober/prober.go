@@ -38,10 +38,13 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/ipledger/ipledger/pkg/backoff"
 	"github.com/ipledger/ipledger/pkg/convert"
+	"github.com/ipledger/ipledger/pkg/parallel"
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/endpoints/internal/probepolicy"
+	"github.com/ipledger/ipledger/services/endpoints/internal/probeslots"
 	"github.com/ipledger/ipledger/services/endpoints/internal/readiness"
 )
 
@@ -159,7 +162,8 @@ type Prober struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	slots  *slots
+	slots  *parallel.Shared[string]
+	table  *probeslots.Table // the slots' policy, under slots' lock
 	http   *http.Client
 	dial   func(ctx context.Context, network, address string) (net.Conn, error)
 	wg     sync.WaitGroup
@@ -185,11 +189,12 @@ func New(ctx context.Context, cfg Config, w StatusWriter, m *Metrics, log *slog.
 	p := &Prober{
 		cfg: cfg, writer: w, m: m, log: log, now: time.Now, unit: time.Second,
 		ctx: ctx, cancel: cancel,
-		slots:        newSlots(cfg.Concurrency),
+		table:        probeslots.New(cfg.Concurrency),
 		targets:      map[string]*target{},
 		perNamespace: map[string]int{},
 		dial:         cfg.Dial,
 	}
+	p.slots = parallel.NewShared[string](p.table)
 	if p.dial == nil {
 		p.dial = (&net.Dialer{}).DialContext
 	}
@@ -369,7 +374,7 @@ func (p *Prober) Update(o *watcherv1.Object) {
 		p.probed++
 		p.m.Workloads.Set(float64(p.probed))
 		p.perNamespace[t.ns]++
-		p.slots.setWorkloads(t.ns, p.perNamespace[t.ns])
+		p.setWorkloads(t.ns, p.perNamespace[t.ns])
 	}
 	p.wg.Add(1)
 	p.running.Add(1)
@@ -405,7 +410,7 @@ func (p *Prober) remove(t *target) {
 		p.probed--
 		p.m.Workloads.Set(float64(p.probed))
 		p.perNamespace[t.ns]--
-		p.slots.setWorkloads(t.ns, p.perNamespace[t.ns])
+		p.setWorkloads(t.ns, p.perNamespace[t.ns])
 		if p.perNamespace[t.ns] == 0 {
 			delete(p.perNamespace, t.ns)
 		}
@@ -423,7 +428,7 @@ func (p *Prober) Stop() {
 	p.cancel()
 	p.targets, p.probed = map[string]*target{}, 0
 	for ns := range p.perNamespace {
-		p.slots.setWorkloads(ns, 0)
+		p.setWorkloads(ns, 0)
 	}
 	p.perNamespace = map[string]int{}
 	p.mu.Unlock()
@@ -511,7 +516,8 @@ func (p *Prober) refused(ctx context.Context, t *target, why string) {
 // clearLoop removes the Ready condition a removed probe left behind,
 // retrying after a conflict (once a newer view arrives) or an error.
 func (p *Prober) clearLoop(ctx context.Context, t *target) {
-	backoff := p.unit
+	retry := backoff.Policy{First: p.unit, Max: 30 * p.unit}.Start()
+	delay := retry.Next()
 	for {
 		obj := t.view()
 		d := readiness.Decide(false, readiness.State{}, readiness.ReadyCondition(obj.GetExternalWorkload()), "")
@@ -525,8 +531,8 @@ func (p *Prober) clearLoop(ctx context.Context, t *target) {
 		case <-ctx.Done():
 			return
 		case <-t.wake:
-		case <-time.After(backoff):
-			backoff = min(2*backoff, 30*p.unit)
+		case <-time.After(delay):
+			delay = retry.Next()
 		}
 	}
 }
@@ -600,11 +606,8 @@ func (p *Prober) probeAddresses(ctx context.Context, ns string, probe *watcherv1
 		rs[0] = p.probeOne(ctx, ns, probe, ips[0])
 		return rs
 	}
-	var wg sync.WaitGroup
-	for i, ip := range ips {
-		wg.Go(func() { rs[i] = p.probeOne(ctx, ns, probe, ip) })
-	}
-	wg.Wait()
+	// All at once: the slots bound them (probeOne).
+	parallel.Each(len(ips), len(ips), func(i int) { rs[i] = p.probeOne(ctx, ns, probe, ips[i]) })
 	return rs
 }
 
@@ -629,14 +632,20 @@ func (p *Prober) refusal(probe *watcherv1.ReadinessProbe, namespace, ip string) 
 	return readiness.Result{Refused: true, Detail: fmt.Sprintf("%s probe of %s not probed: %s", kind, ip, refusal.Message)}, true
 }
 
+// setWorkloads says how many probed workloads ns has: the shares of the
+// slots follow.
+func (p *Prober) setWorkloads(ns string, n int) {
+	p.slots.Update(func() { p.table.SetWorkloads(ns, n) })
+}
+
 // probeOne probes one address of a workload of namespace ns once the slots
 // grant ns one.
 func (p *Prober) probeOne(ctx context.Context, ns string, probe *watcherv1.ReadinessProbe, ip string) readiness.Result {
 	queued := time.Now()
-	if !p.slots.acquire(ctx, ns) {
+	if !p.slots.Acquire(ctx, ns) {
 		return readiness.Result{Detail: "term ended"}
 	}
-	defer p.slots.release(ns)
+	defer p.slots.Release(ns)
 	start := time.Now()
 	p.m.SlotWait.Observe(start.Sub(queued).Seconds())
 	timeout := p.seconds(max(probe.GetTimeoutSeconds(), 1))

@@ -19,8 +19,9 @@
 //     round-robin, so none starves.
 //
 // The global bound is never exceeded. The decision is plain Go (no clock, no
-// goroutines, no network): package prober holds the waiting probes and asks
-// Table.Grant which to run whenever a slot frees or a probe arrives.
+// goroutines, no network): it is the policy of the prober's parallel.Shared,
+// which holds the waiting probes and asks Table.Grant which to run whenever
+// a slot frees or a probe arrives.
 package probeslots
 
 import "slices"

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"os"
 
@@ -23,5 +24,5 @@ func main() {
 	fs := flag.NewFlagSet("ipledger-ipam", flag.ContinueOnError)
 	var cfg app.Config
 	cfg.Flags(fs)
-	cmdmain.Main("ipledger-ipam", fs, cfg.Run)
+	cmdmain.Main("ipledger-ipam", fs, func(ctx context.Context) error { return app.Run(ctx, cfg) })
 }

@@ -6,11 +6,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/cmdmain"
@@ -83,11 +85,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	c.GRPC.Flags(fs, DefaultGRPCAddr)
 	c.Ops.Flags(fs)
 	c.Aggregated.Flags(fs)
-	fs.StringVar(&c.Controller.LBClass, "lb-class", c.Controller.LBClass,
-		"spec.loadBalancerClass served (type LoadBalancer Services of other classes are left alone)")
-	fs.BoolVar(&c.Controller.RequireLBClass, "require-lb-class", c.Controller.RequireLBClass,
-		"serve only Services whose spec.loadBalancerClass is --lb-class; by default Services without a class are served too. "+
-			"Set it where another load-balancer controller (the cloud provider's, MetalLB during a migration) serves class-less Services")
+	objects.ClassFlags(fs, &c.Controller.LBClass, &c.Controller.RequireLBClass)
 	fs.BoolVar(&c.Controller.WriteKubeVIPAnnotation, "write-kube-vip-annotation", c.Controller.WriteKubeVIPAnnotation,
 		"write the kube-vip.io/loadbalancerIPs annotation kube-vip announces, with each Service's status: the addresses ipam granted, "+
 			"under field manager ipledger-ipam (never over one another writer set). Off, ipam removes the ones it wrote. "+
@@ -106,9 +104,25 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 		"keep at most this many address history entries per address, the newest (0: no bound); the entry saying who holds it now is always kept")
 }
 
-// Run runs ipam until ctx ends.
-func (c *Config) Run(ctx context.Context) error {
-	log := c.Common.Logger()
+// App is one ipledger-ipam process.
+type App struct {
+	cfg     Config
+	log     *slog.Logger
+	client  kubernetes.Interface
+	reg     *prometheus.Registry
+	watch   *stream.Client
+	ctrl    *controller.Controller
+	tracker *announced.Tracker
+	grpc    *grpcserver.Server
+	agg     *aggregated.Server // nil unless --aggregated-api-addr
+	ops     *opsserver.Server
+}
+
+// New builds the process from cfg without starting anything (the gRPC
+// server already listens, so its address is known).
+func New(cfg Config) (*App, error) {
+	a := &App{cfg: cfg, log: cfg.Common.Logger(), reg: prometheus.NewRegistry()}
+	c := &a.cfg
 	if c.Leader.LeaseNamespace == "" {
 		c.Leader.LeaseNamespace = c.Common.Namespace
 	}
@@ -116,25 +130,33 @@ func (c *Config) Run(ctx context.Context) error {
 		c.Leader.Identity = leader.DefaultIdentity()
 	}
 	c.Controller.Namespace = c.Common.Namespace
-	if c.Controller.LBClass == "" {
-		c.Controller.LBClass = objects.DefaultLBClass
-	}
 	restCfg, err := c.Common.RESTConfig()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	typedCfg, dynCfg := cmdmain.ClientConfigs(restCfg)
-	client, err := kubernetes.NewForConfig(typedCfg)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
+	if a.client, err = kubernetes.NewForConfig(typedCfg); err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	dyn, err := dynamic.NewForConfig(dynCfg)
 	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
+		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
-	reg := prometheus.NewRegistry()
-	kubemetrics.Register(reg)
+	kubemetrics.Register(a.reg)
+	if err := a.newLeaderSide(dyn); err != nil {
+		return nil, err
+	}
+	if err := a.newAPI(restCfg); err != nil {
+		return nil, err
+	}
+	a.ops = opsserver.New(c.Ops, a.reg, a.ready)
+	return a, nil
+}
 
+// newLeaderSide builds the stream, the controller and the announcement
+// tracker beside it.
+func (a *App) newLeaderSide(dyn dynamic.Interface) error {
+	c := &a.cfg
 	sc := c.Stream
 	sc.Kinds = []watcherv1.Kind{watcherv1.Kind_KIND_SERVICE, watcherv1.Kind_KIND_NAMESPACE, watcherv1.Kind_KIND_IP_POOL, watcherv1.Kind_KIND_LEDGER_CONFIG_MAP}
 	// A 0.2 watcher does not know the Gateway kinds: during a roll ipam
@@ -142,80 +164,93 @@ func (c *Config) Run(ctx context.Context) error {
 	// The announcers' kinds (announced.Kinds): a 0.3 watcher before them
 	// streams none, and ipam says "no announcer found".
 	sc.OptionalKinds = append([]watcherv1.Kind{watcherv1.Kind_KIND_GATEWAY, watcherv1.Kind_KIND_GATEWAY_CLASS}, announced.Kinds...)
-	src, err := stream.New(sc, log, reg) // the stream names itself component=stream
-	if err != nil {
+	var err error
+	if a.watch, err = stream.New(sc, a.log, a.reg); err != nil { // the stream names itself component=stream
 		return err
 	}
-	ctrl, err := controller.New(c.Controller, client, dyn, src, log.With("component", "controller"), reg)
-	if err != nil {
+	if a.ctrl, err = controller.New(c.Controller, a.client, dyn, a.watch, a.log.With("component", "controller"), a.reg); err != nil {
 		return err
 	}
-
 	// Beside the controller, never in its loop: whether each address is
 	// announced (its metric and Events), for each term.
-	tracker, err := announced.New(src, objects.Class{Name: c.Controller.LBClass, Required: c.Controller.RequireLBClass},
-		&objects.PoolSet{KeepReleased: c.Controller.KeepReleased}, log.With("component", "announced"), reg)
-	if err != nil {
-		return err
-	}
+	a.tracker, err = announced.New(a.watch, objects.Class{Name: c.Controller.LBClass, Required: c.Controller.RequireLBClass},
+		&objects.PoolSet{KeepReleased: c.Controller.KeepReleased}, a.log.With("component", "announced"), a.reg)
+	return err
+}
 
+// newAPI builds the gRPC server with ipam's API and, when enabled, the
+// aggregated API answering from the same server.
+func (a *App) newAPI(restCfg *rest.Config) error {
+	c := &a.cfg
 	c.GRPC.DefaultAudiences(authz.IPAMAudience)
 	reviews, err := c.GRPC.ReviewClient(restCfg)
 	if err != nil {
 		return err
 	}
 	c.GRPC.CertClient = reviews
-	authorizer := authz.New(reviews, server.Rules(), log.With("component", "authz"))
-	gs, err := grpcserver.New(c.GRPC, authorizer, log.With("component", "grpc"), reg)
-	if err != nil {
+	authorizer := authz.New(reviews, server.Rules(), a.log.With("component", "authz"))
+	if a.grpc, err = grpcserver.New(c.GRPC, authorizer, a.log.With("component", "grpc"), a.reg); err != nil {
 		return err
 	}
 	ipamServer, err := server.New(server.Config{
 		Namespace: c.Common.Namespace, LeaseName: c.Leader.LeaseName, LBClass: c.Controller.LBClass,
 		RequireLBClass: c.Controller.RequireLBClass, GatewayServiceNamespaces: c.Controller.GatewayServiceNamespaces,
-		KeepReleased: c.Controller.KeepReleased, Registerer: reg, Access: authorizer,
-	}, src.Store, client, ctrl, log.With("component", "api"))
+		KeepReleased: c.Controller.KeepReleased, Registerer: a.reg, Access: authorizer,
+	}, a.watch.Store, a.client, a.ctrl, a.log.With("component", "api"))
 	if err != nil {
 		return err
 	}
-	gs.Register(&ipamv1grpc.IPAMService_ServiceDesc, ipamServer)
-
+	a.grpc.Register(&ipamv1grpc.IPAMService_ServiceDesc, ipamServer)
 	// The aggregated API answers from the same server, on every replica
 	// (reads only); the kube-apiserver has authenticated the person.
-	var agg *aggregated.Server
 	if c.Aggregated.Enabled() {
 		ac := c.Aggregated
 		ac.Kubeconfig = c.Common.Kubeconfig
-		if agg, err = aggregated.New(ac, ipamServer); err != nil {
+		if a.agg, err = aggregated.New(ac, ipamServer); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
-	ops := opsserver.New(c.Ops, reg, func() error {
-		if err := gs.CertificateReady(); err != nil {
-			return err
-		}
-		if !src.HasSynced() {
-			return fmt.Errorf("the watcher stream has not synced yet")
-		}
-		return nil
-	})
+func (a *App) ready() error {
+	if err := a.grpc.CertificateReady(); err != nil {
+		return err
+	}
+	if !a.watch.HasSynced() {
+		return fmt.Errorf("the watcher stream has not synced yet")
+	}
+	return nil
+}
 
+// Run runs the process until ctx ends or a part fails. On the way out the
+// leader's term ends and releases the Lease before Run returns.
+func (a *App) Run(ctx context.Context) error {
+	c := &a.cfg
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return src.Run(ctx) })
+	g.Go(func() error { return a.watch.Run(ctx) })
 	lc := c.Leader
-	lc.Events, lc.EventComponent = client.CoreV1(), Component
+	lc.Events, lc.EventComponent = a.client.CoreV1(), Component
 	g.Go(func() error {
-		return leader.RunWhenSynced(ctx, src, func() { gs.SetServing(true) }, client, lc, WithTracker(ctrl.NewWorker, tracker), log.With("component", "leader"), reg)
+		return leader.RunWhenSynced(ctx, a.watch, func() { a.grpc.SetServing(true) }, a.client, lc, WithTracker(a.ctrl.NewWorker, a.tracker), a.log.With("component", "leader"), a.reg)
 	})
-	g.Go(func() error { return gs.Serve(ctx) })
-	g.Go(func() error { return ops.Serve(ctx) })
-	if agg != nil {
-		g.Go(func() error { return agg.Run(ctx) })
+	g.Go(func() error { return a.grpc.Serve(ctx) })
+	g.Go(func() error { return a.ops.Serve(ctx) })
+	if a.agg != nil {
+		g.Go(func() error { return a.agg.Run(ctx) })
 	}
-	log.Info("Starting ipledger-ipam", "namespace", c.Common.Namespace, "lbClass", c.Controller.LBClass, "requireLBClass", c.Controller.RequireLBClass,
-		"keepReleasedAddresses", c.Controller.KeepReleased.String(), "identity", c.Leader.Identity, "grpcAddr", gs.Addr().String(), "qps", c.Common.KubeAPIQPS, "burst", c.Common.KubeAPIBurst)
+	a.log.Info("Starting ipledger-ipam", "namespace", c.Common.Namespace, "lbClass", c.Controller.LBClass, "requireLBClass", c.Controller.RequireLBClass,
+		"keepReleasedAddresses", c.Controller.KeepReleased.String(), "identity", c.Leader.Identity, "grpcAddr", a.grpc.Addr().String(), "qps", c.Common.KubeAPIQPS, "burst", c.Common.KubeAPIBurst)
 	return g.Wait()
+}
+
+// Run builds and runs the process.
+func Run(ctx context.Context, cfg Config) error {
+	a, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
 }
 
 // WithTracker runs the announcement tracker beside each term's worker: both

@@ -579,17 +579,7 @@ func (l *Ledger) fence(ctx context.Context) error {
 	l.maxNum = snap.maxNum
 	l.shards = nil
 	if len(snap.layout) == 0 {
-		head := &liveShard{Shard: Shard{Name: HeadName, Epoch: epoch, Term: l.opts.Term}}
-		if err := l.create(ctx, head); err != nil {
-			return err
-		}
-		l.shards = []*liveShard{head}
-		l.measure()
-		l.adopt(State{})
-		l.opts.Metrics.opened("head", snap.listed, snap.parsed, time.Since(start))
-		l.opts.Log.Info("Fenced a new ledger", "term", l.opts.Term, "epoch", epoch)
-		close(l.fenced)
-		return nil
+		return l.fenceNew(ctx, snap, epoch, start)
 	}
 	shards := make([]*liveShard, len(snap.layout))
 	leftovers := false
@@ -639,6 +629,22 @@ func (l *Ledger) fence(ctx context.Context) error {
 		defer l.mu.Unlock()
 		l.fenceDone("every-shard", snap, start)
 	}()
+	return nil
+}
+
+// fenceNew is fence when there is no ledger yet: it creates the head,
+// empty, with this term's epoch.
+func (l *Ledger) fenceNew(ctx context.Context, snap snapshot, epoch uint64, start time.Time) error {
+	head := &liveShard{Shard: Shard{Name: HeadName, Epoch: epoch, Term: l.opts.Term}}
+	if err := l.create(ctx, head); err != nil {
+		return err
+	}
+	l.shards = []*liveShard{head}
+	l.measure()
+	l.adopt(State{})
+	l.opts.Metrics.opened("head", snap.listed, snap.parsed, time.Since(start))
+	l.opts.Log.Info("Fenced a new ledger", "term", l.opts.Term, "epoch", epoch)
+	close(l.fenced)
 	return nil
 }
 

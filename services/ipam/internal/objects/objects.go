@@ -5,6 +5,7 @@ package objects
 
 import (
 	"cmp"
+	"flag"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -44,6 +45,20 @@ func HasFinalizer(obj *watcherv1.Object, f string) bool {
 type Class struct {
 	Name     string
 	Required bool
+}
+
+// ClassFlags registers --lb-class and --require-lb-class on fs (ipam's and
+// its preflight's alike), parsed into name (DefaultLBClass when it is
+// empty) and required.
+func ClassFlags(fs *flag.FlagSet, name *string, required *bool) {
+	if *name == "" {
+		*name = DefaultLBClass
+	}
+	fs.StringVar(name, "lb-class", *name,
+		"spec.loadBalancerClass served (type LoadBalancer Services of other classes are left alone)")
+	fs.BoolVar(required, "require-lb-class", *required,
+		"serve only Services whose spec.loadBalancerClass is --lb-class; by default Services without a class are served too. "+
+			"Set it where another load-balancer controller (the cloud provider's, MetalLB during a migration) serves class-less Services")
 }
 
 // Serves reports whether ipam serves the Service: type LoadBalancer, not

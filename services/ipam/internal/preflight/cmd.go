@@ -67,9 +67,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	common.LogLevel = "warn"
 	common.LogFormat = "text"
 	common.Flags(fs)
-	class := objects.Class{Name: objects.DefaultLBClass}
-	fs.StringVar(&class.Name, "lb-class", class.Name, "spec.loadBalancerClass ipam serves (as the ipam Deployment's --lb-class)")
-	fs.BoolVar(&class.Required, "require-lb-class", false, "serve only Services of --lb-class (as the ipam Deployment's --require-lb-class)")
+	var class objects.Class
+	objects.ClassFlags(fs, &class.Name, &class.Required)
 	var gatewayNamespaces []string
 	objects.GatewayServiceNamespacesFlag(fs, &gatewayNamespaces)
 	keepReleased := objects.DefaultKeepReleased

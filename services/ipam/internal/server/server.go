@@ -73,7 +73,9 @@ type Mutator interface {
 type Config struct {
 	Namespace string
 	LeaseName string
-	LBClass   string
+	// LBClass is the class served (--lb-class): the controller's, already
+	// defaulted by its Config.Defaults; empty serves class-less Services only.
+	LBClass string
 	// RequireLBClass: class-less Services are not ipam's (--require-lb-class).
 	RequireLBClass bool
 	// GatewayServiceNamespaces: --gateway-service-namespaces.
@@ -138,9 +140,6 @@ type Server struct {
 
 // New builds the server. store returns the stream's store.
 func New(cfg Config, store func() *stream.Store, client kubernetes.Interface, mutator Mutator, log *slog.Logger) (*Server, error) {
-	if cfg.LBClass == "" {
-		cfg.LBClass = objects.DefaultLBClass
-	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err

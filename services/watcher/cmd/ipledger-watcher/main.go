@@ -14,5 +14,5 @@ func main() {
 	var cfg app.Config
 	fs := flag.NewFlagSet("ipledger-watcher", flag.ContinueOnError)
 	cfg.Flags(fs)
-	cmdmain.Main("ipledger-watcher", fs, func(ctx context.Context) error { return app.Main(ctx, cfg) })
+	cmdmain.Main("ipledger-watcher", fs, func(ctx context.Context) error { return app.Run(ctx, cfg) })
 }

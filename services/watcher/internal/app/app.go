@@ -239,8 +239,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// Main is the whole program behind cmd/ipledger-watcher.
-func Main(ctx context.Context, cfg Config) error {
+// Run builds and runs the process (cmd/ipledger-watcher). New takes the REST
+// config and the registry instead of building them, so that tests run a
+// watcher against their own API server and read its metrics.
+func Run(ctx context.Context, cfg Config) error {
 	log := cfg.Common.Logger().With("component", "watcher")
 	restCfg, err := cfg.Common.RESTConfig()
 	if err != nil {

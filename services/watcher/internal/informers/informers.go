@@ -177,11 +177,7 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = convert.KubernetesServiceLabelSelector }))
 	crds := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 
-	type inf struct {
-		kind     watcherv1.Kind
-		informer cache.SharedIndexInformer
-	}
-	list := []inf{
+	list := []kindInformer{
 		{watcherv1.Kind_KIND_SERVICE, all.Core().V1().Services().Informer()},
 		{watcherv1.Kind_KIND_NODE, all.Core().V1().Nodes().Informer()},
 		{watcherv1.Kind_KIND_NAMESPACE, all.Core().V1().Namespaces().Informer()},
@@ -199,26 +195,12 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 		// Only Cilium's namespace; the API server cannot select names by
 		// prefix, so the transform keeps of every other Lease only its key.
 		leases = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(cfg.CiliumNamespace))
-		list = append(list, inf{watcherv1.Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE, leases.Coordination().V1().Leases().Informer()})
+		list = append(list, kindInformer{watcherv1.Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE, leases.Coordination().V1().Leases().Informer()})
 	} else {
 		s.synced = append(s.synced, namedSync{kind: watcherv1.Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE, synced: func() bool { return true }})
 	}
-	for _, i := range list {
-		h := &handler{kind: i.kind, sink: sink, log: log, m: m}
-		if i.kind == watcherv1.Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE {
-			h.keep = convert.IsCiliumL2Lease
-		}
-		if err := i.informer.SetTransform(h.transform); err != nil {
-			return nil, fmt.Errorf("informer %v: %w", i.kind, err)
-		}
-		reg, err := i.informer.AddEventHandler(h)
-		if err != nil {
-			return nil, fmt.Errorf("informer %v: %w", i.kind, err)
-		}
-		// HasSynced of the registration: true once the handler has seen the
-		// initial list, not merely once the cache has it.
-		s.synced = append(s.synced, namedSync{kind: i.kind, synced: reg.HasSynced})
-		m.synced.WithLabelValues(i.kind.String()).Set(0)
+	if err := s.handle(list, sink); err != nil {
+		return nil, err
 	}
 	// The ledger ConfigMaps: a metadata informer, each shard read as it
 	// changes (ledger.go).
@@ -240,6 +222,36 @@ func Start(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dyn
 	go s.optional.run(ctx)
 	go s.watchSync(ctx)
 	return s, nil
+}
+
+// kindInformer is the informer of one kind.
+type kindInformer struct {
+	kind     watcherv1.Kind
+	informer cache.SharedIndexInformer
+}
+
+// handle sends what each informer of list sees to sink, converted as it
+// arrives (the informer's transform), and counts its initial list toward
+// the set's sync.
+func (s *Set) handle(list []kindInformer, sink Sink) error {
+	for _, i := range list {
+		h := &handler{kind: i.kind, sink: sink, log: s.log, m: s.m}
+		if i.kind == watcherv1.Kind_KIND_CILIUM_L2_ANNOUNCEMENT_LEASE {
+			h.keep = convert.IsCiliumL2Lease
+		}
+		if err := i.informer.SetTransform(h.transform); err != nil {
+			return fmt.Errorf("informer %v: %w", i.kind, err)
+		}
+		reg, err := i.informer.AddEventHandler(h)
+		if err != nil {
+			return fmt.Errorf("informer %v: %w", i.kind, err)
+		}
+		// HasSynced of the registration: true once the handler has seen the
+		// initial list, not merely once the cache has it.
+		s.synced = append(s.synced, namedSync{kind: i.kind, synced: reg.HasSynced})
+		s.m.synced.WithLabelValues(i.kind.String()).Set(0)
+	}
+	return nil
 }
 
 // mayWatchLeases reports whether the watcher may list and watch the Leases

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/ipledger/ipledger/pkg/backoff"
 	"github.com/ipledger/ipledger/pkg/convert"
 	"github.com/ipledger/ipledger/services/watcher/internal/store"
 )
@@ -62,7 +63,7 @@ type ledgerShards struct {
 func newLedgerShards(meta metadata.Interface, client kubernetes.Interface, namespace string, interval time.Duration,
 	sink Sink, log *slog.Logger, reads *prometheus.CounterVec) (*ledgerShards, error) {
 	l := &ledgerShards{client: client, sink: sink, log: log, reads: reads, interval: interval,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(backoff.Queue[string](0),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ledger_shards"}),
 		sent: map[string]*store.Object{}, readAt: map[string]time.Time{}, unread: map[string]struct{}{}}
 	l.informer = metadatainformer.NewFilteredMetadataInformer(meta, corev1.SchemeGroupVersion.WithResource("configmaps"), namespace, 0, cache.Indexers{},
