@@ -360,89 +360,27 @@ type Explanation struct {
 	Verdicts []Verdict    // one per pool, sorted by the order pools are tried
 }
 
-// Allocator holds the pools, every held IP and every reservation.
+// Allocator holds the pools, every held IP and every reservation. It
+// decides (plan.go, kept.go, quota.go); what it knows lives in indexes,
+// whose methods alone change it (indexes.go).
 type Allocator struct {
-	pools      map[string]*Pool    // every pool given to SetPools, by name
+	pools poolSet // the pools of the last SetPools
+	idx   indexes // held, reserved, claimed and foreign addresses; idx.pools is &pools
+}
+
+// poolSet is the pools of the last SetPools, fixed until the next.
+type poolSet struct {
+	byName     map[string]*Pool    // every pool given to SetPools, by name
 	ranked     []*Pool             // serving (non-Conflicting) pools in rank order
 	conflictOf map[string]Conflict // Conflicting pools by name
 	index      poolIndex           // serving pools' ranges, for PoolOf
-
-	taken   addrSet                            // held or reserved addresses
-	ips     map[netip.Addr]*ipState            // held or reserved addresses
-	bySvc   map[string][]netip.Addr            // Service -> held IPs, IPv4 first
-	byShare map[string]map[netip.Addr]struct{} // sharing key -> IPs held under it
-
-	// foreignOf: Services ipam does not serve -> the addresses their status
-	// shows (SetForeign).
-	foreignOf map[string][]netip.Addr
-	// foreignAt: held or reserved addresses -> the Services ipam does not
-	// serve whose status shows them (sorted): another controller gave
-	// them out, so ipam never does. Kept beside ips, not in its ipState,
-	// because almost no address has any (a field would cost every held
-	// address 32 bytes).
-	foreignAt map[netip.Addr][]string
-
-	claimed  addrSet                            // IPs some Service requests
-	claims   map[netip.Addr]map[string]struct{} // IP -> requesting Services
-	claimsOf map[string][]netip.Addr            // Service -> requested IPs
-	counts   map[string]*poolCounts             // serving pool -> its counts by family
-	nsAddrs  nsAddrs                            // what maxAddressesPerNamespace caps
-	// tenants: Services counted against another namespace than their
-	// own (SetTenant) -> that namespace.
-	tenants map[string]string
-	// outside counts by origin the held IPs their pool no longer offers
-	// (HeldOutside), kept as IPs are held and released and recounted by
-	// SetPools: every pass's pool status asks, and a scan of every held IP
-	// was a third of ipam's CPU in steady state at 10,000 Services.
-	outside map[string]int
-
-	kept  keptIndex  // kept reservations (kept.go)
-	freed freedOrder // free addresses that were in use, oldest first
-}
-
-// ipState is what the allocator knows about one held or reserved IP.
-type ipState struct {
-	pool string // serving pool containing the IP, "" = orphan
-	// origin is the pool the IP was handed out from: set when the IP is
-	// first held (the pool containing it then) or from the ledger
-	// (NoteOrigin), never changed by SetPools. A pool edit therefore never
-	// makes a Service look as if it asked for another pool.
-	origin      string
-	holders     []holder // sorted by service
-	reservation *Reservation
-}
-
-type holder struct {
-	service string
-	// shared is the sharing info of a holder with a sharing key, nil for
-	// an exclusive holder (most): only sharing reads the rest of it.
-	shared *Sharing
-}
-
-// key is the holder's sharing key, "" when it holds the IP exclusively.
-func (h holder) key() string {
-	if h.shared == nil {
-		return ""
-	}
-	return h.shared.Key
 }
 
 // New returns an empty Allocator.
 func New() *Allocator {
-	return &Allocator{
-		pools:      map[string]*Pool{},
-		conflictOf: map[string]Conflict{},
-		ips:        map[netip.Addr]*ipState{},
-		bySvc:      map[string][]netip.Addr{},
-		byShare:    map[string]map[netip.Addr]struct{}{},
-		claims:     map[netip.Addr]map[string]struct{}{},
-		claimsOf:   map[string][]netip.Addr{},
-		counts:     map[string]*poolCounts{},
-		foreignOf:  map[string][]netip.Addr{},
-		foreignAt:  map[netip.Addr][]string{},
-		outside:    map[string]int{},
-		tenants:    map[string]string{},
-	}
+	a := &Allocator{pools: poolSet{byName: map[string]*Pool{}, conflictOf: map[string]Conflict{}}}
+	a.idx = newIndexes(&a.pools)
+	return a
 }
 
 // SetPools replaces the pool set. Overlaps are resolved oldest first: a pool
@@ -452,54 +390,45 @@ func New() *Allocator {
 // stay held (HeldOutside counts them) until their Services let them go.
 // Pools with a duplicate name are ignored after the oldest.
 func (a *Allocator) SetPools(pools []*Pool) PoolUpdate {
-	byAge := slices.Clone(pools)
-	slices.SortStableFunc(byAge, ageCompare)
-	a.pools = map[string]*Pool{}
-	a.conflictOf = map[string]Conflict{}
-	a.index = poolIndex{}
-	a.ranked = nil
-	for _, p := range byAge {
-		if _, dup := a.pools[p.name]; dup {
-			continue
-		}
-		a.pools[p.name] = p
-		if c, ok := a.overlapOf(p); ok {
-			a.conflictOf[p.name] = c
-			continue
-		}
-		for _, r := range p.ranges {
-			a.index.insert(r, p)
-		}
-		a.ranked = append(a.ranked, p)
-	}
-	slices.SortFunc(a.ranked, rankCompare)
-
+	defer a.checked("SetPools")
+	a.pools = newPoolSet(pools)
+	a.idx.repool()
 	var upd PoolUpdate
-	a.counts = map[string]*poolCounts{}
-	for _, p := range a.ranked {
-		a.counts[p.name] = &poolCounts{used: [2]*big.Int{new(big.Int), new(big.Int)}}
-	}
-	for ip, st := range a.ips {
-		name := ""
-		if p := a.index.lookup(ip); p != nil {
-			name = p.name
-		}
-		st.pool = name
-		a.count(ip, st, 1)
-	}
-	a.recountNamespaces()
-	a.recountOutside()
-	for _, c := range a.conflictOf {
+	for _, c := range a.pools.conflictOf {
 		upd.Conflicts = append(upd.Conflicts, c)
 	}
 	slices.SortFunc(upd.Conflicts, func(x, y Conflict) int { return strings.Compare(x.Pool, y.Pool) })
 	return upd
 }
 
+// newPoolSet ranks pools, the oldest of each name first, and marks those
+// overlapping an older serving pool Conflicting.
+func newPoolSet(pools []*Pool) poolSet {
+	byAge := slices.Clone(pools)
+	slices.SortStableFunc(byAge, ageCompare)
+	ps := poolSet{byName: map[string]*Pool{}, conflictOf: map[string]Conflict{}}
+	for _, p := range byAge {
+		if _, dup := ps.byName[p.name]; dup {
+			continue
+		}
+		ps.byName[p.name] = p
+		if c, ok := ps.overlapOf(p); ok {
+			ps.conflictOf[p.name] = c
+			continue
+		}
+		for _, r := range p.ranges {
+			ps.index.insert(r, p)
+		}
+		ps.ranked = append(ps.ranked, p)
+	}
+	slices.SortFunc(ps.ranked, rankCompare)
+	return ps
+}
+
 // overlapOf returns the conflict of p with an already serving pool.
-func (a *Allocator) overlapOf(p *Pool) (Conflict, bool) {
+func (ps *poolSet) overlapOf(p *Pool) (Conflict, bool) {
 	for _, r := range p.ranges {
-		if sp, ok := a.index.overlap(r); ok {
+		if sp, ok := ps.index.overlap(r); ok {
 			return Conflict{
 				Pool: p.name,
 				With: sp.pool.name,
@@ -509,136 +438,6 @@ func (a *Allocator) overlapOf(p *Pool) (Conflict, bool) {
 		}
 	}
 	return Conflict{}, false
-}
-
-// poolCounts are a serving pool's used and held counts (FamilyUsage), by
-// family index (famIdx), kept as addresses are held and released.
-type poolCounts struct {
-	used [2]*big.Int
-	held [2]int64
-}
-
-// count adds delta to the used count of the pool st is attributed to, and
-// to its held count when a live Service holds ip, when the pool counts ip.
-func (a *Allocator) count(ip netip.Addr, st *ipState, delta int64) {
-	if c, i := a.countsOf(ip, st); c != nil {
-		c.used[i].Add(c.used[i], big.NewInt(delta))
-		if a.live(ip, st) {
-			c.held[i] += delta
-		}
-	}
-}
-
-// countHeld adds delta to the held count of the pool st is attributed to,
-// when the pool counts ip: call it when ip starts (1) or stops (-1) being
-// held by a live Service, the rest of its state unchanged.
-func (a *Allocator) countHeld(ip netip.Addr, st *ipState, delta int64) {
-	if c, i := a.countsOf(ip, st); c != nil {
-		c.held[i] += delta
-	}
-}
-
-// countsOf returns the counts of the pool st is attributed to and the index
-// of ip's family in them; nil when no serving pool counts ip (it lies in
-// none, or in one that does not hand it out).
-func (a *Allocator) countsOf(ip netip.Addr, st *ipState) (*poolCounts, int) {
-	c := a.counts[st.pool]
-	if c == nil || !a.pools[st.pool].allocatable(ip) {
-		return nil, 0
-	}
-	return c, famIdx(FamilyOf(ip))
-}
-
-// live reports whether a live Service holds ip: one of ipam's, or one
-// another controller serves whose status shows it.
-func (a *Allocator) live(ip netip.Addr, st *ipState) bool {
-	return len(st.holders) > 0 || len(a.foreignAt[ip]) > 0
-}
-
-// state returns the state of ip, creating it (taken, counted) if needed.
-func (a *Allocator) state(ip netip.Addr) *ipState {
-	if st := a.ips[ip]; st != nil {
-		return st
-	}
-	st := &ipState{}
-	if p := a.index.lookup(ip); p != nil {
-		st.pool, st.origin = p.name, p.name
-	}
-	a.ips[ip] = st
-	a.taken.add(ip)
-	a.freed.remove(ip)
-	a.count(ip, st, 1)
-	return st
-}
-
-// dropIfFree forgets ip when nobody holds or reserves it, and reports
-// whether it did.
-func (a *Allocator) dropIfFree(ip netip.Addr) bool {
-	st := a.ips[ip]
-	if st == nil || len(st.holders) > 0 || st.reservation != nil || len(a.foreignAt[ip]) > 0 {
-		return false
-	}
-	a.count(ip, st, -1)
-	a.taken.remove(ip)
-	delete(a.ips, ip)
-	a.freed.add(ip)
-	return true
-}
-
-// hold records that service holds ip (or refreshes its sharing info).
-func (a *Allocator) hold(ip netip.Addr, service string, sh Sharing) {
-	st := a.state(ip)
-	shared := sharedOf(sh)
-	i, found := slices.BinarySearchFunc(st.holders, service, func(h holder, s string) int { return strings.Compare(h.service, s) })
-	if found {
-		old := st.holders[i].key()
-		st.holders[i].shared = shared
-		if old != sh.Key {
-			a.unshare(old, ip, st)
-		}
-	} else {
-		if len(st.holders) == 0 && a.isOutside(ip, st) {
-			a.outside[st.origin]++
-		}
-		wasLive := a.live(ip, st)
-		st.holders = slices.Insert(st.holders, i, holder{service, shared})
-		if !wasLive {
-			a.countHeld(ip, st, 1)
-		}
-		a.nsAddrs.add(st.pool, a.tenantOf(service), ip)
-		held := a.bySvc[service]
-		if !slices.Contains(held, ip) {
-			held = append(held, ip)
-			slices.SortFunc(held, netip.Addr.Compare)
-			a.bySvc[service] = held
-		}
-	}
-	if sh.Key != "" {
-		m := a.byShare[sh.Key]
-		if m == nil {
-			m = map[netip.Addr]struct{}{}
-			a.byShare[sh.Key] = m
-		}
-		m[ip] = struct{}{}
-	}
-}
-
-// unshare forgets ip under key when no holder of ip uses key any more.
-func (a *Allocator) unshare(key string, ip netip.Addr, st *ipState) {
-	if key == "" {
-		return
-	}
-	for _, h := range st.holders {
-		if h.key() == key {
-			return
-		}
-	}
-	if m := a.byShare[key]; m != nil {
-		delete(m, ip)
-		if len(m) == 0 {
-			delete(a.byShare, key)
-		}
-	}
 }
 
 // sharedOf is the sharing info kept for a holder: a copy of sh, or nil
@@ -663,6 +462,7 @@ func sharedOf(sh Sharing) *Sharing {
 // orphans: holding too much is safe, handing an IP out twice is not.
 // Assigning what is already held refreshes the sharing info.
 func (a *Allocator) Assign(service string, ips []netip.Addr, sharing Sharing) error {
+	defer a.checked("Assign")
 	if err := checkServiceKey(service); err != nil {
 		return err
 	}
@@ -680,18 +480,18 @@ func (a *Allocator) Assign(service string, ips []netip.Addr, sharing Sharing) er
 		}
 		seen[f] = ip
 	}
-	for _, held := range a.bySvc[service] {
+	for _, held := range a.idx.bySvc[service] {
 		if want, ok := seen[FamilyOf(held)]; ok && want != held {
 			return invalid("assign %s: it already holds %s; release it before assigning %s", service, held, want)
 		}
 	}
 	for _, ip := range ips {
-		if err := a.usable(ip, service, a.tenantOf(service), sharing, true); err != nil {
+		if err := a.usable(ip, service, a.idx.tenantOf(service), sharing, true); err != nil {
 			return err
 		}
 	}
 	for _, ip := range ips {
-		a.hold(ip, service, sharing)
+		a.idx.hold(ip, service, sharing)
 	}
 	return nil
 }
@@ -707,7 +507,7 @@ func (a *Allocator) Assign(service string, ips []netip.Addr, sharing Sharing) er
 // named, nor its sharing key or a reservation's note. Holders and Detail say
 // it all, for operators (ExplainService, logs).
 func (a *Allocator) usable(ip netip.Addr, service, tenant string, sh Sharing, held bool) *Error {
-	st := a.ips[ip]
+	st := a.idx.ips[ip]
 	if st == nil {
 		return nil
 	}
@@ -735,7 +535,7 @@ func (a *Allocator) usable(ip netip.Addr, service, tenant string, sh Sharing, he
 		return &Error{Reason: ReasonRequestedIPInUse, Message: msg + "; request another IP, or ask an operator to release the reservation",
 			Detail: fmt.Sprintf("reservation %q for %q", r.Note, r.ForService)}
 	}
-	if others := without(a.foreignAt[ip], service); len(others) > 0 {
+	if others := without(a.idx.foreignAt[ip], service); len(others) > 0 {
 		return &Error{
 			Reason: ReasonRequestedIPInUse,
 			Message: fmt.Sprintf("%s is in the status of %s, which ipam does not serve: another controller (MetalLB, the cloud provider) gave it out; "+
@@ -878,36 +678,11 @@ func (r Request) inNamespace() string {
 // it; a caller restoring holds (Assign) calls it first, so that a restart
 // counts as the allocator did before. Release forgets it.
 func (a *Allocator) SetTenant(service, ns string) {
-	if ns == "" || ns == namespaceOf(service) {
+	defer a.checked("SetTenant")
+	if ns == "" {
 		ns = namespaceOf(service)
 	}
-	old := a.tenantOf(service)
-	if ns == old {
-		return
-	}
-	if ns == namespaceOf(service) {
-		delete(a.tenants, service)
-	} else {
-		a.tenants[service] = ns
-	}
-	for _, ip := range a.bySvc[service] {
-		if st := a.ips[ip]; st != nil {
-			a.nsAddrs.remove(st.pool, old, ip)
-			a.nsAddrs.add(st.pool, ns, ip)
-		}
-	}
-	for _, ip := range a.claimsOf[service] {
-		a.nsAddrs.remove(a.poolName(ip), old, ip)
-		a.nsAddrs.add(a.poolName(ip), ns, ip)
-	}
-}
-
-// tenantOf is the namespace whose quotas service counts against.
-func (a *Allocator) tenantOf(service string) string {
-	if ns, ok := a.tenants[service]; ok {
-		return ns
-	}
-	return namespaceOf(service)
+	a.idx.setTenant(service, ns)
 }
 
 // namespaceOf is the namespace of a "namespace/name" Service key.
@@ -934,33 +709,9 @@ func checkServiceKey(s string) *Error {
 // Release frees every IP the Service holds (a shared IP stays held by the
 // other Services, a reserved IP stays reserved) and returns what it held.
 func (a *Allocator) Release(service string) []Allocation {
+	defer a.checked("Release")
 	out := a.Allocations(service)
-	for _, ip := range a.bySvc[service] {
-		st := a.ips[ip]
-		if st == nil {
-			continue
-		}
-		i, found := slices.BinarySearchFunc(st.holders, service, func(h holder, s string) int { return strings.Compare(h.service, s) })
-		if !found {
-			continue
-		}
-		key := st.holders[i].key()
-		st.holders = slices.Delete(st.holders, i, i+1)
-		if len(st.holders) == 0 && a.isOutside(ip, st) {
-			a.addOutside(st.origin, -1)
-		}
-		if !a.live(ip, st) {
-			a.countHeld(ip, st, -1)
-		}
-		a.nsAddrs.remove(st.pool, a.tenantOf(service), ip)
-		a.unshare(key, ip, st)
-		if a.dropIfFree(ip) {
-			a.freed.note(ip, service)
-		}
-	}
-	delete(a.bySvc, service)
-	a.setClaims(service, nil)
-	delete(a.tenants, service)
+	a.idx.release(service)
 	return out
 }
 
@@ -980,11 +731,12 @@ func (a *Allocator) Release(service string) []Allocation {
 // IP outside every serving pool is not claimed and is not an error here
 // (Allocate says RequestedIPNotInPool).
 func (a *Allocator) Claim(req Request) error {
-	a.SetTenant(req.Service, req.tenant())
+	defer a.checked("Claim")
+	a.idx.setTenant(req.Service, req.tenant())
 	var ok []netip.Addr
 	var refused []string
 	for _, ip := range req.RequestedIPs {
-		p := a.index.lookup(ip)
+		p := a.pools.index.lookup(ip)
 		if p == nil {
 			continue
 		}
@@ -998,7 +750,7 @@ func (a *Allocator) Claim(req Request) error {
 		}
 		ok = append(ok, ip)
 	}
-	a.setClaims(req.Service, ok)
+	a.idx.setClaims(req.Service, ok)
 	if len(refused) > 0 {
 		return &Error{Reason: ReasonNoMatchingPool, Message: "the requested IP is not reserved for this Service, because " + strings.Join(refused, "; ")}
 	}
@@ -1028,7 +780,7 @@ func (a *Allocator) claimQuotaRefusal(p *Pool, req Request, ip netip.Addr) strin
 	if !a.overQuota(p, ns, ip, 0) {
 		return ""
 	}
-	return quotaMessage(p, ns, a.nsAddrs.count(p.name, ns), 1)
+	return quotaMessage(p, ns, a.idx.nsAddrs.count(p.name, ns), 1)
 }
 
 // quotaMessage is the refusal of a namespace that holds or requests n of
@@ -1042,48 +794,6 @@ func quotaMessage(p *Pool, ns string, n, more int) string {
 		"release one, or ask an operator to raise the quota", ns, n, p.name, p.spec.MaxAddressesPerNamespace, needs)
 }
 
-// setClaims replaces the IPs service claims; nil clears.
-func (a *Allocator) setClaims(service string, ips []netip.Addr) {
-	ns := a.tenantOf(service)
-	for _, ip := range a.claimsOf[service] {
-		if m := a.claims[ip]; m != nil {
-			if _, ok := m[service]; ok {
-				a.nsAddrs.remove(a.poolName(ip), ns, ip)
-			}
-			delete(m, service)
-			if len(m) == 0 {
-				delete(a.claims, ip)
-				a.claimed.remove(ip)
-			}
-		}
-	}
-	delete(a.claimsOf, service)
-	for _, ip := range ips {
-		if !ip.IsValid() || slices.Contains(a.claimsOf[service], ip) {
-			continue
-		}
-		a.claimsOf[service] = append(a.claimsOf[service], ip)
-		m := a.claims[ip]
-		if m == nil {
-			m = map[string]struct{}{}
-			a.claims[ip] = m
-			a.claimed.add(ip)
-		}
-		m[service] = struct{}{}
-		a.nsAddrs.add(a.poolName(ip), ns, ip)
-	}
-}
-
-// claimedByOther reports whether a Service other than service claims ip.
-func (a *Allocator) claimedByOther(ip netip.Addr, service string) bool {
-	for s := range a.claims[ip] {
-		if s != service {
-			return true
-		}
-	}
-	return false
-}
-
 // SetForeign records the addresses the status of a Service ipam does not
 // serve shows (another lbClass, or class-less under --require-lb-class),
 // replacing what it recorded for that Service before; nil forgets it. Such
@@ -1094,40 +804,8 @@ func (a *Allocator) claimedByOther(ip netip.Addr, service string) bool {
 // Service of ipam's that already holds the address keeps it (Rebuild
 // reports the clash).
 func (a *Allocator) SetForeign(service string, ips []netip.Addr) {
-	old := a.foreignOf[service]
-	if len(old) == 0 && len(ips) == 0 {
-		return
-	}
-	for _, ip := range old {
-		if left := without(a.foreignAt[ip], service); len(left) > 0 {
-			a.foreignAt[ip] = left
-		} else {
-			delete(a.foreignAt, ip)
-			if st := a.ips[ip]; !a.live(ip, st) {
-				a.countHeld(ip, st, -1)
-			}
-		}
-		a.dropIfFree(ip)
-	}
-	delete(a.foreignOf, service)
-	var kept []netip.Addr
-	for _, ip := range ips {
-		if !ip.IsValid() || ip.Zone() != "" || ip.Is4In6() || slices.Contains(kept, ip) {
-			continue
-		}
-		kept = append(kept, ip)
-		st := a.state(ip)
-		if i, found := slices.BinarySearch(a.foreignAt[ip], service); !found {
-			wasLive := a.live(ip, st)
-			a.foreignAt[ip] = slices.Insert(a.foreignAt[ip], i, service)
-			if !wasLive {
-				a.countHeld(ip, st, 1)
-			}
-		}
-	}
-	if len(kept) > 0 {
-		a.foreignOf[service] = kept
-	}
+	defer a.checked("SetForeign")
+	a.idx.setForeign(service, ips)
 }
 
 // without returns the sorted services without s (a new slice when s is in
@@ -1145,6 +823,7 @@ func without(services []string, s string) []string {
 // reserving the same again is a no-op. A reserved IP is never auto-assigned
 // and is granted only to r.ForService, when that Service requests it.
 func (a *Allocator) Reserve(r Reservation) error {
+	defer a.checked("Reserve")
 	if !r.IP.IsValid() || r.IP.Zone() != "" || r.IP.Is4In6() {
 		return invalid("ip: %q is not a plain IPv4 or IPv6 address", r.IP)
 	}
@@ -1153,7 +832,7 @@ func (a *Allocator) Reserve(r Reservation) error {
 			return invalid("for_service: %s", err.Message)
 		}
 	}
-	if st := a.ips[r.IP]; st != nil {
+	if st := a.idx.ips[r.IP]; st != nil {
 		if old := st.reservation; old != nil {
 			if old.Note == r.Note && old.ForService == r.ForService {
 				return nil
@@ -1174,37 +853,20 @@ func (a *Allocator) Reserve(r Reservation) error {
 			}
 		}
 	}
-	rc := r
-	rc.Kept = rc.Kept && rc.ForService != ""
-	st := a.state(r.IP)
-	st.reservation = &rc
-	if rc.Kept {
-		a.kept.add(rc)
-		a.nsAddrs.add(st.pool, rc.tenant(), r.IP)
-	}
+	a.idx.reserve(r)
 	return nil
 }
 
 // Unreserve gives a reserved IP back and returns the reservation. The IP
 // stays held when its Service holds it.
 func (a *Allocator) Unreserve(ip netip.Addr) (Reservation, bool) {
-	st := a.ips[ip]
-	if st == nil || st.reservation == nil {
-		return Reservation{}, false
-	}
-	r := *st.reservation
-	st.reservation = nil
-	if r.Kept {
-		a.kept.remove(r)
-		a.nsAddrs.remove(st.pool, r.tenant(), ip)
-	}
-	a.dropIfFree(ip)
-	return r, true
+	defer a.checked("Unreserve")
+	return a.idx.unreserve(ip)
 }
 
 // Reservation returns the reservation of ip.
 func (a *Allocator) Reservation(ip netip.Addr) (Reservation, bool) {
-	if st := a.ips[ip]; st != nil && st.reservation != nil {
+	if st := a.idx.ips[ip]; st != nil && st.reservation != nil {
 		return *st.reservation, true
 	}
 	return Reservation{}, false
@@ -1212,7 +874,7 @@ func (a *Allocator) Reservation(ip netip.Addr) (Reservation, bool) {
 
 // Holders returns the Services holding ip, sorted by Service.
 func (a *Allocator) Holders(ip netip.Addr) []Allocation {
-	st := a.ips[ip]
+	st := a.idx.ips[ip]
 	if st == nil {
 		return nil
 	}
@@ -1226,7 +888,7 @@ func (a *Allocator) Holders(ip netip.Addr) []Allocation {
 // Allocations returns the IPs the Service holds, IPv4 first.
 func (a *Allocator) Allocations(service string) []Allocation {
 	var out []Allocation
-	for _, ip := range a.bySvc[service] {
+	for _, ip := range a.idx.bySvc[service] {
 		for _, h := range a.Holders(ip) {
 			if h.Service == service {
 				out = append(out, h)
@@ -1245,12 +907,9 @@ const NoPool = "(none)"
 // to the pool it came from, wherever pool edits have left it since. NoPool
 // and "" leave it unknown.
 func (a *Allocator) NoteOrigin(ip netip.Addr, pool string) {
-	if st := a.ips[ip]; st != nil && pool != "" && pool != NoPool {
-		if len(st.holders) > 0 && a.isOutside(ip, st) {
-			a.addOutside(st.origin, -1)
-			a.outside[pool]++
-		}
-		st.origin = pool
+	defer a.checked("NoteOrigin")
+	if pool != "" && pool != NoPool {
+		a.idx.noteOrigin(ip, pool)
 	}
 }
 
@@ -1259,31 +918,7 @@ func (a *Allocator) NoteOrigin(ip netip.Addr, pool string) {
 // longer hands them out): see ReasonHeldOutsidePool. IPs of unknown origin
 // are counted under "".
 func (a *Allocator) HeldOutside() map[string]int {
-	return maps.Clone(a.outside)
-}
-
-// isOutside reports whether ip, once held, counts as held outside its
-// pool: in no serving pool, or in one that no longer hands it out.
-func (a *Allocator) isOutside(ip netip.Addr, st *ipState) bool {
-	return st.pool == "" || !a.pools[st.pool].allocatable(ip)
-}
-
-// addOutside adds delta to origin's count of IPs held outside, forgetting
-// an origin whose count reaches 0.
-func (a *Allocator) addOutside(origin string, delta int) {
-	if a.outside[origin] += delta; a.outside[origin] == 0 {
-		delete(a.outside, origin)
-	}
-}
-
-// recountOutside counts the IPs held outside from scratch (a new pool set).
-func (a *Allocator) recountOutside() {
-	clear(a.outside)
-	for ip, st := range a.ips {
-		if len(st.holders) > 0 && a.isOutside(ip, st) {
-			a.outside[st.origin]++
-		}
-	}
+	return maps.Clone(a.idx.outside)
 }
 
 // ServicesFrom counts, by pool, the Services holding an address that came
@@ -1300,7 +935,7 @@ func (a *Allocator) ServicesFrom() map[string]int {
 		}
 		svcs[pool][svc] = struct{}{}
 	}
-	for _, st := range a.ips {
+	for _, st := range a.idx.ips {
 		for _, h := range st.holders {
 			add(st.origin, h.service)
 			add(st.pool, h.service)
@@ -1315,7 +950,7 @@ func (a *Allocator) ServicesFrom() map[string]int {
 
 // PoolOf returns the serving pool containing ip.
 func (a *Allocator) PoolOf(ip netip.Addr) (string, bool) {
-	if p := a.index.lookup(ip); p != nil {
+	if p := a.pools.index.lookup(ip); p != nil {
 		return p.name, true
 	}
 	return "", false
@@ -1323,14 +958,14 @@ func (a *Allocator) PoolOf(ip netip.Addr) (string, bool) {
 
 // Conflicting returns the conflict of a pool, if it is Conflicting.
 func (a *Allocator) Conflicting(pool string) (Conflict, bool) {
-	c, ok := a.conflictOf[pool]
+	c, ok := a.pools.conflictOf[pool]
 	return c, ok
 }
 
 // Usage returns the usage of a pool given to SetPools. A Conflicting pool
 // uses nothing.
 func (a *Allocator) Usage(pool string) (Usage, bool) {
-	p := a.pools[pool]
+	p := a.pools.byName[pool]
 	if p == nil {
 		return Usage{}, false
 	}
@@ -1338,7 +973,7 @@ func (a *Allocator) Usage(pool string) (Usage, bool) {
 		IPv4: FamilyUsage{Total: p.Total(IPv4), Used: new(big.Int)},
 		IPv6: FamilyUsage{Total: p.Total(IPv6), Used: new(big.Int)},
 	}
-	if c := a.counts[pool]; c != nil {
+	if c := a.idx.counts[pool]; c != nil {
 		u.IPv4.Used.Set(c.used[0])
 		u.IPv6.Used.Set(c.used[1])
 		u.IPv4.Held, u.IPv6.Held = c.held[0], c.held[1]
@@ -1363,8 +998,8 @@ func (a *Allocator) List(after netip.Addr, limit int) []Allocation {
 		}
 	}
 	ips := 0
-	for p := a.taken.search(start); p.c < len(a.taken.chunks); {
-		r := a.taken.chunks[p.c][p.i]
+	for p := a.idx.taken.search(start); p.c < len(a.idx.taken.chunks); {
+		r := a.idx.taken.chunks[p.c][p.i]
 		ip := r.first
 		if ip.Compare(start) < 0 {
 			ip = start
@@ -1378,7 +1013,7 @@ func (a *Allocator) List(after netip.Addr, limit int) []Allocation {
 				ips++
 			}
 		}
-		if p.i++; p.i == len(a.taken.chunks[p.c]) {
+		if p.i++; p.i == len(a.idx.taken.chunks[p.c]) {
 			p = pos{p.c + 1, 0}
 		}
 	}
@@ -1388,7 +1023,7 @@ func (a *Allocator) List(after netip.Addr, limit int) []Allocation {
 // Reservations returns every reservation in IP order.
 func (a *Allocator) Reservations() []Reservation {
 	var out []Reservation
-	for ip, st := range a.ips {
+	for ip, st := range a.idx.ips {
 		if st.reservation != nil {
 			r := *st.reservation
 			r.IP = ip

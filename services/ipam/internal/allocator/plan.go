@@ -180,7 +180,7 @@ func (a *Allocator) evaluate(p *Pool, req Request, n need) eval {
 // verdict reason and message; "" when they do not. The checks run in the
 // order a user would want them explained.
 func (a *Allocator) refusal(p *Pool, req Request, n need) (VerdictReason, string) {
-	if c, ok := a.conflictOf[p.name]; ok {
+	if c, ok := a.pools.conflictOf[p.name]; ok {
 		return ineligible(VerdictConflicting, "pool %s is Conflicting: %s", p.name, c.Message)
 	}
 	if req.Pool != "" && req.Pool != p.name {
@@ -262,7 +262,7 @@ func (k *picker) fail(r VerdictReason, msg string) bool {
 func (k *picker) fresh() int {
 	n := 0
 	for _, c := range k.ips {
-		if !k.a.nsAddrs.has(k.pool.name, k.ns, c) {
+		if !k.a.idx.nsAddrs.has(k.pool.name, k.ns, c) {
 			n++
 		}
 	}
@@ -275,7 +275,7 @@ func (k *picker) overQuota(ip netip.Addr) bool { return k.a.overQuota(k.pool, k.
 // quota fails for the namespace's quota.
 func (k *picker) quota() bool {
 	p := k.pool
-	return k.fail(VerdictNamespaceQuota, quotaMessage(p, k.ns, k.a.nsAddrs.count(p.name, k.ns), k.fresh()+1))
+	return k.fail(VerdictNamespaceQuota, quotaMessage(p, k.ns, k.a.idx.nsAddrs.count(p.name, k.ns), k.fresh()+1))
 }
 
 // pickRequired picks an address of each required family: the requested IP
@@ -370,7 +370,7 @@ func describeNamespaces(s PoolSpec) string {
 // (lowestFree). chosen are this
 // request's earlier picks (never of family f).
 func (a *Allocator) pick(p *Pool, f Family, chosen []netip.Addr, req Request) (netip.Addr, bool) {
-	for _, ip := range a.bySvc[req.Service] {
+	for _, ip := range a.idx.bySvc[req.Service] {
 		if FamilyOf(ip) == f && p.allocatable(ip) {
 			return ip, true
 		}
@@ -386,11 +386,11 @@ func (a *Allocator) pick(p *Pool, f Family, chosen []netip.Addr, req Request) (n
 	}
 	if key := req.Sharing.Key; key != "" {
 		var best netip.Addr
-		for ip := range a.byShare[key] {
+		for ip := range a.idx.byShare[key] {
 			if FamilyOf(ip) != f || !p.allocatable(ip) || (best.IsValid() && ip.Compare(best) >= 0) {
 				continue
 			}
-			if a.usable(ip, req.Service, req.tenant(), req.Sharing, false) == nil && !a.claimedByOther(ip, req.Service) {
+			if a.usable(ip, req.Service, req.tenant(), req.Sharing, false) == nil && !a.idx.claimedByOther(ip, req.Service) {
 				best = ip
 			}
 		}
@@ -406,7 +406,7 @@ func (a *Allocator) pick(p *Pool, f Family, chosen []netip.Addr, req Request) (n
 // longest (kept.go) — never one held, reserved otherwise, claimed by a
 // Service other than service, or skipped by avoidBuggyIPs.
 func (a *Allocator) lowestFree(p *Pool, f Family, service string) (netip.Addr, bool) {
-	if max := p.spec.MaxAddressesPerNamespace; max > 0 && a.nsAddrs.count(p.name, a.tenantOf(service)) >= max {
+	if max := p.spec.MaxAddressesPerNamespace; max > 0 && a.idx.nsAddrs.count(p.name, a.idx.tenantOf(service)) >= max {
 		// At its cap, a namespace may still take what is kept for it (a
 		// new address is refused by the quota).
 		if ip, ok := a.oldestKept(p, f, service, true); ok {
@@ -417,9 +417,9 @@ func (a *Allocator) lowestFree(p *Pool, f Family, service string) (netip.Addr, b
 		return ip, true
 	}
 	free := func(ip netip.Addr) bool {
-		return FamilyOf(ip) == f && p.allocatable(ip) && !(a.claimed.contains(ip) && a.claimedByOther(ip, service))
+		return FamilyOf(ip) == f && p.allocatable(ip) && !(a.idx.claimed.contains(ip) && a.idx.claimedByOther(ip, service))
 	}
-	if ip, ok := a.freed.oldest(free); ok {
+	if ip, ok := a.idx.freed.oldest(free); ok {
 		return ip, true
 	}
 	return a.oldestKept(p, f, service, false)
@@ -437,11 +437,11 @@ func (a *Allocator) lowestNeverFreed(p *Pool, f Family, service string) (netip.A
 		}
 		lo := r.first
 		for {
-			c, ok := a.taken.firstAbsent(lo, r.last)
+			c, ok := a.idx.taken.firstAbsent(lo, r.last)
 			if !ok {
 				break
 			}
-			if d, ok := a.freed.set.firstAbsent(c, r.last); !ok {
+			if d, ok := a.idx.freed.set.firstAbsent(c, r.last); !ok {
 				break
 			} else if d != c {
 				lo = d
@@ -451,7 +451,7 @@ func (a *Allocator) lowestNeverFreed(p *Pool, f Family, service string) (netip.A
 			switch u := p.unusableRange(c); {
 			case u != nil:
 				next = u.last.Next() // hop over a whole block (127.0.0.0/8)
-			case !(p.spec.AvoidBuggyIPs && buggy(c)) && !(a.claimed.contains(c) && a.claimedByOther(c, service)):
+			case !(p.spec.AvoidBuggyIPs && buggy(c)) && !(a.idx.claimed.contains(c) && a.idx.claimedByOther(c, service)):
 				return c, true
 			}
 			if lo = next; !lo.IsValid() || lo.Compare(r.last) > 0 {
@@ -515,7 +515,7 @@ func (a *Allocator) plan(req Request) decision {
 	if err != nil {
 		return decision{outcome: outcome{kind: refuse, err: err}}
 	}
-	d := decision{held: slices.Clone(a.bySvc[req.Service])}
+	d := decision{held: slices.Clone(a.idx.bySvc[req.Service])}
 	if len(d.held) > 0 {
 		return a.planHeld(req, n, d)
 	}
@@ -578,17 +578,17 @@ func (e *eval) fit() int {
 // evaluateAll evaluates every pool once, asking each for needOf(pool):
 // serving pools in rank order, then the Conflicting ones by name.
 func (a *Allocator) evaluateAll(req Request, needOf func(*Pool) need) []eval {
-	out := make([]eval, 0, len(a.pools))
-	for _, p := range a.ranked {
+	out := make([]eval, 0, len(a.pools.byName))
+	for _, p := range a.pools.ranked {
 		out = append(out, a.evaluate(p, req, needOf(p)))
 	}
 	var conflicting []string
-	for name := range a.conflictOf {
+	for name := range a.pools.conflictOf {
 		conflicting = append(conflicting, name)
 	}
 	slices.Sort(conflicting)
 	for _, name := range conflicting {
-		p := a.pools[name]
+		p := a.pools.byName[name]
 		out = append(out, a.evaluate(p, req, needOf(p)))
 	}
 	return out
@@ -667,7 +667,7 @@ func (a *Allocator) planHeld(req Request, n need, d decision) decision {
 func (a *Allocator) heldUnfit(req Request, n need, held []netip.Addr) string {
 	for _, ip := range held {
 		f := FamilyOf(ip)
-		st := a.ips[ip]
+		st := a.idx.ips[ip]
 		switch {
 		case !n.wants(f):
 			return fmt.Sprintf("it holds %s, but it now asks only for %s", ip, familyList(n.required))
@@ -687,7 +687,7 @@ func (a *Allocator) heldUnfit(req Request, n need, held []netip.Addr) string {
 // its pool no longer hands out, or that is in a second pool.
 func (a *Allocator) heldPool(req Request, held []netip.Addr) (pool, outside string) {
 	for i, ip := range held {
-		st := a.ips[ip]
+		st := a.idx.ips[ip]
 		switch {
 		case st == nil || st.pool == "":
 			outside = fmt.Sprintf("%s is no longer in any serving IPPool", ip)
@@ -697,7 +697,7 @@ func (a *Allocator) heldPool(req Request, held []netip.Addr) (pool, outside stri
 			// Given by the pool the Service names (or before anyone knew);
 			// a pool edit has put it in another pool since.
 			outside = fmt.Sprintf("%s now lies in pool %s, and the Service asks for pool %s", ip, st.pool, req.Pool)
-		case !a.pools[st.pool].allocatable(ip):
+		case !a.pools.byName[st.pool].allocatable(ip):
 			outside = fmt.Sprintf("%s is in pool %s, which no longer hands it out (%s)", ip, st.pool, a.whyNotAllocatable(st.pool, ip))
 		case i > 0 && st.pool != pool:
 			outside = fmt.Sprintf("%s is in pool %s and %s in pool %s, and one Service takes its addresses from one pool", held[0], pool, ip, st.pool)
@@ -761,8 +761,8 @@ func heldOutcome(held []netip.Addr, outside string, holding *eval) outcome {
 // (shareProblem's keptAcross).
 func (a *Allocator) sharedAcross(service string, sh Sharing) []netip.Addr {
 	var out []netip.Addr
-	for _, ip := range a.bySvc[service] {
-		for _, h := range a.ips[ip].holders {
+	for _, ip := range a.idx.bySvc[service] {
+		for _, h := range a.idx.ips[ip].holders {
 			if _, kept := shareProblem(h, service, sh); kept && h.service != service {
 				out = append(out, ip)
 				break
@@ -781,11 +781,11 @@ func (a *Allocator) failure(req Request, n need, evals []eval) *Error {
 			if !ok {
 				continue
 			}
-			p := a.index.lookup(ip)
+			p := a.pools.index.lookup(ip)
 			if p == nil {
 				msg := fmt.Sprintf("the requested IP %s is in no IPPool", ip)
-				for _, name := range sortedKeys(a.conflictOf) {
-					if a.pools[name].Contains(ip) {
+				for _, name := range sortedKeys(a.pools.conflictOf) {
+					if a.pools.byName[name].Contains(ip) {
 						msg = fmt.Sprintf("the requested IP %s is only in pool %s, which is Conflicting", ip, name)
 						break
 					}
@@ -871,7 +871,8 @@ func addrList(ips []netip.Addr) string {
 // nothing changes: Allocate never releases, so an IP still shown in a status
 // is never handed to another Service.
 func (a *Allocator) Allocate(req Request) (Result, error) {
-	a.SetTenant(req.Service, req.tenant())
+	defer a.checked("Allocate")
+	a.idx.setTenant(req.Service, req.tenant())
 	d := a.plan(req)
 	switch o := d.outcome; o.kind {
 	case release:
@@ -888,10 +889,10 @@ func (a *Allocator) Allocate(req Request) (Result, error) {
 		if !slices.Contains(d.held, ip) {
 			res.New = true
 		}
-		if r, ok := a.unkeep(ip); ok {
+		if r, ok := a.idx.unkeep(ip); ok {
 			res.Kept = append(res.Kept, r)
 		}
-		a.hold(ip, req.Service, req.Sharing)
+		a.idx.hold(ip, req.Service, req.Sharing)
 	}
 	return res, nil
 }
@@ -899,6 +900,7 @@ func (a *Allocator) Allocate(req Request) (Result, error) {
 // Explain says what Allocate would do for req, pool by pool, without
 // changing anything.
 func (a *Allocator) Explain(req Request) Explanation {
+	defer a.checked("Explain")
 	d := a.plan(req)
 	x := Explanation{IPs: d.held}
 	for _, e := range d.evals {
@@ -922,7 +924,7 @@ func (a *Allocator) Explain(req Request) Explanation {
 func (a *Allocator) keptExplained(req Request, ips []netip.Addr) string {
 	var out string
 	for _, ip := range ips {
-		st := a.ips[ip]
+		st := a.idx.ips[ip]
 		if st == nil || st.reservation == nil || !st.reservation.Kept {
 			continue
 		}
@@ -987,7 +989,7 @@ func IsUnfit(err error) bool { return errors.Is(err, ErrHeldAddressUnfit) }
 
 // whyNotAllocatable says why pool no longer hands out ip, which it contains.
 func (a *Allocator) whyNotAllocatable(pool string, ip netip.Addr) string {
-	p := a.pools[pool]
+	p := a.pools.byName[pool]
 	if why := p.unusableWhy(ip); why != "" {
 		return "it is " + why
 	}
