@@ -79,7 +79,7 @@ func (x *indexes) checkIPs() error {
 				why, kept := shareProblem(h, o.service, sharingOf(o))
 				rwhy, rkept := shareProblem(o, h.service, sharingOf(h))
 				if why != "" && !kept || rwhy != "" && !rkept {
-					return fmt.Errorf("%s held by %s and %s, which may not share: %s", ip, h.service, o.service, why+rwhy)
+					return fmt.Errorf("%s held by %s and %s, which may not share: %s", ip, h.service, o.service, strings.Join(slices.DeleteFunc([]string{why, rwhy}, func(s string) bool { return s == "" }), "; "))
 				}
 			}
 		}
