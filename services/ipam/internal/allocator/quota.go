@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -100,4 +101,15 @@ func (a *Allocator) AtQuota(pool string) []NamespaceUse {
 func (a *Allocator) overQuota(p *Pool, ns string, ip netip.Addr, fresh int) bool {
 	max := p.spec.MaxAddressesPerNamespace
 	return max > 0 && !a.idx.nsAddrs.has(p.name, ns, ip) && a.idx.nsAddrs.count(p.name, ns)+fresh >= max
+}
+
+// quotaMessage is the refusal of a namespace that holds or requests n of
+// pool p's addresses and would need more more under p's quota.
+func quotaMessage(p *Pool, ns string, n, more int) string {
+	needs := ""
+	if more > 1 {
+		needs = fmt.Sprintf(", and this Service needs %d more", more)
+	}
+	return fmt.Sprintf("namespace %s holds or requests %d addresses of pool %s, whose spec.allocation.maxAddressesPerNamespace is %d%s; "+
+		"release one, or ask an operator to raise the quota", ns, n, p.name, p.spec.MaxAddressesPerNamespace, needs)
 }
