@@ -99,88 +99,6 @@ type poolCounts struct {
 	held [2]int64
 }
 
-// repool re-attributes every held or reserved address to the serving pool
-// containing it now (x.pools changed), and recounts what depends on it.
-func (x *indexes) repool() {
-	x.counts = map[string]*poolCounts{}
-	for _, p := range x.pools.ranked {
-		x.counts[p.name] = &poolCounts{used: [2]*big.Int{new(big.Int), new(big.Int)}}
-	}
-	for ip, st := range x.ips {
-		st.pool = x.poolName(ip)
-		x.count(ip, st, 1)
-	}
-	x.recountNamespaces()
-	x.recountOutside()
-}
-
-// count adds delta to the used count of the pool st is attributed to, and
-// to its held count when a live Service holds ip, when the pool counts ip.
-func (x *indexes) count(ip netip.Addr, st *ipState, delta int64) {
-	if c, i := x.countsOf(ip, st); c != nil {
-		c.used[i].Add(c.used[i], big.NewInt(delta))
-		if x.live(ip, st) {
-			c.held[i] += delta
-		}
-	}
-}
-
-// countHeld adds delta to the held count of the pool st is attributed to,
-// when the pool counts ip: call it when ip starts (1) or stops (-1) being
-// held by a live Service, the rest of its state unchanged.
-func (x *indexes) countHeld(ip netip.Addr, st *ipState, delta int64) {
-	if c, i := x.countsOf(ip, st); c != nil {
-		c.held[i] += delta
-	}
-}
-
-// countsOf returns the counts of the pool st is attributed to and the index
-// of ip's family in them; nil when no serving pool counts ip (it lies in
-// none, or in one that does not hand it out).
-func (x *indexes) countsOf(ip netip.Addr, st *ipState) (*poolCounts, int) {
-	c := x.counts[st.pool]
-	if c == nil || !x.pools.byName[st.pool].allocatable(ip) {
-		return nil, 0
-	}
-	return c, famIdx(FamilyOf(ip))
-}
-
-// live reports whether a live Service holds ip: one of ipam's, or one
-// another controller serves whose status shows it.
-func (x *indexes) live(ip netip.Addr, st *ipState) bool {
-	return len(st.holders) > 0 || len(x.foreignAt[ip]) > 0
-}
-
-// state returns the state of ip, creating it (taken, counted) if needed.
-func (x *indexes) state(ip netip.Addr) *ipState {
-	if st := x.ips[ip]; st != nil {
-		return st
-	}
-	st := &ipState{}
-	if p := x.pools.index.lookup(ip); p != nil {
-		st.pool, st.origin = p.name, p.name
-	}
-	x.ips[ip] = st
-	x.taken.add(ip)
-	x.freed.remove(ip)
-	x.count(ip, st, 1)
-	return st
-}
-
-// dropIfFree forgets ip when nobody holds or reserves it, and reports
-// whether it did.
-func (x *indexes) dropIfFree(ip netip.Addr) bool {
-	st := x.ips[ip]
-	if st == nil || len(st.holders) > 0 || st.reservation != nil || len(x.foreignAt[ip]) > 0 {
-		return false
-	}
-	x.count(ip, st, -1)
-	x.taken.remove(ip)
-	delete(x.ips, ip)
-	x.freed.add(ip)
-	return true
-}
-
 // hold records that service holds ip (or refreshes its sharing info).
 func (x *indexes) hold(ip netip.Addr, service string, sh Sharing) {
 	st := x.state(ip)
@@ -219,50 +137,77 @@ func (x *indexes) hold(ip netip.Addr, service string, sh Sharing) {
 	}
 }
 
-// unshare forgets ip under key when no holder of ip uses key any more.
-func (x *indexes) unshare(key string, ip netip.Addr, st *ipState) {
-	if key == "" {
-		return
-	}
-	for _, h := range st.holders {
-		if h.key() == key {
-			return
+// release forgets service: its holds, claims and tenant.
+func (x *indexes) release(service string) {
+	for _, ip := range x.bySvc[service] {
+		st := x.ips[ip]
+		if st == nil {
+			continue
+		}
+		i, found := slices.BinarySearchFunc(st.holders, service, func(h holder, s string) int { return strings.Compare(h.service, s) })
+		if !found {
+			continue
+		}
+		key := st.holders[i].key()
+		st.holders = slices.Delete(st.holders, i, i+1)
+		if len(st.holders) == 0 && x.isOutside(ip, st) {
+			x.addOutside(st.origin, -1)
+		}
+		if !x.live(ip, st) {
+			x.countHeld(ip, st, -1)
+		}
+		x.nsAddrs.remove(st.pool, x.tenantOf(service), ip)
+		x.unshare(key, ip, st)
+		if x.dropIfFree(ip) {
+			x.freed.note(ip, service)
 		}
 	}
-	if m := x.byShare[key]; m != nil {
-		delete(m, ip)
-		if len(m) == 0 {
-			delete(x.byShare, key)
-		}
+	delete(x.bySvc, service)
+	x.setClaims(service, nil)
+	delete(x.tenants, service)
+}
+
+// reserve records r, which Reserve admitted.
+func (x *indexes) reserve(r Reservation) {
+	rc := r
+	rc.Kept = rc.Kept && rc.ForService != ""
+	st := x.state(r.IP)
+	st.reservation = &rc
+	if rc.Kept {
+		x.kept.add(rc)
+		x.nsAddrs.add(st.pool, rc.tenant(), r.IP)
 	}
 }
 
-// isOutside reports whether ip, once held, counts as held outside its
-// pool: in no serving pool, or in one that no longer hands it out.
-func (x *indexes) isOutside(ip netip.Addr, st *ipState) bool {
-	return st.pool == "" || !x.pools.byName[st.pool].allocatable(ip)
+// unreserve drops the reservation of ip and returns it.
+func (x *indexes) unreserve(ip netip.Addr) (Reservation, bool) {
+	st := x.ips[ip]
+	if st == nil || st.reservation == nil {
+		return Reservation{}, false
+	}
+	r := *st.reservation
+	st.reservation = nil
+	if r.Kept {
+		x.kept.remove(r)
+		x.nsAddrs.remove(st.pool, r.tenant(), ip)
+	}
+	x.dropIfFree(ip)
+	return r, true
 }
 
-// addOutside adds delta to origin's count of IPs held outside, forgetting
-// an origin whose count reaches 0.
-func (x *indexes) addOutside(origin string, delta int) {
-	if x.outside[origin] += delta; x.outside[origin] == 0 {
-		delete(x.outside, origin)
+// unkeep ends the kept reservation of ip as a Service takes it, and returns
+// it (false when ip is not kept).
+func (x *indexes) unkeep(ip netip.Addr) (Reservation, bool) {
+	st := x.ips[ip]
+	if st == nil || st.reservation == nil || !st.reservation.Kept {
+		return Reservation{}, false
 	}
-}
-
-// recountOutside counts the IPs held outside from scratch (a new pool set).
-func (x *indexes) recountOutside() { x.outside = x.outsideCounts() }
-
-// outsideCounts counts, from scratch, what outside counts.
-func (x *indexes) outsideCounts() map[string]int {
-	out := map[string]int{}
-	for ip, st := range x.ips {
-		if len(st.holders) > 0 && x.isOutside(ip, st) {
-			out[st.origin]++
-		}
-	}
-	return out
+	r := *st.reservation
+	r.IP = ip
+	st.reservation = nil
+	x.kept.remove(r)
+	x.nsAddrs.remove(st.pool, r.tenant(), ip)
+	return r, true
 }
 
 // setClaims replaces the IPs service claims; nil clears.
@@ -295,129 +240,6 @@ func (x *indexes) setClaims(service string, ips []netip.Addr) {
 		m[service] = struct{}{}
 		x.nsAddrs.add(x.poolName(ip), ns, ip)
 	}
-}
-
-// claimedByOther reports whether a Service other than service claims ip.
-func (x *indexes) claimedByOther(ip netip.Addr, service string) bool {
-	for s := range x.claims[ip] {
-		if s != service {
-			return true
-		}
-	}
-	return false
-}
-
-// tenantOf is the namespace whose quotas service counts against.
-func (x *indexes) tenantOf(service string) string {
-	if ns, ok := x.tenants[service]; ok {
-		return ns
-	}
-	return namespaceOf(service)
-}
-
-// unkeep ends the kept reservation of ip as a Service takes it, and returns
-// it (false when ip is not kept).
-func (x *indexes) unkeep(ip netip.Addr) (Reservation, bool) {
-	st := x.ips[ip]
-	if st == nil || st.reservation == nil || !st.reservation.Kept {
-		return Reservation{}, false
-	}
-	r := *st.reservation
-	r.IP = ip
-	st.reservation = nil
-	x.kept.remove(r)
-	x.nsAddrs.remove(st.pool, r.tenant(), ip)
-	return r, true
-}
-
-// recountNamespaces rebuilds the counts of the capped pools from every hold
-// and claim, after SetPools re-attributed addresses to pools.
-func (x *indexes) recountNamespaces() { x.nsAddrs = x.namespaceCounts() }
-
-// namespaceCounts counts, from scratch, what nsAddrs counts.
-func (x *indexes) namespaceCounts() nsAddrs {
-	n := nsAddrs{capped: map[string]bool{}}
-	for name, p := range x.pools.byName {
-		if p.spec.MaxAddressesPerNamespace > 0 {
-			n.capped[name] = true
-		}
-	}
-	for ip, st := range x.ips {
-		for _, h := range st.holders {
-			n.add(st.pool, x.tenantOf(h.service), ip)
-		}
-		if r := st.reservation; r != nil && r.Kept {
-			n.add(st.pool, r.tenant(), ip)
-		}
-	}
-	for ip, services := range x.claims {
-		pool := x.poolName(ip)
-		for s := range services {
-			n.add(pool, x.tenantOf(s), ip)
-		}
-	}
-	return n
-}
-
-// poolName is the serving pool containing ip, "" when none.
-func (x *indexes) poolName(ip netip.Addr) string {
-	if p := x.pools.index.lookup(ip); p != nil {
-		return p.name
-	}
-	return ""
-}
-
-// setTenant counts service, and what it holds and claims, against ns.
-func (x *indexes) setTenant(service, ns string) {
-	old := x.tenantOf(service)
-	if ns == old {
-		return
-	}
-	if ns == namespaceOf(service) {
-		delete(x.tenants, service)
-	} else {
-		x.tenants[service] = ns
-	}
-	for _, ip := range x.bySvc[service] {
-		if st := x.ips[ip]; st != nil {
-			x.nsAddrs.remove(st.pool, old, ip)
-			x.nsAddrs.add(st.pool, ns, ip)
-		}
-	}
-	for _, ip := range x.claimsOf[service] {
-		x.nsAddrs.remove(x.poolName(ip), old, ip)
-		x.nsAddrs.add(x.poolName(ip), ns, ip)
-	}
-}
-
-// release forgets service: its holds, claims and tenant.
-func (x *indexes) release(service string) {
-	for _, ip := range x.bySvc[service] {
-		st := x.ips[ip]
-		if st == nil {
-			continue
-		}
-		i, found := slices.BinarySearchFunc(st.holders, service, func(h holder, s string) int { return strings.Compare(h.service, s) })
-		if !found {
-			continue
-		}
-		key := st.holders[i].key()
-		st.holders = slices.Delete(st.holders, i, i+1)
-		if len(st.holders) == 0 && x.isOutside(ip, st) {
-			x.addOutside(st.origin, -1)
-		}
-		if !x.live(ip, st) {
-			x.countHeld(ip, st, -1)
-		}
-		x.nsAddrs.remove(st.pool, x.tenantOf(service), ip)
-		x.unshare(key, ip, st)
-		if x.dropIfFree(ip) {
-			x.freed.note(ip, service)
-		}
-	}
-	delete(x.bySvc, service)
-	x.setClaims(service, nil)
-	delete(x.tenants, service)
 }
 
 // setForeign replaces the addresses foreign service shows (SetForeign).
@@ -458,20 +280,27 @@ func (x *indexes) setForeign(service string, ips []netip.Addr) {
 	}
 }
 
-// unreserve drops the reservation of ip and returns it.
-func (x *indexes) unreserve(ip netip.Addr) (Reservation, bool) {
-	st := x.ips[ip]
-	if st == nil || st.reservation == nil {
-		return Reservation{}, false
+// setTenant counts service, and what it holds and claims, against ns.
+func (x *indexes) setTenant(service, ns string) {
+	old := x.tenantOf(service)
+	if ns == old {
+		return
 	}
-	r := *st.reservation
-	st.reservation = nil
-	if r.Kept {
-		x.kept.remove(r)
-		x.nsAddrs.remove(st.pool, r.tenant(), ip)
+	if ns == namespaceOf(service) {
+		delete(x.tenants, service)
+	} else {
+		x.tenants[service] = ns
 	}
-	x.dropIfFree(ip)
-	return r, true
+	for _, ip := range x.bySvc[service] {
+		if st := x.ips[ip]; st != nil {
+			x.nsAddrs.remove(st.pool, old, ip)
+			x.nsAddrs.add(st.pool, ns, ip)
+		}
+	}
+	for _, ip := range x.claimsOf[service] {
+		x.nsAddrs.remove(x.poolName(ip), old, ip)
+		x.nsAddrs.add(x.poolName(ip), ns, ip)
+	}
 }
 
 // noteOrigin records the pool a held ip came from.
@@ -485,14 +314,185 @@ func (x *indexes) noteOrigin(ip netip.Addr, pool string) {
 	}
 }
 
-// reserve records r, which Reserve admitted.
-func (x *indexes) reserve(r Reservation) {
-	rc := r
-	rc.Kept = rc.Kept && rc.ForService != ""
-	st := x.state(r.IP)
-	st.reservation = &rc
-	if rc.Kept {
-		x.kept.add(rc)
-		x.nsAddrs.add(st.pool, rc.tenant(), r.IP)
+// repool re-attributes every held or reserved address to the serving pool
+// containing it now (x.pools changed), and recounts what depends on it.
+func (x *indexes) repool() {
+	x.counts = map[string]*poolCounts{}
+	for _, p := range x.pools.ranked {
+		x.counts[p.name] = &poolCounts{used: [2]*big.Int{new(big.Int), new(big.Int)}}
 	}
+	for ip, st := range x.ips {
+		st.pool = x.poolName(ip)
+		x.count(ip, st, 1)
+	}
+	x.recountNamespaces()
+	x.recountOutside()
+}
+
+// state returns the state of ip, creating it (taken, counted) if needed.
+func (x *indexes) state(ip netip.Addr) *ipState {
+	if st := x.ips[ip]; st != nil {
+		return st
+	}
+	st := &ipState{}
+	if p := x.pools.index.lookup(ip); p != nil {
+		st.pool, st.origin = p.name, p.name
+	}
+	x.ips[ip] = st
+	x.taken.add(ip)
+	x.freed.remove(ip)
+	x.count(ip, st, 1)
+	return st
+}
+
+// dropIfFree forgets ip when nobody holds or reserves it, and reports
+// whether it did.
+func (x *indexes) dropIfFree(ip netip.Addr) bool {
+	st := x.ips[ip]
+	if st == nil || len(st.holders) > 0 || st.reservation != nil || len(x.foreignAt[ip]) > 0 {
+		return false
+	}
+	x.count(ip, st, -1)
+	x.taken.remove(ip)
+	delete(x.ips, ip)
+	x.freed.add(ip)
+	return true
+}
+
+// unshare forgets ip under key when no holder of ip uses key any more.
+func (x *indexes) unshare(key string, ip netip.Addr, st *ipState) {
+	if key == "" {
+		return
+	}
+	for _, h := range st.holders {
+		if h.key() == key {
+			return
+		}
+	}
+	if m := x.byShare[key]; m != nil {
+		delete(m, ip)
+		if len(m) == 0 {
+			delete(x.byShare, key)
+		}
+	}
+}
+
+// count adds delta to the used count of the pool st is attributed to, and
+// to its held count when a live Service holds ip, when the pool counts ip.
+func (x *indexes) count(ip netip.Addr, st *ipState, delta int64) {
+	if c, i := x.countsOf(ip, st); c != nil {
+		c.used[i].Add(c.used[i], big.NewInt(delta))
+		if x.live(ip, st) {
+			c.held[i] += delta
+		}
+	}
+}
+
+// countHeld adds delta to the held count of the pool st is attributed to,
+// when the pool counts ip: call it when ip starts (1) or stops (-1) being
+// held by a live Service, the rest of its state unchanged.
+func (x *indexes) countHeld(ip netip.Addr, st *ipState, delta int64) {
+	if c, i := x.countsOf(ip, st); c != nil {
+		c.held[i] += delta
+	}
+}
+
+// countsOf returns the counts of the pool st is attributed to and the index
+// of ip's family in them; nil when no serving pool counts ip (it lies in
+// none, or in one that does not hand it out).
+func (x *indexes) countsOf(ip netip.Addr, st *ipState) (*poolCounts, int) {
+	c := x.counts[st.pool]
+	if c == nil || !x.pools.byName[st.pool].allocatable(ip) {
+		return nil, 0
+	}
+	return c, famIdx(FamilyOf(ip))
+}
+
+// live reports whether a live Service holds ip: one of ipam's, or one
+// another controller serves whose status shows it.
+func (x *indexes) live(ip netip.Addr, st *ipState) bool {
+	return len(st.holders) > 0 || len(x.foreignAt[ip]) > 0
+}
+
+// isOutside reports whether ip, once held, counts as held outside its
+// pool: in no serving pool, or in one that no longer hands it out.
+func (x *indexes) isOutside(ip netip.Addr, st *ipState) bool {
+	return st.pool == "" || !x.pools.byName[st.pool].allocatable(ip)
+}
+
+// addOutside adds delta to origin's count of IPs held outside, forgetting
+// an origin whose count reaches 0.
+func (x *indexes) addOutside(origin string, delta int) {
+	if x.outside[origin] += delta; x.outside[origin] == 0 {
+		delete(x.outside, origin)
+	}
+}
+
+// recountOutside counts the IPs held outside from scratch (a new pool set).
+func (x *indexes) recountOutside() { x.outside = x.outsideCounts() }
+
+// outsideCounts counts, from scratch, what outside counts.
+func (x *indexes) outsideCounts() map[string]int {
+	out := map[string]int{}
+	for ip, st := range x.ips {
+		if len(st.holders) > 0 && x.isOutside(ip, st) {
+			out[st.origin]++
+		}
+	}
+	return out
+}
+
+// recountNamespaces rebuilds the counts of the capped pools from every hold
+// and claim, after SetPools re-attributed addresses to pools.
+func (x *indexes) recountNamespaces() { x.nsAddrs = x.namespaceCounts() }
+
+// namespaceCounts counts, from scratch, what nsAddrs counts.
+func (x *indexes) namespaceCounts() nsAddrs {
+	n := nsAddrs{capped: map[string]bool{}}
+	for name, p := range x.pools.byName {
+		if p.spec.MaxAddressesPerNamespace > 0 {
+			n.capped[name] = true
+		}
+	}
+	for ip, st := range x.ips {
+		for _, h := range st.holders {
+			n.add(st.pool, x.tenantOf(h.service), ip)
+		}
+		if r := st.reservation; r != nil && r.Kept {
+			n.add(st.pool, r.tenant(), ip)
+		}
+	}
+	for ip, services := range x.claims {
+		pool := x.poolName(ip)
+		for s := range services {
+			n.add(pool, x.tenantOf(s), ip)
+		}
+	}
+	return n
+}
+
+// claimedByOther reports whether a Service other than service claims ip.
+func (x *indexes) claimedByOther(ip netip.Addr, service string) bool {
+	for s := range x.claims[ip] {
+		if s != service {
+			return true
+		}
+	}
+	return false
+}
+
+// tenantOf is the namespace whose quotas service counts against.
+func (x *indexes) tenantOf(service string) string {
+	if ns, ok := x.tenants[service]; ok {
+		return ns
+	}
+	return namespaceOf(service)
+}
+
+// poolName is the serving pool containing ip, "" when none.
+func (x *indexes) poolName(ip netip.Addr) string {
+	if p := x.pools.index.lookup(ip); p != nil {
+		return p.name
+	}
+	return ""
 }
