@@ -797,7 +797,7 @@ func TestExplain(t *testing.T) {
 	)
 	late := spec("10.0.2.128/25")
 	late.CreatedAt = t0.Add(time.Hour)
-	all := append([]*Pool{}, a.pools["full"], a.pools["open"], a.pools["manual"], a.pools["team"], a.pools["web"], a.pools["v6"], mustPool(t, "late", late))
+	all := append([]*Pool{}, a.pools.byName["full"], a.pools.byName["open"], a.pools.byName["manual"], a.pools.byName["team"], a.pools.byName["web"], a.pools.byName["v6"], mustPool(t, "late", late))
 	a.SetPools(all)
 	mustAllocate(t, a, Request{Service: "x/filler", Pool: "full"})
 
@@ -964,7 +964,7 @@ func TestSharingKeyChange(t *testing.T) {
 	if err := a.Assign("ns/a", ip, Sharing{Key: "new", Ports: []Port{{Port: 80}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := a.byShare["old"]; ok {
+	if _, ok := a.idx.byShare["old"]; ok {
 		t.Fatal("IP still listed under the old key")
 	}
 	if got := mustAllocate(t, a, Request{Service: "ns/b", Sharing: Sharing{Key: "old", Ports: []Port{{Port: 443}}}}).IPs[0]; got == ip[0] {
@@ -1005,8 +1005,8 @@ func TestClaimsProtectRequestedIPs(t *testing.T) {
 	if got := mustAllocate(t, a, Request{Service: "ns/v6", Families: []Family{IPv6}}); got.IPs[0] != netip.MustParseAddr("2001:db8::2") {
 		t.Fatalf("got %v", got.IPs)
 	}
-	if a.claimed.len() != 1 {
-		t.Fatalf("claimed = %v, want only E's", a.claimed.ranges())
+	if a.idx.claimed.len() != 1 {
+		t.Fatalf("claimed = %v, want only E's", a.idx.claimed.ranges())
 	}
 }
 

@@ -45,6 +45,7 @@ func fillSlash16(b *testing.B, used int, shuffle bool) *Allocator {
 // BenchmarkAllocateSlash16With60000Used allocates the lowest free address of
 // a /16 whose lowest 60,000 addresses are held, then releases it.
 func BenchmarkAllocateSlash16With60000Used(b *testing.B) {
+	noChecks(b)
 	a := fillSlash16(b, 60000, false)
 	req := Request{Service: "ns/bench"}
 	for b.Loop() {
@@ -59,6 +60,7 @@ func BenchmarkAllocateSlash16With60000Used(b *testing.B) {
 // held (thousands of gaps); each iteration allocates the lowest gap and
 // releases it.
 func BenchmarkAllocateSlash16Fragmented(b *testing.B) {
+	noChecks(b)
 	a := newAllocator(b, mustPool(b, "p", spec("10.0.0.0/16")))
 	rng := rand.New(rand.NewPCG(1, 1))
 	base := netip.MustParseAddr("10.0.0.0")
@@ -69,7 +71,7 @@ func BenchmarkAllocateSlash16Fragmented(b *testing.B) {
 			n++
 		}
 	}
-	b.Logf("%d taken ranges", a.taken.len())
+	b.Logf("%d taken ranges", a.idx.taken.len())
 	req := Request{Service: "ns/bench"}
 	for b.Loop() {
 		if _, err := a.Allocate(req); err != nil {
@@ -81,6 +83,7 @@ func BenchmarkAllocateSlash16Fragmented(b *testing.B) {
 
 // BenchmarkAllocateIPv6Slash64 keeps allocating new addresses from a /64.
 func BenchmarkAllocateIPv6Slash64(b *testing.B) {
+	noChecks(b)
 	a := newAllocator(b, mustPool(b, "v6", spec("2001:db8::/64")))
 	i := 0
 	for b.Loop() {
@@ -94,6 +97,7 @@ func BenchmarkAllocateIPv6Slash64(b *testing.B) {
 // BenchmarkExplainIPv6Slash64 explains a pending Service against a /64
 // holding 10,000 addresses and nine other pools.
 func BenchmarkExplainIPv6Slash64(b *testing.B) {
+	noChecks(b)
 	pools := []*Pool{mustPool(b, "v6", spec("2001:db8::/64"))}
 	for i := range 9 {
 		pools = append(pools, mustPool(b, fmt.Sprintf("p%d", i), spec(fmt.Sprintf("10.%d.0.0/16", i))))
@@ -110,6 +114,7 @@ func BenchmarkExplainIPv6Slash64(b *testing.B) {
 // BenchmarkAssign10000 re-registers 10,000 held IPs (a restart), in IP order
 // (the ledger's order) and shuffled (Service status order).
 func BenchmarkAssign10000(b *testing.B) {
+	noChecks(b)
 	for _, shuffle := range []bool{false, true} {
 		b.Run(fmt.Sprintf("shuffled=%v", shuffle), func(b *testing.B) {
 			for b.Loop() {
@@ -122,6 +127,7 @@ func BenchmarkAssign10000(b *testing.B) {
 // BenchmarkRestart50000 is the restart of the benchmark: SetPools,
 // then 50,000 Assigns in random order.
 func BenchmarkRestart50000(b *testing.B) {
+	noChecks(b)
 	for b.Loop() {
 		fillSlash16(b, 50000, true)
 	}
@@ -131,6 +137,7 @@ func BenchmarkRestart50000(b *testing.B) {
 // freed (4,096 in the order of reuse); each iteration a new Service takes
 // the least recently freed one and releases it, to the back of the order.
 func BenchmarkAllocateFromFreed(b *testing.B) {
+	noChecks(b)
 	a := newAllocator(b, mustPool(b, "p", spec("10.0.0.0/20")))
 	for i := range 4096 {
 		mustAllocate(b, a, Request{Service: fmt.Sprintf("ns/s%d", i)})
@@ -153,6 +160,7 @@ func BenchmarkAllocateFromFreed(b *testing.B) {
 // for deleted Services; each iteration a waiter takes the one kept longest
 // (a scan of what is kept), and its own release keeps it again.
 func BenchmarkTakeKeptFromFullPool(b *testing.B) {
+	noChecks(b)
 	hour := keeping(time.Hour, spec("10.0.0.0/20"))
 	a := newAllocator(b, mustPool(b, "p", hour))
 	for i := range 4096 {
@@ -192,6 +200,7 @@ func BenchmarkTakeKeptFromFullPool(b *testing.B) {
 // The Service keys are made before the measurement starts: the worker's
 // own strings, which the allocator shares rather than copies.
 func BenchmarkHeldBytes(b *testing.B) {
+	noChecks(b)
 	const n = 100000
 	keys := make([]string, n)
 	for i := range keys {

@@ -3,7 +3,6 @@ package allocator
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"math/big"
 	"net/netip"
 	"slices"
@@ -289,7 +288,7 @@ func runOps(t *testing.T, ops []byte) {
 				for _, got := range res.IPs {
 					// A kept address goes back to its Service whoever requests it.
 					back := slices.ContainsFunc(res.Kept, func(r Reservation) bool { return r.IP == got && keptForRequest(&r, req) })
-					if res.New && !back && !slices.Contains(req.RequestedIPs, got) && !slices.Contains(before.IPs, got) && a.claimedByOther(got, svc) && len(a.Holders(got)) == 1 {
+					if res.New && !back && !slices.Contains(req.RequestedIPs, got) && !slices.Contains(before.IPs, got) && a.idx.claimedByOther(got, svc) && len(a.Holders(got)) == 1 {
 						t.Fatalf("%s auto-allocated %s, which another Service requests", svc, got)
 					}
 				}
@@ -330,132 +329,14 @@ func runOps(t *testing.T, ops []byte) {
 	}
 }
 
+// checkInvariants fails t when a's indexes disagree (indexes.check). Every
+// operation checks them already (checkIndexes, TestMain); this says so at
+// the fuzzer's every step whatever TestMain does.
 func checkInvariants(t *testing.T, a *Allocator) {
 	t.Helper()
-	kept := a.nsAddrs
-	a.recountNamespaces()
-	if !maps.EqualFunc(kept.refs, a.nsAddrs.refs, maps.Equal) {
-		t.Fatalf("namespace counts drifted: kept %v, recounted %v", kept.refs, a.nsAddrs.refs)
+	if err := a.idx.check(); err != nil {
+		t.Fatal(err)
 	}
-	keptOutside := a.HeldOutside()
-	a.recountOutside()
-	if !maps.Equal(keptOutside, a.outside) {
-		t.Fatalf("held-outside counts drifted: kept %v, recounted %v", keptOutside, a.outside)
-	}
-	recount := map[string]*[2]*big.Int{}
-	reheld := map[string]*[2]int64{}
-	for _, p := range a.ranked {
-		recount[p.name] = &[2]*big.Int{new(big.Int), new(big.Int)}
-		reheld[p.name] = &[2]int64{}
-	}
-	for addr, st := range a.ips {
-		if !a.taken.contains(addr) {
-			t.Fatalf("%s held but not taken", addr)
-		}
-		if len(st.holders) == 0 && st.reservation == nil && len(a.foreignAt[addr]) == 0 {
-			t.Fatalf("%s kept with neither holder, reservation nor foreign Service", addr)
-		}
-		for i, h := range st.holders {
-			if r := st.reservation; r != nil && r.ForService != h.service {
-				t.Fatalf("%s reserved for %q but held by %s", addr, r.ForService, h.service)
-			}
-			for _, o := range st.holders[i+1:] {
-				// A share across namespaces without opt-in is one Assign
-				// kept (from before the rule); Allocate never makes one.
-				why, kept := shareProblem(h, o.service, sharingOf(o))
-				rwhy, rkept := shareProblem(o, h.service, sharingOf(h))
-				if why != "" && !kept || rwhy != "" && !rkept {
-					t.Fatalf("%s held by %s and %s, which may not share: %s", addr, h.service, o.service, why+rwhy)
-				}
-			}
-			found := false
-			for _, b := range a.bySvc[h.service] {
-				found = found || b == addr
-			}
-			if !found {
-				t.Fatalf("%s holder %s missing from bySvc", addr, h.service)
-			}
-		}
-		p := a.index.lookup(addr)
-		name := ""
-		if p != nil {
-			name = p.name
-			if p.allocatable(addr) {
-				n := recount[name][famIdx(FamilyOf(addr))]
-				n.Add(n, big.NewInt(1))
-				if len(st.holders) > 0 || len(a.foreignAt[addr]) > 0 {
-					reheld[name][famIdx(FamilyOf(addr))]++
-				}
-			}
-		}
-		if st.pool != name {
-			t.Fatalf("%s attributed to %q, lies in %q", addr, st.pool, name)
-		}
-	}
-	for key, set := range a.byShare {
-		for addr := range set {
-			st := a.ips[addr]
-			ok := false
-			for _, h := range st.holders {
-				ok = ok || h.key() == key
-			}
-			if !ok {
-				t.Fatalf("%s listed under sharing key %q that no holder has", addr, key)
-			}
-		}
-	}
-	for addr, st := range a.ips {
-		for _, h := range st.holders {
-			if _, ok := a.byShare[h.key()][addr]; h.key() != "" && !ok {
-				t.Fatalf("%s held by %s with key %q, missing from byShare", addr, h.service, h.key())
-			}
-		}
-	}
-	for addr, m := range a.claims {
-		if len(m) == 0 || !a.claimed.contains(addr) {
-			t.Fatalf("claim of %s: %v, in set %v", addr, m, a.claimed.contains(addr))
-		}
-		for svc := range m {
-			if !slices.Contains(a.claimsOf[svc], addr) {
-				t.Fatalf("claim of %s by %s missing from claimsOf", addr, svc)
-			}
-		}
-	}
-	for _, r := range a.claimed.ranges() {
-		for addr := r.first; ; addr = addr.Next() {
-			if a.claims[addr] == nil {
-				t.Fatalf("%s in the claimed set without a claim", addr)
-			}
-			if addr == r.last {
-				break
-			}
-		}
-	}
-	if a.taken.len() > len(a.ips) {
-		t.Fatalf("taken has %d ranges for %d addresses", a.taken.len(), len(a.ips))
-	}
-	for svc, held := range a.bySvc {
-		if len(held) == 0 || len(held) > 2 || len(held) == 2 && FamilyOf(held[0]) == FamilyOf(held[1]) {
-			t.Fatalf("%s holds %v", svc, held)
-		}
-	}
-	for name, want := range recount {
-		u, _ := a.Usage(name)
-		if u.IPv4.Used.Cmp(want[0]) != 0 || u.IPv6.Used.Cmp(want[1]) != 0 {
-			t.Fatalf("pool %s used %s/%s, recount %s/%s", name, u.IPv4.Used, u.IPv6.Used, want[0], want[1])
-		}
-		if held := reheld[name]; u.IPv4.Held != held[0] || u.IPv6.Held != held[1] {
-			t.Fatalf("pool %s held %d/%d, recount %d/%d", name, u.IPv4.Held, u.IPv6.Held, held[0], held[1])
-		}
-	}
-}
-
-// sharingOf is the sharing info h was held with.
-func sharingOf(h holder) Sharing {
-	if h.shared == nil {
-		return Sharing{}
-	}
-	return *h.shared
 }
 
 func quota(s PoolSpec, max int) PoolSpec {

@@ -229,7 +229,7 @@ func (f *freedOrder) oldest(ok func(netip.Addr) bool) (netip.Addr, bool) {
 // pool offers, or only a pool being deleted, which hands out nothing, is not
 // kept (a deleted pool takes its kept addresses along).
 func (a *Allocator) keepFor(ip netip.Addr) time.Duration {
-	if p := a.index.lookup(ip); p != nil && p.spec.KeepReleased != nil && !p.spec.Terminating {
+	if p := a.pools.index.lookup(ip); p != nil && p.spec.KeepReleased != nil && !p.spec.Terminating {
 		return *p.spec.KeepReleased
 	}
 	return 0
@@ -254,13 +254,13 @@ func (a *Allocator) KeepOnRelease(services []string, at time.Time) []Reservation
 	}
 	var out []Reservation
 	for _, s := range slices.Sorted(maps.Keys(releasing)) {
-		for _, ip := range a.bySvc[s] {
-			st := a.ips[ip]
-			if st == nil || st.reservation != nil || len(a.foreignAt[ip]) > 0 || a.keepFor(ip) <= 0 || st.holders[0].service != s ||
+		for _, ip := range a.idx.bySvc[s] {
+			st := a.idx.ips[ip]
+			if st == nil || st.reservation != nil || len(a.idx.foreignAt[ip]) > 0 || a.keepFor(ip) <= 0 || st.holders[0].service != s ||
 				slices.ContainsFunc(st.holders, func(h holder) bool { return !releasing[h.service] }) {
 				continue
 			}
-			out = append(out, Reservation{IP: ip, ForService: s, Kept: true, SharingKey: st.holders[0].key(), CreatedAt: at, Tenant: a.tenants[s]})
+			out = append(out, Reservation{IP: ip, ForService: s, Kept: true, SharingKey: st.holders[0].key(), CreatedAt: at, Tenant: a.idx.tenants[s]})
 		}
 	}
 	slices.SortFunc(out, func(x, y Reservation) int { return x.IP.Compare(y.IP) })
@@ -271,8 +271,8 @@ func (a *Allocator) KeepOnRelease(services []string, at time.Time) []Reservation
 // before now, in IP order: the caller unreserves them.
 func (a *Allocator) ExpiredKept(now time.Time) []Reservation {
 	var out []Reservation
-	for ip := range a.kept.all {
-		if r := *a.ips[ip].reservation; !a.KeptUntil(r).After(now) {
+	for ip := range a.idx.kept.all {
+		if r := *a.idx.ips[ip].reservation; !a.KeptUntil(r).After(now) {
 			r.IP = ip
 			out = append(out, r)
 		}
@@ -285,8 +285,8 @@ func (a *Allocator) ExpiredKept(now time.Time) []Reservation {
 // kept.
 func (a *Allocator) NextKeptExpiry() (time.Time, bool) {
 	var next time.Time
-	for ip := range a.kept.all {
-		if t := a.KeptUntil(*a.ips[ip].reservation); next.IsZero() || t.Before(next) {
+	for ip := range a.idx.kept.all {
+		if t := a.KeptUntil(*a.idx.ips[ip].reservation); next.IsZero() || t.Before(next) {
 			next = t
 		}
 	}
@@ -297,8 +297,8 @@ func (a *Allocator) NextKeptExpiry() (time.Time, bool) {
 // those outside every serving pool).
 func (a *Allocator) KeptCount() map[string]int {
 	out := map[string]int{}
-	for ip := range a.kept.all {
-		out[a.ips[ip].pool]++
+	for ip := range a.idx.kept.all {
+		out[a.idx.ips[ip].pool]++
 	}
 	return out
 }
@@ -336,16 +336,16 @@ func TookOnRequest(req Request, r Reservation) bool {
 // (its Service's own first, then its sharing key's) that p may give it,
 // whoever else requests it.
 func (a *Allocator) keptFor(p *Pool, f Family, req Request) (netip.Addr, bool) {
-	lists := [][]netip.Addr{a.kept.byService[req.Service]}
+	lists := [][]netip.Addr{a.idx.kept.byService[req.Service]}
 	if req.Sharing.Key != "" {
-		lists = append(lists, a.kept.byShare[shareKey(namespaceOf(req.Service), req.Sharing.Key)])
+		lists = append(lists, a.idx.kept.byShare[shareKey(namespaceOf(req.Service), req.Sharing.Key)])
 	}
 	for _, ips := range lists {
 		var best netip.Addr
 		for _, ip := range ips {
 			// A kept address its own Service holds again (an Assign from
 			// its status) ends with that Service's next grant.
-			held := len(a.ips[ip].holders) > 0
+			held := len(a.idx.ips[ip].holders) > 0
 			// Another Service's request (claim) does not stand in the way:
 			// it may not have a kept address, and must not block it.
 			if FamilyOf(ip) == f && p.allocatable(ip) && !held && (!best.IsValid() || ip.Less(best)) {
@@ -366,20 +366,20 @@ func (a *Allocator) keptFor(p *Pool, f Family, req Request) (netip.Addr, bool) {
 // addresses before anyone else's); ownOnly: only those.
 func (a *Allocator) oldestKept(p *Pool, f Family, service string, ownOnly bool) (netip.Addr, bool) {
 	ok := func(ip netip.Addr) bool {
-		return FamilyOf(ip) == f && p.allocatable(ip) && !a.claimedByOther(ip, service) && len(a.ips[ip].holders) == 0
+		return FamilyOf(ip) == f && p.allocatable(ip) && !a.idx.claimedByOther(ip, service) && len(a.idx.ips[ip].holders) == 0
 	}
-	if ip, found := a.kept.oldest(a.tenantOf(service), ok); found || ownOnly {
+	if ip, found := a.idx.kept.oldest(a.idx.tenantOf(service), ok); found || ownOnly {
 		return ip, found
 	}
-	return a.kept.oldest("", ok)
+	return a.idx.kept.oldest("", ok)
 }
 
 // freedBy returns the lowest free address of family f in pool p that req's
 // Service itself freed, that p may give it.
 func (a *Allocator) freedBy(p *Pool, f Family, req Request) (netip.Addr, bool) {
 	var best netip.Addr
-	for _, ip := range a.freed.of[req.Service] {
-		if FamilyOf(ip) == f && p.allocatable(ip) && !a.claimedByOther(ip, req.Service) && (!best.IsValid() || ip.Less(best)) {
+	for _, ip := range a.idx.freed.of[req.Service] {
+		if FamilyOf(ip) == f && p.allocatable(ip) && !a.idx.claimedByOther(ip, req.Service) && (!best.IsValid() || ip.Less(best)) {
 			best = ip
 		}
 	}
@@ -396,25 +396,10 @@ func (a *Allocator) keptEval(req Request, evals []eval) *eval {
 			continue
 		}
 		for _, ip := range e.ips {
-			if st := a.ips[ip]; st != nil && keptForRequest(st.reservation, req) {
+			if st := a.idx.ips[ip]; st != nil && keptForRequest(st.reservation, req) {
 				return e
 			}
 		}
 	}
 	return nil
-}
-
-// unkeep ends the kept reservation of ip as a Service takes it, and returns
-// it (false when ip is not kept).
-func (a *Allocator) unkeep(ip netip.Addr) (Reservation, bool) {
-	st := a.ips[ip]
-	if st == nil || st.reservation == nil || !st.reservation.Kept {
-		return Reservation{}, false
-	}
-	r := *st.reservation
-	r.IP = ip
-	st.reservation = nil
-	a.kept.remove(r)
-	a.nsAddrs.remove(st.pool, r.tenant(), ip)
-	return r, true
 }

@@ -74,20 +74,8 @@ func famIdx(f Family) int {
 // spec.addresses (or the selector) and say how to fix it. Overlapping or
 // adjacent entries of one pool are merged, so totals count each address once.
 func ParsePool(name string, spec PoolSpec) (*Pool, error) {
-	if name == "" {
-		return nil, fmt.Errorf("metadata.name: empty pool name")
-	}
-	if len(spec.Addresses) == 0 {
-		return nil, fmt.Errorf("spec.addresses: empty; list at least one CIDR (10.0.0.0/24) or range (10.0.0.10-10.0.0.20)")
-	}
-	if spec.Priority < 0 {
-		return nil, fmt.Errorf("spec.allocation.priority: %d is negative; use 0 (unset) or a positive number", spec.Priority)
-	}
-	if spec.MaxAddressesPerNamespace < 0 {
-		return nil, fmt.Errorf("spec.allocation.maxAddressesPerNamespace: %d is negative; use a positive number, or leave it out for no cap", spec.MaxAddressesPerNamespace)
-	}
-	if spec.KeepReleased != nil && *spec.KeepReleased < 0 {
-		return nil, fmt.Errorf("spec.allocation.keepReleasedSeconds: %d is negative; use 0 to free released addresses at once, or leave it out for the cluster default", int64(spec.KeepReleased.Seconds()))
+	if err := checkPoolScalars(name, spec); err != nil {
+		return nil, err
 	}
 	var ranges []addrRange
 	var anycast, firstLast []skippedRange
@@ -120,28 +108,62 @@ func ParsePool(name string, spec PoolSpec) (*Pool, error) {
 			excluded = append(excluded, skippedRange{c, fmt.Sprintf("excluded by spec.exclude[%d] %q", i, s)})
 		}
 	}
-	for i, ns := range spec.Namespaces {
-		if !isDNSLabel(ns) {
-			return nil, fmt.Errorf("spec.allocation.namespaces[%d] %q: not a namespace name; use lowercase letters, digits and '-' (at most 63, starting and ending with a letter or digit)", i, ns)
-		}
-	}
-	for i, s := range spec.NamespaceSelectors {
-		if err := s.validate(fmt.Sprintf("spec.allocation.namespaceSelectors[%d]", i)); err != nil {
-			return nil, err
-		}
-	}
-	for i, s := range spec.ServiceSelectors {
-		if err := s.validate(fmt.Sprintf("spec.allocation.serviceSelectors[%d]", i)); err != nil {
-			return nil, err
-		}
+	if err := checkPoolSelectors(spec); err != nil {
+		return nil, err
 	}
 	p := &Pool{name: name, spec: clonePoolSpec(spec), ranges: merged}
 	p.skipped = slices.Concat(excluded, anycast, firstLast)
 	p.unusable = unusableIn(p.ranges, p.skipped)
+	p.countTotal()
+	return p, nil
+}
+
+// checkPoolScalars checks a pool's name and the single fields of its spec.
+func checkPoolScalars(name string, spec PoolSpec) error {
+	if name == "" {
+		return fmt.Errorf("metadata.name: empty pool name")
+	}
+	if len(spec.Addresses) == 0 {
+		return fmt.Errorf("spec.addresses: empty; list at least one CIDR (10.0.0.0/24) or range (10.0.0.10-10.0.0.20)")
+	}
+	if spec.Priority < 0 {
+		return fmt.Errorf("spec.allocation.priority: %d is negative; use 0 (unset) or a positive number", spec.Priority)
+	}
+	if spec.MaxAddressesPerNamespace < 0 {
+		return fmt.Errorf("spec.allocation.maxAddressesPerNamespace: %d is negative; use a positive number, or leave it out for no cap", spec.MaxAddressesPerNamespace)
+	}
+	if spec.KeepReleased != nil && *spec.KeepReleased < 0 {
+		return fmt.Errorf("spec.allocation.keepReleasedSeconds: %d is negative; use 0 to free released addresses at once, or leave it out for the cluster default", int64(spec.KeepReleased.Seconds()))
+	}
+	return nil
+}
+
+// checkPoolSelectors checks the namespaces and selectors a pool serves.
+func checkPoolSelectors(spec PoolSpec) error {
+	for i, ns := range spec.Namespaces {
+		if !isDNSLabel(ns) {
+			return fmt.Errorf("spec.allocation.namespaces[%d] %q: not a namespace name; use lowercase letters, digits and '-' (at most 63, starting and ending with a letter or digit)", i, ns)
+		}
+	}
+	for i, s := range spec.NamespaceSelectors {
+		if err := s.validate(fmt.Sprintf("spec.allocation.namespaceSelectors[%d]", i)); err != nil {
+			return err
+		}
+	}
+	for i, s := range spec.ServiceSelectors {
+		if err := s.validate(fmt.Sprintf("spec.allocation.serviceSelectors[%d]", i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// countTotal counts the addresses p hands out, by family.
+func (p *Pool) countTotal() {
 	p.total = [2]*big.Int{new(big.Int), new(big.Int)}
 	for _, r := range p.ranges {
 		n := r.size()
-		if spec.AvoidBuggyIPs {
+		if p.spec.AvoidBuggyIPs {
 			n.Sub(n, buggyCount(r))
 		}
 		t := p.total[famIdx(FamilyOf(r.first))]
@@ -151,13 +173,12 @@ func ParsePool(name string, spec PoolSpec) (*Pool, error) {
 		// Unusable ranges lie inside the pool's ranges; their buggy
 		// addresses were already subtracted above.
 		n := r.size()
-		if spec.AvoidBuggyIPs {
+		if p.spec.AvoidBuggyIPs {
 			n.Sub(n, buggyCount(r))
 		}
 		t := p.total[famIdx(FamilyOf(r.first))]
 		t.Sub(t, n)
 	}
-	return p, nil
 }
 
 func clonePoolSpec(s PoolSpec) PoolSpec {

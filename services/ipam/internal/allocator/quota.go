@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -79,12 +80,12 @@ type NamespaceUse struct {
 // quota was lowered under them, and nothing is taken back). Empty when the
 // pool sets no quota.
 func (a *Allocator) AtQuota(pool string) []NamespaceUse {
-	p := a.pools[pool]
+	p := a.pools.byName[pool]
 	if p == nil || p.spec.MaxAddressesPerNamespace <= 0 {
 		return nil
 	}
 	var out []NamespaceUse
-	for k, m := range a.nsAddrs.refs {
+	for k, m := range a.idx.nsAddrs.refs {
 		if k.pool == pool && len(m) >= p.spec.MaxAddressesPerNamespace {
 			out = append(out, NamespaceUse{Namespace: k.namespace, Addresses: len(m)})
 		}
@@ -99,38 +100,16 @@ func (a *Allocator) AtQuota(pool string) []NamespaceUse {
 // counts, never one the namespace already holds or requests.
 func (a *Allocator) overQuota(p *Pool, ns string, ip netip.Addr, fresh int) bool {
 	max := p.spec.MaxAddressesPerNamespace
-	return max > 0 && !a.nsAddrs.has(p.name, ns, ip) && a.nsAddrs.count(p.name, ns)+fresh >= max
+	return max > 0 && !a.idx.nsAddrs.has(p.name, ns, ip) && a.idx.nsAddrs.count(p.name, ns)+fresh >= max
 }
 
-// recountNamespaces rebuilds the counts of the capped pools from every hold
-// and claim, after SetPools re-attributed addresses to pools.
-func (a *Allocator) recountNamespaces() {
-	a.nsAddrs = nsAddrs{capped: map[string]bool{}}
-	for name, p := range a.pools {
-		if p.spec.MaxAddressesPerNamespace > 0 {
-			a.nsAddrs.capped[name] = true
-		}
+// quotaMessage is the refusal of a namespace that holds or requests n of
+// pool p's addresses and would need more more under p's quota.
+func quotaMessage(p *Pool, ns string, n, more int) string {
+	needs := ""
+	if more > 1 {
+		needs = fmt.Sprintf(", and this Service needs %d more", more)
 	}
-	for ip, st := range a.ips {
-		for _, h := range st.holders {
-			a.nsAddrs.add(st.pool, a.tenantOf(h.service), ip)
-		}
-		if r := st.reservation; r != nil && r.Kept {
-			a.nsAddrs.add(st.pool, r.tenant(), ip)
-		}
-	}
-	for ip, services := range a.claims {
-		pool := a.poolName(ip)
-		for s := range services {
-			a.nsAddrs.add(pool, a.tenantOf(s), ip)
-		}
-	}
-}
-
-// poolName is the serving pool containing ip, "" when none.
-func (a *Allocator) poolName(ip netip.Addr) string {
-	if p := a.index.lookup(ip); p != nil {
-		return p.name
-	}
-	return ""
+	return fmt.Sprintf("namespace %s holds or requests %d addresses of pool %s, whose spec.allocation.maxAddressesPerNamespace is %d%s; "+
+		"release one, or ask an operator to raise the quota", ns, n, p.name, p.spec.MaxAddressesPerNamespace, needs)
 }

@@ -82,8 +82,8 @@ func TestNamespaceQuotaSetLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustAllocate(t, a, Request{Service: "b/one"})
-	if len(a.nsAddrs.refs) != 0 {
-		t.Fatalf("a pool without a cap is counted per namespace: %v", a.nsAddrs.refs)
+	if len(a.idx.nsAddrs.refs) != 0 {
+		t.Fatalf("a pool without a cap is counted per namespace: %v", a.idx.nsAddrs.refs)
 	}
 	capped := open
 	capped.MaxAddressesPerNamespace = 3
@@ -98,8 +98,8 @@ func TestNamespaceQuotaSetLater(t *testing.T) {
 	// The cap lifted again: nothing is counted, a takes what it asks.
 	a.SetPools([]*Pool{mustPool(t, "p", open)})
 	mustAllocate(t, a, Request{Service: "a/three"})
-	if len(a.nsAddrs.refs) != 0 {
-		t.Fatalf("counts kept after the cap was lifted: %v", a.nsAddrs.refs)
+	if len(a.idx.nsAddrs.refs) != 0 {
+		t.Fatalf("counts kept after the cap was lifted: %v", a.idx.nsAddrs.refs)
 	}
 }
 
@@ -127,8 +127,8 @@ func TestNamespaceQuotaSendsToAnotherPool(t *testing.T) {
 
 // sharingOf is the sharing a Service holds its first address with.
 func (a *Allocator) sharingOf(service string) Sharing {
-	for _, ip := range a.bySvc[service] {
-		for _, h := range a.ips[ip].holders {
+	for _, ip := range a.idx.bySvc[service] {
+		for _, h := range a.idx.ips[ip].holders {
 			if h.service == service && h.shared != nil {
 				return *h.shared
 			}
@@ -158,7 +158,7 @@ func TestRequestsFollowThePoolsTenancy(t *testing.T) {
 	if err := a.Claim(Request{Service: "evil/z", RequestedIPs: addrs("10.0.0.6")}); err == nil {
 		t.Fatal("evil/z claimed an address of a pool that does not serve it")
 	}
-	if a.claimedByOther(netip.MustParseAddr("10.0.0.6"), "prod/next") {
+	if a.idx.claimedByOther(netip.MustParseAddr("10.0.0.6"), "prod/next") {
 		t.Fatal("evil/z's refused claim keeps 10.0.0.6 from prod's auto allocation")
 	}
 	// An address evil holds from before the pool stopped serving it stays

@@ -238,3 +238,41 @@ func poolNameProblem(s string) string {
 func invalid(format string, args ...any) *Error {
 	return &Error{Reason: ReasonInvalidRequest, Message: fmt.Sprintf(format, args...)}
 }
+
+// poolSource is what names the request's pool, for messages.
+func (r Request) poolSource() string {
+	if r.PoolFrom != "" {
+		return r.PoolFrom
+	}
+	return AnnotationAddressPool
+}
+
+// tenant is the namespace whose pools serve the request (Request.Namespace).
+func (r Request) tenant() string {
+	if r.Namespace != "" {
+		return r.Namespace
+	}
+	return namespaceOf(r.Service)
+}
+
+// inNamespace says, for a refusal, which namespace's pools serve the request.
+func (r Request) inNamespace() string {
+	if t := r.tenant(); t != namespaceOf(r.Service) {
+		return "the Service serves a Gateway of namespace " + t
+	}
+	return "the Service is in namespace " + r.tenant()
+}
+
+// namespaceOf is the namespace of a "namespace/name" Service key.
+func namespaceOf(service string) string {
+	ns, _, _ := strings.Cut(service, "/")
+	return ns
+}
+
+func checkServiceKey(s string) *Error {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return invalid("Service key %q is not namespace/name", s)
+	}
+	return nil
+}
