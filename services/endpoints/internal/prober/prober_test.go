@@ -376,11 +376,14 @@ func TestOneProbePerPeriod(t *testing.T) {
 		o = h.w.show(o)
 	}
 	h.waitProbes(t, 10)
+	// Counted, not spaced: the probe's ticker keeps one tick while the
+	// machine stalls the loop, so two probes may come close together, but
+	// never more than one a period over the whole run. A restart per update
+	// would probe at once, 50 times.
 	times := l.Accepted()[start:]
-	for i := 1; i < len(times); i++ {
-		if gap := times[i].Sub(times[i-1]); gap < unit/2 {
-			t.Fatalf("probes %d and %d only %s apart, want about one period (%s)", i-1, i, gap, unit)
-		}
+	span := times[len(times)-1].Sub(times[0])
+	if most := int(span/unit) + 2; len(times) > most {
+		t.Fatalf("%d probes in %s, want at most %d (one a period of %s, and a tick kept through a stall)", len(times), span, most, unit)
 	}
 }
 
