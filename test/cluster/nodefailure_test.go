@@ -204,9 +204,21 @@ func (e *env) failureTrial(t *testing.T, ns, label string, octet int, first, sec
 		}
 	}
 
+	// The successors keep their terms when the node comes back: its old
+	// leaders, cut off mid-term, neither release their Leases nor take
+	// them back.
+	kept := map[string]leaseState{}
+	for _, d := range leaderElected {
+		if kept[d], err = e.leaseState(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
 	restore()
 	for _, d := range leaderElected {
 		e.rolledOut(t, d)
+		if got, err := e.leaseState(ctx, d); err != nil || got != kept[d] {
+			t.Errorf("%s: once node %s was back and its pods Ready, the Lease is %+v (%v), was %+v while it was down: the successor lost its term to the node that came back", d, second, got, err, kept[d])
+		}
 		if evicted, _ := e.evicted(leaders[d])(ctx); evicted {
 			e.podGone(t, systemNS, leaders[d])
 		}
@@ -312,6 +324,28 @@ func (e *env) holder(ctx context.Context, d string) (string, error) {
 		return "", err
 	}
 	return *l.Spec.HolderIdentity, nil
+}
+
+// leaseState is who holds a Lease, and how many times it changed hands.
+type leaseState struct {
+	Holder      string
+	Transitions int32
+}
+
+// leaseState reads Deployment d's Lease.
+func (e *env) leaseState(ctx context.Context, d string) (leaseState, error) {
+	l, err := e.client.CoordinationV1().Leases(systemNS).Get(ctx, d, metav1.GetOptions{})
+	if err != nil {
+		return leaseState{}, err
+	}
+	var s leaseState
+	if l.Spec.HolderIdentity != nil {
+		s.Holder = *l.Spec.HolderIdentity
+	}
+	if l.Spec.LeaseTransitions != nil {
+		s.Transitions = *l.Spec.LeaseTransitions
+	}
+	return s, nil
 }
 
 // evicted holds once pod is being deleted (or gone).
