@@ -47,8 +47,10 @@ var workloadsGVR = schema.GroupVersionResource{Group: "ipledger.io", Version: "v
 // the standby — the Lease and the ledger's last writer name it — and an
 // ExternalWorkload whose address changed at the failure reaches its
 // Service's EndpointSlice through endpoints' standby; the Services given
-// addresses before never change address, and the ledger equals the
-// statuses once the node is back. Three trials, then the same failure with
+// addresses before never change address; once the node is back the
+// successors keep their Leases (its old leaders, cut off mid-term, neither
+// release them nor take them back: pkg/leader's watchRenewals and release
+// check) and the ledger equals the statuses. Three trials, then the same failure with
 // one replica each, which only Kubernetes can move: the node lifecycle
 // controller's grace period, the pods' 300 s unreachable toleration, a new
 // pod on the first node. The gaps are measurements (logged, BENCHMARKS.md),
