@@ -9,7 +9,8 @@
 // The node uses host-wide state, so there is one per machine: a lock and a
 // marker file guard it. Options.Nodes (IPLEDGER_NODES) adds nodes beside it
 // on the same machine, each in a network namespace of its own with its own
-// containerd, kubelet and kube-proxy (nodes.go).
+// containerd, kubelet and kube-proxy (nodes.go); such a node can fail and
+// come back (FailNode, RestoreNode: failnode.go).
 package cluster
 
 import (

@@ -411,13 +411,15 @@ func (c *candidate) lead(leCtx context.Context, lock *observingLock, shutdown <-
 	log := c.log.With("term", id)
 	// Seeing another holder in the Lease ends the term at once, without
 	// waiting for client-go's renew deadline; so does any release.
-	lock.setEndTerm(func(reason string) {
+	endTerm := func(reason string) {
 		if term.Context().Err() == nil {
 			log.Warn("Ending the term", "reason", reason)
 		}
 		end()
-	})
+	}
+	lock.setEndTerm(endTerm)
 	defer lock.setEndTerm(nil)
+	go c.watchRenewals(term.Context(), lock, endTerm)
 	select {
 	case <-shutdown:
 		log.Info("Won the lease while shutting down; releasing it without starting a worker")
@@ -495,16 +497,49 @@ func (c *candidate) lead(leCtx context.Context, lock *observingLock, shutdown <-
 	}
 }
 
+// watchRenewals ends the term once RenewDeadline has passed since the
+// last renewal this candidate sent (the RenewTime of its last successful
+// write of the Lease), whatever client-go is doing then. client-go gives
+// up a term only when its renew loop fails, and then ends the term's
+// context only after its release of the Lease returns, which reads the
+// Lease first: on a partition that read hangs up to RenewDeadline more, and
+// the term would run on past the moment a standby may lead (LeaseDuration
+// after it last saw the Lease renewed; TestHungLeaderNeitherOverlapsNorReleasesTheNext).
+// Ending it here keeps RenewDeadline < LeaseDuration a real bound: the
+// term has ended LeaseDuration − RenewDeadline before another replica can
+// lead.
+func (c *candidate) watchRenewals(ctx context.Context, lock *observingLock, endTerm func(string)) {
+	for {
+		wait := time.Until(lock.renewed().Add(c.cfg.RenewDeadline))
+		if wait <= 0 {
+			endTerm(fmt.Sprintf("the Lease was not renewed for %s (--leader-elect-renew-deadline)", c.cfg.RenewDeadline))
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // observingLock wraps the Lease lock to learn the record of our
-// acquisition (for the term ID), to end the term at once when the Lease
-// names another holder, and to end the term before the Lease is released.
+// acquisition (for the term ID) and of our last renewal (watchRenewals),
+// to end the term at once when the Lease names another holder, to end the
+// term before the Lease is released, and to release only a Lease that
+// names us.
 type observingLock struct {
 	resourcelock.Interface
 
 	mu        sync.Mutex
 	record    resourcelock.LeaderElectionRecord
 	hasRecord bool
-	endTerm   func(reason string)
+	renewedAt time.Time
+	// seen is the holder the Lease named at the last Get.
+	seen    string
+	endTerm func(reason string)
 }
 
 // Get returns the Lease's record. Before this campaign has acquired the
@@ -518,6 +553,7 @@ func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 	}
 	l.mu.Lock()
 	held, end := l.hasRecord, l.endTerm
+	l.seen = rec.HolderIdentity
 	l.mu.Unlock()
 	if rec.HolderIdentity == l.Identity() && !held {
 		unheld := *rec
@@ -538,13 +574,22 @@ func (l *observingLock) Create(ctx context.Context, rec resourcelock.LeaderElect
 
 // Update renews, acquires or (with an empty holder) releases the Lease. A
 // release first ends the term: no write of the term may follow the release.
+// A release is written only when the Lease, as read just before, names us:
+// client-go's release reads the Lease but decides whether it leads from the
+// record it saw before, so a leader cut off while another replica took the
+// Lease over would release the new leader's Lease once its read got
+// through (client-go v0.37.2 tryRelease).
 func (l *observingLock) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
 	if rec.HolderIdentity == "" {
 		l.mu.Lock()
-		end := l.endTerm
+		end, seen := l.endTerm, l.seen
 		l.mu.Unlock()
 		if end != nil {
 			end("releasing the Lease")
+		}
+		if seen != l.Identity() {
+			// Not ours to release: leave it to its holder.
+			return nil
 		}
 	}
 	err := l.Interface.Update(ctx, rec)
@@ -559,6 +604,14 @@ func (l *observingLock) observe(rec resourcelock.LeaderElectionRecord, err error
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.record, l.hasRecord = rec, true
+	l.renewedAt = rec.RenewTime.Time
+}
+
+// renewed is the RenewTime of our last successful write of the Lease.
+func (l *observingLock) renewed() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.renewedAt
 }
 
 // acquired is the record of the acquisition that started the term.

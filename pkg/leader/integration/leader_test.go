@@ -743,3 +743,129 @@ func TestRunWhenSyncedCampaignsOnlyAfterTheFirstSynced(t *testing.T) {
 		t.Errorf("RunWhenSynced with an ended context: %v", err)
 	}
 }
+
+// hangable makes clients whose requests hang while cut —
+// sent nowhere until the cut heals or the request's context ends — as
+// requests do on a real partition (a node's link down, a frozen network):
+// TCP holds them and delivers them once the link is back.
+type hangable struct {
+	mu     sync.Mutex
+	healed chan struct{} // nil: not cut
+}
+
+func (h *hangable) cut() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.healed = make(chan struct{})
+}
+
+func (h *hangable) heal() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.healed != nil {
+		close(h.healed)
+		h.healed = nil
+	}
+}
+
+func (h *hangable) client(t *testing.T, env *testenv.Env) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return testenv.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
+			h.mu.Lock()
+			healed := h.healed
+			h.mu.Unlock()
+			if healed != nil {
+				select {
+				case <-healed:
+				case <-r.Context().Done():
+					return nil, r.Context().Err()
+				}
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestHungLeaderNeitherOverlapsNorReleasesTheNext: a leader whose requests
+// hang (a partition, not a refused connection) ends its term within
+// RenewDeadline of its last renewal, before the standby can lead; and when
+// the partition heals after the standby leads, the old leader's release of
+// the Lease — which client-go sends with the Lease it reads then — does
+// not release the standby's Lease: the standby keeps leading, with no new
+// term. (Before, the hung release read kept the old term running until it
+// returned, up to RenewDeadline after the failed renewal — past the moment
+// the standby led — and, answered after the heal, released the standby's
+// Lease; the restored leader took it back at once: test/cluster's
+// TestControlPlaneAcrossNodeFailure saw the Lease go back to the node that
+// came back, each time.)
+func TestHungLeaderNeitherOverlapsNorReleasesTheNext(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t, nil)
+	cfg := func(identity string) leader.Config {
+		c := testConfig(ns, identity)
+		// A release read that hangs for up to 2.5 s after the failed
+		// renewal, so the heal below lands inside it.
+		c.RenewDeadline = 2500 * time.Millisecond
+		return c
+	}
+	rec := &recorder{}
+	var h hangable
+	startCandidate(t, h.client(t, env), cfg("cut-off"), rec.newWorker)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if s := rec.started(); len(s) != 1 || s[0].identity != "cut-off" {
+			return fmt.Errorf("terms started: %v", s)
+		}
+		return nil
+	})
+	startCandidate(t, env.Client, cfg("standby"), rec.newWorker)
+	h.cut()
+	cutAt := time.Now()
+	testenv.Eventually(t, 15*time.Second, func() error {
+		if s := rec.started(); len(s) != 2 {
+			return fmt.Errorf("terms started: %d", len(s))
+		}
+		return nil
+	})
+	h.heal()
+	standbyAt := rec.started()[1].at
+	if s := rec.started()[1]; s.identity != "standby" {
+		t.Fatalf("second term %s of %s, want the standby's", s.id, s.identity)
+	}
+	// Long enough for the healed leader's release (and its next campaign)
+	// to land, and for the standby to see it at a renewal.
+	time.Sleep(2 * time.Second)
+	rec.mu.Lock()
+	events := append([]termEvent(nil), rec.events...)
+	rec.mu.Unlock()
+	var cutOffEnd time.Time
+	for _, e := range events {
+		if !e.start && e.identity == "cut-off" && cutOffEnd.IsZero() {
+			cutOffEnd = e.at
+		}
+	}
+	t.Logf("cut-off leader's term ended %s after the cut, the standby led %s after it", cutOffEnd.Sub(cutAt), standbyAt.Sub(cutAt))
+	if cutOffEnd.IsZero() || !cutOffEnd.Before(standbyAt) {
+		t.Errorf("the cut-off leader's term ended at %v, not before the standby's began %s after the cut: two terms ran at once", cutOffEnd, standbyAt.Sub(cutAt))
+	}
+	if rec.overlap.Load() {
+		t.Error("two terms were active at once")
+	}
+	if got := holder(t, env.Client, ns, "test-lease"); got != "standby" {
+		t.Errorf("after the heal the Lease names %q, want the standby, which led", got)
+	}
+	for _, e := range events {
+		if !e.start && e.identity == "standby" {
+			t.Errorf("the standby's term %s ended %s after the heal: the healed leader released the standby's Lease", e.id, e.at.Sub(standbyAt))
+		}
+	}
+	if s := rec.started(); len(s) != 2 {
+		t.Errorf("%d terms started, want 2 (the cut-off leader's, the standby's): %v", len(s), s)
+	}
+}
