@@ -168,6 +168,6 @@ func (w *worker) drainHistory(ctx context.Context) {
 	}
 }
 
-func (w *worker) afterCommitError(err error) { w.enter(w.term.Context(), err, false) }
+func (w *worker) afterCommitError(err error) { w.enter(err, false) }
 
 var _ = allocator.Error{}

@@ -44,6 +44,10 @@ type lifecycle struct {
 	openFailures int
 	// corrupt is the error of the corrupt ledger, while the phase is corrupt.
 	corrupt *ledger.CorruptError
+	// statusesOwed: a phase transition changed what every pool's status
+	// says (the ledger turned unreadable); the loop's next step writes them.
+	// A transition itself does no I/O.
+	statusesOwed bool
 }
 
 // Retry delays of the ledger (afterLedger).
@@ -78,7 +82,7 @@ func afterLedger(err error, failures int) (phase, time.Duration) {
 // enter moves the term to the phase that err (from opening the ledger or
 // committing to it; nil for success) leads to, with what that phase needs:
 // the retry time, the corrupt ledger reported, the log line.
-func (w *worker) enter(ctx context.Context, err error, opened bool) {
+func (w *worker) enter(err error, opened bool) {
 	failures := 0
 	switch {
 	case err == nil:
@@ -102,7 +106,7 @@ func (w *worker) enter(ctx context.Context, err error, opened bool) {
 	case corrupt:
 		errors.As(err, &ce)
 		w.ldg = nil
-		w.reportCorrupt(ctx, ce)
+		w.reportCorrupt(ce)
 	case reopening:
 		w.ldg = nil
 		w.log.Error("Cannot use the ledger; reading it again", "err", err, "phase", w.phase, "retryIn", delay)
@@ -122,11 +126,16 @@ func (w *worker) openLedger(ctx context.Context) {
 		return
 	}
 	w.settle(w.writes.landAll()...)
-	w.enter(ctx, w.open(ctx), true)
+	w.enter(w.open(ctx), true)
 }
 
-// step does the one thing the phase calls for, if there is anything to do.
+// step does the one thing the phase calls for, if there is anything to do,
+// after the pool statuses a phase transition owes.
 func (w *worker) step(ctx context.Context) {
+	if w.statusesOwed {
+		w.statusesOwed = false
+		w.writePoolStatuses(ctx, nil)
+	}
 	switch w.phase {
 	case opening, reopening, corrupt:
 		w.openLedger(ctx)
@@ -140,6 +149,9 @@ func (w *worker) step(ctx context.Context) {
 
 // ready reports whether step has work now (the loop then does not block).
 func (w *worker) ready() bool {
+	if w.statusesOwed {
+		return true
+	}
 	switch w.phase {
 	case opening, reopening, corrupt:
 		return !time.Now().Before(w.retryAt)

@@ -25,6 +25,7 @@ import (
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 	"github.com/ipledger/ipledger/services/ipam/internal/plan"
+	"github.com/ipledger/ipledger/services/ipam/internal/poolplan"
 )
 
 // worker is one term's state. Only the loop goroutine touches the allocator,
@@ -45,7 +46,7 @@ type worker struct {
 	// expect is what this term wrote to each Service, until the stream
 	// shows it (a lagging stream must never make us decide again).
 	expect      *expectations
-	poolWritten map[string]writtenPoolStatus // pool -> the status last written
+	poolWritten map[string]poolplan.Written // pool -> the status last written
 	// poolStatusDue is when a deferred IPPool status write is due (zero
 	// when none is): a timer marks the dirty set then.
 	poolStatusDue time.Time
@@ -76,7 +77,7 @@ type worker struct {
 func newWorker(c *Controller, term *leader.Term) *worker {
 	return &worker{
 		c: c, term: term, log: c.log.With("term", term.ID()),
-		expect: newExpectations(), poolWritten: map[string]writtenPoolStatus{},
+		expect: newExpectations(), poolWritten: map[string]poolplan.Written{},
 		retries: map[string]int{}, pending: map[string]pendingService{},
 		dirty: newDirtySet(), mutations: make(chan mutation),
 		writes: newWritesInFlight(c.cfg.StatusWorkers),
@@ -395,9 +396,10 @@ func (w *worker) aged(key string) aged {
 // compareAged is allocation order (objects.Less) by the attribute.
 func compareAged(a, b aged) int { return objects.CompareByAge(a.created, a.key, b.created, b.key) }
 
-// reportCorrupt stops allocation with an Event on the shard and a condition
-// on every pool. The shard itself is never touched.
-func (w *worker) reportCorrupt(ctx context.Context, ce *ledger.CorruptError) {
+// reportCorrupt stops allocation with an Event on the shard, and owes a
+// condition on every pool (the loop's next step writes it). The shard
+// itself is never touched.
+func (w *worker) reportCorrupt(ce *ledger.CorruptError) {
 	first := w.corrupt == nil || w.corrupt.Error() != ce.Error()
 	w.corrupt = ce
 	w.c.metrics.ledgerCorrupt.Set(1)
@@ -405,7 +407,7 @@ func (w *worker) reportCorrupt(ctx context.Context, ce *ledger.CorruptError) {
 		w.log.Error("The ledger cannot be read; no address is allocated until it is repaired", "configMap", ce.Shard, "err", ce.Err)
 		w.event(configMapRef(w.c.cfg.Namespace, ce.Shard), "Warning", "LedgerCorrupt", ce.Error())
 	}
-	w.writePoolStatuses(ctx, nil)
+	w.statusesOwed = true
 }
 
 // take returns up to n dirty Services in allocation order, and the dirty
@@ -605,7 +607,7 @@ func (w *worker) commit(ctx context.Context, change ledger.Change) bool {
 		// Some shards may be written and others not: start over from the
 		// ledger as stored (fenced again under this same term), or stop
 		// writing if a newer term fenced it.
-		w.enter(ctx, err, false)
+		w.enter(err, false)
 		return false
 	}
 	w.hist.Committed(change, time.Now(), history.IPAM)
