@@ -266,13 +266,26 @@ func (w *worker) release(ctx context.Context) {
 	w.log.Info("Released the ledger cleanly; the next term fences its head only", "epoch", w.ldg.Epoch(), "took", time.Since(start))
 }
 
-// overrule confirms from the API server each ledger entry the stream's
-// statuses contradict (plan.Suspect) and returns those to overrule: the
-// Service its status shows it on still shows it, and the entry's own
-// Service does not (or is gone). The stream may lag the ledger; the API
-// server does not. An entry that cannot be checked now is obeyed.
+// overrule asks the API server about each ledger entry the stream's
+// statuses contradict (plan.Suspect) and returns those plan.Overrule
+// decides to overrule, with their Events.
 func (w *worker) overrule(ctx context.Context, suspects []plan.Suspect) []ledger.Allocation {
-	var out []ledger.Allocation
+	p := plan.Overrule(w.checkSuspects(ctx, suspects))
+	for _, c := range p.Unchecked {
+		w.log.Warn("Cannot confirm a ledger entry the statuses contradict; it is obeyed", "ip", c.Entry.IP.String(), "service", c.Entry.Service.Key(), "err", c.Err)
+	}
+	for _, o := range p.Overrule {
+		w.c.metrics.ledgerOverruled.Inc()
+		w.log.Warn("A ledger entry contradicts the Services' statuses and is not obeyed", "ip", o.Entry.IP.String(), "service", o.Entry.Service.Key(), "shownBy", o.Shows)
+		w.event(configMapRef(w.c.cfg.Namespace, ledger.HeadName), "Warning", "LedgerEntryOverruled", o.Message)
+	}
+	return p.Entries()
+}
+
+// checkSuspects reads, for each suspect, both Services from the API
+// server: whether the one whose status shows the address still shows it,
+// and whether the entry's own Service does (a Service gone shows nothing).
+func (w *worker) checkSuspects(ctx context.Context, suspects []plan.Suspect) []plan.SuspectCheck {
 	shows := func(key string, ip string) (bool, error) {
 		ns, name, _ := strings.Cut(key, "/")
 		s, err := w.c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
@@ -284,23 +297,12 @@ func (w *worker) overrule(ctx context.Context, suspects []plan.Suspect) []ledger
 		}
 		return slices.ContainsFunc(s.Status.LoadBalancer.Ingress, func(in corev1.LoadBalancerIngress) bool { return in.IP == ip }), nil
 	}
+	out := make([]plan.SuspectCheck, 0, len(suspects))
 	for _, s := range suspects {
 		ip := s.Entry.IP.String()
 		showerShows, err1 := shows(s.Shows, ip)
 		holderShows, err2 := shows(s.Entry.Service.Key(), ip)
-		if err := errors.Join(err1, err2); err != nil {
-			w.log.Warn("Cannot confirm a ledger entry the statuses contradict; it is obeyed", "ip", ip, "service", s.Entry.Service.Key(), "err", err)
-			continue
-		}
-		if !showerShows || holderShows {
-			continue
-		}
-		out = append(out, s.Entry)
-		w.c.metrics.ledgerOverruled.Inc()
-		msg := fmt.Sprintf("The ledger gives %s to Service %s, whose status does not show it, while Service %s shows it: "+
-			"ipam never writes such a ledger (it was edited outside ipam), so the status wins and the entry is released", ip, s.Entry.Service.Key(), s.Shows)
-		w.log.Warn("A ledger entry contradicts the Services' statuses and is not obeyed", "ip", ip, "service", s.Entry.Service.Key(), "shownBy", s.Shows)
-		w.event(configMapRef(w.c.cfg.Namespace, ledger.HeadName), "Warning", "LedgerEntryOverruled", msg)
+		out = append(out, plan.SuspectCheck{Suspect: s, ShowerShows: showerShows, HolderShows: holderShows, Err: errors.Join(err1, err2)})
 	}
 	return out
 }
@@ -619,42 +621,47 @@ func (w *worker) commit(ctx context.Context, change ledger.Change) bool {
 const confirmGoneWorkers = 8
 
 // confirmGone returns the Services of absent that hold an address and that
-// the API server confirms are gone (or being deleted). The stream may lag
-// behind a Service created a moment ago: the API server is asked before an
-// address is given back. Services it still shows, or that it cannot answer
-// for, are tried again later.
+// the API server confirms are gone (or being deleted): the worker asks,
+// plan.ToConfirm and plan.ConfirmGone decide. The stream may lag behind a
+// Service created a moment ago: the API server is asked before an address
+// is given back. Services it still shows, or that it cannot answer for,
+// are tried again later.
 func (w *worker) confirmGone(ctx context.Context, absent []string) []string {
-	var ask []string
-	for _, key := range absent {
-		if len(w.alloc.Allocations(key)) == 0 && !w.ldg.Records(key) {
-			w.expect.Forget(key)
-			continue
-		}
-		ask = append(ask, key)
+	ask, nothing := plan.ToConfirm(absent, func(key string) bool { return len(w.alloc.Allocations(key)) > 0 || w.ldg.Records(key) })
+	for _, key := range nothing {
+		w.expect.Forget(key)
 	}
 	if len(ask) == 0 {
 		return nil
 	}
+	p := plan.ConfirmGone(w.askGone(ctx, ask))
+	for _, key := range p.Gone {
+		w.log.Info("Service is gone; releasing its addresses", "service", key)
+		w.expect.Forget(key)
+	}
+	for _, a := range p.Failed {
+		w.log.Warn("Cannot confirm that a Service is gone", "service", a.Key, "err", a.Err)
+		w.requeue(a.Key, true)
+	}
+	for _, key := range p.Shown {
+		w.requeue(key, false)
+	}
+	return p.Gone
+}
+
+// askGone reads each Service of keys from the API server (quorum reads,
+// confirmGoneWorkers at a time).
+func (w *worker) askGone(ctx context.Context, keys []string) []plan.Absence {
 	services := func(ctx context.Context, key string, opts metav1.GetOptions) (*corev1.Service, error) {
 		ns, name, _ := strings.Cut(key, "/")
 		return w.c.client.CoreV1().Services(ns).Get(ctx, name, opts)
 	}
-	answers := quorum.GetAll(ctx, services, ask, confirmGoneWorkers)
-	var gone []string
-	for i, key := range ask {
-		switch a := answers[i]; {
-		case a.Gone():
-			w.log.Info("Service is gone; releasing its addresses", "service", key)
-			w.expect.Forget(key)
-			gone = append(gone, key)
-		case a.Err != nil:
-			w.log.Warn("Cannot confirm that a Service is gone", "service", key, "err", a.Err)
-			w.requeue(key, true)
-		default:
-			w.requeue(key, false)
-		}
+	answers := quorum.GetAll(ctx, services, keys, confirmGoneWorkers)
+	out := make([]plan.Absence, len(keys))
+	for i, a := range answers {
+		out[i] = plan.Absence{Key: keys[i], Gone: a.Gone(), Err: a.Err}
 	}
-	return gone
+	return out
 }
 
 // env finds, in the stream, what requests depend on besides the Services:
