@@ -89,18 +89,12 @@ func (w *worker) syncPoolFinalizers(ctx context.Context, holders poolHolders) {
 		}
 	}
 	if failed {
-		w.retryFinalizers() // one retry for the whole pass, however many pools failed
+		// One retry for the whole pass, however many pools failed: a pass
+		// runs syncPoolFinalizers again after finalizersKey's backoff.
+		w.markAfter(w.retries.failed(finalizersKey), w.dirty.markPoolWrites)
 	} else {
-		w.finalizerBackoff = 0
+		w.retries.forget(finalizersKey)
 	}
-}
-
-// retryFinalizers runs syncPoolFinalizers again in a pass, after a delay
-// that doubles with each failure (250 ms to 1 min): a conflict clears at
-// once, a refusal (RBAC, an admission policy) must not become a hot loop.
-func (w *worker) retryFinalizers() {
-	w.finalizerBackoff = min(max(2*w.finalizerBackoff, 250*time.Millisecond), time.Minute)
-	w.markAfter(w.finalizerBackoff, w.dirty.markPoolWrites)
 }
 
 // poolHolders counts, by pool, the Services holding an address that came

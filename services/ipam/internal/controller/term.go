@@ -40,8 +40,6 @@ type lifecycle struct {
 	phase phase
 	// retryAt is when the ledger is read again (opening, reopening, corrupt).
 	retryAt time.Time
-	// openFailures counts the consecutive failed opens of the ledger.
-	openFailures int
 	// corrupt is the error of the corrupt ledger, while the phase is corrupt.
 	corrupt *ledger.CorruptError
 	// statusesOwed: a phase transition changed what every pool's status
@@ -50,17 +48,9 @@ type lifecycle struct {
 	statusesOwed bool
 }
 
-// Retry delays of the ledger (afterLedger).
-const (
-	// corruptRetry is how often a corrupt ledger is read again.
-	corruptRetry = 10 * time.Second
-	// maxLedgerRetry caps the backoff of a ledger that cannot be read.
-	maxLedgerRetry = 10 * time.Second
-)
-
-// afterLedger is the one retry policy of a term's ledger: the phase that an
-// attempt to open it or a commit leads to, and how long until the next
-// attempt to open it. failures counts the consecutive failed opens,
+// afterLedger is the phase that an attempt to open the ledger or a commit
+// leads to, and how long until the next attempt to open it (the loop's
+// retry policy for ledgerKey, retry.go). failures counts the consecutive failed opens,
 // this one included (0 after a failed commit: the ledger is re-read at
 // once, since the failure may only be a conflict with a foreign write).
 func afterLedger(err error, failures int) (phase, time.Duration) {
@@ -75,7 +65,7 @@ func afterLedger(err error, failures int) (phase, time.Duration) {
 	case failures == 0:
 		return reopening, 0
 	default:
-		return reopening, min(time.Second<<min(failures-1, 4), maxLedgerRetry)
+		return reopening, ledgerBackoff.after(failures)
 	}
 }
 
@@ -86,10 +76,10 @@ func (w *worker) enter(err error, opened bool) {
 	failures := 0
 	switch {
 	case err == nil:
-		w.openFailures = 0
+		w.retries.forget(ledgerKey)
 	case opened:
-		w.openFailures++
-		failures = w.openFailures
+		w.retries[ledgerKey]++
+		failures = w.retries[ledgerKey]
 	}
 	next, delay := afterLedger(err, failures)
 	var ce *ledger.CorruptError
@@ -113,7 +103,7 @@ func (w *worker) enter(err error, opened bool) {
 	}
 	w.phase, w.retryAt = next, time.Now().Add(delay)
 	if delay > 0 {
-		time.AfterFunc(delay, w.dirty.poke)
+		w.markAfter(delay, w.dirty.poke)
 	}
 }
 

@@ -50,7 +50,8 @@ type worker struct {
 	// poolStatusDue is when a deferred IPPool status write is due (zero
 	// when none is): a timer marks the dirty set then.
 	poolStatusDue time.Time
-	retries       map[string]int
+	// retries are the consecutive failures by key (retry.go).
+	retries retries
 	pending       map[string]pendingService
 
 	// writes are the status writes under way (flight.go).
@@ -62,10 +63,7 @@ type worker struct {
 	// while no term ran) once nothing else is dirty, a batch at a time, so
 	// that a restart over many Services serves new ones first.
 	verify []string
-	// finalizerBackoff is the delay before the next retry of a failed
-	// finalizer patch (0 after a success).
-	finalizerBackoff time.Duration
-	mutations        chan mutation
+	mutations chan mutation
 	// expiry fires when the next kept address's grace period ends.
 	expiry *time.Timer
 	// hist writes the history of the term's changes (history.Writer);
@@ -78,7 +76,7 @@ func newWorker(c *Controller, term *leader.Term) *worker {
 	return &worker{
 		c: c, term: term, log: c.log.With("term", term.ID()),
 		expect: newExpectations(), poolWritten: map[string]poolplan.Written{},
-		retries: map[string]int{}, pending: map[string]pendingService{},
+		retries: retries{}, pending: map[string]pendingService{},
 		dirty: newDirtySet(), mutations: make(chan mutation),
 		writes: newWritesInFlight(c.cfg.StatusWorkers),
 	}
@@ -186,13 +184,12 @@ func (w *worker) servicesOfGateways(gws ...*watcherv1.Object) []string {
 	return keys
 }
 
-// requeue marks key dirty again after a backoff that grows with failures.
+// requeue marks key dirty again: after its backoff when its work failed,
+// else after recheckAfter (retry.go).
 func (w *worker) requeue(key string, failed bool) {
-	d := 2 * time.Second
+	d := recheckAfter
 	if failed {
-		n := w.retries[key]
-		w.retries[key] = n + 1
-		d = min(100*time.Millisecond<<min(n, 9), time.Minute)
+		d = w.retries.failed(key)
 	}
 	w.markAfter(d, func() { w.mark(key) })
 }
