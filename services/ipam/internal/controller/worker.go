@@ -52,7 +52,7 @@ type worker struct {
 	poolStatusDue time.Time
 	// retries are the consecutive failures by key (retry.go).
 	retries retries
-	pending       map[string]pendingService
+	pending map[string]pendingService
 
 	// writes are the status writes under way (flight.go).
 	writes *writesInFlight
@@ -62,7 +62,7 @@ type worker struct {
 	// in allocation order: decided again (a pool or spec may have changed
 	// while no term ran) once nothing else is dirty, a batch at a time, so
 	// that a restart over many Services serves new ones first.
-	verify []string
+	verify    []string
 	mutations chan mutation
 	// expiry fires when the next kept address's grace period ends.
 	expiry *time.Timer
