@@ -103,9 +103,9 @@ func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
 	}
 	var mu plan.Mutation
 	if r := m.reserve; r != nil {
-		mu = plan.Reserve(*r, w.held(r.IP))
+		mu = plan.Reserve(*r, held(w.alloc, w.ldg, r.IP))
 	} else {
-		mu = plan.Unreserve(m.unreserve, w.held(m.unreserve))
+		mu = plan.Unreserve(m.unreserve, held(w.alloc, w.ldg, m.unreserve))
 	}
 	if mu.Err != nil || mu.Change.Empty() {
 		return mutationResult{res: mu.Answer, err: mu.Err}
@@ -130,14 +130,6 @@ func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
 	}
 	w.tell(m, mu)
 	return mutationResult{res: mu.Answer}
-}
-
-// held reads what the allocator and the ledger hold for ip.
-func (w *worker) held(ip netip.Addr) plan.Held {
-	var h plan.Held
-	h.Alloc, h.InAlloc = w.alloc.Reservation(ip)
-	h.Ledger, h.InLedger = w.ldg.Reservation(ip)
-	return h
 }
 
 // tell logs and records the Event of an applied mutation, and marks what

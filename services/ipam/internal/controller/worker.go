@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -12,11 +11,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipledger/ipledger/pkg/leader"
-	"github.com/ipledger/ipledger/pkg/quorum"
 	"github.com/ipledger/ipledger/pkg/stream"
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -267,7 +263,7 @@ func (w *worker) release(ctx context.Context) {
 // statuses contradict (plan.Suspect) and returns those plan.Overrule
 // decides to overrule, with their Events.
 func (w *worker) overrule(ctx context.Context, suspects []plan.Suspect) []ledger.Allocation {
-	p := plan.Overrule(w.checkSuspects(ctx, suspects))
+	p := plan.Overrule(checkSuspects(ctx, w.c.client, suspects))
 	for _, c := range p.Unchecked {
 		w.log.Warn("Cannot confirm a ledger entry the statuses contradict; it is obeyed", "ip", c.Entry.IP.String(), "service", c.Entry.Service.Key(), "err", c.Err)
 	}
@@ -277,31 +273,6 @@ func (w *worker) overrule(ctx context.Context, suspects []plan.Suspect) []ledger
 		w.event(configMapRef(w.c.cfg.Namespace, ledger.HeadName), "Warning", "LedgerEntryOverruled", o.Message)
 	}
 	return p.Entries()
-}
-
-// checkSuspects reads, for each suspect, both Services from the API
-// server: whether the one whose status shows the address still shows it,
-// and whether the entry's own Service does (a Service gone shows nothing).
-func (w *worker) checkSuspects(ctx context.Context, suspects []plan.Suspect) []plan.SuspectCheck {
-	shows := func(key string, ip string) (bool, error) {
-		ns, name, _ := strings.Cut(key, "/")
-		s, err := w.c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		return slices.ContainsFunc(s.Status.LoadBalancer.Ingress, func(in corev1.LoadBalancerIngress) bool { return in.IP == ip }), nil
-	}
-	out := make([]plan.SuspectCheck, 0, len(suspects))
-	for _, s := range suspects {
-		ip := s.Entry.IP.String()
-		showerShows, err1 := shows(s.Shows, ip)
-		holderShows, err2 := shows(s.Entry.Service.Key(), ip)
-		out = append(out, plan.SuspectCheck{Suspect: s, ShowerShows: showerShows, HolderShows: holderShows, Err: errors.Join(err1, err2)})
-	}
-	return out
 }
 
 // rebuild resets the allocator from the ledger writer's state and the
@@ -631,7 +602,7 @@ func (w *worker) confirmGone(ctx context.Context, absent []string) []string {
 	if len(ask) == 0 {
 		return nil
 	}
-	p := plan.ConfirmGone(w.askGone(ctx, ask))
+	p := plan.ConfirmGone(askGone(ctx, w.c.client, ask))
 	for _, key := range p.Gone {
 		w.log.Info("Service is gone; releasing its addresses", "service", key)
 		w.expect.Forget(key)
@@ -644,21 +615,6 @@ func (w *worker) confirmGone(ctx context.Context, absent []string) []string {
 		w.requeue(key, false)
 	}
 	return p.Gone
-}
-
-// askGone reads each Service of keys from the API server (quorum reads,
-// confirmGoneWorkers at a time).
-func (w *worker) askGone(ctx context.Context, keys []string) []plan.Absence {
-	services := func(ctx context.Context, key string, opts metav1.GetOptions) (*corev1.Service, error) {
-		ns, name, _ := strings.Cut(key, "/")
-		return w.c.client.CoreV1().Services(ns).Get(ctx, name, opts)
-	}
-	answers := quorum.GetAll(ctx, services, keys, confirmGoneWorkers)
-	out := make([]plan.Absence, len(keys))
-	for i, a := range answers {
-		out[i] = plan.Absence{Key: keys[i], Gone: a.Gone(), Err: a.Err}
-	}
-	return out
 }
 
 // env finds, in the stream, what requests depend on besides the Services:
