@@ -18,12 +18,21 @@ import (
 // PoolGVR is the IPPool resource.
 var PoolGVR = schema.GroupVersionResource{Group: "ipledger.io", Version: "v1alpha1", Resource: "ippools"}
 
+// poolStatusBook is what a term knows of the IPPool statuses it wrote.
+type poolStatusBook struct {
+	// written is, by pool, the status last written and when.
+	written map[string]poolplan.Written
+	// due is when a deferred status write is due (zero when none is): a
+	// timer marks the dirty set then.
+	due time.Time
+}
+
 // writePoolStatusesAt makes a pass run when a deferred status write is due.
 func (w *worker) writePoolStatusesAt(due time.Time) {
-	if !w.poolStatusDue.IsZero() && !w.poolStatusDue.After(due) {
+	if !w.poolStatuses.due.IsZero() && !w.poolStatuses.due.After(due) {
 		return // a pass is already due by then
 	}
-	w.poolStatusDue = due
+	w.poolStatuses.due = due
 	w.markAfter(time.Until(due), w.dirty.markPoolWrites)
 }
 
@@ -34,11 +43,11 @@ func (w *worker) writePoolStatuses(ctx context.Context, holders poolHolders) {
 	if w.c.dynamic == nil {
 		return
 	}
-	if !w.poolStatusDue.After(time.Now()) {
-		w.poolStatusDue = time.Time{}
+	if !w.poolStatuses.due.After(time.Now()) {
+		w.poolStatuses.due = time.Time{}
 	}
 	objs := w.store().List(watcherv1.Kind_KIND_IP_POOL)
-	in := poolplan.StatusInputs{Pools: objs, Alloc: w.alloc, Invalid: w.invalidPools, Holders: holders, Written: w.poolWritten, Now: time.Now()}
+	in := poolplan.StatusInputs{Pools: objs, Alloc: w.alloc, Invalid: w.invalidPools, Holders: holders, Written: w.poolStatuses.written, Now: time.Now()}
 	if w.corrupt != nil {
 		in.Corrupt = w.corrupt // not a nil *CorruptError in the interface
 	}
@@ -50,7 +59,7 @@ func (w *worker) writePoolStatuses(ctx context.Context, holders poolHolders) {
 			w.log.Warn("Cannot write IPPool status", "pool", name, "err", err)
 			continue
 		}
-		w.poolWritten[name] = poolplan.Written{Status: wr.Status, At: time.Now()}
+		w.poolStatuses.written[name] = poolplan.Written{Status: wr.Status, At: time.Now()}
 		if wr.Event != nil {
 			w.event(poolRef(wr.Pool), "Warning", wr.Event.Reason, wr.Event.Message)
 		}
@@ -59,7 +68,7 @@ func (w *worker) writePoolStatuses(ctx context.Context, holders poolHolders) {
 		w.writePoolStatusesAt(p.Due)
 	}
 	for _, name := range p.Forget {
-		delete(w.poolWritten, name)
+		delete(w.poolStatuses.written, name)
 	}
 	w.c.metrics.setPoolUsage(w.alloc, objs)
 }

@@ -41,11 +41,9 @@ type worker struct {
 
 	// expect is what this term wrote to each Service, until the stream
 	// shows it (a lagging stream must never make us decide again).
-	expect      *expectations
-	poolWritten map[string]poolplan.Written // pool -> the status last written
-	// poolStatusDue is when a deferred IPPool status write is due (zero
-	// when none is): a timer marks the dirty set then.
-	poolStatusDue time.Time
+	expect *expectations
+	// poolStatuses are the IPPool statuses this term wrote (poolstatus.go).
+	poolStatuses poolStatusBook
 	// retries are the consecutive failures by key (retry.go).
 	retries retries
 	pending map[string]pendingService
@@ -71,7 +69,7 @@ type worker struct {
 func newWorker(c *Controller, term *leader.Term) *worker {
 	return &worker{
 		c: c, term: term, log: c.log.With("term", term.ID()),
-		expect: newExpectations(), poolWritten: map[string]poolplan.Written{},
+		expect: newExpectations(), poolStatuses: poolStatusBook{written: map[string]poolplan.Written{}},
 		retries: retries{}, pending: map[string]pendingService{},
 		dirty: newDirtySet(), mutations: make(chan mutation),
 		writes: newWritesInFlight(c.cfg.StatusWorkers),
@@ -313,7 +311,7 @@ func (w *worker) rebuild(overruled []ledger.Allocation) []plan.Suspect {
 	})
 	w.mark(first...)
 	w.verify = w.inAllocationOrder(verify)
-	clear(w.poolWritten)
+	clear(w.poolStatuses.written)
 	return r.Suspects
 }
 

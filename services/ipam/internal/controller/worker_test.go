@@ -174,8 +174,8 @@ func TestWorkerWritesTheStatusesACorruptLedgerOwes(t *testing.T) {
 			t.Fatalf("status patch %s does not say LedgerUnreadable", p)
 		}
 	}
-	if w.statusesOwed || len(w.poolWritten) != 2 {
-		t.Fatalf("after the step: owed %t, %d statuses remembered; want false, 2", w.statusesOwed, len(w.poolWritten))
+	if w.statusesOwed || len(w.poolStatuses.written) != 2 {
+		t.Fatalf("after the step: owed %t, %d statuses remembered; want false, 2", w.statusesOwed, len(w.poolStatuses.written))
 	}
 	w.writePoolStatuses(ctx, nil)
 	if got := pools.patches(); len(got) != 0 {
@@ -193,8 +193,8 @@ func TestWorkerRemembersOnlyTheStatusesWritten(t *testing.T) {
 	if got := pools.patches(); len(got) != 2 {
 		t.Fatalf("first pass sent %q; want both pools' statuses", got)
 	}
-	if _, ok := w.poolWritten["p"]; ok || len(w.poolWritten) != 1 {
-		t.Fatalf("remembered %v; want q only", w.poolWritten)
+	if _, ok := w.poolStatuses.written["p"]; ok || len(w.poolStatuses.written) != 1 {
+		t.Fatalf("remembered %v; want q only", w.poolStatuses.written)
 	}
 	pools.setRefuse("p", nil)
 	w.writePoolStatuses(ctx, nil)
@@ -210,16 +210,16 @@ func TestWorkerDefersACountsOnlyStatusChange(t *testing.T) {
 	ctx := context.Background()
 	w.writePoolStatuses(ctx, nil)
 	pools.patches()
-	last := w.poolWritten["p"]
+	last := w.poolStatuses.written["p"]
 	before := *last.Status.IPv4
 	before.Used++
 	last.Status.IPv4, last.At = &before, time.Now()
-	w.poolWritten["p"] = last
+	w.poolStatuses.written["p"] = last
 	w.writePoolStatuses(ctx, nil)
 	if got := pools.patches(); len(got) != 0 {
 		t.Fatalf("a counts-only change was written at once: %q", got)
 	}
-	if due := w.poolStatusDue; due.Before(last.At) || due.After(last.At.Add(time.Second)) {
+	if due := w.poolStatuses.due; due.Before(last.At) || due.After(last.At.Add(time.Second)) {
 		t.Fatalf("deferred write due %v; want within a second of %v", due, last.At)
 	}
 }
