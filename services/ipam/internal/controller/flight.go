@@ -183,7 +183,7 @@ func (w *worker) settleFlight(f *flight) {
 		key, r := wr.key, f.results[i]
 		switch {
 		case r.err == nil:
-			delete(w.retries, key)
+			w.retries.forget(key)
 			w.expect.Wrote(key, expectation{rv: r.rv, status: wr.want})
 			if wr.decideAgain {
 				w.mark(key)

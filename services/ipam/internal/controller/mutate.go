@@ -9,9 +9,8 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/authz"
 
-	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
-	"github.com/ipledger/ipledger/services/ipam/internal/objects"
+	"github.com/ipledger/ipledger/services/ipam/internal/plan"
 )
 
 // ErrNotLeader means this replica holds no term (or has not finished
@@ -19,7 +18,7 @@ import (
 var ErrNotLeader = errors.New("this replica is not the leader")
 
 // ErrNotReserved is returned by Unreserve for an IP without a reservation.
-var ErrNotReserved = errors.New("the IP is not reserved")
+var ErrNotReserved = plan.ErrNotReserved
 
 // mutation is a change asked for over gRPC, applied by the term's loop so
 // that it is decided against the same allocator and written under the term.
@@ -82,64 +81,77 @@ func (c *Controller) mutate(ctx context.Context, m mutation) (ledger.Reservation
 	}
 }
 
-// apply runs a mutation in the loop: allocator first (it refuses IPs in
-// use), then the ledger; the allocator is rolled back if the ledger write
-// fails.
-func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
-	switch w.phase {
+// refusal is why the term takes no mutation in phase p (nil when it
+// takes them: serving).
+func refusal(p phase) error {
+	switch p {
 	case serving:
+		return nil
 	case fenced:
-		return mutationResult{err: ErrNotLeader}
-	default:
-		return mutationResult{err: errors.New("the ledger is being re-read after a failed write")}
+		return ErrNotLeader
 	}
+	return errors.New("the ledger is being re-read after a failed write")
+}
+
+// apply runs a mutation in the loop: it reads what the allocator and the
+// ledger hold for the IP, plan.Reserve or plan.Unreserve decides, and it
+// applies that: allocator first (it refuses IPs in use), then the ledger;
+// the allocator is rolled back if the ledger write fails.
+func (w *worker) apply(ctx context.Context, m mutation) mutationResult {
+	if err := refusal(w.phase); err != nil {
+		return mutationResult{err: err}
+	}
+	var mu plan.Mutation
 	if r := m.reserve; r != nil {
-		ar := objects.AllocatorReservation(*r)
-		if old, ok := w.alloc.Reservation(r.IP); ok && old.Note == ar.Note && old.ForService == ar.ForService {
-			if lr, ok := w.ldg.Reservation(r.IP); ok {
-				return mutationResult{res: lr}
-			}
-		}
-		if err := w.alloc.Reserve(ar); err != nil {
+		mu = plan.Reserve(*r, held(w.alloc, w.ldg, r.IP))
+	} else {
+		mu = plan.Unreserve(m.unreserve, held(w.alloc, w.ldg, m.unreserve))
+	}
+	if mu.Err != nil || mu.Change.Empty() {
+		return mutationResult{res: mu.Answer, err: mu.Err}
+	}
+	if mu.Take != nil {
+		if err := w.alloc.Reserve(*mu.Take); err != nil {
 			return mutationResult{err: err}
 		}
-		ch := ledger.Change{Reserve: []ledger.Reservation{*r}}
-		if err := w.ldg.Commit(ctx, ch); err != nil {
-			w.alloc.Unreserve(r.IP)
-			w.afterCommitError(err)
-			return mutationResult{err: fmt.Errorf("record the reservation in the ledger: %w", err)}
+	}
+	if err := w.ldg.Commit(ctx, mu.Change); err != nil {
+		what := "remove the reservation from the ledger"
+		if mu.Take != nil {
+			w.alloc.Unreserve(mu.Take.IP)
+			what = "record the reservation in the ledger"
 		}
-		w.hist.Committed(ch, time.Now(), m.by)
+		w.afterCommitError(err)
+		return mutationResult{err: fmt.Errorf("%s: %w", what, err)}
+	}
+	w.hist.Committed(mu.Change, time.Now(), m.by)
+	if mu.Free.IsValid() {
+		w.alloc.Unreserve(mu.Free)
+	}
+	w.tell(m, mu)
+	return mutationResult{res: mu.Answer}
+}
+
+// tell logs and records the Event of an applied mutation, and marks what
+// it changed: its pool's counts, and for a released reservation the
+// Services waiting (one may take the IP now).
+func (w *worker) tell(m mutation, mu plan.Mutation) {
+	head := configMapRef(w.c.cfg.Namespace, ledger.HeadName)
+	if r := m.reserve; r != nil {
 		w.log.Info("Reserved an address", "ip", r.IP, "note", r.Note, "by", m.by)
-		w.event(configMapRef(w.c.cfg.Namespace, ledger.HeadName), "Normal", "AddressReserved",
-			fmt.Sprintf("%s reserved %s: %s", m.by, r.IP, r.Note))
-		w.dirty.markPoolWrites() // its pool's counts changed
-		return mutationResult{res: *r}
+		w.event(head, "Normal", "AddressReserved", fmt.Sprintf("%s reserved %s: %s", m.by, r.IP, r.Note))
+		w.dirty.markPoolWrites()
+		return
 	}
 	ip := m.unreserve
-	found, ok := w.ldg.Reservation(ip)
-	if !ok {
-		return mutationResult{err: ErrNotReserved}
-	}
-	ch := ledger.Change{Unreserve: []netip.Addr{ip}}
-	if err := w.ldg.Commit(ctx, ch); err != nil {
-		w.afterCommitError(err)
-		return mutationResult{err: fmt.Errorf("remove the reservation from the ledger: %w", err)}
-	}
-	w.hist.Committed(ch, time.Now(), m.by)
-	w.alloc.Unreserve(ip)
 	w.log.Info("Released a reservation", "ip", ip, "by", m.by)
-	w.event(configMapRef(w.c.cfg.Namespace, ledger.HeadName), "Normal", "ReservationReleased",
-		fmt.Sprintf("%s released the reservation of %s (%s)", m.by, ip, found.Note))
-	// A Service waiting for this IP may take it now; its pool's counts
-	// changed even when none waits.
-	var keys []string
+	w.event(head, "Normal", "ReservationReleased", fmt.Sprintf("%s released the reservation of %s (%s)", m.by, ip, mu.Answer.Note))
+	keys := make([]string, 0, len(w.pending))
 	for k := range w.pending {
 		keys = append(keys, k)
 	}
 	w.mark(keys...)
 	w.dirty.markPoolWrites()
-	return mutationResult{res: found}
 }
 
 // callerOf names the authenticated caller of the gRPC call ctx serves
@@ -168,6 +180,4 @@ func (w *worker) drainHistory(ctx context.Context) {
 	}
 }
 
-func (w *worker) afterCommitError(err error) { w.enter(w.term.Context(), err, false) }
-
-var _ = allocator.Error{}
+func (w *worker) afterCommitError(err error) { w.enter(err, false) }

@@ -40,23 +40,17 @@ type lifecycle struct {
 	phase phase
 	// retryAt is when the ledger is read again (opening, reopening, corrupt).
 	retryAt time.Time
-	// openFailures counts the consecutive failed opens of the ledger.
-	openFailures int
 	// corrupt is the error of the corrupt ledger, while the phase is corrupt.
 	corrupt *ledger.CorruptError
+	// statusesOwed: a phase transition changed what every pool's status
+	// says (the ledger turned unreadable); the loop's next step writes them.
+	// A transition itself does no I/O.
+	statusesOwed bool
 }
 
-// Retry delays of the ledger (afterLedger).
-const (
-	// corruptRetry is how often a corrupt ledger is read again.
-	corruptRetry = 10 * time.Second
-	// maxLedgerRetry caps the backoff of a ledger that cannot be read.
-	maxLedgerRetry = 10 * time.Second
-)
-
-// afterLedger is the one retry policy of a term's ledger: the phase that an
-// attempt to open it or a commit leads to, and how long until the next
-// attempt to open it. failures counts the consecutive failed opens,
+// afterLedger is the phase that an attempt to open the ledger or a commit
+// leads to, and how long until the next attempt to open it (the loop's
+// retry policy for ledgerKey, retry.go). failures counts the consecutive failed opens,
 // this one included (0 after a failed commit: the ledger is re-read at
 // once, since the failure may only be a conflict with a foreign write).
 func afterLedger(err error, failures int) (phase, time.Duration) {
@@ -71,21 +65,21 @@ func afterLedger(err error, failures int) (phase, time.Duration) {
 	case failures == 0:
 		return reopening, 0
 	default:
-		return reopening, min(time.Second<<min(failures-1, 4), maxLedgerRetry)
+		return reopening, ledgerBackoff.after(failures)
 	}
 }
 
 // enter moves the term to the phase that err (from opening the ledger or
 // committing to it; nil for success) leads to, with what that phase needs:
 // the retry time, the corrupt ledger reported, the log line.
-func (w *worker) enter(ctx context.Context, err error, opened bool) {
+func (w *worker) enter(err error, opened bool) {
 	failures := 0
 	switch {
 	case err == nil:
-		w.openFailures = 0
+		w.retries.forget(ledgerKey)
 	case opened:
-		w.openFailures++
-		failures = w.openFailures
+		w.retries[ledgerKey]++
+		failures = w.retries[ledgerKey]
 	}
 	next, delay := afterLedger(err, failures)
 	var ce *ledger.CorruptError
@@ -102,14 +96,14 @@ func (w *worker) enter(ctx context.Context, err error, opened bool) {
 	case corrupt:
 		errors.As(err, &ce)
 		w.ldg = nil
-		w.reportCorrupt(ctx, ce)
+		w.reportCorrupt(ce)
 	case reopening:
 		w.ldg = nil
 		w.log.Error("Cannot use the ledger; reading it again", "err", err, "phase", w.phase, "retryIn", delay)
 	}
 	w.phase, w.retryAt = next, time.Now().Add(delay)
 	if delay > 0 {
-		time.AfterFunc(delay, w.dirty.poke)
+		w.markAfter(delay, w.dirty.poke)
 	}
 }
 
@@ -122,11 +116,16 @@ func (w *worker) openLedger(ctx context.Context) {
 		return
 	}
 	w.settle(w.writes.landAll()...)
-	w.enter(ctx, w.open(ctx), true)
+	w.enter(w.open(ctx), true)
 }
 
-// step does the one thing the phase calls for, if there is anything to do.
+// step does the one thing the phase calls for, if there is anything to do,
+// after the pool statuses a phase transition owes.
 func (w *worker) step(ctx context.Context) {
+	if w.statusesOwed {
+		w.statusesOwed = false
+		w.writePoolStatuses(ctx, nil)
+	}
 	switch w.phase {
 	case opening, reopening, corrupt:
 		w.openLedger(ctx)
@@ -140,6 +139,9 @@ func (w *worker) step(ctx context.Context) {
 
 // ready reports whether step has work now (the loop then does not block).
 func (w *worker) ready() bool {
+	if w.statusesOwed {
+		return true
+	}
 	switch w.phase {
 	case opening, reopening, corrupt:
 		return !time.Now().Before(w.retryAt)

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -12,11 +11,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipledger/ipledger/pkg/leader"
-	"github.com/ipledger/ipledger/pkg/quorum"
 	"github.com/ipledger/ipledger/pkg/stream"
 	"github.com/ipledger/ipledger/pkg/stream/objkey"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
@@ -25,6 +21,7 @@ import (
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/objects"
 	"github.com/ipledger/ipledger/services/ipam/internal/plan"
+	"github.com/ipledger/ipledger/services/ipam/internal/poolplan"
 )
 
 // worker is one term's state. Only the loop goroutine touches the allocator,
@@ -44,13 +41,12 @@ type worker struct {
 
 	// expect is what this term wrote to each Service, until the stream
 	// shows it (a lagging stream must never make us decide again).
-	expect      *expectations
-	poolWritten map[string]writtenPoolStatus // pool -> the status last written
-	// poolStatusDue is when a deferred IPPool status write is due (zero
-	// when none is): a timer marks the dirty set then.
-	poolStatusDue time.Time
-	retries       map[string]int
-	pending       map[string]pendingService
+	expect *expectations
+	// poolStatuses are the IPPool statuses this term wrote (poolstatus.go).
+	poolStatuses poolStatusBook
+	// retries are the consecutive failures by key (retry.go).
+	retries retries
+	pending map[string]pendingService
 
 	// writes are the status writes under way (flight.go).
 	writes *writesInFlight
@@ -60,11 +56,8 @@ type worker struct {
 	// in allocation order: decided again (a pool or spec may have changed
 	// while no term ran) once nothing else is dirty, a batch at a time, so
 	// that a restart over many Services serves new ones first.
-	verify []string
-	// finalizerBackoff is the delay before the next retry of a failed
-	// finalizer patch (0 after a success).
-	finalizerBackoff time.Duration
-	mutations        chan mutation
+	verify    []string
+	mutations chan mutation
 	// expiry fires when the next kept address's grace period ends.
 	expiry *time.Timer
 	// hist writes the history of the term's changes (history.Writer);
@@ -76,8 +69,8 @@ type worker struct {
 func newWorker(c *Controller, term *leader.Term) *worker {
 	return &worker{
 		c: c, term: term, log: c.log.With("term", term.ID()),
-		expect: newExpectations(), poolWritten: map[string]writtenPoolStatus{},
-		retries: map[string]int{}, pending: map[string]pendingService{},
+		expect: newExpectations(), poolStatuses: poolStatusBook{written: map[string]poolplan.Written{}},
+		retries: retries{}, pending: map[string]pendingService{},
 		dirty: newDirtySet(), mutations: make(chan mutation),
 		writes: newWritesInFlight(c.cfg.StatusWorkers),
 	}
@@ -185,13 +178,12 @@ func (w *worker) servicesOfGateways(gws ...*watcherv1.Object) []string {
 	return keys
 }
 
-// requeue marks key dirty again after a backoff that grows with failures.
+// requeue marks key dirty again: after its backoff when its work failed,
+// else after recheckAfter (retry.go).
 func (w *worker) requeue(key string, failed bool) {
-	d := 2 * time.Second
+	d := recheckAfter
 	if failed {
-		n := w.retries[key]
-		w.retries[key] = n + 1
-		d = min(100*time.Millisecond<<min(n, 9), time.Minute)
+		d = w.retries.failed(key)
 	}
 	w.markAfter(d, func() { w.mark(key) })
 }
@@ -265,43 +257,20 @@ func (w *worker) release(ctx context.Context) {
 	w.log.Info("Released the ledger cleanly; the next term fences its head only", "epoch", w.ldg.Epoch(), "took", time.Since(start))
 }
 
-// overrule confirms from the API server each ledger entry the stream's
-// statuses contradict (plan.Suspect) and returns those to overrule: the
-// Service its status shows it on still shows it, and the entry's own
-// Service does not (or is gone). The stream may lag the ledger; the API
-// server does not. An entry that cannot be checked now is obeyed.
+// overrule asks the API server about each ledger entry the stream's
+// statuses contradict (plan.Suspect) and returns those plan.Overrule
+// decides to overrule, with their Events.
 func (w *worker) overrule(ctx context.Context, suspects []plan.Suspect) []ledger.Allocation {
-	var out []ledger.Allocation
-	shows := func(key string, ip string) (bool, error) {
-		ns, name, _ := strings.Cut(key, "/")
-		s, err := w.c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		return slices.ContainsFunc(s.Status.LoadBalancer.Ingress, func(in corev1.LoadBalancerIngress) bool { return in.IP == ip }), nil
+	p := plan.Overrule(checkSuspects(ctx, w.c.client, suspects))
+	for _, c := range p.Unchecked {
+		w.log.Warn("Cannot confirm a ledger entry the statuses contradict; it is obeyed", "ip", c.Entry.IP.String(), "service", c.Entry.Service.Key(), "err", c.Err)
 	}
-	for _, s := range suspects {
-		ip := s.Entry.IP.String()
-		showerShows, err1 := shows(s.Shows, ip)
-		holderShows, err2 := shows(s.Entry.Service.Key(), ip)
-		if err := errors.Join(err1, err2); err != nil {
-			w.log.Warn("Cannot confirm a ledger entry the statuses contradict; it is obeyed", "ip", ip, "service", s.Entry.Service.Key(), "err", err)
-			continue
-		}
-		if !showerShows || holderShows {
-			continue
-		}
-		out = append(out, s.Entry)
+	for _, o := range p.Overrule {
 		w.c.metrics.ledgerOverruled.Inc()
-		msg := fmt.Sprintf("The ledger gives %s to Service %s, whose status does not show it, while Service %s shows it: "+
-			"ipam never writes such a ledger (it was edited outside ipam), so the status wins and the entry is released", ip, s.Entry.Service.Key(), s.Shows)
-		w.log.Warn("A ledger entry contradicts the Services' statuses and is not obeyed", "ip", ip, "service", s.Entry.Service.Key(), "shownBy", s.Shows)
-		w.event(configMapRef(w.c.cfg.Namespace, ledger.HeadName), "Warning", "LedgerEntryOverruled", msg)
+		w.log.Warn("A ledger entry contradicts the Services' statuses and is not obeyed", "ip", o.Entry.IP.String(), "service", o.Entry.Service.Key(), "shownBy", o.Shows)
+		w.event(configMapRef(w.c.cfg.Namespace, ledger.HeadName), "Warning", "LedgerEntryOverruled", o.Message)
 	}
-	return out
+	return p.Entries()
 }
 
 // rebuild resets the allocator from the ledger writer's state and the
@@ -342,7 +311,7 @@ func (w *worker) rebuild(overruled []ledger.Allocation) []plan.Suspect {
 	})
 	w.mark(first...)
 	w.verify = w.inAllocationOrder(verify)
-	clear(w.poolWritten)
+	clear(w.poolStatuses.written)
 	return r.Suspects
 }
 
@@ -395,9 +364,10 @@ func (w *worker) aged(key string) aged {
 // compareAged is allocation order (objects.Less) by the attribute.
 func compareAged(a, b aged) int { return objects.CompareByAge(a.created, a.key, b.created, b.key) }
 
-// reportCorrupt stops allocation with an Event on the shard and a condition
-// on every pool. The shard itself is never touched.
-func (w *worker) reportCorrupt(ctx context.Context, ce *ledger.CorruptError) {
+// reportCorrupt stops allocation with an Event on the shard, and owes a
+// condition on every pool (the loop's next step writes it). The shard
+// itself is never touched.
+func (w *worker) reportCorrupt(ce *ledger.CorruptError) {
 	first := w.corrupt == nil || w.corrupt.Error() != ce.Error()
 	w.corrupt = ce
 	w.c.metrics.ledgerCorrupt.Set(1)
@@ -405,7 +375,7 @@ func (w *worker) reportCorrupt(ctx context.Context, ce *ledger.CorruptError) {
 		w.log.Error("The ledger cannot be read; no address is allocated until it is repaired", "configMap", ce.Shard, "err", ce.Err)
 		w.event(configMapRef(w.c.cfg.Namespace, ce.Shard), "Warning", "LedgerCorrupt", ce.Error())
 	}
-	w.writePoolStatuses(ctx, nil)
+	w.statusesOwed = true
 }
 
 // take returns up to n dirty Services in allocation order, and the dirty
@@ -605,7 +575,7 @@ func (w *worker) commit(ctx context.Context, change ledger.Change) bool {
 		// Some shards may be written and others not: start over from the
 		// ledger as stored (fenced again under this same term), or stop
 		// writing if a newer term fenced it.
-		w.enter(ctx, err, false)
+		w.enter(err, false)
 		return false
 	}
 	w.hist.Committed(change, time.Now(), history.IPAM)
@@ -617,42 +587,32 @@ func (w *worker) commit(ctx context.Context, change ledger.Change) bool {
 const confirmGoneWorkers = 8
 
 // confirmGone returns the Services of absent that hold an address and that
-// the API server confirms are gone (or being deleted). The stream may lag
-// behind a Service created a moment ago: the API server is asked before an
-// address is given back. Services it still shows, or that it cannot answer
-// for, are tried again later.
+// the API server confirms are gone (or being deleted): the worker asks,
+// plan.ToConfirm and plan.ConfirmGone decide. The stream may lag behind a
+// Service created a moment ago: the API server is asked before an address
+// is given back. Services it still shows, or that it cannot answer for,
+// are tried again later.
 func (w *worker) confirmGone(ctx context.Context, absent []string) []string {
-	var ask []string
-	for _, key := range absent {
-		if len(w.alloc.Allocations(key)) == 0 && !w.ldg.Records(key) {
-			w.expect.Forget(key)
-			continue
-		}
-		ask = append(ask, key)
+	ask, nothing := plan.ToConfirm(absent, func(key string) bool { return len(w.alloc.Allocations(key)) > 0 || w.ldg.Records(key) })
+	for _, key := range nothing {
+		w.expect.Forget(key)
 	}
 	if len(ask) == 0 {
 		return nil
 	}
-	services := func(ctx context.Context, key string, opts metav1.GetOptions) (*corev1.Service, error) {
-		ns, name, _ := strings.Cut(key, "/")
-		return w.c.client.CoreV1().Services(ns).Get(ctx, name, opts)
+	p := plan.ConfirmGone(askGone(ctx, w.c.client, ask))
+	for _, key := range p.Gone {
+		w.log.Info("Service is gone; releasing its addresses", "service", key)
+		w.expect.Forget(key)
 	}
-	answers := quorum.GetAll(ctx, services, ask, confirmGoneWorkers)
-	var gone []string
-	for i, key := range ask {
-		switch a := answers[i]; {
-		case a.Gone():
-			w.log.Info("Service is gone; releasing its addresses", "service", key)
-			w.expect.Forget(key)
-			gone = append(gone, key)
-		case a.Err != nil:
-			w.log.Warn("Cannot confirm that a Service is gone", "service", key, "err", a.Err)
-			w.requeue(key, true)
-		default:
-			w.requeue(key, false)
-		}
+	for _, a := range p.Failed {
+		w.log.Warn("Cannot confirm that a Service is gone", "service", a.Key, "err", a.Err)
+		w.requeue(a.Key, true)
 	}
-	return gone
+	for _, key := range p.Shown {
+		w.requeue(key, false)
+	}
+	return p.Gone
 }
 
 // env finds, in the stream, what requests depend on besides the Services:

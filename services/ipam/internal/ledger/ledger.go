@@ -831,6 +831,11 @@ func (c Change) Empty() bool {
 // must be opened again. After any other error some shards may
 // have been written and others not; the Ledger re-reads the API so that State
 // says what is really committed, and the caller decides again from it.
+// Commit makes one attempt and retries nothing: a conflict means the shard
+// changed since this term wrote it (a write outside the fencing protocol,
+// or a write whose answer was lost), and the change was decided on the
+// shard as it was; the caller's retry policy decides (ipam's term opens the
+// ledger again, which checks foreign writes, and decides again).
 func (l *Ledger) Commit(ctx context.Context, ch Change) error {
 	if ch.Empty() {
 		return nil
@@ -843,24 +848,19 @@ func (l *Ledger) Commit(ctx context.Context, ch Change) error {
 	if l.released {
 		return ErrReleased
 	}
-	// Whatever happens, the shards may change (a retry re-reads them too):
+	// Whatever happens, the shards may change (a failure re-reads them):
 	// the State read last is no longer what State must answer.
 	defer func() { l.read = nil }()
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		if err = l.commit(ctx, ch); err == nil {
-			l.addrs.apply(ch)
-			return nil
-		}
-		if errors.Is(err, ErrFenced) || ctx.Err() != nil {
-			return err
-		}
-		if rerr := l.reload(ctx); rerr != nil {
-			return fmt.Errorf("%w (and re-reading the ledger failed: %w)", err, rerr)
-		}
-		if !apierrors.IsConflict(err) {
-			return err
-		}
+	err := l.commit(ctx, ch)
+	if err == nil {
+		l.addrs.apply(ch)
+		return nil
+	}
+	if errors.Is(err, ErrFenced) || ctx.Err() != nil {
+		return err
+	}
+	if rerr := l.reload(ctx); rerr != nil {
+		return fmt.Errorf("%w (and re-reading the ledger failed: %w)", err, rerr)
 	}
 	return err
 }

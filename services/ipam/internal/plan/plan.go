@@ -3,8 +3,11 @@
 // then Service requests), and what one pass of the controller does with a
 // batch of Services (Decide: the ledger edits, the status writes and their
 // Events, the Services to release once the ledger says so and the Services
-// to decide again). The controller gathers the inputs, calls these, and
-// applies the result.
+// to decide again), which absent Services are gone (ConfirmGone), which
+// suspect ledger entries are overruled (Overrule), and what a reservation
+// writes (Reserve, Unreserve). The controller gathers the inputs, calls
+// these, and applies the result; poolplan decides the same for the
+// IPPools.
 package plan
 
 import (

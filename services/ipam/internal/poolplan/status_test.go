@@ -1,4 +1,4 @@
-package controller
+package poolplan
 
 import (
 	"encoding/json"
@@ -52,22 +52,22 @@ func TestFamilyStatusIsIntegersCappedWithExactDecimals(t *testing.T) {
 // the allocator does not serve left out (a merge patch keeps the last ones).
 func TestPoolStatusJSON(t *testing.T) {
 	zero := 0
-	ready := poolCondition{Type: "Ready", Status: "True", Reason: "Serving", Message: "The pool serves Services", ObservedGeneration: 2}
+	ready := Condition{Type: "Ready", Status: "True", Reason: "Serving", Message: "The pool serves Services", ObservedGeneration: 2}
 	for _, tc := range []struct {
 		name   string
-		status poolStatus
+		status Status
 		want   string
 	}{{
 		name: "served",
-		status: poolStatus{Conditions: []poolCondition{ready}, HeldOutside: &zero,
-			IPv4: &familyCounts{Total: 4, Used: 1, Held: 1, Available: 3, TotalExact: "4", AvailableExact: "3"},
-			IPv6: &familyCounts{TotalExact: "0", AvailableExact: "0"}, Kept: &zero},
+		status: Status{Conditions: []Condition{ready}, HeldOutside: &zero,
+			IPv4: &FamilyCounts{Total: 4, Used: 1, Held: 1, Available: 3, TotalExact: "4", AvailableExact: "3"},
+			IPv6: &FamilyCounts{TotalExact: "0", AvailableExact: "0"}, Kept: &zero},
 		want: `{"status":{"conditions":[{"message":"The pool serves Services","observedGeneration":2,"reason":"Serving","status":"True","type":"Ready"}],` +
 			`"heldOutside":0,"ipv4":{"available":3,"availableExact":"3","held":1,"total":4,"totalExact":"4","used":1},` +
 			`"ipv6":{"available":0,"availableExact":"0","held":0,"total":0,"totalExact":"0","used":0},"kept":0}}`,
 	}, {
 		name:   "no allocator: conditions only, with their transition time once written",
-		status: poolStatus{Conditions: []poolCondition{{Type: "Ready", Status: "False", Reason: "LedgerUnreadable", Message: "m", LastTransitionTime: "2026-01-02T03:04:05Z"}}},
+		status: Status{Conditions: []Condition{{Type: "Ready", Status: "False", Reason: "LedgerUnreadable", Message: "m", LastTransitionTime: "2026-01-02T03:04:05Z"}}},
 		want:   `{"status":{"conditions":[{"lastTransitionTime":"2026-01-02T03:04:05Z","message":"m","observedGeneration":0,"reason":"LedgerUnreadable","status":"False","type":"Ready"}]}}`,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,34 +80,34 @@ func TestPoolStatusJSON(t *testing.T) {
 }
 
 // TestPoolStatusWrite: conditions are written at once, counts at most once
-// a poolStatusInterval, and nothing unchanged.
+// a Interval, and nothing unchanged.
 func TestPoolStatusWrite(t *testing.T) {
 	t0 := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
-	ready := []poolCondition{{Type: "Ready", Status: "True", Reason: "Serving", Message: "The pool serves Services"}}
-	terminating := []poolCondition{{Type: "Ready", Status: "False", Reason: "Terminating", Message: "…"}}
-	counts := func(used int64, conds []poolCondition) poolStatus {
-		return poolStatus{Conditions: conds, IPv4: &familyCounts{Total: 256, Used: used, Available: 256 - used}}
+	ready := []Condition{{Type: "Ready", Status: "True", Reason: "Serving", Message: "The pool serves Services"}}
+	terminating := []Condition{{Type: "Ready", Status: "False", Reason: "Terminating", Message: "…"}}
+	counts := func(used int64, conds []Condition) Status {
+		return Status{Conditions: conds, IPv4: &FamilyCounts{Total: 256, Used: used, Available: 256 - used}}
 	}
-	kept := func(n int) poolStatus { s := counts(1, ready); s.Kept = &n; return s }
-	last := writtenPoolStatus{status: counts(1, ready), at: t0}
+	kept := func(n int) Status { s := counts(1, ready); s.Kept = &n; return s }
+	last := Written{Status: counts(1, ready), At: t0}
 	tests := []struct {
 		name      string
 		written   bool
-		status    poolStatus
+		status    Status
 		now       time.Time
 		wantWrite bool
 		wantDue   time.Time
 	}{
 		{"first write of the term", false, counts(1, ready), t0, true, time.Time{}},
 		{"unchanged", true, counts(1, ready), t0.Add(time.Hour), false, time.Time{}},
-		{"counts changed soon after: deferred", true, counts(2, ready), t0.Add(100 * time.Millisecond), false, t0.Add(poolStatusInterval)},
-		{"kept changed soon after: deferred", true, kept(3), t0.Add(100 * time.Millisecond), false, t0.Add(poolStatusInterval)},
-		{"counts changed an interval later", true, counts(2, ready), t0.Add(poolStatusInterval), true, time.Time{}},
+		{"counts changed soon after: deferred", true, counts(2, ready), t0.Add(100 * time.Millisecond), false, t0.Add(Interval)},
+		{"kept changed soon after: deferred", true, kept(3), t0.Add(100 * time.Millisecond), false, t0.Add(Interval)},
+		{"counts changed an interval later", true, counts(2, ready), t0.Add(Interval), true, time.Time{}},
 		{"conditions changed at once", true, counts(1, terminating), t0.Add(time.Millisecond), true, time.Time{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			write, due := poolStatusWrite(last, tc.written, tc.status, tc.now)
+			write, due := writeNow(last, tc.written, tc.status, tc.now)
 			if write != tc.wantWrite || !due.Equal(tc.wantDue) {
 				t.Fatalf("poolStatusWrite = %v, %v; want %v, %v", write, due, tc.wantWrite, tc.wantDue)
 			}
