@@ -268,6 +268,15 @@ func capture(t *testing.T, dev string) *cluster.ARPCapture {
 // the test ends.
 func (e *env) startSpeaker(t *testing.T, dir string, uplinks []string) {
 	t.Helper()
+	e.speakerConfig(t, dir, uplinks)
+	e.applyTemplate(t, filepath.Join("testdata", "metallb-speaker", "speaker.yaml"), "IMAGE", speakerImage)
+	e.logSpeakerOnFailure(t, e.speakerReady(t, ""))
+}
+
+// speakerConfig installs what the speaker's DaemonSet needs, as
+// startSpeaker says, all but the DaemonSet.
+func (e *env) speakerConfig(t *testing.T, dir string, uplinks []string) {
+	t.Helper()
 	ctx := context.Background()
 	testdata := filepath.Join("testdata", "metallb-speaker")
 	e.kubectl(t, "apply", "--server-side", "-f", filepath.Join(dir, "crd"))
@@ -289,8 +298,6 @@ func (e *env) startSpeaker(t *testing.T, dir string, uplinks []string) {
 		t.Fatal(err)
 	}
 	e.applyTemplate(t, filepath.Join(testdata, "config.yaml"), "POOL", announcePool.String(), "BRIDGE", lanBridge)
-	e.applyTemplate(t, filepath.Join(testdata, "speaker.yaml"), "IMAGE", speakerImage)
-	e.logSpeakerOnFailure(t, e.speakerReady(t, ""))
 }
 
 // logSpeakerOnFailure prints speaker's last log lines when the test fails:
