@@ -40,8 +40,8 @@ const (
 	speakerNS = "ipledger-test-metallb"
 	// speakerImage is the name the test imports the speaker's image under.
 	speakerImage = "ipledger.test/metallb-speaker:pinned"
-	// lanBridge is the test LAN's bridge, the only interface the speaker
-	// may announce on.
+	// lanBridge is the name of each node's link to the test LAN
+	// (cluster.LAN.Bridge), the only interface the speaker may announce on.
 	lanBridge = "ipl-lan0"
 )
 
