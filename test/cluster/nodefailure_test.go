@@ -31,6 +31,8 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/cluster"
 	"github.com/ipledger/ipledger/pkg/testenv"
+	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
+	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 )
 
 const (
@@ -133,6 +135,7 @@ func TestTrafficAcrossNodeFailure(t *testing.T) {
 	e.reachPod(t, client, mac2, ip, web, "announced by "+n2.Name, resync)
 
 	stable := e.watchAddresses(ns, map[string]string{"web": ip.String()})
+	e.ipamSees(t, ns, "web", n2.Name)
 	ledger := e.ledgerVersions(t)
 	quiet := time.Now()
 	var gaps []time.Duration
@@ -146,6 +149,7 @@ func TestTrafficAcrossNodeFailure(t *testing.T) {
 		resync := e.speakerResync(t, ns, restored)
 		e.announcedFrom(t, ns, "web", n2.Name, resync)
 		e.reachPod(t, client, mac2, ip, web, fmt.Sprintf("trial %d: %s back", trial, n2.Name), resync)
+		e.ipamSees(t, ns, "web", n2.Name)
 	}
 	t.Logf("%s failing, %d trials: the client unanswered for %v, requests lost %v (bound %s)", n2.Name, failoverTrials, gaps, losses, failoverBound)
 
@@ -315,6 +319,35 @@ func (e *env) announcedFrom(t *testing.T, ns, svc, node string, onMiss ...func()
 	})
 }
 
+// ipamSees waits until ipam's ExplainService (`kubectl ipledger why`) says
+// Service svc is announced by MetalLB L2 from node: the announcer tracker
+// has seen the speaker's ServiceL2Status (the watcher streams MetalLB's
+// kinds once its discovery, every 30 s, has found their CRDs), so that a
+// change of node afterwards is one it can tell.
+func (e *env) ipamSees(t *testing.T, ns, svc, node string) {
+	t.Helper()
+	ctx := context.Background()
+	ipam, err := e.client.CoreV1().Services(systemNS).Get(ctx, "ipledger-ipam", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := ipamv1grpc.NewIPAMServiceClient(e.dialIPAM(t, ipam.Spec.ClusterIP+":9443", ""))
+	start := time.Now()
+	testenv.Eventually(t, 2*time.Minute, func() error {
+		x, err := api.ExplainService(ctx, &ipamv1.ExplainServiceRequest{Service: &ipamv1.ServiceRef{Namespace: ns, Name: svc}})
+		if err != nil {
+			return err
+		}
+		for _, a := range x.GetAnnouncements() {
+			if a.GetState() == "Announced" && a.GetNode() == node {
+				return nil
+			}
+		}
+		return fmt.Errorf("ipam says %v of %s/%s, want announced from node %s", x.GetAnnouncements(), ns, svc, node)
+	})
+	t.Logf("ipam sees %s/%s announced from %s (waited %s)", ns, svc, node, time.Since(start).Round(time.Millisecond))
+}
+
 // attempt is one request of a probe.
 type attempt struct {
 	start, end time.Time
@@ -419,6 +452,24 @@ func recovery(attempts []attempt, failed time.Time, mac net.HardwareAddr) (gap t
 	return 0, lost, false
 }
 
+// outage is how long the client went without an answer across a failure
+// at failed: from the end of the last answered request before (or in flight
+// at) it to the end of the first answered after it.
+func outage(attempts []attempt, failed time.Time) time.Duration {
+	var last time.Time
+	for _, a := range attempts {
+		if !a.ok {
+			continue
+		}
+		if a.start.Before(failed) {
+			last = a.end
+		} else if !last.IsZero() {
+			return a.end.Sub(last)
+		}
+	}
+	return 0
+}
+
 // failNode runs one trial: the probe answered through n2, n2 fails (its
 // kubelet killed, its speaker's container killed, its LAN link down), and
 // the probe must be answered through n1 within failoverBound; then the
@@ -446,17 +497,37 @@ func (e *env) failNode(t *testing.T, trial int, ns string, lan *cluster.LAN, cli
 		_ = lan.SetNodeLink(n2, true)
 		_ = e.node.StartKubelet(n2.Name)
 	})
+	// The three at once, as a machine dies: the speaker's death is what
+	// the other speaker's memberlist detects, the link's is when the
+	// client's requests stop reaching the node.
 	failed := time.Now()
-	if err := e.node.KillKubelet(n2.Name); err != nil {
-		t.Fatal(err)
+	steps := map[string]func() error{
+		"kubelet killed": func() error { return e.node.KillKubelet(n2.Name) },
+		"speaker killed": func() error { return e.node.KillContainer(ctx, n2.Name, killed) },
+		"LAN link down":  func() error { return lan.SetNodeLink(n2, false) },
 	}
-	if err := e.node.KillContainer(ctx, n2.Name, killed); err != nil {
-		t.Fatal(err)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var took []string
+	errs := map[string]error{}
+	for what, f := range steps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := f()
+			mu.Lock()
+			defer mu.Unlock()
+			errs[what] = err
+			took = append(took, fmt.Sprintf("%s after %s", what, time.Since(failed).Round(time.Millisecond)))
+		}()
 	}
-	if err := lan.SetNodeLink(n2, false); err != nil {
-		t.Fatal(err)
+	wg.Wait()
+	for what, err := range errs {
+		if err != nil {
+			t.Fatalf("trial %d: %s: %v", trial, what, err)
+		}
 	}
-	t.Logf("trial %d: %s failed (kubelet, speaker %s killed, LAN link down) in %s", trial, n2.Name, speaker.Name, time.Since(failed).Round(time.Millisecond))
+	t.Logf("trial %d: %s failed: %s (speaker %s)", trial, n2.Name, strings.Join(took, ", "), speaker.Name)
 
 	err := testenv.Poll(failoverBound+20*time.Second, func() error {
 		a := p.snapshot()
@@ -469,7 +540,8 @@ func (e *env) failNode(t *testing.T, trial int, ns string, lan *cluster.LAN, cli
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("trial %d: answered through %s (%s) %s after the failure; %d requests lost", trial, n1.Name, mac1, gap.Round(time.Millisecond), lost)
+	t.Logf("trial %d: answered through %s (%s) %s after the failure; %d requests lost; no answer for %s (the last through %s to the first through %s)",
+		trial, n1.Name, mac1, gap.Round(time.Millisecond), lost, outage(p.snapshot(), failed).Round(time.Millisecond), n2.Name, n1.Name)
 	if gap > failoverBound {
 		t.Errorf("trial %d: the client went unanswered for %s after %s failed, more than %s (memberlist's defaults: see failoverBound)", trial, gap.Round(time.Millisecond), n2.Name, failoverBound)
 	}
