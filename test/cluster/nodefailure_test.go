@@ -138,11 +138,10 @@ func TestTrafficAcrossNodeFailure(t *testing.T) {
 	e.ipamSees(t, ns, "web", n2.Name)
 	ledger := e.ledgerVersions(t)
 	quiet := time.Now()
-	var gaps []time.Duration
-	var losses []int
+	var results []string
 	for trial := 1; trial <= failoverTrials; trial++ {
-		gap, lost, killed := e.failNode(t, trial, ns, lan, client, ip, n1, n2, mac1, mac2)
-		gaps, losses = append(gaps, gap), append(losses, lost)
+		gap, out, lost, killed := e.failNode(t, trial, ns, lan, client, ip, n1, n2, mac1, mac2)
+		results = append(results, fmt.Sprintf("gap %s, outage %s, %d lost", gap.Round(time.Millisecond), out.Round(time.Millisecond), lost))
 		restored := time.Now()
 		e.restoreNode(t, lan, n2, killed)
 		e.speakersJoined(t, n1, n2, restored)
@@ -151,7 +150,7 @@ func TestTrafficAcrossNodeFailure(t *testing.T) {
 		e.reachPod(t, client, mac2, ip, web, fmt.Sprintf("trial %d: %s back", trial, n2.Name), resync)
 		e.ipamSees(t, ns, "web", n2.Name)
 	}
-	t.Logf("%s failing, %d trials: the client unanswered for %v, requests lost %v (bound %s)", n2.Name, failoverTrials, gaps, losses, failoverBound)
+	t.Logf("%s failing, %d trials (bound %s): %s", n2.Name, failoverTrials, failoverBound, strings.Join(results, "; "))
 
 	stable.check(t, "address changes")
 	if after := e.ledgerVersions(t); !maps.Equal(after, ledger) {
@@ -473,9 +472,11 @@ func outage(attempts []attempt, failed time.Time) time.Duration {
 // failNode runs one trial: the probe answered through n2, n2 fails (its
 // kubelet killed, its speaker's container killed, its LAN link down), and
 // the probe must be answered through n1 within failoverBound; then the
-// AnnouncerChanged Event from n2 to n1. It returns the gap, the requests
-// lost and the speaker's container it killed.
-func (e *env) failNode(t *testing.T, trial int, ns string, lan *cluster.LAN, client *cluster.LANClient, ip netip.Addr, n1, n2 cluster.Node, mac1, mac2 net.HardwareAddr) (gap time.Duration, lost int, killed string) {
+// AnnouncerChanged Event from n2 to n1. It returns the gap (from the
+// failure to the first answer through n1), the client's outage (from its
+// last answer through n2), the requests lost and the speaker's container it
+// killed.
+func (e *env) failNode(t *testing.T, trial int, ns string, lan *cluster.LAN, client *cluster.LANClient, ip netip.Addr, n1, n2 cluster.Node, mac1, mac2 net.HardwareAddr) (gap, out time.Duration, lost int, killed string) {
 	t.Helper()
 	ctx := context.Background()
 	speaker := e.speakerOn(t, n2.Name, "")
@@ -540,8 +541,9 @@ func (e *env) failNode(t *testing.T, trial int, ns string, lan *cluster.LAN, cli
 	if err != nil {
 		t.Fatal(err)
 	}
+	out = outage(p.snapshot(), failed)
 	t.Logf("trial %d: answered through %s (%s) %s after the failure; %d requests lost; no answer for %s (the last through %s to the first through %s)",
-		trial, n1.Name, mac1, gap.Round(time.Millisecond), lost, outage(p.snapshot(), failed).Round(time.Millisecond), n2.Name, n1.Name)
+		trial, n1.Name, mac1, gap.Round(time.Millisecond), lost, out.Round(time.Millisecond), n2.Name, n1.Name)
 	if gap > failoverBound {
 		t.Errorf("trial %d: the client went unanswered for %s after %s failed, more than %s (memberlist's defaults: see failoverBound)", trial, gap.Round(time.Millisecond), n2.Name, failoverBound)
 	}
@@ -564,7 +566,7 @@ func (e *env) failNode(t *testing.T, trial int, ns string, lan *cluster.LAN, cli
 		}
 		return fmt.Errorf("trial %d: no AnnouncerChanged Event on web since %s saying %q … %q among %q", trial, failed.Format(time.RFC3339), want, before, seen)
 	})
-	return gap, lost, killed
+	return gap, out, lost, killed
 }
 
 // restoreNode brings the failed node back: its LAN link up, its kubelet
