@@ -43,7 +43,7 @@ type LAN struct {
 	// switch's own bridge is inside its namespace): the interface an
 	// announcer must be held to.
 	Bridge string
-	// Subnet is the LAN's, on-link on the bridge and in every client.
+	// Subnet is the LAN's, on-link on every node's link and in every client.
 	Subnet netip.Prefix
 	// HostAddr is the first node's address on the LAN: the first of
 	// Subnet.
@@ -66,7 +66,7 @@ const (
 )
 
 // LANClient is a machine on a LAN: a network namespace of its own with one
-// interface on the bridge.
+// interface on the switch.
 type LANClient struct {
 	// Netns is the file its network namespace is bound to, in lanNetnsDir.
 	Netns string
