@@ -307,10 +307,25 @@ func (e *env) logSpeakerOnFailure(t *testing.T, speaker corev1.Pod) {
 		if !t.Failed() {
 			return
 		}
-		tail := int64(80)
-		raw, err := e.client.CoreV1().Pods(speakerNS).GetLogs(speaker.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
-		t.Logf("speaker %s, its last log lines (%v):\n%s", speaker.Name, err, raw)
+		raw, err := e.client.CoreV1().Pods(speakerNS).GetLogs(speaker.Name, &corev1.PodLogOptions{}).DoRaw(context.Background())
+		t.Logf("speaker %s, its last log lines but its configuration's and Services' reconciles (%v):\n%s", speaker.Name, err, speakerLogTail(string(raw), 80))
 	})
+}
+
+// speakerLogTail is the last n lines of a speaker's log that are not the
+// reconciles of its configuration or of Services it does not announce,
+// which fill its debug log every few seconds and hide what tells why it
+// did not answer (its interfaces, its ARP, its elections).
+func speakerLogTail(log string, n int) string {
+	var keep []string
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		if strings.Contains(line, `"controller":"ConfigReconciler"`) || strings.Contains(line, `"epslice"`) ||
+			strings.Contains(line, `"start reconcile"`) || strings.Contains(line, `"end reconcile"`) || strings.Contains(line, `"processing service"`) {
+			continue
+		}
+		keep = append(keep, line)
+	}
+	return strings.Join(keep[max(0, len(keep)-n):], "\n")
 }
 
 // applyTemplate applies a testdata manifest with its placeholders
