@@ -42,15 +42,16 @@ const (
 	// the announcing node fails. It follows from the defaults of the
 	// speaker's memberlist (hashicorp/memberlist DefaultLANConfig, which
 	// MetalLB v0.16.1 uses unless a memberlist ConfigMap overrides it): a
-	// probe every ProbeInterval (1 s) times out after ProbeTimeout (0.5 s);
-	// the node is then suspect for SuspicionMult × ProbeInterval × max(1,
-	// log10 n) = 4 s (with two members no other can confirm, so the
-	// suspicion runs to its minimum), and declared dead. The surviving
-	// speaker's NodeLeave forces a sync: it wins the election, announces
-	// and sends gratuitous ARP, which the client's neighbour table takes.
-	// That is ≈ 5.5 s, plus the sync and the client's next connect (its
-	// timeout is 1 s): ≈ 7.5 s. The bound leaves as much again and more for
-	// a loaded 2-core machine; the measured gaps are logged.
+	// probe every ProbeInterval (1 s), failed at the end of that interval
+	// (ProbeTimeout 0.5 s, then its TCP fallback runs to the interval's
+	// end); the node is then suspect for SuspicionMult × ProbeInterval ×
+	// max(1, log10 n) = 4 s (with two members no other can confirm, so the
+	// suspicion runs to its minimum), and declared dead: 5–6 s. The
+	// surviving speaker's NodeLeave forces a sync: it wins the election,
+	// announces and sends gratuitous ARP, which the client's neighbour table
+	// takes; the client's next connect follows within its 1 s timeout: ≈ 7.5
+	// s in all. Measured: 6.3–9.9 s over six trials (BENCHMARKS.md). The
+	// bound leaves twice as much for a loaded 2-core machine.
 	failoverBound = 20 * time.Second
 )
 
