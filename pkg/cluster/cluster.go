@@ -486,17 +486,22 @@ func (c *Cluster) startContainerd(ctx context.Context, n node) error {
 // startNode starts node n's kubelet and kube-proxy, in its network
 // namespace.
 func (c *Cluster) startNode(n node) error {
-	if err := launchIn(n, "kubelet", filepath.Join(c.NodeBin, "kubelet"),
+	if err := c.startKubelet(n); err != nil {
+		return err
+	}
+	return launchIn(n, "kube-proxy", filepath.Join(c.NodeBin, "kube-proxy"), "--config="+n.l.path("kube-proxy.yaml"), "--v=0")
+}
+
+// startKubelet starts node n's kubelet, in its network namespace.
+func (c *Cluster) startKubelet(n node) error {
+	return launchIn(n, "kubelet", filepath.Join(c.NodeBin, "kubelet"),
 		"--config="+n.l.path("kubelet.yaml"),
 		"--kubeconfig="+c.l.kubeconfig(),
 		"--root-dir="+n.l.kubeletRoot(),
 		"--hostname-override="+n.Name,
 		"--node-ip="+n.IP,
 		"--v=0",
-	); err != nil {
-		return err
-	}
-	return launchIn(n, "kube-proxy", filepath.Join(c.NodeBin, "kube-proxy"), "--config="+n.l.path("kube-proxy.yaml"), "--v=0")
+	)
 }
 
 // launchIn launches bin in node n's network namespace, its files in n's

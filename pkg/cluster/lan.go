@@ -21,32 +21,52 @@ import (
 	"time"
 )
 
-// LAN is a network on this machine standing for the LAN a node sits on, for
-// the tests of an announcer (an ARP/NDP responder on the node, such as
-// MetalLB's speaker): a Linux bridge in the host's network namespace — the
-// node's, where hostNetwork pods run — with an address of its own, and
-// clients, each in a network namespace of its own with a veth on the bridge,
-// as machines on the LAN are. Nothing else is on the bridge, the machine's
-// uplink least of all, so nothing said on the LAN (an announcer's ARP)
-// reaches the real network; and the subnet is inside TestRanges, so no
-// address on it is anyone's off this machine. The clients have no route but
-// the LAN's.
+// LAN is a network on this machine standing for the LAN the nodes sit on,
+// for the tests of an announcer (an ARP/NDP responder on a node, such as
+// MetalLB's speaker). Its switch is a Linux bridge in a network namespace of
+// its own, as a switch is a box of its own: the nodes' netfilter (kube-proxy's
+// rules, and br_netfilter, which would run them on every frame a bridge in a
+// node's namespace forwards) never sees the frames it switches between other
+// machines — a bridge in the host's namespace would hand the first node's
+// kube-proxy the traffic sent to another node's hardware address. On it are:
+// the first node, by a veth whose end in the host's namespace (the node's,
+// where hostNetwork pods run) is named Bridge and holds HostAddr; each node
+// AddNode links, by a veth whose end in that node's namespace is named Bridge
+// too (so one L2Advertisement's interfaces name them all); and clients, each
+// in a network namespace of its own, as machines on the LAN are. Nothing else
+// is on the switch, the machine's uplink least of all, so nothing said on the
+// LAN (an announcer's ARP) reaches the real network; and the subnet is inside
+// TestRanges, so no address on it is anyone's off this machine. The clients
+// have no route but the LAN's.
 type LAN struct {
-	// Bridge is the bridge's name: the interface an announcer must be held
-	// to.
+	// Bridge is the name of every node's interface on the LAN (the
+	// switch's own bridge is inside its namespace): the interface an
+	// announcer must be held to.
 	Bridge string
-	// Subnet is the LAN's, on-link on the bridge and in every client.
+	// Subnet is the LAN's, on-link on every node's link and in every client.
 	Subnet netip.Prefix
-	// HostAddr is the bridge's address, the node's own on the LAN: the first
-	// of Subnet.
+	// HostAddr is the first node's address on the LAN: the first of
+	// Subnet.
 	HostAddr netip.Addr
+
+	// switchNetns is the file the switch's namespace is bound to, in
+	// lanNetnsDir; its bridge is switchBridge.
+	switchNetns string
 
 	mu      sync.Mutex
 	clients []*LANClient
+	nodes   []Node
 }
 
+// switchBridge is the bridge inside a LAN's switch namespace; switchHostPort
+// its port to the first node.
+const (
+	switchBridge   = "br0"
+	switchHostPort = "host"
+)
+
 // LANClient is a machine on a LAN: a network namespace of its own with one
-// interface on the bridge.
+// interface on the switch.
 type LANClient struct {
 	// Netns is the file its network namespace is bound to, in lanNetnsDir.
 	Netns string
@@ -96,12 +116,33 @@ func NewLAN(name string, subnet netip.Prefix) (*LAN, error) {
 	if len(name) > 10 {
 		return nil, fmt.Errorf("LAN %s: the name is longer than 10 characters (its clients' links add 4)", name)
 	}
-	l := &LAN{Bridge: name, Subnet: subnet, HostAddr: subnet.Addr().Next()}
+	l := &LAN{Bridge: name, Subnet: subnet, HostAddr: subnet.Addr().Next(), switchNetns: filepath.Join(lanNetnsDir, name+"-sw")}
 	if err := l.removeLeftovers(); err != nil {
 		return nil, err
 	}
+	if err := makeNetns(l.switchNetns); err != nil {
+		return nil, fmt.Errorf("LAN %s: %w", name, err)
+	}
+	// A switch runs no netfilter: br_netfilter, on by default in every
+	// namespace once loaded, would pass the frames through the switch's
+	// (empty) iptables and conntrack.
+	for _, f := range []string{"bridge-nf-call-iptables", "bridge-nf-call-ip6tables", "bridge-nf-call-arptables"} {
+		_ = l.inSwitch("sh", "-c", "f=/proc/sys/net/bridge/"+f+"; [ ! -e $f ] || echo 0 > $f")
+	}
 	for _, args := range [][]string{
-		{"link", "add", name, "type", "bridge"},
+		{"link", "add", switchBridge, "type", "bridge"},
+		{"link", "set", "lo", "up"},
+		{"link", "set", switchBridge, "up"},
+		// Made inside, the node's end sent out to this process's
+		// namespace, the host's.
+		{"link", "add", switchHostPort, "type", "veth", "peer", "name", name, "netns", strconv.Itoa(os.Getpid())},
+		{"link", "set", switchHostPort, "master", switchBridge, "up"},
+	} {
+		if err := l.inSwitch("ip", args...); err != nil {
+			return nil, errors.Join(err, l.Close())
+		}
+	}
+	for _, args := range [][]string{
 		{"addr", "add", netip.PrefixFrom(l.HostAddr, subnet.Bits()).String(), "dev", name},
 		{"link", "set", name, "up"},
 	} {
@@ -110,6 +151,28 @@ func NewLAN(name string, subnet netip.Prefix) (*LAN, error) {
 		}
 	}
 	return l, nil
+}
+
+// makeNetns binds a new network namespace to the file path.
+func makeNetns(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, nil, 0o444); err != nil {
+		return err
+	}
+	if out, err := exec.Command("unshare", "--net="+path, "true").CombinedOutput(); err != nil {
+		return fmt.Errorf("unshare --net=%s: %w: %s", path, err, out)
+	}
+	return nil
+}
+
+// inSwitch runs bin with args inside the switch's namespace.
+func (l *LAN) inSwitch(bin string, args ...string) error {
+	if out, err := exec.Command("nsenter", append([]string{"--net=" + l.switchNetns, bin}, args...)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("LAN %s: %s %s in the switch: %w: %s", l.Bridge, bin, strings.Join(args, " "), err, out)
+	}
+	return nil
 }
 
 // checkLANSubnet refuses a LAN subnet that is not IPv4 inside TestRanges
@@ -136,8 +199,10 @@ func checkLANSubnet(subnet netip.Prefix, routes []string) error {
 	return nil
 }
 
-// removeLeftovers deletes the bridge and the client namespaces of a LAN of
-// the same name that a killed run left.
+// removeLeftovers deletes the switch, the client namespaces and the first
+// node's link of a LAN of the same name that a killed run left (or the
+// bridge in the host's namespace of a LAN before the switch had one). The
+// links to other nodes go with the switch's namespace.
 func (l *LAN) removeLeftovers() error {
 	var errs []error
 	if entries, err := os.ReadDir(lanNetnsDir); err == nil {
@@ -148,16 +213,18 @@ func (l *LAN) removeLeftovers() error {
 		}
 	}
 	if _, err := os.Stat(filepath.Join("/sys/class/net", l.Bridge)); err == nil {
-		if _, err := os.Stat(filepath.Join("/sys/class/net", l.Bridge, "bridge")); err != nil {
-			return fmt.Errorf("LAN %s: the machine has a link of that name that is not a bridge; not touching it", l.Bridge)
+		_, bridgeErr := os.Stat(filepath.Join("/sys/class/net", l.Bridge, "bridge"))
+		kind, _ := exec.Command("ip", "-d", "-j", "link", "show", l.Bridge).Output()
+		if bridgeErr != nil && !strings.Contains(string(kind), `"info_kind":"veth"`) {
+			return fmt.Errorf("LAN %s: the machine has a link of that name that is neither a LAN's veth nor its old bridge; not touching it", l.Bridge)
 		}
 		errs = append(errs, ip("link", "delete", l.Bridge))
 	}
 	return errors.Join(errs...)
 }
 
-// MAC is the bridge's hardware address: what an announcer on the node
-// answers ARP with on the LAN.
+// MAC is the hardware address of the first node's interface on the LAN:
+// what an announcer on it answers ARP with.
 func (l *LAN) MAC() (net.HardwareAddr, error) {
 	raw, err := os.ReadFile(filepath.Join("/sys/class/net", l.Bridge, "address"))
 	if err != nil {
@@ -167,8 +234,8 @@ func (l *LAN) MAC() (net.HardwareAddr, error) {
 }
 
 // AddClient puts a machine on the LAN at addr: namespace <bridge>-c<n>,
-// its interface "lan0" (a veth whose peer <bridge>-c<n> is on the bridge),
-// and no route but the LAN's.
+// its interface "lan0" (a veth whose peer <bridge>-c<n> is a port of the
+// switch), and no route but the LAN's.
 func (l *LAN) AddClient(addr netip.Addr) (*LANClient, error) {
 	if !l.Subnet.Contains(addr) || addr == l.HostAddr {
 		return nil, fmt.Errorf("LAN %s: client address %s is not a free address of %s", l.Bridge, addr, l.Subnet)
@@ -179,20 +246,13 @@ func (l *LAN) AddClient(addr netip.Addr) (*LANClient, error) {
 	c := &LANClient{Netns: filepath.Join(lanNetnsDir, name), Link: "lan0", Addr: addr, hostLink: name}
 	l.clients = append(l.clients, c)
 	l.mu.Unlock()
-	if err := os.MkdirAll(lanNetnsDir, 0o755); err != nil {
+	if err := makeNetns(c.Netns); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(c.Netns, nil, 0o444); err != nil {
-		return nil, err
-	}
-	if out, err := exec.Command("unshare", "--net="+c.Netns, "true").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("unshare --net=%s: %w: %s", c.Netns, err, out)
-	}
-	// The veth is made inside the client and its peer sent to this
-	// process's namespace, the host's: `ip link ... netns` takes a name of
-	// /run/netns or a process, not a file.
+	// The veth is made inside the client and its peer sent to the switch:
+	// `ip link ... netns` opens a name holding a slash as a file.
 	for _, args := range [][]string{
-		{"link", "add", c.Link, "type", "veth", "peer", "name", c.hostLink, "netns", strconv.Itoa(os.Getpid())},
+		{"link", "add", c.Link, "type", "veth", "peer", "name", c.hostLink, "netns", l.switchNetns},
 		{"addr", "add", netip.PrefixFrom(addr, l.Subnet.Bits()).String(), "dev", c.Link},
 		{"link", "set", "lo", "up"},
 		{"link", "set", c.Link, "up"},
@@ -201,7 +261,7 @@ func (l *LAN) AddClient(addr netip.Addr) (*LANClient, error) {
 			return nil, err
 		}
 	}
-	if err := ip("link", "set", c.hostLink, "master", l.Bridge, "up"); err != nil {
+	if err := l.inSwitch("ip", "link", "set", c.hostLink, "master", switchBridge, "up"); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -219,8 +279,9 @@ func removeNetns(path string) error {
 	return nil
 }
 
-// Close removes the clients' namespaces (their veths go with them) and the
-// bridge; what Snapshot reads is then as before NewLAN.
+// Close removes the clients' namespaces (their veths go with them), the
+// switch's (with the links to the nodes) and the first node's link; what
+// Snapshot reads is then as before NewLAN.
 func (l *LAN) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -229,11 +290,18 @@ func (l *LAN) Close() error {
 		errs = append(errs, removeNetns(c.Netns))
 	}
 	l.clients = nil
-	if err := os.Remove(lanNetnsDir); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) {
-		errs = append(errs, err)
+	// The nodes' links and the first node's are deleted here, at once: a
+	// namespace unbound goes later, in the kernel's own time.
+	for _, n := range l.nodes {
+		errs = append(errs, l.deleteNodeLink(n))
 	}
+	l.nodes = nil
 	if _, err := os.Stat(filepath.Join("/sys/class/net", l.Bridge)); err == nil {
 		errs = append(errs, ip("link", "delete", l.Bridge))
+	}
+	errs = append(errs, removeNetns(l.switchNetns))
+	if err := os.Remove(lanNetnsDir); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

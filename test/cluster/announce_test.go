@@ -40,8 +40,8 @@ const (
 	speakerNS = "ipledger-test-metallb"
 	// speakerImage is the name the test imports the speaker's image under.
 	speakerImage = "ipledger.test/metallb-speaker:pinned"
-	// lanBridge is the test LAN's bridge, the only interface the speaker
-	// may announce on.
+	// lanBridge is the name of each node's link to the test LAN
+	// (cluster.LAN.Bridge), the only interface the speaker may announce on.
 	lanBridge = "ipl-lan0"
 )
 
@@ -268,6 +268,15 @@ func capture(t *testing.T, dev string) *cluster.ARPCapture {
 // the test ends.
 func (e *env) startSpeaker(t *testing.T, dir string, uplinks []string) {
 	t.Helper()
+	e.speakerConfig(t, dir, uplinks)
+	e.applyTemplate(t, filepath.Join("testdata", "metallb-speaker", "speaker.yaml"), "IMAGE", speakerImage)
+	e.logSpeakerOnFailure(t, e.speakerReady(t, ""))
+}
+
+// speakerConfig installs what the speaker's DaemonSet needs, as
+// startSpeaker says, all but the DaemonSet.
+func (e *env) speakerConfig(t *testing.T, dir string, uplinks []string) {
+	t.Helper()
 	ctx := context.Background()
 	testdata := filepath.Join("testdata", "metallb-speaker")
 	e.kubectl(t, "apply", "--server-side", "-f", filepath.Join(dir, "crd"))
@@ -292,8 +301,6 @@ func (e *env) startSpeaker(t *testing.T, dir string, uplinks []string) {
 		t.Fatal(err)
 	}
 	e.applyTemplate(t, filepath.Join(testdata, "config.yaml"), "POOL", announcePool.String(), "BRIDGE", lanBridge)
-	e.applyTemplate(t, filepath.Join(testdata, "speaker.yaml"), "IMAGE", speakerImage)
-	e.logSpeakerOnFailure(t, e.speakerReady(t, ""))
 }
 
 // logSpeakerOnFailure prints speaker's last log lines when the test fails:
@@ -303,10 +310,25 @@ func (e *env) logSpeakerOnFailure(t *testing.T, speaker corev1.Pod) {
 		if !t.Failed() {
 			return
 		}
-		tail := int64(80)
-		raw, err := e.client.CoreV1().Pods(speakerNS).GetLogs(speaker.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
-		t.Logf("speaker %s, its last log lines (%v):\n%s", speaker.Name, err, raw)
+		raw, err := e.client.CoreV1().Pods(speakerNS).GetLogs(speaker.Name, &corev1.PodLogOptions{}).DoRaw(context.Background())
+		t.Logf("speaker %s, its last log lines but its configuration's and Services' reconciles (%v):\n%s", speaker.Name, err, speakerLogTail(string(raw), 80))
 	})
+}
+
+// speakerLogTail is the last n lines of a speaker's log that are not the
+// reconciles of its configuration or of Services it does not announce,
+// which fill its debug log every few seconds and hide what tells why it
+// did not answer (its interfaces, its ARP, its elections).
+func speakerLogTail(log string, n int) string {
+	var keep []string
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		if strings.Contains(line, `"controller":"ConfigReconciler"`) || strings.Contains(line, `"epslice"`) ||
+			strings.Contains(line, `"start reconcile"`) || strings.Contains(line, `"end reconcile"`) || strings.Contains(line, `"processing service"`) {
+			continue
+		}
+		keep = append(keep, line)
+	}
+	return strings.Join(keep[max(0, len(keep)-n):], "\n")
 }
 
 // applyTemplate applies a testdata manifest with its placeholders
