@@ -56,10 +56,8 @@ var hostPaths = []string{
 }
 
 // TestRanges are the addresses test/cluster hands out — IPPools of
-// journey.CreatePool (10.<100+n>) and of the scenarios (10.<200+n>),
-// ExternalWorkloads (10.21), and docs/install.md's first IPPool
-// (192.0.2.0/28, TEST-NET-1), which the release test applies as written —
-// which nothing on this machine owns. A packet to
+// journey.CreatePool (10.<100+n>) and of the scenarios (10.<200+n>), and
+// ExternalWorkloads (10.21) — which nothing on this machine owns. A packet to
 // one that no kube-proxy rule rewrites (the LoadBalancer address of a Service
 // without endpoints, a workload behind an EndpointSlice) would follow the
 // default route off the machine. Up gives each an unreachable route before it
@@ -67,7 +65,7 @@ var hostPaths = []string{
 // node's own networks stay reachable: the bridge's route to PodCIDR is more
 // specific, ServiceCIDR is apart, and the machine's DNS servers are left
 // out of the routes (makeTestRangesUnreachable).
-var TestRanges = []string{"10.21.0.0/16", "10.100.0.0/14", "10.104.0.0/13", "10.112.0.0/12", "10.128.0.0/9", "192.0.2.0/24"}
+var TestRanges = []string{"10.21.0.0/16", "10.100.0.0/14", "10.104.0.0/13", "10.112.0.0/12", "10.128.0.0/9"}
 
 // cgroupName is the cgroup the kubelet puts every pod under, in each
 // hierarchy.

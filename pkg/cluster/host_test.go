@@ -166,7 +166,7 @@ func TestUnreachableRangesLeaveTheResolverOut(t *testing.T) {
 	if size != 1<<23-1 {
 		t.Errorf("the prefixes cover %d addresses, want 2^23-1", size)
 	}
-	for _, dst := range []string{"10.0.0.0/8", "198.51.100.0/24", "10.20.0.0/16", "default"} {
+	for _, dst := range []string{"10.0.0.0/8", "192.0.2.0/24", "10.20.0.0/16", "default"} {
 		if inTestRanges(dst) {
 			t.Errorf("inTestRanges(%s) = true", dst)
 		}

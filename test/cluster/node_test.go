@@ -49,12 +49,11 @@ func TestUpAgainKeepsTheNode(t *testing.T) {
 }
 
 // TestTestAddressesStayOnTheMachine: every address the tests hand out — a
-// journey pool's, a scenario pool's, an ExternalWorkload's, docs/install.md's
-// first pool's — is refused by
+// journey pool's, a scenario pool's, an ExternalWorkload's — is refused by
 // this machine's routing (cluster.TestRanges) instead of following the
 // default route off it, while the pods' network still routes to the bridge.
 func TestTestAddressesStayOnTheMachine(t *testing.T) {
-	for _, ip := range []string{"10.101.0.1", "10.199.255.254", "10.201.0.1", "10.255.3.255", "10.21.0.1", "192.0.2.1"} {
+	for _, ip := range []string{"10.101.0.1", "10.199.255.254", "10.201.0.1", "10.255.3.255", "10.21.0.1"} {
 		out, err := exec.Command("ip", "route", "get", ip).CombinedOutput()
 		// An unreachable route: `ip route get` fails ("No route to host")
 		// where a routable address names a device.
