@@ -53,7 +53,9 @@ const (
 	keyEntries  = "entries.jsonl"
 )
 
-// segment is one history ConfigMap as last read or written.
+// segment is one history ConfigMap as last read or written. The writer
+// keeps only the head's entries decoded: a sealed segment's are nil there
+// (read again, one segment at a time, when retention trims).
 type segment struct {
 	name    string
 	rv      string
@@ -215,13 +217,9 @@ func mayHold(annotations map[string]string, ip netip.Addr) bool {
 	return !ok || strings.Contains(" "+idx+" ", " "+ip.String()+" ")
 }
 
-// ReadAddress returns the stored entries of ip, in the order written,
-// reading only what may hold them: the history ConfigMaps' metadata (one
-// LIST, without their data), the head, and the sealed segments whose index
-// (AddressesAnnotation) names ip — at 100,000 entries, a few of ≈ 40
-// segments (BENCHMARKS.md). A segment rewritten between the LIST and its
-// GET is read as rewritten.
-func ReadAddress(ctx context.Context, client kubernetes.Interface, namespace string, ip netip.Addr) ([]Entry, error) {
+// listMeta lists the history ConfigMaps' metadata (one LIST without
+// their data): name → annotations and resourceVersion.
+func listMeta(ctx context.Context, client kubernetes.Interface, namespace string) (map[string]metav1.PartialObjectMetadata, error) {
 	raw, err := client.CoreV1().RESTClient().Get().Namespace(namespace).Resource("configmaps").
 		Param("labelSelector", LabelKey+"=true").
 		SetHeader("Accept", "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1").
@@ -233,26 +231,116 @@ func ReadAddress(ctx context.Context, client kubernetes.Interface, namespace str
 	if err := json.Unmarshal(raw, &list); err != nil {
 		return nil, fmt.Errorf("list history ConfigMaps' metadata: %w", err)
 	}
-	meta := map[string]map[string]string{}
+	meta := make(map[string]metav1.PartialObjectMetadata, len(list.Items))
 	for _, m := range list.Items {
-		meta[m.Name] = m.Annotations
+		meta[m.Name] = m
+	}
+	return meta, nil
+}
+
+// getOne reads one history ConfigMap by a LIST of its name (a quorum
+// read): ipam's Role grants list on ConfigMaps, not get
+// (deploy/kustomize/base/rbac/ipam.yaml).
+func getOne(ctx context.Context, client kubernetes.Interface, namespace, name string) (*corev1.ConfigMap, error) {
+	l, err := client.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: LabelKey + "=true", FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		return nil, &configMapError{op: "list", name: name, err: err}
+	}
+	if len(l.Items) != 1 {
+		return nil, fmt.Errorf("history ConfigMap %s: gone while being read; try again", name)
+	}
+	return &l.Items[0], nil
+}
+
+// readHeld reads the history as a writer holds it: the metadata of every
+// history ConfigMap (one LIST without data), the head, then each sealed
+// segment the head lists, one at a time, replayed into the holders it
+// says and dropped. Only the head's entries stay decoded; the sealed
+// segments keep their name and resourceVersion (what a trim's
+// compare-and-swap needs). It never holds more than one sealed segment
+// decoded, so a term's first read of the history costs a segment
+// (≤ 480 KiB) and the holders, not every entry.
+func readHeld(ctx context.Context, client kubernetes.Interface, namespace string) (stored, Holders, error) {
+	meta, err := listMeta(ctx, client, namespace)
+	if err != nil {
+		return stored{}, nil, err
+	}
+	said := Holders{}
+	if _, ok := meta[HeadName]; !ok {
+		var out stored
+		for name := range meta {
+			out.orphans = append(out.orphans, name)
+		}
+		slices.Sort(out.orphans)
+		out.segments = []*segment{{name: HeadName}}
+		return out, said, nil
+	}
+	head, err := getOne(ctx, client, namespace, HeadName)
+	if err != nil {
+		return stored{}, nil, err
+	}
+	if f := head.Data[keyFormat]; f != Format {
+		return stored{}, nil, fmt.Errorf("history ConfigMap %s: format %q, want %q", HeadName, f, Format)
+	}
+	var out stored
+	if e := head.Data[keyEpoch]; e != "" {
+		if out.epoch, err = strconv.ParseUint(e, 10, 64); err != nil {
+			return stored{}, nil, fmt.Errorf("history ConfigMap %s: epoch: %w", HeadName, err)
+		}
+	}
+	listed := map[string]bool{HeadName: true}
+	for _, name := range strings.Fields(head.Data[keySegments]) {
+		if _, ok := meta[name]; !ok {
+			return stored{}, nil, fmt.Errorf("history ConfigMap %s lists %s, which is missing", HeadName, name)
+		}
+		cm, err := getOne(ctx, client, namespace, name)
+		if err != nil {
+			return stored{}, nil, err
+		}
+		seg, err := segmentOf(cm)
+		if err != nil {
+			return stored{}, nil, err
+		}
+		for _, e := range seg.entries {
+			replay(said, e)
+		}
+		seg.entries = nil
+		listed[name] = true
+		out.segments = append(out.segments, seg)
+	}
+	h, err := segmentOf(head)
+	if err != nil {
+		return stored{}, nil, err
+	}
+	for _, e := range h.entries {
+		replay(said, e)
+	}
+	out.segments = append(out.segments, h)
+	for name := range meta {
+		if !listed[name] {
+			out.orphans = append(out.orphans, name)
+		}
+	}
+	slices.Sort(out.orphans)
+	return out, said, nil
+}
+
+// ReadAddress returns the stored entries of ip, in the order written,
+// reading only what may hold them: the history ConfigMaps' metadata (one
+// LIST, without their data), the head, and the sealed segments whose index
+// (AddressesAnnotation) names ip — at 100,000 entries, a few of ≈ 40
+// segments (BENCHMARKS.md). A segment rewritten between the LIST and its
+// GET is read as rewritten.
+func ReadAddress(ctx context.Context, client kubernetes.Interface, namespace string, ip netip.Addr) ([]Entry, error) {
+	meta, err := listMeta(ctx, client, namespace)
+	if err != nil {
+		return nil, err
 	}
 	if _, ok := meta[HeadName]; !ok {
 		return nil, nil
 	}
-	// One ConfigMap by a LIST of its name: ipam's Role grants list on
-	// ConfigMaps, not get (deploy/kustomize/base/rbac/ipam.yaml).
-	get := func(name string) (*corev1.ConfigMap, error) {
-		l, err := client.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{
-			LabelSelector: LabelKey + "=true", FieldSelector: "metadata.name=" + name})
-		if err != nil {
-			return nil, &configMapError{op: "list", name: name, err: err}
-		}
-		if len(l.Items) != 1 {
-			return nil, fmt.Errorf("history ConfigMap %s: gone while being read; try again", name)
-		}
-		return &l.Items[0], nil
-	}
+	get := func(name string) (*corev1.ConfigMap, error) { return getOne(ctx, client, namespace, name) }
 	head, err := get(HeadName)
 	if err != nil {
 		return nil, err
@@ -274,8 +362,8 @@ func ReadAddress(ctx context.Context, client kubernetes.Interface, namespace str
 		return nil
 	}
 	for _, name := range strings.Fields(head.Data[keySegments]) {
-		ann, ok := meta[name]
-		if ok && !mayHold(ann, ip) {
+		m, ok := meta[name]
+		if ok && !mayHold(m.Annotations, ip) {
 			continue
 		}
 		cm, err := get(name)
