@@ -45,6 +45,25 @@ const (
 	// KB (IPv6), under the 256 KiB annotations may take, and the ConfigMap
 	// stays well under 1 MiB.
 	AddressesAnnotation = "ipledger.io/history-addresses"
+	// ServicesAnnotation indexes each history ConfigMap by Service: the
+	// distinct namespace/name of its entries, sorted, space-separated
+	// (ReadIndexed; entries for no Service are not named). PoolsAnnotation:
+	// the distinct pools of its entries, likewise. Each is written only
+	// while the three indexes together stay within IndexBudget: a segment
+	// holds at most ≈ 2,600 entries, and a namespace/name may be 127
+	// characters, so at worst (2,600 distinct Services with the longest
+	// names, ≈ 330 KB) it would not fit in the 256 KiB an object's
+	// annotations may take; past the budget the ConfigMap has no such
+	// annotation, and a reader reads it whatever it looks for (as it does
+	// a segment written before the index).
+	ServicesAnnotation = "ipledger.io/history-services"
+	PoolsAnnotation    = "ipledger.io/history-pools"
+	// IndexBudget bounds the bytes of a history ConfigMap's index
+	// annotations together (keys and values), under the 256 KiB the API
+	// server allows for all of an object's annotations. The address index
+	// always fits (≤ ≈ 104 KB); the pools' and then the Services' are
+	// left out when they would pass it.
+	IndexBudget = 200 * 1024
 
 	keyFormat   = "format"
 	keyEpoch    = "epoch"
@@ -209,12 +228,66 @@ func addressesOf(entries []Entry) string {
 	return b.String()
 }
 
+// indexOf is the index annotations of a ConfigMap holding entries: the
+// addresses always, then the pools and the Services each while the whole
+// stays within budget bytes (IndexBudget).
+func indexOf(entries []Entry, budget int) map[string]string {
+	out := map[string]string{AddressesAnnotation: addressesOf(entries)}
+	size := len(AddressesAnnotation) + len(out[AddressesAnnotation])
+	var pools, services []string
+	for _, e := range entries {
+		if e.Pool != "" {
+			pools = append(pools, e.Pool)
+		}
+		if e.Namespace != "" || e.Name != "" {
+			services = append(services, e.Namespace+"/"+e.Name)
+		}
+	}
+	for _, idx := range []struct {
+		key    string
+		values []string
+	}{{PoolsAnnotation, pools}, {ServicesAnnotation, services}} {
+		slices.Sort(idx.values)
+		v := strings.Join(slices.Compact(idx.values), " ")
+		if size+len(idx.key)+len(v) > budget {
+			continue
+		}
+		out[idx.key] = v
+		size += len(idx.key) + len(v)
+	}
+	return out
+}
+
 // mayHold reports whether a history ConfigMap with annotations may hold
 // entries of ip: its index names it, or it has no index (written before
 // there was one).
 func mayHold(annotations map[string]string, ip netip.Addr) bool {
-	idx, ok := annotations[AddressesAnnotation]
-	return !ok || strings.Contains(" "+idx+" ", " "+ip.String()+" ")
+	return mayHoldMatching(annotations, Filter{IP: ip})
+}
+
+// mayHoldMatching reports whether a history ConfigMap with annotations may
+// hold entries f matches, by the fields its indexes cover (IP, Namespace
+// with Name, Pool): every index it has for a field f sets names the value.
+// An index it lacks (written before it existed, or left out past
+// IndexBudget) says nothing: it may hold them.
+func mayHoldMatching(annotations map[string]string, f Filter) bool {
+	names := func(key, value string) bool {
+		idx, ok := annotations[key]
+		return !ok || strings.Contains(" "+idx+" ", " "+value+" ")
+	}
+	switch {
+	case f.IP.IsValid() && !names(AddressesAnnotation, f.IP.String()),
+		f.Namespace != "" && f.Name != "" && !names(ServicesAnnotation, f.Namespace+"/"+f.Name),
+		f.Pool != "" && !names(PoolsAnnotation, f.Pool):
+		return false
+	}
+	return true
+}
+
+// Indexed reports whether f sets a field the indexes cover (ReadIndexed
+// may spare reading segments).
+func (f Filter) Indexed() bool {
+	return f.IP.IsValid() || (f.Namespace != "" && f.Name != "") || f.Pool != ""
 }
 
 // listMeta lists the history ConfigMaps' metadata (one LIST without
@@ -333,20 +406,53 @@ func readHeld(ctx context.Context, client kubernetes.Interface, namespace string
 // segments (BENCHMARKS.md). A segment rewritten between the LIST and its
 // GET is read as rewritten.
 func ReadAddress(ctx context.Context, client kubernetes.Interface, namespace string, ip netip.Addr) ([]Entry, error) {
+	out, _, err := readIndexed(ctx, client, namespace, Filter{IP: ip}, true)
+	return out, err
+}
+
+// ReadIndexed returns the stored entries f matches by the fields the
+// indexes cover (IP, Namespace with Name, Pool; the others — Since, UID,
+// Visible — are left to Query), in the order written, reading only the
+// history ConfigMaps' metadata (one LIST without data), the head, and the
+// sealed segments whose indexes (AddressesAnnotation, ServicesAnnotation,
+// PoolsAnnotation) may hold them. ok is false, and nothing is read past
+// the metadata, when the indexes spare no segment (a pool that every
+// segment names, or no indexed field set): the caller reads everything
+// instead (Read, which a server caches).
+func ReadIndexed(ctx context.Context, client kubernetes.Interface, namespace string, f Filter) (entries []Entry, ok bool, err error) {
+	if !f.Indexed() {
+		return nil, false, nil
+	}
+	return readIndexed(ctx, client, namespace, Filter{IP: f.IP, Namespace: f.Namespace, Name: f.Name, Pool: f.Pool}, false)
+}
+
+func readIndexed(ctx context.Context, client kubernetes.Interface, namespace string, f Filter, always bool) ([]Entry, bool, error) {
 	meta, err := listMeta(ctx, client, namespace)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if _, ok := meta[HeadName]; !ok {
-		return nil, nil
+		return nil, true, nil
+	}
+	if !always {
+		spared := false
+		for name, m := range meta {
+			if name != HeadName && !mayHoldMatching(m.Annotations, f) {
+				spared = true
+				break
+			}
+		}
+		if !spared {
+			return nil, false, nil
+		}
 	}
 	get := func(name string) (*corev1.ConfigMap, error) { return getOne(ctx, client, namespace, name) }
 	head, err := get(HeadName)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if f := head.Data[keyFormat]; f != Format {
-		return nil, fmt.Errorf("history ConfigMap %s: format %q, want %q", HeadName, f, Format)
+	if fm := head.Data[keyFormat]; fm != Format {
+		return nil, false, fmt.Errorf("history ConfigMap %s: format %q, want %q", HeadName, fm, Format)
 	}
 	var out []Entry
 	keep := func(cm *corev1.ConfigMap) error {
@@ -355,7 +461,7 @@ func ReadAddress(ctx context.Context, client kubernetes.Interface, namespace str
 			return err
 		}
 		for _, e := range seg.entries {
-			if e.IP == ip {
+			if f.match(e) {
 				out = append(out, e)
 			}
 		}
@@ -363,19 +469,19 @@ func ReadAddress(ctx context.Context, client kubernetes.Interface, namespace str
 	}
 	for _, name := range strings.Fields(head.Data[keySegments]) {
 		m, ok := meta[name]
-		if ok && !mayHold(m.Annotations, ip) {
+		if ok && !mayHoldMatching(m.Annotations, f) {
 			continue
 		}
 		cm, err := get(name)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if err := keep(cm); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	if err := keep(head); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return out, nil
+	return out, true, nil
 }

@@ -537,7 +537,7 @@ func (w *Writer) configMap(s *segment, extra map[string]string) *corev1.ConfigMa
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: w.opts.Namespace, ResourceVersion: s.rv,
 			Labels:      map[string]string{LabelKey: "true", "app.kubernetes.io/managed-by": "ipledger-ipam"},
-			Annotations: map[string]string{AddressesAnnotation: addressesOf(s.entries)}},
+			Annotations: indexOf(s.entries, IndexBudget)},
 		Data: data,
 	}
 }
