@@ -45,17 +45,17 @@ const (
 	// KB (IPv6), under the 256 KiB annotations may take, and the ConfigMap
 	// stays well under 1 MiB.
 	AddressesAnnotation = "ipledger.io/history-addresses"
-	// ServicesAnnotation indexes each history ConfigMap by Service: the
-	// distinct namespace/name of its entries, sorted, space-separated
-	// (ReadIndexed; entries for no Service are not named). PoolsAnnotation:
-	// the distinct pools of its entries, likewise. Each is written only
-	// while the three indexes together stay within IndexBudget: a segment
-	// holds at most ≈ 2,600 entries, and a namespace/name may be 127
-	// characters, so at worst (2,600 distinct Services with the longest
-	// names, ≈ 330 KB) it would not fit in the 256 KiB an object's
-	// annotations may take; past the budget the ConfigMap has no such
-	// annotation, and a reader reads it whatever it looks for (as it does
-	// a segment written before the index).
+	// PoolsAnnotation indexes each history ConfigMap by pool: the
+	// distinct pools of its entries, sorted, space-separated (ReadIndexed).
+	// ServicesAnnotation indexes it by Service: a Bloom filter of the
+	// namespace/name of its entries (bloom.go; entries for no Service add
+	// none), ≈ 10 bits per Service — ≤ 4.4 KB for a full segment whatever
+	// the names, where their list could pass the 256 KiB an object's
+	// annotations may take (2,600 names of 127 characters). Each is
+	// written only while the three indexes together stay within
+	// IndexBudget; past it (only pools' names long and many enough can
+	// pass it) the ConfigMap has no such annotation, and a reader reads it
+	// whatever it looks for (as it does a segment written before the index).
 	ServicesAnnotation = "ipledger.io/history-services"
 	PoolsAnnotation    = "ipledger.io/history-pools"
 	// IndexBudget bounds the bytes of a history ConfigMap's index
@@ -243,17 +243,17 @@ func indexOf(entries []Entry, budget int) map[string]string {
 			services = append(services, e.Namespace+"/"+e.Name)
 		}
 	}
-	for _, idx := range []struct {
-		key    string
-		values []string
-	}{{PoolsAnnotation, pools}, {ServicesAnnotation, services}} {
-		slices.Sort(idx.values)
-		v := strings.Join(slices.Compact(idx.values), " ")
-		if size+len(idx.key)+len(v) > budget {
+	slices.Sort(pools)
+	slices.Sort(services)
+	for _, idx := range []struct{ key, value string }{
+		{PoolsAnnotation, strings.Join(slices.Compact(pools), " ")},
+		{ServicesAnnotation, bloomOf(slices.Compact(services))},
+	} {
+		if size+len(idx.key)+len(idx.value) > budget {
 			continue
 		}
-		out[idx.key] = v
-		size += len(idx.key) + len(v)
+		out[idx.key] = idx.value
+		size += len(idx.key) + len(idx.value)
 	}
 	return out
 }
@@ -275,14 +275,22 @@ func mayHoldMatching(annotations map[string]string, f Filter) bool {
 		idx, ok := annotations[key]
 		return !ok || strings.Contains(" "+idx+" ", " "+value+" ")
 	}
+	service := func(name string) bool {
+		idx, ok := annotations[ServicesAnnotation]
+		return !ok || bloomMayHold(idx, name)
+	}
 	switch {
 	case f.IP.IsValid() && !names(AddressesAnnotation, f.IP.String()),
-		f.Namespace != "" && f.Name != "" && !names(ServicesAnnotation, f.Namespace+"/"+f.Name),
+		f.Namespace != "" && f.Name != "" && !service(f.Namespace+"/"+f.Name),
 		f.Pool != "" && !names(PoolsAnnotation, f.Pool):
 		return false
 	}
 	return true
 }
+
+// MayHold reports whether a history ConfigMap with annotations may hold
+// entries f matches, by its indexes (false: it surely holds none).
+func MayHold(annotations map[string]string, f Filter) bool { return mayHoldMatching(annotations, f) }
 
 // Indexed reports whether f sets a field the indexes cover (ReadIndexed
 // may spare reading segments).
