@@ -39,58 +39,66 @@ func (r Retention) Trim(entries []Entry, now time.Time) ([]Entry, bool) {
 
 // keep says, by index, which of entries Trim keeps.
 func (r Retention) keep(entries []Entry, now time.Time) []bool {
-	needed := current(entries)
-	perAddress := map[netip.Addr]int{}
+	return r.trimmer(now).run(entries)
+}
+
+// trimmer decides retention newest first, one run of entries at a time:
+// the caller hands it the newest run (the head's entries), then each older
+// one (the sealed segments, newest to oldest), and gets for each which of
+// its entries are kept. It holds no entry, only a count per address and
+// the (address, holder) pairs and addresses it has seen: the writer never
+// holds more than one segment decoded to trim.
+func (r Retention) trimmer(now time.Time) *trimmer {
+	return &trimmer{r: r, now: now, perAddress: map[netip.Addr]int{}, seenAlloc: map[holderAt]bool{}, seenRes: map[netip.Addr]bool{}}
+}
+
+type trimmer struct {
+	r          Retention
+	now        time.Time
+	perAddress map[netip.Addr]int
+	// seenAlloc: an entry of this holder's allocation of this address
+	// (an add, Released or Kept) was seen, newer than the rest.
+	seenAlloc map[holderAt]bool
+	// seenRes: an entry of this address's reservation (Kept, Reserved,
+	// Returned, Taken, Expired, Unreserved) was seen.
+	seenRes map[netip.Addr]bool
+}
+
+type holderAt struct {
+	ip            netip.Addr
+	ns, name, uid string
+}
+
+// run says, by index, which of entries (older than every run before) are
+// kept. An entry is needed — kept whatever its age and count — when it
+// gave a present holder its address: the newest entry of that holder's
+// allocation of the address is an add (Granted, Shared, Returned, Taken),
+// or the newest entry of the address's reservation is Kept or Reserved
+// (what Replay ends with).
+func (t *trimmer) run(entries []Entry) []bool {
 	keep := make([]bool, len(entries))
 	for i := len(entries) - 1; i >= 0; i-- {
 		e := entries[i]
-		perAddress[e.IP]++
-		young := r.MaxAge <= 0 || now.Sub(e.At) <= r.MaxAge
-		few := r.MaxPerAddress <= 0 || perAddress[e.IP] <= r.MaxPerAddress
-		keep[i] = needed[i] || (young && few)
+		needed := false
+		switch e.Action {
+		case Granted, Shared, Returned, Taken, Released, Kept:
+			k := holderAt{ip: e.IP, ns: e.Namespace, name: e.Name, uid: e.UID}
+			if !t.seenAlloc[k] {
+				t.seenAlloc[k] = true
+				needed = e.Action != Released && e.Action != Kept
+			}
+		}
+		switch e.Action {
+		case Kept, Reserved, Returned, Taken, Expired, Unreserved:
+			if !t.seenRes[e.IP] {
+				t.seenRes[e.IP] = true
+				needed = needed || e.Action == Kept || e.Action == Reserved
+			}
+		}
+		t.perAddress[e.IP]++
+		young := t.r.MaxAge <= 0 || t.now.Sub(e.At) <= t.r.MaxAge
+		few := t.r.MaxPerAddress <= 0 || t.perAddress[e.IP] <= t.r.MaxPerAddress
+		keep[i] = needed || (young && few)
 	}
 	return keep
-}
-
-// current marks, by index, the entries that gave each present holder its
-// address: the last add of each holder Replay ends with.
-func current(entries []Entry) map[int]bool {
-	type slot struct {
-		allocs map[string]int // holder -> index of its add
-		res    int            // index of the reservation's add, -1 none
-	}
-	slots := map[netip.Addr]*slot{}
-	for i, e := range entries {
-		s := slots[e.IP]
-		if s == nil {
-			s = &slot{allocs: map[string]int{}, res: -1}
-			slots[e.IP] = s
-		}
-		key := e.Namespace + "/" + e.Name + "/" + e.UID
-		switch e.Action {
-		case Granted, Shared:
-			s.allocs[key] = i
-		case Returned, Taken:
-			s.allocs[key], s.res = i, -1
-		case Released:
-			delete(s.allocs, key)
-		case Kept:
-			delete(s.allocs, key)
-			s.res = i
-		case Expired, Unreserved:
-			s.res = -1
-		case Reserved:
-			s.res = i
-		}
-	}
-	out := map[int]bool{}
-	for _, s := range slots {
-		for _, i := range s.allocs {
-			out[i] = true
-		}
-		if s.res >= 0 {
-			out[s.res] = true
-		}
-	}
-	return out
 }

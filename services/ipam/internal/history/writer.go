@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -316,10 +317,10 @@ func (w *Writer) decide(ctx context.Context, it item) error {
 	}
 	said := w.holders
 	if w.st == nil {
-		if err := w.load(ctx); err != nil {
+		var err error
+		if said, err = w.load(ctx); err != nil {
 			return err
 		}
-		said = Replay(w.st.entries())
 	}
 	how := HowRecovered
 	if it.restored {
@@ -334,11 +335,12 @@ func (w *Writer) decide(ctx context.Context, it item) error {
 	return nil
 }
 
-// load reads the stored history.
-func (w *Writer) load(ctx context.Context) error {
-	st, err := read(ctx, w.client, w.opts.Namespace)
+// load reads the stored history (readHeld: only the head's entries are
+// kept decoded) and returns the holders it says.
+func (w *Writer) load(ctx context.Context) (Holders, error) {
+	st, said, err := readHeld(ctx, w.client, w.opts.Namespace)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if st.epoch > w.epoch {
 		w.fenced = true
@@ -352,7 +354,7 @@ func (w *Writer) load(ctx context.Context) error {
 	for _, name := range st.orphans {
 		w.bumpNumber(name)
 	}
-	return nil
+	return said, nil
 }
 
 func (w *Writer) bumpNumber(name string) {
@@ -374,7 +376,7 @@ func (w *Writer) flush(ctx context.Context) error {
 		w.pending, w.fence = nil, false
 		return nil
 	}
-	if rerr := w.load(ctx); rerr != nil {
+	if _, rerr := w.load(ctx); rerr != nil {
 		return fmt.Errorf("%w (and reading it again failed: %w)", err, rerr)
 	}
 	if w.fenced {
@@ -389,37 +391,19 @@ func (w *Writer) write(ctx context.Context) error {
 	segs := w.st.segments
 	head := segs[len(segs)-1]
 	headEntries := append(append([]Entry(nil), head.entries...), w.pending...)
+	sealed := append([]*segment(nil), segs[:len(segs)-1]...)
 	var drop []string
 	if now.Sub(w.lastTrim) >= trimEvery {
-		all := w.st.entries()
-		all = append(all, w.pending...)
-		keep := w.opts.Retention.keep(all, now)
-		var kept []*segment
-		i := 0
-		for _, s := range segs[:len(segs)-1] {
-			entries := pick(s.entries, keep[i:i+len(s.entries)])
-			i += len(s.entries)
-			switch {
-			case len(entries) == 0:
-				drop = append(drop, s.name)
-				continue
-			case len(entries) != len(s.entries):
-				ns := &segment{name: s.name, rv: s.rv, entries: entries}
-				if err := w.put(ctx, ns, nil); err != nil {
-					return err
-				}
-				s = ns
-			}
-			kept = append(kept, s)
+		var err error
+		if sealed, headEntries, drop, err = w.trim(ctx, sealed, headEntries, now); err != nil {
+			return err
 		}
-		headEntries = pick(headEntries, keep[i:])
-		segs = append(kept, head)
 		w.lastTrim = now
 	}
-	newHead := &segment{name: HeadName, rv: head.rv, entries: headEntries}
-	sealed := segs[: len(segs)-1 : len(segs)-1]
+	newHead := &segment{name: HeadName, rv: head.rv}
 	// The head's entries past HeadLimit are sealed into segments of their
-	// own, at most SegmentLimit each.
+	// own, at most SegmentLimit each; the writer keeps none of their
+	// entries.
 	chunks := split(headEntries, SegmentLimit, HeadLimit)
 	for _, c := range chunks[:len(chunks)-1] {
 		seg := &segment{name: NamePrefix + strconv.FormatUint(w.nextNumber, 10), entries: c}
@@ -427,6 +411,7 @@ func (w *Writer) write(ctx context.Context) error {
 		if err := w.create(ctx, seg); err != nil {
 			return err
 		}
+		seg.entries = nil
 		sealed = append(sealed, seg)
 	}
 	newHead.entries = chunks[len(chunks)-1]
@@ -446,6 +431,69 @@ func (w *Writer) write(ctx context.Context) error {
 	}
 	w.st.orphans = nil
 	return nil
+}
+
+// trim applies retention to the sealed segments and the head's entries
+// (headEntries: the head's and those to be written), and returns the
+// sealed segments left, the head's entries kept, and the segments emptied
+// (to delete once the head no longer lists them). The writer holds no
+// sealed segment's entries: retention is decided newest first (the head's
+// entries, then each sealed segment read again, newest to oldest, one at a
+// time, Retention.trimmer), remembering of each segment only which entries
+// it keeps (a byte each); the segments that lose entries are then read
+// again and rewritten oldest first, as before (a trim cut short leaves
+// the older segments trimmed and the newer whole), each with
+// compare-and-swap on the resourceVersion the writer knows (a segment
+// somebody else rewrote fails the write: the history is read again).
+func (w *Writer) trim(ctx context.Context, sealed []*segment, headEntries []Entry, now time.Time) ([]*segment, []Entry, []string, error) {
+	t := w.opts.Retention.trimmer(now)
+	headEntries = pick(headEntries, t.run(headEntries))
+	read := func(s *segment) ([]Entry, error) {
+		cm, err := getOne(ctx, w.client, w.opts.Namespace, s.name)
+		if err != nil {
+			return nil, err
+		}
+		if cm.ResourceVersion != s.rv {
+			return nil, &configMapError{op: "trim", name: s.name, err: fmt.Errorf("rewritten since read (resourceVersion %s, not %s)", cm.ResourceVersion, s.rv)}
+		}
+		return decodeEntries(cm.Name, cm.Data[keyEntries])
+	}
+	keeps := make([][]bool, len(sealed)) // nil: every entry kept
+	for i := len(sealed) - 1; i >= 0; i-- {
+		entries, err := read(sealed[i])
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if keep := t.run(entries); slices.Contains(keep, false) {
+			keeps[i] = keep
+		}
+	}
+	var kept []*segment
+	var drop []string
+	for i, s := range sealed {
+		switch {
+		case keeps[i] == nil:
+		case !slices.Contains(keeps[i], true):
+			drop = append(drop, s.name)
+			continue
+		default:
+			entries, err := read(s)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if len(entries) != len(keeps[i]) {
+				return nil, nil, nil, fmt.Errorf("history ConfigMap %s: %d entries read again, %d when trimmed", s.name, len(entries), len(keeps[i]))
+			}
+			ns := &segment{name: s.name, rv: s.rv, entries: pick(entries, keeps[i])}
+			if err := w.put(ctx, ns, nil); err != nil {
+				return nil, nil, nil, err
+			}
+			ns.entries = nil
+			s = ns
+		}
+		kept = append(kept, s)
+	}
+	return kept, headEntries, drop, nil
 }
 
 // split cuts entries, in order, into runs of at most limit bytes encoded
@@ -489,7 +537,7 @@ func (w *Writer) configMap(s *segment, extra map[string]string) *corev1.ConfigMa
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: w.opts.Namespace, ResourceVersion: s.rv,
 			Labels:      map[string]string{LabelKey: "true", "app.kubernetes.io/managed-by": "ipledger-ipam"},
-			Annotations: map[string]string{AddressesAnnotation: addressesOf(s.entries)}},
+			Annotations: indexOf(s.entries, IndexBudget)},
 		Data: data,
 	}
 }

@@ -16,7 +16,8 @@ import (
 )
 
 // AddressHistory pages through the address history, read from its
-// ConfigMaps (history.Read) on whichever replica is asked. A caller
+// ConfigMaps (history.ReadIndexed, else history.Read) on whichever
+// replica is asked. A caller
 // allowed `get history` only in some namespaces sees only their entries:
 // the others are skipped as if absent, so no other namespace is named to
 // it, and neither are reservations for no Service.
@@ -56,12 +57,13 @@ func (s *Server) AddressHistory(ctx context.Context, req *ipamv1.AddressHistoryR
 				authz.Group, f.Namespace, authz.Group)
 		}
 	}
-	var entries []history.Entry
-	if f.IP.IsValid() {
-		// One address: its index spares reading every segment; not cached
-		// (a few small reads), so every page sees what is stored.
-		entries, err = history.ReadAddress(ctx, s.client, s.cfg.Namespace, f.IP)
-	} else {
+	// One address, one Service, one pool: the history ConfigMaps' indexes
+	// spare reading the segments that do not name them; not cached (a few
+	// small reads), so every page sees what is stored. Where the indexes
+	// spare nothing (a pool every segment names), or no such filter is
+	// set, everything is read, cached.
+	entries, indexed, err := history.ReadIndexed(ctx, s.client, s.cfg.Namespace, f)
+	if err == nil && !indexed {
 		entries, err = s.historyEntries(ctx)
 	}
 	if err != nil {
