@@ -556,8 +556,8 @@ func (e *env) reachPod(t *testing.T, c *cluster.LANClient, mac net.HardwareAddr,
 // Each Service the speaker reported the first of on is touched once (an
 // annotation) at once, so that it reconciles it again; every Service of ns
 // is touched once when the speaker has not answered for resyncAfter since
-// the first miss. The
-// test says which and why, so that a run shows whether it took a touch.
+// the first miss. The test says which and why, so that a run shows whether
+// it took a touch.
 func (e *env) speakerResync(t *testing.T, ns string, since time.Time) func() {
 	touched := map[string]bool{}
 	touchedAll := false

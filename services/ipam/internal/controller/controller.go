@@ -164,9 +164,9 @@ func (w *worker) Run(term *leader.Term) error {
 	// the term has decided every Service the rebuild marked (the loop
 	// finds nothing ready: beginHistory), or historyBeginBound after the
 	// term started if a storm of changes keeps it busy: that comparison
-	// holds the history and three maps of every address, and made during
-	// the first passes it was +20–25 MB on the restart's peak at 10,000
-	// Services (BENCHMARKS.md).
+	// holds three maps of every address (and reads the sealed history
+	// segments one at a time), and made during the first passes it adds to
+	// the restart's peak at 10,000 Services (BENCHMARKS.md).
 	begin := time.AfterFunc(historyBeginBound, w.hist.Begin)
 	defer begin.Stop()
 	reg := w.c.source.Follow(w.handler())
