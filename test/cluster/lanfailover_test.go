@@ -50,7 +50,7 @@ const (
 	// surviving speaker's NodeLeave forces a sync: it wins the election,
 	// announces and sends gratuitous ARP, which the client's neighbour table
 	// takes; the client's next connect follows within its 1 s timeout: ≈ 7.5
-	// s in all. Measured: 6.3–9.9 s over six trials (BENCHMARKS.md). The
+	// s in all. Measured: 6.2–10.2 s over nine trials (BENCHMARKS.md). The
 	// bound leaves twice as much for a loaded 2-core machine.
 	failoverBound = 20 * time.Second
 )
@@ -65,7 +65,7 @@ var node2LANAddr = netip.MustParseAddr("10.190.77.12")
 // Cluster, its pod on the first node) whose address — asked for by
 // ipledger.io/loadBalancerIPs, one MetalLB's election gives the second
 // node — the second node announces, and a client on the LAN sending
-// requests without pause. Then, three times, the second node fails
+// requests without pause; ipledger's pods on the first node. Then, three times, the second node fails
 // (cluster.FailNode: its host link down, its kubelet and kube-proxy
 // killed), its speaker's container killed, its link to the LAN down. The
 // client is answered again, through the first node (ARP: the first node's
@@ -119,6 +119,11 @@ func TestTrafficAcrossNodeFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// ipledger on the first node: FailNode cuts the second node's pods off
+	// with it, and ipam must see the failover to tell it.
+	for _, d := range []string{"ipledger-ipam", "ipledger-endpoints", "ipledger-watcher", "ipledger-eipd"} {
+		e.placeOn(t, d, n1.Name, n2.Name)
+	}
 	ns := e.namespace(t)
 	e.announcePool(t, ns)
 	e.pinnedPod(t, ns, "web", n1.Name, []string{"netexec", "--http-port=8080"})
