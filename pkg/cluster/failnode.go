@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -16,6 +17,11 @@ import (
 // the harder case for a leader-elected controller than a power loss, since
 // the cut-off leader still believes it leads until its renew deadline. The
 // first node cannot fail: the control plane and the pods' bridge live there.
+//
+// A test that needs one of the cut-off pods dead too, as a power loss kills
+// it, kills its container (KillContainer); RestoreNode's kubelet finds it
+// dead and restarts it. A node's link to a test LAN is the LAN's
+// (LAN.SetNodeLink): FailNode leaves it up.
 //
 // Nothing here is host state Down does not already remove: Down deletes the
 // link (up or down) with the node's routes, and stops daemons whether or not
@@ -98,4 +104,44 @@ func kill(l layout, name string) error {
 		}
 	}
 	return stopDaemon(l, name, 0)
+}
+
+// KillContainer kills the container containerID (as a pod's status names
+// it, containerd://<id>, or the bare id) on node name, a node beyond the
+// first, with SIGKILL through the node's containerd, and waits until its
+// task has stopped.
+func (c *Cluster) KillContainer(ctx context.Context, name, containerID string) error {
+	n, err := c.extraNode(name)
+	if err != nil {
+		return err
+	}
+	id := strings.TrimPrefix(containerID, "containerd://")
+	if _, err := ctr(ctx, n, "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := ctr(ctx, n, "-n", "k8s.io", "tasks", "ls")
+		if err != nil {
+			return err
+		}
+		if !taskRunning(string(out), id) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node %s: container %s still runs 10s after SIGKILL", name, id)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// taskRunning says whether `ctr tasks ls` (TASK PID STATUS) lists task id
+// as RUNNING.
+func taskRunning(ls, id string) bool {
+	for _, line := range strings.Split(ls, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == id {
+			return f[2] == "RUNNING"
+		}
+	}
+	return false
 }

@@ -26,3 +26,14 @@ func TestFailNodeRefuses(t *testing.T) {
 		t.Errorf("extraNode(%s-2) = %+v, %v; want node 2 with its link ipl-node-2", NodeName, n.Node, err)
 	}
 }
+
+// TestTaskRunning reads `ctr tasks ls`: a task is running only when its
+// own line says RUNNING.
+func TestTaskRunning(t *testing.T) {
+	ls := "TASK    PID      STATUS\nabc     1234     RUNNING\nabcd    0        STOPPED\nxyz     99       PAUSED\n"
+	for id, want := range map[string]bool{"abc": true, "abcd": false, "xyz": false, "ab": false, "": false} {
+		if got := taskRunning(ls, id); got != want {
+			t.Errorf("taskRunning(%q) = %v, want %v", id, got, want)
+		}
+	}
+}

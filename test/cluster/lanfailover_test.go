@@ -50,7 +50,7 @@ const (
 	// surviving speaker's NodeLeave forces a sync: it wins the election,
 	// announces and sends gratuitous ARP, which the client's neighbour table
 	// takes; the client's next connect follows within its 1 s timeout: ≈ 7.5
-	// s in all. Measured: 6.3–9.9 s over six trials (BENCHMARKS.md). The
+	// s in all. Measured: 6.2–10.2 s over nine trials (BENCHMARKS.md). The
 	// bound leaves twice as much for a loaded 2-core machine.
 	failoverBound = 20 * time.Second
 )
@@ -65,8 +65,9 @@ var node2LANAddr = netip.MustParseAddr("10.190.77.12")
 // Cluster, its pod on the first node) whose address — asked for by
 // ipledger.io/loadBalancerIPs, one MetalLB's election gives the second
 // node — the second node announces, and a client on the LAN sending
-// requests without pause. Then, three times, the second node fails: its
-// kubelet and its speaker's container killed, its link to the LAN down. The
+// requests without pause; ipledger's pods on the first node. Then, three times, the second node fails
+// (cluster.FailNode: its host link down, its kubelet and kube-proxy
+// killed), its speaker's container killed, its link to the LAN down. The
 // client is answered again, through the first node (ARP: the first node's
 // hardware address), within failoverBound; the gap and the requests lost
 // are logged. The Service keeps its address throughout, ipam changes
@@ -74,8 +75,9 @@ var node2LANAddr = netip.MustParseAddr("10.190.77.12")
 // resourceVersions, it puts no Event on the Service) but the Event
 // AnnouncerChanged saying the address moved from the second node to the
 // first (issue 49's failover Event across two nodes). After each trial the
-// second node comes back (link up, kubelet started: it restarts the
-// speaker) and the address returns to it.
+// second node comes back (LAN link up, cluster.RestoreNode: host link up,
+// kubelet and kube-proxy started, the kubelet restarts the speaker) and the
+// address returns to it.
 func TestTrafficAcrossNodeFailure(t *testing.T) {
 	e := get(t)
 	if len(e.node.Nodes) < 2 {
@@ -117,6 +119,11 @@ func TestTrafficAcrossNodeFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// ipledger on the first node: FailNode cuts the second node's pods off
+	// with it, and ipam must see the failover to tell it.
+	for _, d := range []string{"ipledger-ipam", "ipledger-endpoints", "ipledger-watcher", "ipledger-eipd"} {
+		e.placeOn(t, d, n1.Name, n2.Name)
+	}
 	ns := e.namespace(t)
 	e.announcePool(t, ns)
 	e.pinnedPod(t, ns, "web", n1.Name, []string{"netexec", "--http-port=8080"})
@@ -470,8 +477,9 @@ func outage(attempts []attempt, failed time.Time) time.Duration {
 	return 0
 }
 
-// failNode runs one trial: the probe answered through n2, n2 fails (its
-// kubelet killed, its speaker's container killed, its LAN link down), and
+// failNode runs one trial: the probe answered through n2, n2 fails
+// (FailNode: host link down, kubelet and kube-proxy killed; its speaker's
+// container killed; its LAN link down), and
 // the probe must be answered through n1 within failoverBound; then the
 // AnnouncerChanged Event from n2 to n1. It returns the gap (from the
 // failure to the first answer through n1), the client's outage (from its
@@ -494,17 +502,23 @@ func (e *env) failNode(t *testing.T, trial int, ns string, lan *cluster.LAN, cli
 
 	// Whatever happens next, the node is whole again when the test ends:
 	// a node without its kubelet would hold the deletion of the speaker's
-	// namespace (restoreNode does the same; both again do nothing).
+	// namespace (restoreNode does the same; both again do nothing:
+	// RestoreNode refuses a node whose kubelet runs).
 	t.Cleanup(func() {
 		_ = lan.SetNodeLink(n2, true)
-		_ = e.node.StartKubelet(n2.Name)
+		_ = e.node.RestoreNode(context.Background(), n2.Name)
 	})
-	// The three at once, as a machine dies: the speaker's death is what
-	// the other speaker's memberlist detects, the link's is when the
-	// client's requests stop reaching the node.
+	// The three at once, as a machine dies. The host and LAN links down
+	// alone would cut the speaker off (no ARP reaches the LAN, no
+	// memberlist probe reaches the other speaker), but it would run on,
+	// partitioned: it would declare the first node's speaker dead and
+	// announce everything on a link nobody hears, and memberlist would
+	// have to heal the split when the links return. Killed, as a machine
+	// losing its power kills it, it comes back fresh with its kubelet and
+	// joins memberlist again as it did at the start.
 	failed := time.Now()
 	steps := map[string]func() error{
-		"kubelet killed": func() error { return e.node.KillKubelet(n2.Name) },
+		"node failed":    func() error { return e.node.FailNode(n2.Name) },
 		"speaker killed": func() error { return e.node.KillContainer(ctx, n2.Name, killed) },
 		"LAN link down":  func() error { return lan.SetNodeLink(n2, false) },
 	}
@@ -570,21 +584,23 @@ func (e *env) failNode(t *testing.T, trial int, ns string, lan *cluster.LAN, cli
 	return gap, out, lost, killed
 }
 
-// restoreNode brings the failed node back: its LAN link up, its kubelet
-// started (which restarts the speaker's container killed, found dead).
+// restoreNode brings the failed node back: its LAN link up, then
+// RestoreNode (host link up, kubelet and kube-proxy started, the Node
+// Ready; the kubelet restarts the speaker's container killed, found dead).
 func (e *env) restoreNode(t *testing.T, lan *cluster.LAN, n cluster.Node, killed string) {
 	t.Helper()
 	if err := lan.SetNodeLink(n, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.node.StartKubelet(n.Name); err != nil {
+	start := time.Now()
+	if err := e.node.RestoreNode(context.Background(), n.Name); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
+	t.Logf("%s back: Ready after %s", n.Name, time.Since(start).Round(time.Millisecond))
 	// The pod's status still names the killed container until the
 	// kubelet reports again.
 	next := e.speakerOn(t, n.Name, killed)
-	t.Logf("%s back: its speaker %s Ready again after %s (restarts %d)", n.Name, next.Name, time.Since(start).Round(time.Millisecond), next.Status.ContainerStatuses[0].RestartCount)
+	t.Logf("%s back: its speaker %s Ready again %s after RestoreNode began (restarts %d)", n.Name, next.Name, time.Since(start).Round(time.Millisecond), next.Status.ContainerStatuses[0].RestartCount)
 	e.logSpeakerOnFailure(t, next)
 }
 
