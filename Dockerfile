@@ -2,7 +2,7 @@
 #   docker build --build-arg SERVICE=ipam --build-arg VERSION=$(cat VERSION) --build-arg REVISION=$(git rev-parse HEAD) \
 #     -t ghcr.io/ipledger/ipam:v$(cat VERSION) .
 # A static binary on an empty base with the CA bundle, run as 65532:65532.
-# `make images` builds the same images without Docker (pkg/containerimage);
+# `make images` builds the same images without Docker (lab/containerimage);
 # its TestDockerfileMatchesSettings fails when this file and it disagree on
 # the build flags, the base, the files, the user or the entrypoint.
 FROM golang:1.27 AS build

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the binaries of the test node (pkg/cluster) that hack/build-tools.sh
+# Builds the binaries of the test node (lab/cluster) that hack/build-tools.sh
 # does not: kubelet, kube-controller-manager, kube-scheduler and kube-proxy
 # from the k8s.io/kubernetes that hack/tools pins, CoreDNS from
 # hack/tools/coredns, and the pause program of hack/tools/pause. They go into a
@@ -8,7 +8,7 @@
 # kube-apiserver, etcd and kubectl come from hack/build-tools.sh.
 #
 # It also builds the root filesystem of the image Kubernetes' e2e specs run
-# (registry.k8s.io/e2e-test-images/agnhost, pkg/cluster.AgnhostImage): agnhost
+# (registry.k8s.io/e2e-test-images/agnhost, lab/cluster.AgnhostImage): agnhost
 # from the same k8s.io/kubernetes, and what the specs run inside it from
 # Debian's packages — busybox-static (wget and the other applets) and
 # netcat-openbsd (the nc the specs call with -v -t -u, as the upstream image

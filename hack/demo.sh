@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . hack/lib/go.sh
-eval "$(go run ./pkg/cmd/ipledger-dev env)"
+eval "$(go run ./lab/cmd/ipledger-dev env)"
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 wait_for() { # description, command...
   local what=$1; shift
@@ -124,4 +124,4 @@ wait_for "the Node's EIP label" bash -c '[ -n "$(kubectl get node demo-node-1 -o
 kubectl get node demo-node-1 -L ipledger.io/externalip
 grpc "$IPLEDGER_EIPD_ADDR" ipledger.eipd.v1.EIPService/ListAddresses
 
-say "Done. Try: eval \"\$(go run ./pkg/cmd/ipledger-dev env)\"; grpcurl -plaintext -H \"authorization: Bearer \$IPLEDGER_TOKEN\" \$IPLEDGER_IPAM_ADDR list"
+say "Done. Try: eval \"\$(go run ./lab/cmd/ipledger-dev env)\"; grpcurl -plaintext -H \"authorization: Bearer \$IPLEDGER_TOKEN\" \$IPLEDGER_IPAM_ADDR list"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the previous release's images (hack/previous-release) from its own
-# source: a git worktree of its commit, where its own pkg/cmd/ipledger-images
+# source: a git worktree of its commit, where its own ipledger-images (pkg/cmd/
+# before issue 50 moved the lab to lab/, lab/cmd/ after)
 # runs with --tag v<version>, so that its images (ghcr.io/ipledger/<service>:v<version>)
 # sit on the test node beside today's :dev ones. Everything is cached by
 # commit under ${IPLEDGER_RELEASES_CACHE:-~/.cache/ipledger-releases}/<commit>:
@@ -45,7 +46,9 @@ echo "previous-release.sh: building the images of $version ($commit) in $dir/src
 # Where that is the machine's own Go, as here, nothing is downloaded.
 release_go=go$(awk '$1 == "go" {print $2}' "$dir/src/go.work")
 echo "previous-release.sh: with $release_go" >&2
-(cd "$dir/src" && GOTOOLCHAIN=$release_go GOFLAGS=-buildvcs=false go run ./pkg/cmd/ipledger-images --tag "v$version" --out "$dir/images") >&2
+images_cmd=./lab/cmd/ipledger-images
+[ -d "$dir/src/lab/cmd/ipledger-images" ] || images_cmd=./pkg/cmd/ipledger-images
+(cd "$dir/src" && GOTOOLCHAIN=$release_go GOFLAGS=-buildvcs=false go run "$images_cmd" --tag "v$version" --out "$dir/images") >&2
 mkdir -p "$dir/overlay"
 {
   echo "# Written by hack/previous-release.sh: overlays/e2e of $version, running its own images."

@@ -2,7 +2,7 @@
 # Prints the packages of the fast test layer (`make test-unit`): those of the
 # given package patterns that have tests and no TestMain. A TestMain is how an
 # integration package starts its fixtures (etcd + kube-apiserver through
-# pkg/testenv, moto through pkg/ec2test) once per test binary, so a package
+# lab/testenv, moto through lab/ec2test) once per test binary, so a package
 # without one runs its tests in about a second. Integration tests live in
 # packages of their own (…/integration) so that the pure tests beside the code
 # stay in this layer.

@@ -10,7 +10,7 @@
 #     golang.org/x/vulndb module carries, fetched from the Go module proxy
 #     and cached in ~/.cache/ipledger-vuln/db-<vulndb version>-<hash>;
 #  3. builds the four services and kubectl-ipledger as the images do
-#     (pkg/containerimage.GoBuildArgs) into .dev/vulncheck/bin and runs
+#     (lab/containerimage.GoBuildArgs) into .dev/vulncheck/bin and runs
 #     govulncheck in binary mode over each, with -db file://<that database>.
 #
 # It fails when a binary links a vulnerable symbol of a module; one of the
@@ -73,7 +73,7 @@ pkgs=(./services/watcher/cmd/ipledger-watcher ./services/ipam/cmd/ipledger-ipam
   ./services/endpoints/cmd/ipledger-endpoints ./services/eipd/cmd/ipledger-eipd ./services/signer/cmd/ipledger-signer
   ./plugin/cmd/kubectl-ipledger)
 start=$SECONDS
-# The arguments of pkg/containerimage.GoBuildArgs and GoBuildEnv: the
+# The arguments of lab/containerimage.GoBuildArgs and GoBuildEnv: the
 # binaries of the images, whose build tags decide what is linked in, stamped
 # as ReadProvenance stamps them (so `make images` links nothing again).
 version=$(tr -d '[:space:]' <"$root/VERSION")

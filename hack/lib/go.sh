@@ -13,5 +13,5 @@
 #
 # Bump it with go.work, every project go.mod, the Makefile and the
 # Dockerfile's golang:<major.minor>; TestGoToolchainIsOneVersion
-# (pkg/containerimage) fails when they disagree.
+# (lab/containerimage) fails when they disagree.
 export GOTOOLCHAIN=go1.27.3

@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/backoff"
-	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
 func TestConfigValidate(t *testing.T) {

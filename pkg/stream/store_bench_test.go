@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/ipledger/ipledger/pkg/heapstat"
+	"github.com/ipledger/ipledger/lab/heapstat"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
 

@@ -3,6 +3,7 @@ module github.com/ipledger/ipledger/services/ipam
 go 1.27.3
 
 require (
+	github.com/ipledger/ipledger/lab v0.0.0
 	github.com/ipledger/ipledger/pkg v0.0.0
 	github.com/ipledger/ipledger/proto v0.0.0
 	github.com/prometheus/client_golang v1.25.0
@@ -117,3 +118,5 @@ require (
 replace github.com/ipledger/ipledger/proto => ../../proto
 
 replace github.com/ipledger/ipledger/pkg => ../../pkg
+
+replace github.com/ipledger/ipledger/lab => ../../lab

@@ -14,8 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipledger/ipledger/pkg/controlplane"
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/controlplane"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/test/e2e/journey"
 )
 
@@ -24,7 +24,7 @@ const apiService = "v1alpha1.api.ipledger.io"
 
 // TestAggregatedAPIAsYourself applies components/aggregated-api on the e2e
 // install (testdata/aggregated-api) on the node, whose kube-apiserver runs
-// the aggregation layer (pkg/cluster, controlplane.FrontProxy), waits for
+// the aggregation layer (lab/cluster, controlplane.FrontProxy), waits for
 // the APIService to be Available (and logs how long that took), and acts as
 // people do: with a kubeconfig of their own holding a client certificate
 // the node's client CA signed — no ServiceAccount, no token. A person bound

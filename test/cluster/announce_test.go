@@ -30,9 +30,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/ipledger/ipledger/pkg/cluster"
-	"github.com/ipledger/ipledger/pkg/containerimage"
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/cluster"
+	"github.com/ipledger/ipledger/lab/containerimage"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 const (
@@ -217,11 +217,11 @@ func TestAnnounce(t *testing.T) {
 	})
 
 	t.Run("IPv6", func(t *testing.T) {
-		// NDP needs an IPv6 address that kube-proxy serves: pkg/cluster's
+		// NDP needs an IPv6 address that kube-proxy serves: lab/cluster's
 		// node is single-stack IPv4 (ServiceCIDR 10.96.0.0/16, PodCIDR
 		// 10.244.0.0/24 on the bridge CNI's host-local IPv4 range), so no
 		// Service can have an IPv6 ClusterIP or ingress address here.
-		t.Skip("the node is single-stack IPv4 (pkg/cluster: ServiceCIDR, PodCIDR): no Service can hold an IPv6 LoadBalancer address for the speaker's NDP to announce")
+		t.Skip("the node is single-stack IPv4 (lab/cluster: ServiceCIDR, PodCIDR): no Service can hold an IPv6 LoadBalancer address for the speaker's NDP to announce")
 	})
 }
 
@@ -231,8 +231,8 @@ func speakerBuild(t *testing.T) string {
 	return hackBuild(t, "IPLEDGER_SPEAKER_DIR", "build-speaker.sh")
 }
 
-// importSpeaker builds the speaker's image as pkg/cluster builds the
-// node's (pkg/containerimage) and imports it into the node.
+// importSpeaker builds the speaker's image as lab/cluster builds the
+// node's (lab/containerimage) and imports it into the node.
 func (e *env) importSpeaker(t *testing.T, dir string) {
 	t.Helper()
 	img, err := containerimage.Build(containerimage.Contents{

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 // TestIPAMLeaderFailoverMidBurst: with two ipam replicas, deleting the

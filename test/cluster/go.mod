@@ -3,6 +3,7 @@ module github.com/ipledger/ipledger/test/cluster
 go 1.27.3
 
 require (
+	github.com/ipledger/ipledger/lab v0.0.0
 	github.com/ipledger/ipledger/pkg v0.0.0
 	github.com/ipledger/ipledger/proto v0.0.0
 	github.com/ipledger/ipledger/test/e2e v0.0.0
@@ -52,6 +53,7 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
@@ -83,3 +85,5 @@ replace github.com/ipledger/ipledger/proto => ../../proto
 replace github.com/ipledger/ipledger/pkg => ../../pkg
 
 replace github.com/ipledger/ipledger/test/e2e => ../e2e
+
+replace github.com/ipledger/ipledger/lab => ../../lab

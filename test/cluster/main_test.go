@@ -1,5 +1,5 @@
 // Package cluster_test installs ipledger from deploy/kustomize/overlays/e2e
-// on the real single-node Kubernetes of pkg/cluster — images built by
+// on the real single-node Kubernetes of lab/cluster — images built by
 // `make images`, pods, probes, projected tokens, cluster DNS — and checks it
 // through the public contract only: kubectl, the Kubernetes API, grpcurl
 // through `kubectl port-forward`, and moto as the EC2 eipd reaches from its
@@ -28,9 +28,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/ipledger/ipledger/pkg/cluster"
-	"github.com/ipledger/ipledger/pkg/controlplane"
-	"github.com/ipledger/ipledger/pkg/ec2test"
+	"github.com/ipledger/ipledger/lab/cluster"
+	"github.com/ipledger/ipledger/lab/controlplane"
+	"github.com/ipledger/ipledger/lab/ec2test"
 	"github.com/ipledger/ipledger/test/e2e/journey"
 )
 

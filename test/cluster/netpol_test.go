@@ -4,7 +4,7 @@ package cluster_test
 // enforced by a real implementation on the node: kube-router's network
 // policy controller (iptables and ipset; hack/build-netpol.sh builds it from
 // its Go module), run as a host process for this one test and nothing else
-// of kube-router (no router, no service proxy). The node of pkg/cluster runs
+// of kube-router (no router, no service proxy). The node of lab/cluster runs
 // no NetworkPolicy implementation of its own, so every other test sees the
 // policies as objects only. docs/security.md, "NetworkPolicies".
 
@@ -27,8 +27,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipledger/ipledger/pkg/cluster"
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/cluster"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 // kubeRouterChains are the prefixes of the iptables chains kube-router's

@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipledger/ipledger/pkg/cluster"
+	"github.com/ipledger/ipledger/lab/cluster"
 )
 
 // TestUpAgainKeepsTheNode: Up on a node that is up returns it as it is —

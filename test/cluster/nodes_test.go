@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/ipledger/ipledger/pkg/cluster"
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/cluster"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 // nodesPool is the IPPool of TestPodsAcrossNodes: inside cluster.TestRanges,

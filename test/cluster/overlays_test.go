@@ -12,8 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ipledger/ipledger/lab/controlplane"
 	"github.com/ipledger/ipledger/pkg/certsigner"
-	"github.com/ipledger/ipledger/pkg/controlplane"
 	"github.com/ipledger/ipledger/test/e2e/journey"
 )
 

@@ -47,10 +47,10 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"github.com/ipledger/ipledger/pkg/cluster"
-	"github.com/ipledger/ipledger/pkg/containerimage"
-	"github.com/ipledger/ipledger/pkg/controlplane"
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/cluster"
+	"github.com/ipledger/ipledger/lab/containerimage"
+	"github.com/ipledger/ipledger/lab/controlplane"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 // released is what TestMain's way home from the release directory found;
@@ -89,7 +89,7 @@ const (
 
 // releaseDirectory is $IPLEDGER_RELEASE_DIR (a directory `make release`
 // wrote), else one built into .dev/test-cluster-release/v<VERSION> by
-// pkg/cmd/ipledger-release, the code `make release` runs, for linux and this
+// lab/cmd/ipledger-release, the code `make release` runs, for linux and this
 // host's architecture only (its --arch and --os: RELEASE_FLAGS of `make
 // release`), from the work tree as it is (--allow-dirty). It logs the build's
 // time and the directory's size.
@@ -105,12 +105,12 @@ func releaseDirectory(ctx context.Context, logf func(string, ...any)) (string, e
 			return "", err
 		}
 		start := time.Now()
-		cmd := exec.CommandContext(ctx, "go", "run", "./pkg/cmd/ipledger-release",
+		cmd := exec.CommandContext(ctx, "go", "run", "./lab/cmd/ipledger-release",
 			"--arch="+runtime.GOARCH, "--os=linux", "--allow-dirty", "--out="+out)
 		cmd.Dir = root
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
-			return "", fmt.Errorf("the release directory (go run ./pkg/cmd/ipledger-release): %w", err)
+			return "", fmt.Errorf("the release directory (go run ./lab/cmd/ipledger-release): %w", err)
 		}
 		dirs, err := filepath.Glob(filepath.Join(out, "v*"))
 		if err != nil || len(dirs) != 1 {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipledger/ipledger/pkg/cluster"
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/cluster"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 // watcherName is the headless Service the consumers dial (dns:///).

@@ -29,8 +29,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/authz"
-	"github.com/ipledger/ipledger/pkg/testenv"
 	"github.com/ipledger/ipledger/test/e2e/journey"
 )
 

@@ -9,9 +9,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/ipledger/ipledger/lab/ec2test"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/authz"
-	"github.com/ipledger/ipledger/pkg/ec2test"
-	"github.com/ipledger/ipledger/pkg/testenv"
 	"github.com/ipledger/ipledger/test/e2e/journey"
 )
 

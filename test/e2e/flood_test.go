@@ -22,9 +22,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipledger/ipledger/pkg/ec2test"
+	"github.com/ipledger/ipledger/lab/ec2test"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/grpcserver"
-	"github.com/ipledger/ipledger/pkg/testenv"
 	eipdv1 "github.com/ipledger/ipledger/proto/ipledger/eipd/v1"
 	eipdv1grpc "github.com/ipledger/ipledger/proto/ipledger/eipd/v1/eipdv1grpc"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"

@@ -6,7 +6,7 @@ package e2e
 import (
 	"testing"
 
-	"github.com/ipledger/ipledger/pkg/ec2test"
+	"github.com/ipledger/ipledger/lab/ec2test"
 )
 
 func TestMain(m *testing.M) { ec2test.MainWithKubernetes(m) }

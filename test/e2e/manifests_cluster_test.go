@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/ipledger/ipledger/pkg/containerimage"
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/containerimage"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/test/e2e/docblock"
 )
 

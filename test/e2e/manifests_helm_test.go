@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipledger/ipledger/pkg/controlplane"
-	"github.com/ipledger/ipledger/pkg/objdiff"
-	"github.com/ipledger/ipledger/pkg/release"
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/controlplane"
+	"github.com/ipledger/ipledger/lab/objdiff"
+	"github.com/ipledger/ipledger/lab/release"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 // chartDir is the Helm chart, from the repository's root. Kustomize is the
@@ -134,7 +134,7 @@ func TestHelmChartPiecesAreWhatKustomizeBuilds(t *testing.T) {
 // TestHelmChartRendersWhatKustomizeBuilds is the drift test: for each of
 // chartCases, Helm (v4, hack/build-helm.sh) renders the chart with the
 // case's values, kustomize builds the case's kustomization, and the two
-// must be the same objects, field for field (pkg/objdiff; a difference names
+// must be the same objects, field for field (lab/objdiff; a difference names
 // the object and the field).
 func TestHelmChartRendersWhatKustomizeBuilds(t *testing.T) {
 	env := testenv.Get(t)
@@ -178,7 +178,7 @@ func TestHelmChartRendersWhatKustomizeBuilds(t *testing.T) {
 }
 
 // TestEveryShippedOverlayHasChartValues: each install flavour a release
-// ships (pkg/release.Installs) has its chart values, compared above, and the
+// ships (lab/release.Installs) has its chart values, compared above, and the
 // release ships them beside the chart.
 func TestEveryShippedOverlayHasChartValues(t *testing.T) {
 	env := testenv.Get(t)

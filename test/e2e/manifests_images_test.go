@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ipledger/ipledger/pkg/containerimage"
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/containerimage"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 // TestImagesAreQualifiedAndPinned: every container of every kustomization

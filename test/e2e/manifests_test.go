@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of rendered manifests")

@@ -11,8 +11,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/certsigner"
-	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
 // certManagerInstall is an install with components/tls and

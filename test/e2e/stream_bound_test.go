@@ -14,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipledger/ipledger/pkg/ec2test"
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/ec2test"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/test/e2e/journey"
 )
 

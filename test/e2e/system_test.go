@@ -12,9 +12,9 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/ipledger/ipledger/lab/controlplane"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/authz"
-	"github.com/ipledger/ipledger/pkg/controlplane"
-	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
 // System is the four binaries running as processes, each on its own

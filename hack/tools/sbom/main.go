@@ -6,7 +6,7 @@
 //
 // It is a module of its own, kept out of go.work, so that the generator's
 // dependencies (go-git among them) never enter the module graph of the
-// binaries ipledger ships; pkg/cmd/ipledger-release builds and runs it.
+// binaries ipledger ships; lab/cmd/ipledger-release builds and runs it.
 //
 // The serial number and timestamp are left out: the same binary always gives
 // the same SBOM, and the release's SHA256SUMS stays reproducible.

@@ -25,9 +25,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/certsigner"
 	"github.com/ipledger/ipledger/pkg/servingcert"
-	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -15,9 +15,9 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/grpcserver"
-	"github.com/ipledger/ipledger/pkg/testenv"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
 	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 )

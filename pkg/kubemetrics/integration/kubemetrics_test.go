@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/kubemetrics"
-	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/leader"
-	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
 // A term's recorder writes Events as the configured component.

@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/leader"
-	"github.com/ipledger/ipledger/pkg/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

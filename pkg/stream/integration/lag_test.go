@@ -18,9 +18,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipledger/ipledger/pkg/controlplane"
+	"github.com/ipledger/ipledger/lab/controlplane"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/stream"
-	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 )
 

@@ -1,5 +1,5 @@
 // Package migratetest runs the migration guides (docs/migrating-from-*.md)
-// against a real API server (pkg/testenv): kubectl, the plugin in-process,
+// against a real API server (lab/testenv): kubectl, the plugin in-process,
 // and the real watcher and ipam binaries started and stopped as the guides
 // switch them. The tests stand in for the controller being replaced (they
 // write the statuses it wrote); the test API server has no kubelet, so the
@@ -28,7 +28,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/plugin/internal/commands"
 	"github.com/ipledger/ipledger/plugin/internal/metallb"
 )

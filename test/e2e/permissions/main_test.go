@@ -9,7 +9,7 @@ package permissions
 import (
 	"testing"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,5 +1,5 @@
 // Package integration checks the migration from Cilium LB-IPAM against a
-// real API server (pkg/testenv, with ipledger's CRDs and admission policy
+// real API server (lab/testenv, with ipledger's CRDs and admission policy
 // and Cilium's CiliumLoadBalancerIPPool CRD): every pool the converter writes
 // from Cilium's documented examples is accepted, and the steps of
 // docs/migrating-from-cilium.md, run with kubectl, the plugin and the real
@@ -18,7 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/plugin/internal/cilium"
 	"github.com/ipledger/ipledger/plugin/internal/migratetest"
 )

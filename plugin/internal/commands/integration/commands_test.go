@@ -1,5 +1,5 @@
 // Package integration runs kubectl-ipledger's commands against a real API
-// server (pkg/testenv) and the real ipam and watcher binaries: two ipam
+// server (lab/testenv) and the real ipam and watcher binaries: two ipam
 // replicas, so reserve and release meet a leader and a standby. The plugin
 // reaches them with --ipam-address: the test API server has no kubelet, so a
 // port-forward cannot open here (test/cluster, on real nodes, is where the
@@ -30,7 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/plugin/internal/commands"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
 )

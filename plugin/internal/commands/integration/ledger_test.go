@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 // TestLedgerBackupAndRestore: `ledger backup` writes the ledger, and

@@ -1,5 +1,5 @@
 // Package integration checks the migration from kube-vip-cloud-provider
-// against a real API server (pkg/testenv, with ipledger's CRDs and
+// against a real API server (lab/testenv, with ipledger's CRDs and
 // admission policy): every pool the converter writes from
 // kube-vip-cloud-provider's documented examples is accepted, and the steps
 // of docs/migrating-from-kube-vip.md, run with kubectl, the plugin and the
@@ -20,7 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/plugin/internal/kubevip"
 	"github.com/ipledger/ipledger/plugin/internal/migratetest"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/plugin/internal/migratetest"
 )
 

@@ -1,5 +1,5 @@
 // Package integration checks the MetalLB migration against a real API server
-// (pkg/testenv, with ipledger's CRDs and admission policy): every pool the
+// (lab/testenv, with ipledger's CRDs and admission policy): every pool the
 // converter writes from MetalLB's examples is accepted, and the steps of
 // docs/migrating-from-metallb.md, run with kubectl, the plugin and the real
 // watcher and ipam binaries, keep every address MetalLB gave.
@@ -18,7 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/plugin/internal/metallb"
 	"github.com/ipledger/ipledger/plugin/internal/migratetest"
 )

@@ -7,8 +7,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"github.com/ipledger/ipledger/pkg/ec2test"
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/ec2test"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/services/eipd/internal/decide"
 )
 

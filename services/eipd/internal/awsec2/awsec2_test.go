@@ -11,9 +11,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ipledger/ipledger/pkg/ec2test"
-	"github.com/ipledger/ipledger/pkg/faultproxy"
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/ec2test"
+	"github.com/ipledger/ipledger/lab/faultproxy"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/services/eipd/internal/awsec2"
 	"github.com/ipledger/ipledger/services/eipd/internal/decide"
 )

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/services/endpoints/internal/clusternet"
 	"github.com/ipledger/ipledger/services/endpoints/internal/controller"
 	"github.com/ipledger/ipledger/services/endpoints/internal/grants"

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 // TestReadinessProbeValidation: the CRD accepts a TCP or an HTTP probe, fills

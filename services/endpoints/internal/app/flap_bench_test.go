@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/cmdmain"
-	"github.com/ipledger/ipledger/pkg/testenv"
 	"github.com/ipledger/ipledger/services/endpoints/internal/planner"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"
 )

@@ -25,8 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/convert"
-	"github.com/ipledger/ipledger/pkg/testenv"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	"github.com/ipledger/ipledger/services/endpoints/internal/probepolicy"
 	"github.com/ipledger/ipledger/services/endpoints/internal/prober/probetest"

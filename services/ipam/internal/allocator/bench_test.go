@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipledger/ipledger/pkg/heapstat"
+	"github.com/ipledger/ipledger/lab/heapstat"
 )
 
 // nth returns base + i (IPv4, or IPv6 within the low 64 bits).

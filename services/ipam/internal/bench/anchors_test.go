@@ -20,8 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/ipledger/ipledger/pkg/controlplane"
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/controlplane"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
 )
 

@@ -43,7 +43,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"

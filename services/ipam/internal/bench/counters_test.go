@@ -15,7 +15,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 // request is one kind of API request as the API server's

@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/ipledger/ipledger/pkg/heapstat"
+	"github.com/ipledger/ipledger/lab/heapstat"
 )
 
 // shardsOf builds a ledger of n allocations split like the Ledger splits it.

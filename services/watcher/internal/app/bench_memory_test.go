@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 // BenchmarkBinaryMemory measures what the watcher binary costs as the cluster

@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/ipledger/ipledger/lab/heapstat"
 	"github.com/ipledger/ipledger/pkg/convert"
-	"github.com/ipledger/ipledger/pkg/heapstat"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
 	"github.com/ipledger/ipledger/services/watcher/internal/store"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 // Listener accepts TCP connections on 127.0.0.1, closes them at once and

@@ -1,5 +1,5 @@
 // Package integration runs ipam's aggregated API behind the real
-// kube-apiserver of pkg/testenv: people authenticated by client
+// kube-apiserver of lab/testenv: people authenticated by client
 // certificates (not ServiceAccounts, no tokens) read through `kubectl get`,
 // authorized by the shipped ClusterRoles.
 package integration
@@ -26,10 +26,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/ipledger/ipledger/lab/controlplane"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/authz"
-	"github.com/ipledger/ipledger/pkg/controlplane"
 	"github.com/ipledger/ipledger/pkg/ipamapi"
-	"github.com/ipledger/ipledger/pkg/testenv"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/aggregated"
 	"github.com/ipledger/ipledger/services/ipam/internal/server"

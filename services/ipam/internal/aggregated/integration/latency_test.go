@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/ipamapi"
-	"github.com/ipledger/ipledger/pkg/testenv"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
 	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 )
@@ -27,7 +27,7 @@ import (
 // again (SubjectAccessReview, cached). BenchmarkListOverGRPC: the same
 // list from the same state over a loopback gRPC connection, what the
 // plugin's call costs once its port-forward is open (the port-forward's own
-// hops, API server and kubelet, need a node; pkg/testenv has none).
+// hops, API server and kubelet, need a node; lab/testenv has none).
 func BenchmarkListThroughAggregation(b *testing.B) {
 	env := testenv.Get(b)
 	serve(b, env)

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/server"
 )

@@ -17,8 +17,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/pkg/authz"
-	"github.com/ipledger/ipledger/pkg/testenv"
 	ipamv1 "github.com/ipledger/ipledger/proto/ipledger/ipam/v1"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 	"github.com/ipledger/ipledger/services/ipam/internal/server"

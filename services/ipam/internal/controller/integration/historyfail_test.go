@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/services/ipam/internal/history"
 )
 

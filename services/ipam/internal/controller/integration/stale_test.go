@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 )
 

@@ -52,7 +52,7 @@ func FreePortsOn(host string, n int) ([]int, error) {
 
 // staticPortRange is the range FreePorts draws from: 20000-29999, clear of
 // the ports Kubernetes components listen on (102xx, 12379-12380 for
-// pkg/cluster's etcd) and of the NodePort range (30000-32767), and cut short
+// lab/cluster's etcd) and of the NodePort range (30000-32767), and cut short
 // below the first ephemeral port (/proc/sys/net/ipv4/ip_local_port_range)
 // where the kernel's range starts lower than usual.
 func staticPortRange() (low, high int) {

@@ -6,7 +6,7 @@ import (
 )
 
 // The node's fixed addresses and names. The ports are below Linux's
-// ephemeral range, so the loopback control planes of pkg/controlplane (which
+// ephemeral range, so the loopback control planes of lab/controlplane (which
 // take free ephemeral ports) never collide with them.
 const (
 	// NodeName is the name the kubelet registers.

@@ -27,10 +27,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ipledger/ipledger/pkg/containerimage"
-	"github.com/ipledger/ipledger/pkg/controlplane"
-	"github.com/ipledger/ipledger/pkg/objdiff"
-	"github.com/ipledger/ipledger/pkg/release"
+	"github.com/ipledger/ipledger/lab/containerimage"
+	"github.com/ipledger/ipledger/lab/controlplane"
+	"github.com/ipledger/ipledger/lab/objdiff"
+	"github.com/ipledger/ipledger/lab/release"
 )
 
 // kubectl is the pinned kubectl (hack/build-tools.sh) that renders the
@@ -261,7 +261,7 @@ func TestReleaseDirectoryIsWhatAUserInstalls(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Read as an OCI layout reader does (go-containerregistry's, which
-		// crane uses); pkg/release's tests check each blob's digest.
+		// crane uses); lab/release's tests check each blob's digest.
 		idx, err := layout.ImageIndexFromPath(filepath.Join(dir, "chart", "oci"))
 		if err != nil {
 			t.Fatal(err)

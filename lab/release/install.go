@@ -2,7 +2,7 @@
 // form an operator consumes it: the install flavours and their manifests
 // pinned by image digest, the kustomization that pins a remote base at the
 // release's tag, the kubectl-ipledger archives with their krew manifest and
-// completion script. pkg/cmd/ipledger-release (`make release`) gathers the
+// completion script. lab/cmd/ipledger-release (`make release`) gathers the
 // inputs (images, binaries) and writes what these functions return.
 package release
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ipledger/ipledger/pkg/containerimage"
+	"github.com/ipledger/ipledger/lab/containerimage"
 )
 
 // importNodeImages builds the images of the pause program and CoreDNS from

@@ -34,7 +34,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/ipledger/ipledger/pkg/controlplane"
+	"github.com/ipledger/ipledger/lab/controlplane"
 )
 
 // DefaultDir is the node's folder: every file of the node lives there, and
@@ -406,7 +406,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		return err
 	}
 	// People's client certificates (UserKubeconfig) and the aggregation
-	// layer, made as pkg/controlplane makes them, under the node's folder.
+	// layer, made as lab/controlplane makes them, under the node's folder.
 	proxyArgs, _, err := controlplane.FrontProxy(c.Dir)
 	if err != nil {
 		return err
@@ -429,7 +429,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--service-account-key-file=" + pki("sa.key"),
 		"--service-account-signing-key-file=" + pki("sa.key"),
 		"--service-cluster-ip-range=" + ServiceCIDR,
-		// Unlike pkg/controlplane, the endpoint reconciler (kubernetes.default
+		// Unlike lab/controlplane, the endpoint reconciler (kubernetes.default
 		// points at this address) and ServiceAccount admission (pods get their
 		// tokens) stay on: pods are real here.
 		"--endpoint-reconciler-type=lease",

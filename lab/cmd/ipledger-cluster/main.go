@@ -1,5 +1,5 @@
 // Command ipledger-cluster brings the real single-node Kubernetes of
-// pkg/cluster up and down on this machine (as root), for `make cluster-up`,
+// lab/cluster up and down on this machine (as root), for `make cluster-up`,
 // `make cluster-down` and `make test-cluster`.
 package main
 
@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ipledger/ipledger/pkg/cluster"
+	"github.com/ipledger/ipledger/lab/cluster"
 )
 
 const usage = `ipledger-cluster runs a real single-node Kubernetes on this machine (root):

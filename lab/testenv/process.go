@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipledger/ipledger/pkg/controlplane"
+	"github.com/ipledger/ipledger/lab/controlplane"
 )
 
 // Process is an ipledger binary running as a child of the test.

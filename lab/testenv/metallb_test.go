@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ipledger/ipledger/pkg/controlplane"
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/controlplane"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 // TestMetalLBVersionIsTheSpeakers: the CRDs the integration tests install

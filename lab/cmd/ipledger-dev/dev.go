@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/ipledger/ipledger/lab/containerimage"
+	"github.com/ipledger/ipledger/lab/controlplane"
 	"github.com/ipledger/ipledger/pkg/authz"
-	"github.com/ipledger/ipledger/pkg/containerimage"
-	"github.com/ipledger/ipledger/pkg/controlplane"
 	"github.com/ipledger/ipledger/pkg/version"
 )
 

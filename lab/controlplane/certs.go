@@ -18,7 +18,7 @@ import (
 )
 
 // The certificate authorities of the loopback control plane (and of the
-// real node's API server, pkg/cluster) besides its serving certificate:
+// real node's API server, lab/cluster) besides its serving certificate:
 //   - ClientCAName signs the client certificates people authenticate with
 //     (--client-ca-file), so a test can act as a user who is not a
 //     ServiceAccount and has no token (UserConfig);
@@ -148,7 +148,7 @@ func ClientAuthority(dir string) (*Authority, error) {
 // one did) and returns the kube-apiserver flags that use them: client
 // certificates of people (--client-ca-file, ClientAuthority), and the
 // aggregation layer's request-header authentication. Both the loopback
-// control plane and the real node of pkg/cluster run their API server
+// control plane and the real node of lab/cluster run their API server
 // with them.
 //
 // Here, no --enable-aggregator-routing: EndpointSlices may not name

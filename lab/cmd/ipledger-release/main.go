@@ -5,7 +5,7 @@
 // the Helm chart's package (deploy/helm/ipledger, its images pinned the
 // same way) and an OCI layout of it, kubectl-ipledger for Linux and macOS
 // on both architectures in archives with their krew manifest, and
-// SHA256SUMS over all of it (pkg/release
+// SHA256SUMS over all of it (lab/release
 // decides the forms). Pushing and publishing are a maintainer's
 // separate step (`crane push`, `skopeo copy oci-archive:…`, a GitHub
 // release): nothing here talks to a registry.
@@ -29,8 +29,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/ipledger/ipledger/pkg/containerimage"
-	"github.com/ipledger/ipledger/pkg/release"
+	"github.com/ipledger/ipledger/lab/containerimage"
+	"github.com/ipledger/ipledger/lab/release"
 )
 
 const usage = `ipledger-release makes the artifacts of one release, offline (make release runs it).

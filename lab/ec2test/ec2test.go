@@ -21,8 +21,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ipledger/ipledger/pkg/controlplane"
-	"github.com/ipledger/ipledger/pkg/testenv"
+	"github.com/ipledger/ipledger/lab/controlplane"
+	"github.com/ipledger/ipledger/lab/testenv"
 )
 
 // Region is the region every test uses.
@@ -110,7 +110,7 @@ func SetEnv() {
 func Start() (*Moto, error) { return StartAt("127.0.0.1") }
 
 // StartAt runs moto_server on a free port of host (an address of this
-// machine: pods on pkg/cluster's node reach it at the node address) and
+// machine: pods on lab/cluster's node reach it at the node address) and
 // waits until it answers.
 func StartAt(host string) (*Moto, error) {
 	SetEnv()

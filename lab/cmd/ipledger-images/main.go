@@ -2,7 +2,7 @@
 // or a registry (`make images`): each binary, static, on an empty base, as an
 // OCI archive in .dev/images/<binary>.tar, ready for
 // `ctr -n k8s.io images import`. The Dockerfile builds the same images for
-// users with Docker (pkg/containerimage keeps the two in step).
+// users with Docker (lab/containerimage keeps the two in step).
 package main
 
 import (
@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ipledger/ipledger/pkg/containerimage"
+	"github.com/ipledger/ipledger/lab/containerimage"
 )
 
 const usage = `ipledger-images builds ipledger's container images offline: no Docker, no registry.
