@@ -23,7 +23,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -83,21 +82,7 @@ type target struct {
 func TestAnnounce(t *testing.T) {
 	e := get(t)
 	ctx := context.Background()
-	speakerDir := speakerBuild(t)
-	e.importSpeaker(t, speakerDir)
-	// A run killed midway leaves the speaker's namespace: nothing of it
-	// may answer before this run's speaker does.
-	e.kubectl(t, "delete", "namespace", speakerNS, "--ignore-not-found", "--wait", "--timeout=2m")
-
-	lan, err := cluster.NewLAN(lanBridge, lanSubnet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lan.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	speakerDir, lan := e.speakerLAN(t)
 	client, err := lan.AddClient(clientAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +103,7 @@ func TestAnnounce(t *testing.T) {
 
 	ns := e.namespace(t)
 	targets := []target{{"solo", "solo", 80}, {"shared-a", "shared-a", 80}, {"shared-b", "shared-b", 81}}
-	e.announcePool(t, ns)
+	e.namespacePool(t, ns, "announce-", announcePool.String())
 	for _, tg := range targets {
 		e.backend(t, ns, tg.pod)
 	}
@@ -223,6 +208,28 @@ func TestAnnounce(t *testing.T) {
 		// Service can have an IPv6 ClusterIP or ingress address here.
 		t.Skip("the node is single-stack IPv4 (lab/cluster: ServiceCIDR, PodCIDR): no Service can hold an IPv6 LoadBalancer address for the speaker's NDP to announce")
 	})
+}
+
+// speakerLAN readies what a test of MetalLB's speaker needs before it
+// makes anything of its own: the speaker's build imported into the node,
+// no speaker namespace left by a run killed midway (nothing of it may
+// answer before this run's speaker does), and the test LAN, closed when the
+// test ends. It returns the speaker's build folder and the LAN.
+func (e *env) speakerLAN(t *testing.T) (string, *cluster.LAN) {
+	t.Helper()
+	speakerDir := speakerBuild(t)
+	e.importSpeaker(t, speakerDir)
+	e.kubectl(t, "delete", "namespace", speakerNS, "--ignore-not-found", "--wait", "--timeout=2m")
+	lan, err := cluster.NewLAN(lanBridge, lanSubnet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lan.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return speakerDir, lan
 }
 
 // speakerBuild is hack/build-speaker.sh's folder: $IPLEDGER_SPEAKER_DIR,
@@ -385,48 +392,6 @@ func (e *env) restartSpeaker(t *testing.T) {
 	t.Logf("speaker %s replaced by %s", old.Name, next.Name)
 	e.noRBACDenials(t, next)
 	e.logSpeakerOnFailure(t, next)
-}
-
-// announcePool creates ipledger's IPPool over announcePool for ns, and
-// deletes it (and the Services holding its addresses first) when the test
-// ends, waiting until it is gone so that a later run can use the range.
-func (e *env) announcePool(t *testing.T, ns string) {
-	t.Helper()
-	ctx := context.Background()
-	pools := e.dynamic.Resource(poolsGVR)
-	pool := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
-		"metadata": map[string]any{"generateName": "announce-"},
-		"spec": map[string]any{
-			"addresses":  []any{announcePool.String()},
-			"allocation": map[string]any{"namespaces": []any{ns}},
-		},
-	}}
-	created, err := pools.Create(ctx, pool, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create IPPool: %v", err)
-	}
-	t.Cleanup(func() {
-		svcs, err := e.client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Error(err)
-		} else {
-			for _, s := range svcs.Items {
-				if err := e.client.CoreV1().Services(ns).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-					t.Error(err)
-				}
-			}
-		}
-		if err := pools.Delete(ctx, created.GetName(), metav1.DeleteOptions{}); err != nil {
-			t.Error(err)
-		}
-		testenv.Eventually(t, 2*time.Minute, func() error {
-			if _, err := pools.Get(ctx, created.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("IPPool %s is still there (%v)", created.GetName(), err)
-			}
-			return nil
-		})
-	})
 }
 
 // backend runs agnhost's netexec as pod name (label app=name), answering

@@ -85,19 +85,7 @@ func TestTrafficAcrossNodeFailure(t *testing.T) {
 	}
 	ctx := context.Background()
 	n1, n2 := e.node.Nodes[0], e.node.Nodes[1]
-	speakerDir := speakerBuild(t)
-	e.importSpeaker(t, speakerDir)
-	e.kubectl(t, "delete", "namespace", speakerNS, "--ignore-not-found", "--wait", "--timeout=2m")
-
-	lan, err := cluster.NewLAN(lanBridge, lanSubnet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lan.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	speakerDir, lan := e.speakerLAN(t)
 	if err := lan.AddNode(n2, node2LANAddr); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +113,7 @@ func TestTrafficAcrossNodeFailure(t *testing.T) {
 		e.placeOn(t, d, n1.Name, n2.Name)
 	}
 	ns := e.namespace(t)
-	e.announcePool(t, ns)
+	e.namespacePool(t, ns, "announce-", announcePool.String())
 	e.pinnedPod(t, ns, "web", n1.Name, []string{"netexec", "--http-port=8080"})
 	e.runningOn(t, ns, "web", n1)
 	ip := addressElecting(n2.Name, []string{n1.Name, n2.Name}, announcePool)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -68,7 +67,7 @@ func TestControlPlaneAcrossNodeFailure(t *testing.T) {
 		e.placeOn(t, d, first, second)
 	}
 	ns := e.namespace(t)
-	e.failurePool(t, ns)
+	e.namespacePool(t, ns, "node-failure-", failurePool)
 	var before []string
 	for i := range 3 {
 		name := fmt.Sprintf("before-%d", i+1)
@@ -510,40 +509,6 @@ func (e *env) placeOn(t *testing.T, d, node string, others ...string) {
 		e.rolledOut(t, d)
 	})
 	t.Logf("%s moved to %s", d, node)
-}
-
-// failurePool creates the IPPool over failurePool for ns, deleted (its
-// Services first) when the test ends.
-func (e *env) failurePool(t *testing.T, ns string) {
-	t.Helper()
-	ctx := context.Background()
-	pools := e.dynamic.Resource(poolsGVR)
-	created, err := pools.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
-		"metadata": map[string]any{"generateName": "node-failure-"},
-		"spec": map[string]any{
-			"addresses":  []any{failurePool},
-			"allocation": map[string]any{"namespaces": []any{ns}},
-		},
-	}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create IPPool: %v", err)
-	}
-	t.Cleanup(func() {
-		svcs, err := e.client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Error(err)
-		} else {
-			for _, s := range svcs.Items {
-				if err := e.client.CoreV1().Services(ns).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-					t.Error(err)
-				}
-			}
-		}
-		if err := pools.Delete(ctx, created.GetName(), metav1.DeleteOptions{}); err != nil {
-			t.Error(err)
-		}
-	})
 }
 
 // workload creates the ExternalWorkload name at ip, port 80, labelled

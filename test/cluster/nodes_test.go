@@ -9,9 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ipledger/ipledger/lab/cluster"
@@ -93,7 +91,7 @@ func TestPodsAcrossNodes(t *testing.T) {
 	}
 
 	// ipam's address, served by node 1's kube-proxy, to the pod on node 2.
-	e.nodesPool(t, ns)
+	e.namespacePool(t, ns, "nodes-", nodesPool)
 	lb := loadBalancer(ns, "lb-2")
 	lb.Spec.Selector = map[string]string{"app": servers[1].Name}
 	lb.Spec.Ports[0].TargetPort = intstr.FromInt32(8080)
@@ -191,40 +189,6 @@ func (e *env) answers(t *testing.T, client corev1.Pod, addr, want, what string) 
 		return nil
 	})
 	t.Logf("%s: answered after %s", what, time.Since(start).Round(time.Millisecond))
-}
-
-// nodesPool creates the IPPool over nodesPool for ns, deleted (its Services
-// first) when the test ends.
-func (e *env) nodesPool(t *testing.T, ns string) {
-	t.Helper()
-	ctx := context.Background()
-	pools := e.dynamic.Resource(poolsGVR)
-	created, err := pools.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
-		"metadata": map[string]any{"generateName": "nodes-"},
-		"spec": map[string]any{
-			"addresses":  []any{nodesPool},
-			"allocation": map[string]any{"namespaces": []any{ns}},
-		},
-	}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create IPPool: %v", err)
-	}
-	t.Cleanup(func() {
-		svcs, err := e.client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Error(err)
-		} else {
-			for _, s := range svcs.Items {
-				if err := e.client.CoreV1().Services(ns).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-					t.Error(err)
-				}
-			}
-		}
-		if err := pools.Delete(ctx, created.GetName(), metav1.DeleteOptions{}); err != nil {
-			t.Error(err)
-		}
-	})
 }
 
 func nodeReady(n corev1.Node) bool {
