@@ -519,20 +519,7 @@ func (c *Cluster) apiserverReady(ctx context.Context) error {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(pem)
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.APIServerURL+"/readyz", nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+AdminToken)
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("kube-apiserver /readyz: %s", resp.Status)
-	}
-	return nil
+	return controlplane.Readyz(ctx, client, c.APIServerURL, AdminToken)
 }
 
 func (c *Cluster) waitNodeReady(ctx context.Context, n node, timeout time.Duration) error {

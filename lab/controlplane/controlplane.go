@@ -243,18 +243,27 @@ func (cp *ControlPlane) runAPIServer(ctx context.Context, args []string) error {
 		if cmd.ProcessState != nil {
 			return fmt.Errorf("kube-apiserver exited: %s (log %s)", cmd.ProcessState, cp.logPath("kube-apiserver"))
 		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cp.APIServerURL+"/readyz", nil)
-		req.Header.Set("Authorization", "Bearer "+AdminToken)
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("kube-apiserver /readyz: %s", resp.Status)
-		}
-		return nil
+		return Readyz(ctx, client, cp.APIServerURL, AdminToken)
 	})
+}
+
+// Readyz asks the kube-apiserver at url, with the bearer token of an
+// admin, whether it is ready: nil when its /readyz answers 200.
+func Readyz(ctx context.Context, client *http.Client, url, token string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("kube-apiserver /readyz: %s", resp.Status)
+	}
+	return nil
 }
 
 func (cp *ControlPlane) logPath(name string) string { return filepath.Join(cp.Dir, name+".log") }
