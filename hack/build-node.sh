@@ -10,12 +10,13 @@
 # It also builds the root filesystem of the image Kubernetes' e2e specs run
 # (registry.k8s.io/e2e-test-images/agnhost, lab/cluster.AgnhostImage): agnhost
 # from the same k8s.io/kubernetes, and what the specs run inside it from
-# Debian's packages — busybox-static (wget and the other applets) and
-# netcat-openbsd (the nc the specs call with -v -t -u, as the upstream image
-# has), fetched with `apt-get download`, and the machine's dash (/bin/sh, as
-# in the upstream image: busybox's own sh runs its applets before PATH, so
-# `sh -c 'nc -v …'` would get busybox's nc, which has no -v) and curl, each
-# with the shared libraries it links. It lands in rootfs/agnhost beside bin/.
+# Debian's packages — busybox-static (the applets) and netcat-openbsd (the
+# nc the specs call with -v -t -u, as the upstream image has), fetched with
+# `apt-get download`, and the machine's dash (/bin/sh, as in the upstream
+# image: busybox's own sh runs its applets before PATH, so `sh -c 'nc -v …'`
+# would get busybox's nc, which has no -v), curl and GNU wget (busybox's
+# dies on -T), each with the shared libraries it links. It lands in
+# rootfs/agnhost beside bin/.
 #
 # The Kubernetes binaries are built against a copy of hack/tools/go.mod and
 # go.sum (-modfile): they need go.sum lines that kube-apiserver does not, and
@@ -45,11 +46,12 @@ fi
 netcat_version=$(candidate netcat-openbsd)
 curl_version=$(dpkg-query -W -f='${Version}' curl 2>/dev/null || true)
 dash_version=$(dpkg-query -W -f='${Version}' dash 2>/dev/null || true)
-if [ -z "$busybox_version" ] || [ "$busybox_version" = "(none)" ] || [ -z "$netcat_version" ] || [ -z "$curl_version" ] || [ -z "$dash_version" ]; then
-  echo "build-node: the agnhost image needs Debian's busybox-static and netcat-openbsd (apt-get download), curl and dash (apt-get install -y curl dash)" >&2
+wget_version=$(dpkg-query -W -f='${Version}' wget 2>/dev/null || true)
+if [ -z "$busybox_version" ] || [ "$busybox_version" = "(none)" ] || [ -z "$netcat_version" ] || [ -z "$curl_version" ] || [ -z "$dash_version" ] || [ -z "$wget_version" ]; then
+  echo "build-node: the agnhost image needs Debian's busybox-static and netcat-openbsd (apt-get download), curl, dash and wget (apt-get install -y curl dash wget)" >&2
   exit 1
 fi
-key_agnhost=$( (echo 3; echo "$key_kube busybox-static=$busybox_version netcat-openbsd=$netcat_version curl=$curl_version dash=$dash_version") | hash)
+key_agnhost=$( (echo 4; echo "$key_kube busybox-static=$busybox_version netcat-openbsd=$netcat_version curl=$curl_version dash=$dash_version wget=$wget_version") | hash)
 key=$(echo "$key_pause $key_coredns $key_kube $key_agnhost" | hash)
 dir=$cache/$key
 bin=$dir/bin
@@ -105,14 +107,18 @@ agnhost_rootfs() {
   for applet in $("$root/bin/busybox" --list-full); do
     [ -e "$root/$applet" ] || { mkdir -p "$root/$(dirname "$applet")"; ln -s /bin/busybox "$root/$applet"; }
   done
-  rm -f "$root/bin/nc" "$root/usr/bin/nc" "$root/usr/bin/curl" "$root/bin/sh"
+  # busybox 1.35.0's wget dies of SIGSEGV when given -T (Debian's static
+  # and dynamic builds alike), which Kubernetes' source-ranges spec passes
+  # (`wget -T 5 -qO- <address>`): GNU wget takes the same flags.
+  rm -f "$root/bin/nc" "$root/usr/bin/nc" "$root/usr/bin/curl" "$root/bin/sh" "$root/bin/wget" "$root/usr/bin/wget"
   with_libs "$root" "$deb/x/bin/nc.openbsd" /bin/nc
   with_libs "$root" /bin/dash /bin/sh
   with_libs "$root" /usr/bin/curl /usr/bin/curl
+  with_libs "$root" /usr/bin/wget /usr/bin/wget
   rm -rf "$deb"
   printf 'root:x:0:0:root:/root:/bin/sh\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n' >"$root/etc/passwd"
   printf 'root:x:0:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n' >"$root/etc/group"
-  echo "build-node: agnhost's root filesystem in $root (busybox-static $busybox_version, netcat-openbsd $netcat_version, curl $curl_version, dash $dash_version)" >&2
+  echo "build-node: agnhost's root filesystem in $root (busybox-static $busybox_version, netcat-openbsd $netcat_version, curl $curl_version, dash $dash_version, wget $wget_version)" >&2
 }
 # with_libs ROOT BINARY DEST: BINARY at ROOT/DEST, and the shared libraries
 # it links (as the machine's loader resolves them) at their paths in ROOT.

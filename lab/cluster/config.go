@@ -37,7 +37,7 @@ const (
 	CoreDNSImage = "ipledger-node/coredns:node"
 	// AgnhostImage is the only image Kubernetes' e2e specs run (its
 	// test/utils/image/manifest.go), under the name they ask for: agnhost
-	// of the pinned Kubernetes, with busybox's sh, nc and wget and curl
+	// of the pinned Kubernetes, with busybox's applets, dash, nc, curl and GNU wget
 	// (hack/build-node.sh's rootfs/agnhost). Tests use it for client and
 	// server pods too (`agnhost netexec`, `agnhost connect`).
 	AgnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"

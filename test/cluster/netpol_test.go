@@ -98,7 +98,7 @@ func TestNetworkPoliciesAreEnforced(t *testing.T) {
 		}
 	}
 	// What Prometheus does from a monitoring namespace: scrape the metrics
-	// (curl: the image's busybox wget dies of SIGSEGV).
+	// (with curl).
 	if out, err := e.execIn(t, monitoring, "curl", "-sS", "--max-time", "5", "http://"+opsAddr+"/metrics"); err != nil || !strings.Contains(out, "ipledger_watcher_subscribers") {
 		t.Errorf("scrape of http://%s/metrics from %s: %v\n%.300s", opsAddr, monitoring.Namespace, err, out)
 	}
