@@ -32,13 +32,21 @@ func TestAnnouncedByMetalLB(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t)
 	r, srv := h.startWeb("tann", "10.78.61.0/28", "10.78.61.0")
+	// The announcements are of the addresses the replica's stream shows
+	// the Service holding: its status, written by ipam, comes back a moment
+	// after startWeb saw it in the API.
 	why := func() *ipamv1.Announcement {
 		t.Helper()
-		x, err := srv.ExplainService(ctx, &ipamv1.ExplainServiceRequest{Service: &ipamv1.ServiceRef{Namespace: h.ns, Name: "web"}})
-		if err != nil || len(x.GetAnnouncements()) != 1 {
-			t.Fatalf("ExplainService = %v, %v; want one announcement", x, err)
-		}
-		return x.GetAnnouncements()[0]
+		var a *ipamv1.Announcement
+		testenv.Eventually(t, wait, func() error {
+			x, err := srv.ExplainService(ctx, &ipamv1.ExplainServiceRequest{Service: &ipamv1.ServiceRef{Namespace: h.ns, Name: "web"}})
+			if err != nil || len(x.GetAnnouncements()) != 1 {
+				return fmt.Errorf("ExplainService = %v, %v; want one announcement", x, err)
+			}
+			a = x.GetAnnouncements()[0]
+			return nil
+		})
+		return a
 	}
 	if a := why(); a.GetState() != "NoAnnouncer" || !strings.HasPrefix(a.GetMessage(), "no announcer found") {
 		t.Errorf("before MetalLB: %v", a)
