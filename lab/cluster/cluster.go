@@ -392,17 +392,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
-	if err := controlplane.WaitFor(ctx, 30*time.Second, "etcd", func() error {
-		resp, err := http.Get(etcdClientURL + "/health")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("etcd /health: %s", resp.Status)
-		}
-		return nil
-	}); err != nil {
+	if err := controlplane.WaitFor(ctx, 30*time.Second, "etcd", func() error { return controlplane.EtcdHealthy(etcdClientURL) }); err != nil {
 		return err
 	}
 	// People's client certificates (UserKubeconfig) and the aggregation

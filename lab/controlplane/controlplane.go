@@ -163,17 +163,21 @@ func (cp *ControlPlane) startEtcd(ctx context.Context) error {
 		return err
 	}
 	cp.etcd = cmd
-	return WaitFor(ctx, 30*time.Second, "etcd", func() error {
-		resp, err := http.Get(client + "/health")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("etcd /health: %s", resp.Status)
-		}
-		return nil
-	})
+	return WaitFor(ctx, 30*time.Second, "etcd", func() error { return EtcdHealthy(client) })
+}
+
+// EtcdHealthy asks the etcd serving clients at url whether it is healthy:
+// nil when its /health answers 200.
+func EtcdHealthy(url string) error {
+	resp, err := http.Get(url + "/health")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("etcd /health: %s", resp.Status)
+	}
+	return nil
 }
 
 func (cp *ControlPlane) startAPIServer(ctx context.Context) error {
