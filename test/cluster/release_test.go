@@ -55,29 +55,13 @@ import (
 
 // released is what TestMain's way home from the release directory found;
 // TestReleaseDirectory reports it.
-var released struct {
-	ran      bool
-	skipped  string
-	summary  []string
-	findings []string
-}
+var released phaseReport
 
 // TestReleaseDirectory reports the install, allocation, `kubectl ipledger
 // why`, upgrade from the previous release and uninstalls that TestMain ran
 // from the release directory alone on the fresh node
 // (throughReleaseDirectory).
-func TestReleaseDirectory(t *testing.T) {
-	get(t)
-	if !released.ran {
-		t.Skipf("the install did not go through the release directory: %s", released.skipped)
-	}
-	for _, line := range released.summary {
-		t.Log(line)
-	}
-	for _, f := range released.findings {
-		t.Error(f)
-	}
-}
+func TestReleaseDirectory(t *testing.T) { released.report(t, "the release directory") }
 
 // releaseOperator is the ServiceAccount the operator runs `kubectl ipledger`
 // with, bound to ipledger:viewer by releaseOperatorBinding

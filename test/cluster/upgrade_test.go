@@ -35,12 +35,7 @@ import (
 
 // upgraded is what TestMain's way through the previous release found;
 // TestUpgradeFromPreviousRelease reports it.
-var upgraded struct {
-	ran      bool
-	skipped  string
-	summary  []string
-	findings []string
-}
+var upgraded phaseReport
 
 // TestUpgradeFromPreviousRelease reports the upgrade, downgrade and upgrade
 // again that TestMain's install went through (throughPreviousRelease): no
@@ -48,15 +43,28 @@ var upgraded struct {
 // equalled the statuses after each, new Services were allocated after each,
 // old and new replicas ran side by side, and no Lease went back from the
 // newer version to the older during an upgrade.
-func TestUpgradeFromPreviousRelease(t *testing.T) {
+func TestUpgradeFromPreviousRelease(t *testing.T) { upgraded.report(t, "the previous release") }
+
+// phaseReport is what a phase TestMain ran before the tests — on the fresh
+// node, where no test can run it — found: its test reports it.
+type phaseReport struct {
+	ran      bool
+	skipped  string // why it did not run
+	summary  []string
+	findings []string // each fails the test
+}
+
+// report logs the summary and fails t with each finding; it skips t when
+// the install did not go through what (the phase did not run).
+func (r *phaseReport) report(t *testing.T, what string) {
 	get(t)
-	if !upgraded.ran {
-		t.Skipf("the install did not go through the previous release: %s", upgraded.skipped)
+	if !r.ran {
+		t.Skipf("the install did not go through %s: %s", what, r.skipped)
 	}
-	for _, line := range upgraded.summary {
+	for _, line := range r.summary {
 		t.Log(line)
 	}
-	for _, f := range upgraded.findings {
+	for _, f := range r.findings {
 		t.Error(f)
 	}
 }
