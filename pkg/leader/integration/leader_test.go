@@ -751,6 +751,16 @@ func TestRunWhenSyncedCampaignsOnlyAfterTheFirstSynced(t *testing.T) {
 type hangable struct {
 	mu     sync.Mutex
 	healed chan struct{} // nil: not cut
+	// sinceHeal counts the requests sent after the last heal that got an
+	// answer.
+	sinceHeal int
+}
+
+// askedSinceHeal says whether a request sent after the heal was answered.
+func (h *hangable) askedSinceHeal() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sinceHeal > 0
 }
 
 func (h *hangable) cut() {
@@ -766,6 +776,7 @@ func (h *hangable) heal() {
 		close(h.healed)
 		h.healed = nil
 	}
+	h.sinceHeal = 0
 }
 
 func (h *hangable) client(t *testing.T, env *testenv.Env) kubernetes.Interface {
@@ -783,7 +794,13 @@ func (h *hangable) client(t *testing.T, env *testenv.Env) kubernetes.Interface {
 					return nil, r.Context().Err()
 				}
 			}
-			return rt.RoundTrip(r)
+			resp, err := rt.RoundTrip(r)
+			if err == nil && healed == nil {
+				h.mu.Lock()
+				h.sinceHeal++
+				h.mu.Unlock()
+			}
+			return resp, err
 		})
 	})
 	c, err := kubernetes.NewForConfig(cfg)
@@ -838,9 +855,27 @@ func TestHungLeaderNeitherOverlapsNorReleasesTheNext(t *testing.T) {
 	if s := rec.started()[1]; s.identity != "standby" {
 		t.Fatalf("second term %s of %s, want the standby's", s.id, s.identity)
 	}
-	// Long enough for the healed leader's release (and its next campaign)
-	// to land, and for the standby to see it at a renewal.
-	time.Sleep(2 * time.Second)
+	// Until the healed leader's release (if it sends one) has landed: its
+	// hung read returned and it asked the API server again since (a release,
+	// or its next campaign), and the standby renewed the Lease after that —
+	// a released or retaken Lease shows in the holder checked below.
+	var asked time.Time
+	testenv.Eventually(t, 15*time.Second, func() error {
+		if !h.askedSinceHeal() {
+			return fmt.Errorf("the healed leader has not asked the API server since the heal")
+		}
+		if asked.IsZero() {
+			asked = time.Now()
+		}
+		l, err := env.Client.CoordinationV1().Leases(ns).Get(context.Background(), "test-lease", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if l.Spec.RenewTime == nil || !l.Spec.RenewTime.After(asked) {
+			return fmt.Errorf("the Lease was not renewed since the healed leader asked (renewed %v)", l.Spec.RenewTime)
+		}
+		return nil
+	})
 	rec.mu.Lock()
 	events := append([]termEvent(nil), rec.events...)
 	rec.mu.Unlock()
