@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ipledger/ipledger/lab/controlplane"
 )
 
 // A node beyond the first can fail and come back (FailNode, RestoreNode),
@@ -119,20 +121,16 @@ func (c *Cluster) KillContainer(ctx context.Context, name, containerID string) e
 	if _, err := ctr(ctx, n, "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	return controlplane.WaitFor(ctx, 10*time.Second, fmt.Sprintf("node %s: container %s", name, id), func() error {
 		out, err := ctr(ctx, n, "-n", "k8s.io", "tasks", "ls")
 		if err != nil {
 			return err
 		}
-		if !taskRunning(string(out), id) {
-			return nil
+		if taskRunning(string(out), id) {
+			return fmt.Errorf("its task still runs after SIGKILL")
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("node %s: container %s still runs 10s after SIGKILL", name, id)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // taskRunning says whether `ctr tasks ls` (TASK PID STATUS) lists task id
