@@ -3,9 +3,11 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -408,11 +410,21 @@ func TestHelmInstallsAsDocsSay(t *testing.T) {
 	}
 
 	run(helm, "uninstall", "ipledger", "--namespace", "ipledger-system")
-	for id := range present(production) {
-		if id != "Namespace ipledger-system" {
-			t.Errorf("after helm uninstall, %s is still there", id)
+	// helm uninstall returns once it has asked for each deletion; a CRD
+	// goes when the API server has cleaned up its objects, a moment later.
+	testenv.Eventually(t, time.Minute, func() error {
+		var left []string
+		for id := range present(production) {
+			if id != "Namespace ipledger-system" {
+				left = append(left, id)
+			}
 		}
-	}
+		if len(left) > 0 {
+			sort.Strings(left)
+			return fmt.Errorf("after helm uninstall, still there: %v", left)
+		}
+		return nil
+	})
 }
 
 // TestHelmChartIsTheRelease: Chart.yaml names the release of the VERSION
