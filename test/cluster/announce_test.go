@@ -23,6 +23,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -318,6 +319,10 @@ func (e *env) logSpeakerOnFailure(t *testing.T, speaker corev1.Pod) {
 			return
 		}
 		raw, err := e.client.CoreV1().Pods(speakerNS).GetLogs(speaker.Name, &corev1.PodLogOptions{}).DoRaw(context.Background())
+		if apierrors.IsNotFound(err) {
+			t.Logf("speaker %s: gone, its log with it (a restart replaced it)", speaker.Name)
+			return
+		}
 		t.Logf("speaker %s, its last log lines but its configuration's reconciles and interface scans (%v):\n%s", speaker.Name, err, speakerLogTail(string(raw), 120))
 	})
 }

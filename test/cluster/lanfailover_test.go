@@ -291,18 +291,9 @@ func (e *env) speakersJoined(t *testing.T, n1, n2 cluster.Node, since time.Time)
 func (e *env) announcedFrom(t *testing.T, ns, svc, node string, onMiss ...func()) {
 	t.Helper()
 	testenv.Eventually(t, 2*time.Minute, func() error {
-		list, err := e.dynamic.Resource(servicel2statusesGVR).Namespace(speakerNS).List(context.Background(), metav1.ListOptions{})
+		got, err := e.l2StatusNodes(ns, svc)
 		if err != nil {
 			return err
-		}
-		var got []string
-		for _, s := range list.Items {
-			svcNS, _, _ := unstructured.NestedString(s.Object, "status", "serviceNamespace")
-			name, _, _ := unstructured.NestedString(s.Object, "status", "serviceName")
-			n, _, _ := unstructured.NestedString(s.Object, "status", "node")
-			if svcNS == ns && name == svc {
-				got = append(got, n)
-			}
 		}
 		if len(got) != 1 || got[0] != node {
 			for _, f := range onMiss {
@@ -312,6 +303,25 @@ func (e *env) announcedFrom(t *testing.T, ns, svc, node string, onMiss ...func()
 		}
 		return nil
 	})
+}
+
+// l2StatusNodes lists the nodes the speaker's ServiceL2Statuses of Service
+// svc name.
+func (e *env) l2StatusNodes(ns, svc string) ([]string, error) {
+	list, err := e.dynamic.Resource(servicel2statusesGVR).Namespace(speakerNS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var nodes []string
+	for _, s := range list.Items {
+		svcNS, _, _ := unstructured.NestedString(s.Object, "status", "serviceNamespace")
+		name, _, _ := unstructured.NestedString(s.Object, "status", "serviceName")
+		n, _, _ := unstructured.NestedString(s.Object, "status", "node")
+		if svcNS == ns && name == svc {
+			nodes = append(nodes, n)
+		}
+	}
+	return nodes, nil
 }
 
 // ipamSees waits until ipam's ExplainService (`kubectl ipledger why`) says
