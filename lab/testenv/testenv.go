@@ -35,10 +35,12 @@ import (
 	"github.com/ipledger/ipledger/lab/containerimage"
 	"github.com/ipledger/ipledger/lab/controlplane"
 	"github.com/ipledger/ipledger/pkg/authz"
+	"github.com/ipledger/ipledger/pkg/install"
 )
 
-// SystemNamespace is where ipledger's own objects (Leases, ledger) live.
-const SystemNamespace = "ipledger-system"
+// SystemNamespace is where ipledger's own objects (Leases, ledger) live:
+// the install's default namespace.
+const SystemNamespace = install.DefaultNamespace
 
 // Env is the shared control plane of one test binary.
 type Env struct {

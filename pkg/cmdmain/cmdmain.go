@@ -22,11 +22,9 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
+	"github.com/ipledger/ipledger/pkg/install"
 	"github.com/ipledger/ipledger/pkg/version"
 )
-
-// DefaultNamespace is where ipledger runs and keeps its Leases and ledger.
-const DefaultNamespace = "ipledger-system"
 
 // DefaultKubeAPIQPS and DefaultKubeAPIBurst are the Kubernetes client rate
 // limits of a binary that presets none. client-go's own 5/10 is far too low
@@ -60,7 +58,7 @@ type Common struct {
 func (c *Common) Defaults() {
 	c.LogLevel = orDefault(c.LogLevel, "info")
 	c.LogFormat = orDefault(c.LogFormat, "json")
-	c.Namespace = orDefault(c.Namespace, DefaultNamespace)
+	c.Namespace = orDefault(c.Namespace, install.DefaultNamespace)
 	if c.KubeAPIQPS == 0 {
 		c.KubeAPIQPS = DefaultKubeAPIQPS
 	}

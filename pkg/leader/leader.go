@@ -38,6 +38,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/ipledger/ipledger/pkg/install"
 )
 
 // Defaults of Config, as client-go's core components use.
@@ -51,7 +53,7 @@ const (
 // Config configures the election.
 type Config struct {
 	// LeaseName and LeaseNamespace name the coordination.k8s.io Lease
-	// (LeaseNamespace defaults to ipledger-system).
+	// (LeaseNamespace defaults to install.DefaultNamespace).
 	LeaseName, LeaseNamespace string
 	// Identity names this candidate; it must be unique among candidates
 	// (default: hostname plus a random suffix).
@@ -85,13 +87,10 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", c.StopTimeout, "bound on stopping a term (drain); overrunning it exits the process")
 }
 
-// DefaultNamespace is where ipledger keeps its Leases.
-const DefaultNamespace = "ipledger-system"
-
 // Defaults fills the fields left unset (not LeaseName nor Identity).
 func (c *Config) Defaults() {
 	if c.LeaseNamespace == "" {
-		c.LeaseNamespace = DefaultNamespace
+		c.LeaseNamespace = install.DefaultNamespace
 	}
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = DefaultLeaseDuration

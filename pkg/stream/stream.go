@@ -40,6 +40,7 @@ import (
 
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/backoff"
+	"github.com/ipledger/ipledger/pkg/install"
 	"github.com/ipledger/ipledger/pkg/promreg"
 	watcherv1 "github.com/ipledger/ipledger/proto/ipledger/watcher/v1"
 	watcherv1grpc "github.com/ipledger/ipledger/proto/ipledger/watcher/v1/watcherv1grpc"
@@ -193,7 +194,7 @@ type Client struct {
 // New validates cfg and builds a Client; it does not connect until Run.
 func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Client, error) {
 	if cfg.Target == "" {
-		return nil, errors.New("stream: no watcher target: set --watcher-addr (e.g. dns:///ipledger-watcher.ipledger-system:9090)")
+		return nil, errors.New("stream: no watcher target: set --watcher-addr (e.g. dns:///ipledger-watcher." + install.DefaultNamespace + ":9090)")
 	}
 	if len(cfg.Kinds) == 0 {
 		return nil, errors.New("stream: no kinds to watch")

@@ -27,13 +27,14 @@ import (
 	"github.com/ipledger/ipledger/lab/containerimage"
 	"github.com/ipledger/ipledger/lab/controlplane"
 	"github.com/ipledger/ipledger/pkg/authz"
+	"github.com/ipledger/ipledger/pkg/install"
 	"github.com/ipledger/ipledger/pkg/version"
 )
 
 // components in start order: consumers need the watcher first.
 var components = []string{"watcher", "ipam", "endpoints", "eipd"}
 
-const systemNamespace = "ipledger-system"
+const systemNamespace = install.DefaultNamespace
 
 // Dev is the local environment rooted at <repo>/.dev.
 type Dev struct {

@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ipledger/ipledger/pkg/install"
 )
 
 // The ledger as ipam writes it (services/ipam/internal/ledger, which the
@@ -45,10 +47,10 @@ replacing the ledger whole. Only ipam and the group ipledger:ledger-admins may w
 admission policy ipledger-ledger-writers; docs/security.md): run restore with --as-group=ipledger:ledger-admins
 and --as=<you>, or as a member of the group.`,
 		Example: `  kubectl ipledger ledger backup > ledger-$(date +%F).yaml
-  kubectl -n ipledger-system scale deploy/ipledger-ipam --replicas=0
+  kubectl -n ` + install.DefaultNamespace + ` scale deploy/ipledger-ipam --replicas=0
   kubectl ipledger ledger restore -f ledger-2026-12-01.yaml \
     --as="$(kubectl auth whoami -o jsonpath='{.status.userInfo.username}')" --as-group=ipledger:ledger-admins
-  kubectl -n ipledger-system scale deploy/ipledger-ipam --replicas=2`,
+  kubectl -n ` + install.DefaultNamespace + ` scale deploy/ipledger-ipam --replicas=2`,
 	}
 	cmd.AddCommand(newLedgerBackupCommand(o), newLedgerRestoreCommand(o))
 	return cmd

@@ -14,6 +14,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/ipledger/ipledger/pkg/install"
 	"github.com/ipledger/ipledger/pkg/version"
 	"github.com/ipledger/ipledger/plugin/internal/connect"
 	"github.com/ipledger/ipledger/plugin/internal/diagnose"
@@ -39,7 +40,7 @@ func NewRoot(streams genericiooptions.IOStreams) *cobra.Command {
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl ipledger"},
 		Short:       "Inspect and operate ipledger's address management from kubectl",
 		Long: `kubectl ipledger asks ipledger's ipam, the way kubectl asks the API server: it finds ipam
-in the current kubeconfig context (namespace --ipam-namespace, default ipledger-system), opens a
+in the current kubeconfig context (namespace --ipam-namespace, default ` + install.DefaultNamespace + `), opens a
 port-forward to one of its Pods (to the leader for reserve and release) and closes it when done,
 and authenticates with a short-lived token it requests for ipam's audience (ipledger.io/ipam):
 for --service-account, or for your own ServiceAccount when the kubeconfig is one. Or give
@@ -50,7 +51,7 @@ for --service-account, or for your own ServiceAccount when the kubeconfig is one
 Reading needs the ClusterRole ipledger:viewer, reserve and release ipledger:operator, both bound to
 the ServiceAccount whose token the plugin sends.`,
 		Example: `  # Why has my Service no external IP?
-  kubectl ipledger why svc/web -n shop --service-account ipledger-system/me
+  kubectl ipledger why svc/web -n shop --service-account ` + install.DefaultNamespace + `/me
 
   # Every allocation, in every namespace, and the pools' usage
   kubectl ipledger allocations -A

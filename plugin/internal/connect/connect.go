@@ -25,12 +25,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/ipledger/ipledger/pkg/install"
 	ipamv1grpc "github.com/ipledger/ipledger/proto/ipledger/ipam/v1/ipamv1grpc"
 )
 
-// Defaults of the base install (deploy/kustomize/base/ipam.yaml).
+// Defaults of the base install (deploy/kustomize/base/ipam.yaml); its
+// namespace is install.DefaultNamespace.
 const (
-	DefaultNamespace = "ipledger-system"
 	DefaultLease     = "ipledger-ipam"
 	DefaultTLSSecret = "ipledger-ipam-tls" // components/tls; its ca.crt is the CA that signed ipam's certificate
 	// DefaultCAConfigMap is components/tls-signer's bundle (ca.crt) of the
@@ -69,7 +70,7 @@ type Flags struct {
 // AddFlags registers the flags on fs.
 func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.API, "api", APIAuto, "How to reach ipam: auto (the aggregated API api.ipledger.io as yourself when the cluster serves it and no gRPC flag is given, else gRPC through a port-forward), aggregated, or grpc.")
-	fs.StringVar(&f.Namespace, "ipam-namespace", DefaultNamespace, "Namespace where ipam runs.")
+	fs.StringVar(&f.Namespace, "ipam-namespace", install.DefaultNamespace, "Namespace where ipam runs.")
 	fs.StringVar(&f.Lease, "ipam-lease", DefaultLease, "ipam's leader-election Lease (in --ipam-namespace); reserve and release go to its holder.")
 	fs.StringVar(&f.Address, "ipam-address", "", "Dial ipam at host:port instead of port-forwarding to one of its Pods.")
 	fs.StringVar(&f.TokenFile, "token-file", "", "File holding a token for audience "+Audience+" (e.g. from kubectl create token NAME --audience "+Audience+"). By default the plugin requests one.")

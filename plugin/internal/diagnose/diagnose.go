@@ -10,6 +10,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/ipledger/ipledger/pkg/install"
 )
 
 // Call is what a command knows about the call that failed.
@@ -69,7 +71,7 @@ func Explain(err error, call Call) error {
 		}
 		return fmt.Errorf("ipam refused: %s", msg)
 	case codes.Unavailable:
-		return fmt.Errorf("ipam unreachable (%s): %s\nfix: check that ipam is running and Ready (kubectl -n ipledger-system get pods -l app.kubernetes.io/name=ipledger-ipam), that --ipam-address is right, and that TLS matches (--ipam-ca-file when ipam serves TLS)", call.Where, msg)
+		return fmt.Errorf("ipam unreachable (%s): %s\nfix: check that ipam is running and Ready (kubectl -n %s get pods -l app.kubernetes.io/name=ipledger-ipam), that --ipam-address is right, and that TLS matches (--ipam-ca-file when ipam serves TLS)", call.Where, msg, install.DefaultNamespace)
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("ipam did not answer in time (%s): %s", call.Where, msg)
 	case codes.NotFound, codes.InvalidArgument:

@@ -134,7 +134,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.cfg.Leader.Events, a.cfg.Leader.EventComponent = a.client.CoreV1(), Component
 	ctrlCfg := cfg.Controller
 	ctrlCfg.ClusterID = cfg.ClusterID
-	if a.Controller, err = controller.New(ctrlCfg, ec2c, a.watch.Store(), a.client, a.log, a.Registry); err != nil {
+	if a.Controller, err = controller.New(ctrlCfg, ec2c, a.watch, a.watch.Store(), a.client, a.log, a.Registry); err != nil {
 		return nil, err
 	}
 	cfg.GRPC.DefaultAudiences(authz.EIPDAudience)
@@ -175,7 +175,7 @@ func (a *App) Run(ctx context.Context) error {
 	g.Go(func() error { return a.watch.Run(gctx) })
 	g.Go(func() error {
 		return leader.RunWhenSynced(gctx, a.watch, func() { a.synced.Store(true); a.grpc.SetServing(true) },
-			a.client, a.cfg.Leader, a.Controller.NewWorker(a.watch, a.Registry), a.log, a.Registry)
+			a.client, a.cfg.Leader, a.Controller.NewWorker, a.log, a.Registry)
 	})
 	return g.Wait()
 }

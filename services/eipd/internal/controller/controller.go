@@ -230,7 +230,9 @@ type Queue interface {
 type Controller struct {
 	cfg     Config
 	ec2     EC2
+	source  Source
 	store   Store
+	reg     prometheus.Registerer
 	kube    kubernetes.Interface
 	log     *slog.Logger
 	metrics *metrics
@@ -241,8 +243,11 @@ type Controller struct {
 	reserved decide.Reservations
 }
 
-// New returns a controller. Its Events go through each NodeReconciler's recorder.
-func New(cfg Config, ec2 EC2, store Store, kube kubernetes.Interface, log *slog.Logger, reg prometheus.Registerer) (*Controller, error) {
+// New returns a controller. Its Events go through each NodeReconciler's
+// recorder; source is the stream each term's worker follows (nil if no
+// term is run: tests that drive a NodeReconciler themselves); reg receives
+// its metrics and each term's workqueue metrics.
+func New(cfg Config, ec2 EC2, source Source, store Store, kube kubernetes.Interface, log *slog.Logger, reg prometheus.Registerer) (*Controller, error) {
 	// A zero MinReconciliationInterval is kept: it means no spacing.
 	minInterval := cfg.MinReconciliationInterval
 	cfg.Defaults()
@@ -277,7 +282,7 @@ func New(cfg Config, ec2 EC2, store Store, kube kubernetes.Interface, log *slog.
 	if err != nil {
 		return nil, err
 	}
-	return &Controller{cfg: cfg, ec2: ec2, store: store, kube: kube, log: log, metrics: m, status: NewStatusBook(), member: member, legacy: legacy, reserved: reserved}, nil
+	return &Controller{cfg: cfg, ec2: ec2, source: source, store: store, reg: reg, kube: kube, log: log, metrics: m, status: NewStatusBook(), member: member, legacy: legacy, reserved: reserved}, nil
 }
 
 // Config returns the controller's effective configuration.

@@ -55,7 +55,7 @@ func TestHandlerEnqueuesOnlyWhatMatters(t *testing.T) {
 		{name: "delete of a labelled node", new: nodeObj("1", want, nil, "p"), deleted: true, enqueued: true},
 		{name: "delete of an unlabelled node", new: nodeObj("1", nil, nil, "p"), deleted: true},
 	}
-	c, err := New(Config{ClusterID: "test"}, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	c, err := New(Config{ClusterID: "test"}, nil, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestOptInLabels(t *testing.T) {
 		{legacyOptIn: LegacyOptInIgnore, labels: operator, wants: true, enqueued: true},
 		{legacyOptIn: LegacyOptInAccept, labels: operator, wants: true, enqueued: true},
 	} {
-		c, err := New(Config{ClusterID: "test", LegacyOptIn: tt.legacyOptIn}, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+		c, err := New(Config{ClusterID: "test", LegacyOptIn: tt.legacyOptIn}, nil, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,10 +106,10 @@ func TestOptInLabels(t *testing.T) {
 			t.Errorf("--legacy-opt-in=%q, labels %v: enqueued = %v, want %v", tt.legacyOptIn, tt.labels, got, tt.enqueued)
 		}
 	}
-	if _, err := New(Config{ClusterID: "test", LegacyOptIn: "yes"}, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil); err == nil {
+	if _, err := New(Config{ClusterID: "test", LegacyOptIn: "yes"}, nil, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil); err == nil {
 		t.Error("--legacy-opt-in=yes accepted")
 	}
-	if _, err := New(Config{ClusterID: "test", InstanceClusterTag: "novalue"}, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil); err == nil {
+	if _, err := New(Config{ClusterID: "test", InstanceClusterTag: "novalue"}, nil, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil); err == nil {
 		t.Error("--instance-cluster-tag=novalue accepted")
 	}
 }

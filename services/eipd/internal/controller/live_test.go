@@ -81,7 +81,7 @@ func TestLiveNodesReadsInParallelWithinTheBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{ClusterID: "test"}, nil, nil, kube, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	c, err := New(Config{ClusterID: "test"}, nil, nil, nil, kube, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ipledger/ipledger/pkg/leader"
 	"github.com/ipledger/ipledger/pkg/stream"
 )
@@ -19,13 +17,11 @@ type Source interface {
 	RemoveHandler(r stream.Registration)
 }
 
-// NewWorker returns leader.Run's newWorker: every term gets a fresh queue
-// and a fresh NodeReconciler (expectations included).
-func (c *Controller) NewWorker(src Source, reg prometheus.Registerer) func(term *leader.Term) (leader.Worker, error) {
-	return func(term *leader.Term) (leader.Worker, error) {
-		queue := leader.NewQueue("eipd_nodes", reg, leader.WithRateLimiter(c.RetryLimiter())).WithLogger(c.log)
-		return &worker{c: c, src: src, queue: queue, run: c.NewNodeReconciler(queue, term.Recorder())}, nil
-	}
+// NewWorker builds the fresh state of one term (a queue and a
+// NodeReconciler, expectations included); it is leader.Run's newWorker.
+func (c *Controller) NewWorker(term *leader.Term) (leader.Worker, error) {
+	queue := leader.NewQueue("eipd_nodes", c.reg, leader.WithRateLimiter(c.RetryLimiter())).WithLogger(c.log)
+	return &worker{c: c, queue: queue, run: c.NewNodeReconciler(queue, term.Recorder())}, nil
 }
 
 // worker is one term of eipd, endpoints' shape (docs/architecture.md, "One
@@ -36,7 +32,6 @@ func (c *Controller) NewWorker(src Source, reg prometheus.Registerer) func(term 
 // beside the queue, and writes only with the term's context.
 type worker struct {
 	c     *Controller
-	src   Source
 	queue *leader.Queue[string]
 	run   *NodeReconciler
 }
@@ -46,13 +41,13 @@ func (w *worker) Run(term *leader.Term) error {
 	log := w.c.log.With("term", term.ID())
 	// Never act on a partial view: an absent Node means "give its address
 	// back", so wait for the whole world first.
-	if err := w.src.WaitForSync(term.StoppingContext()); err != nil {
+	if err := w.c.source.WaitForSync(term.StoppingContext()); err != nil {
 		log.Info("Term ended before the stream synced")
 		return nil
 	}
 	log.Info("Leading: reconciling Elastic IPs")
-	registration := w.src.AddHandler(w.run.Handler())
-	defer w.src.RemoveHandler(registration)
+	registration := w.c.source.AddHandler(w.run.Handler())
+	defer w.c.source.RemoveHandler(registration)
 
 	var wg sync.WaitGroup
 	wg.Go(func() { w.run.sweepLoop(term, log) })

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ipledger/ipledger/pkg/leader"
+	"github.com/ipledger/ipledger/services/ipam/internal/history"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 )
 
@@ -67,6 +68,55 @@ func afterLedger(err error, failures int) (phase, time.Duration) {
 	default:
 		return reopening, ledgerBackoff.after(failures)
 	}
+}
+
+// Run is the body of a term: sync, fence, rebuild, then batches until the
+// term stops.
+func (w *worker) Run(term *leader.Term) error {
+	log := w.log
+	ctx := term.StoppingContext()
+	if err := w.c.source.WaitForSync(ctx); err != nil {
+		return nil // the term ended before the stream synced
+	}
+
+	// Handlers only mark keys dirty; registering before the rebuild means
+	// nothing that happens during it is missed, and the rebuild marks
+	// every Service itself (no replay: it would decode every object).
+	// The history is written beside the term, never in its loop: a slow
+	// or failing history write delays no allocation.
+	w.hist = history.Start(term.Context(), w.c.client, history.Options{
+		Namespace: w.c.cfg.Namespace, Term: term.ID(), Retention: w.c.cfg.History, Log: w.log,
+		Metrics: w.c.histM, Now: w.c.cfg.HistoryNow, WaitForBegin: true})
+	// The writer reads the history and compares it with the ledger once
+	// the term has decided every Service the rebuild marked (the loop
+	// finds nothing ready: beginHistory), or historyBeginBound after the
+	// term started if a storm of changes keeps it busy: that comparison
+	// holds three maps of every address (and reads the sealed history
+	// segments one at a time), and made during the first passes it adds to
+	// the restart's peak at 10,000 Services (BENCHMARKS.md).
+	begin := time.AfterFunc(historyBeginBound, w.hist.Begin)
+	defer begin.Stop()
+	reg := w.c.source.Follow(w.handler())
+	defer w.c.source.RemoveHandler(reg)
+
+	// Opening: until the ledger is read, fenced and rebuilt from, the term
+	// neither decides nor takes mutations (it is not active yet).
+	w.loop(ctx, term, func(p phase) bool { return p == serving || p == fenced })
+	if w.phase != serving {
+		<-term.Stopping() // fenced, or the term ended while opening
+		return nil
+	}
+	log.Info("Term started: ledger fenced and allocations rebuilt",
+		"services", w.ldg.ServiceCount(), "conflicts", len(w.conflicts))
+	w.c.setActive(w)
+	defer w.c.setActive(nil)
+	defer w.c.metrics.forgetLeaderGauges()
+	defer w.c.ledgerM.Forget()
+	defer w.writes.wait()
+	w.loop(term.Context(), term, func(phase) bool { return false })
+	w.drainHistory(term.Context())
+	w.release(term.Context())
+	return nil
 }
 
 // enter moves the term to the phase that err (from opening the ledger or
@@ -179,7 +229,7 @@ func (w *worker) loop(ctx context.Context, term *leader.Term, until func(phase) 
 }
 
 // historyBeginBound is how long after a term's start its history writer
-// begins at the latest (controller.go).
+// begins at the latest (worker.Run).
 const historyBeginBound = time.Minute
 
 // beginHistory lets the term's history writer begin once the term serves

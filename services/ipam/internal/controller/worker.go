@@ -202,20 +202,22 @@ func (w *worker) markAfter(d time.Duration, mark func()) *time.Timer {
 }
 
 // open fences the ledger and rebuilds every allocation from it, the pools
-// and the Services, before anything is allocated. The allocator is rebuilt
-// while the shards after the head are fenced (ledger.Options.WhileFencing):
-// nothing is acted on until they are.
+// and the Services, before anything is allocated. The allocator is rebuilt,
+// and the suspect entries are asked about, while the shards after the head
+// are fenced (ledger.Opener): nothing is acted on until they are, and an
+// attempt another writer got in on is rebuilt again from the next read.
 func (w *worker) open(ctx context.Context) error {
-	l, err := ledger.Open(ctx, w.c.client, ledger.Options{
+	o := ledger.NewOpener(w.c.client, ledger.Options{
 		Namespace: w.c.cfg.Namespace, Term: w.term.ID(), ShardLimit: w.c.cfg.ShardLimit,
 		Metrics: w.c.ledgerM, Log: w.log, Holds: w.term.Holds,
-		WhileFencing: func(l *ledger.Ledger) {
-			w.ldg = l
-			if overruled := w.overrule(ctx, w.rebuild(nil)); len(overruled) > 0 {
-				w.rebuild(overruled)
-			}
-		},
 	})
+	for o.Next(ctx) {
+		w.ldg = o.Ledger()
+		if overruled := w.overrule(ctx, w.rebuild(nil)); len(overruled) > 0 {
+			w.rebuild(overruled)
+		}
+	}
+	l, err := o.Ledger(), o.Err()
 	if err != nil {
 		return err
 	}

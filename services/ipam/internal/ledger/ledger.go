@@ -241,12 +241,6 @@ type Options struct {
 	// before opening the ledger cannot fence out the one that replaced it.
 	// nil means the caller owns the ledger without a lease (tests, tools).
 	Holds func(ctx context.Context) (bool, error)
-	// WhileFencing, when set, is called by Open with the Ledger once it is
-	// read and its head fenced, while the other shards are rewritten (a
-	// term rebuilds its allocator from State then). It is called again if
-	// Open must read the ledger again; nothing it computed may be acted on
-	// unless Open returns the Ledger it was given.
-	WhileFencing func(*Ledger)
 	// ShardLimit is the encoded size above which a shard is split;
 	// 0 means DefaultShardLimit.
 	ShardLimit int
@@ -421,27 +415,99 @@ func Read(ctx context.Context, client kubernetes.Interface, namespace string) (S
 // the ledger again it finds a higher epoch and stops (ErrFenced). Before
 // writing, Open asks opts.Holds whether the term still holds its lease, and
 // returns ErrFenced if not. A corrupt ledger is returned as *CorruptError and
-// left untouched. Open is Begin, opts.WhileFencing, then Fenced, read again
-// from the start when another writer got in between.
+// left untouched. Open is an Opener run to its end with nothing done
+// between its attempts' Begin and Fenced.
 func Open(ctx context.Context, client kubernetes.Interface, opts Options) (*Ledger, error) {
-	var err error
-	for attempt := 0; attempt < 10; attempt++ {
-		var l *Ledger
-		if l, err = Begin(ctx, client, opts); err == nil {
-			if opts.WhileFencing != nil {
-				opts.WhileFencing(l)
-			}
-			if err = l.Fenced(ctx); err == nil {
-				return l, nil
-			}
-		}
-		if !Contended(err) {
-			return nil, err
-		}
-		opts.Metrics.write("conflict")
+	o := NewOpener(client, opts)
+	for o.Next(ctx) {
 	}
-	return nil, err
+	return o.Ledger(), o.Err()
 }
+
+// openAttempts bounds how often Open reads the ledger again after another
+// writer got in between its read and its fence.
+const openAttempts = 10
+
+// An Opener is Open step by step, for a caller with work of its own to do
+// while the shards after the head are fenced (ipam's term rebuilds its
+// allocator and asks the API server about suspect entries then): the
+// caller drives it, as a bufio.Scanner, and the ledger calls nothing of
+// the caller's.
+//
+//	o := ledger.NewOpener(client, opts)
+//	for o.Next(ctx) {
+//		rebuild(o.Ledger()) // may be dropped: act on nothing yet
+//	}
+//	l, err := o.Ledger(), o.Err()
+//
+// Whatever the caller computed from an attempt's Ledger it may act on only
+// if that is the Ledger the Opener ends with (Err nil).
+type Opener struct {
+	client   kubernetes.Interface
+	opts     Options
+	attempts int
+	l        *Ledger // the attempt under way, or the opened ledger
+	err      error
+	done     bool
+}
+
+// NewOpener returns an Opener of the ledger opts names; nothing is read
+// before Next.
+func NewOpener(client kubernetes.Interface, opts Options) *Opener {
+	return &Opener{client: client, opts: opts}
+}
+
+// Next waits for the fence of the attempt under way, if any, and when
+// another writer got in (Contended) begins the next attempt (Begin): it
+// reads the ledger again and fences its head. It reports whether an
+// attempt is under way, whose Ledger the caller may rebuild from; false
+// means the ledger is open (Ledger) or cannot be (Err).
+func (o *Opener) Next(ctx context.Context) bool {
+	if o.done {
+		return false
+	}
+	if o.l != nil {
+		if o.err = o.l.Fenced(ctx); o.err == nil {
+			o.done = true
+			return false
+		}
+		o.l = nil
+		if !o.retry() {
+			return false
+		}
+	}
+	for {
+		if o.l, o.err = Begin(ctx, o.client, o.opts); o.err == nil {
+			return true
+		}
+		if !o.retry() {
+			return false
+		}
+	}
+}
+
+// retry counts a failed attempt and reports whether another is due: the
+// error is another writer's and attempts are left.
+func (o *Opener) retry() bool {
+	if !Contended(o.err) {
+		o.done = true
+		return false
+	}
+	o.opts.Metrics.write("conflict")
+	o.attempts++
+	if o.attempts >= openAttempts {
+		o.done = true
+		return false
+	}
+	return true
+}
+
+// Ledger is the attempt's Ledger while Next answers true, the opened
+// ledger once it answers false with Err nil, and nil after an error.
+func (o *Opener) Ledger() *Ledger { return o.l }
+
+// Err is why the ledger could not be opened, once Next answered false.
+func (o *Opener) Err() error { return o.err }
 
 // Begin is Open up to the head: it reads the ledger, confirms the lease and
 // rewrites the head (the write that orders this term against any other that

@@ -316,7 +316,7 @@ func (h *harness) startRun() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.ctrl, err = controller.New(h.opts.cfg, ec2c, h.store, h.kube, h.log, h.reg); err != nil {
+	if h.ctrl, err = controller.New(h.opts.cfg, ec2c, nil, h.store, h.kube, h.log, h.reg); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

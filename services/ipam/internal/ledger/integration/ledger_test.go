@@ -625,3 +625,45 @@ func TestOlderTermWritingDuringTheFenceMakesItReadAgain(t *testing.T) {
 		t.Fatalf("the older term after the fence: %v, want ErrFenced", err)
 	}
 }
+
+// An Opener whose first attempt an older term's late write got in on
+// hands the caller a second attempt, read again, and ends with that
+// attempt's Ledger: what the caller rebuilt from the first is dropped
+// (docs/fencing.md, step 5).
+func TestOpenerBeginsAgainAfterALateWrite(t *testing.T) {
+	ctx := context.Background()
+	client, ns := namespace(t)
+	const limit = 8 * 1024
+	entry := func(i int) ledger.Allocation {
+		return alloc(netip.AddrFrom4([4]byte{10, 0, byte(i), 1}).String(), fmt.Sprintf("ns/svc-%d", i))
+	}
+	old := filled(t, client, ns, "a/1/t", limit, 200, entry)
+	asked := 0
+	lateOnce := func(ctx context.Context) (bool, error) {
+		if asked++; asked == 1 {
+			if err := old.Commit(ctx, ledger.Change{Release: []ledger.Allocation{entry(199)}}); err != nil {
+				t.Errorf("the older term's late write: %v", err)
+			}
+		}
+		return true, nil
+	}
+	o := ledger.NewOpener(client, ledger.Options{Namespace: ns, Term: "b/2/t", ShardLimit: limit, Holds: lateOnce})
+	var read []int
+	var attempts []*ledger.Ledger
+	for o.Next(ctx) {
+		attempts = append(attempts, o.Ledger())
+		read = append(read, len(o.Ledger().State().Allocations))
+	}
+	if err := o.Err(); err != nil {
+		t.Fatalf("Opener after one late write: %v", err)
+	}
+	if want := []int{200, 199}; !reflect.DeepEqual(read, want) {
+		t.Fatalf("the attempts read %v allocations, want %v (the first before the late write, the second after)", read, want)
+	}
+	if o.Ledger() != attempts[len(attempts)-1] {
+		t.Fatal("the Opener ended with a Ledger other than its last attempt's")
+	}
+	if err := o.Ledger().Commit(ctx, ledger.Change{Allocate: []ledger.Allocation{alloc("10.0.9.9", "ns/new")}}); err != nil {
+		t.Fatalf("Commit on the opened ledger: %v", err)
+	}
+}
