@@ -19,7 +19,7 @@ import (
 // not a flag: no deployment is safer or faster with another value.
 const expectationTimeout = 2 * time.Minute
 
-// expectations are what this term wrote to each Service (worker.expect):
+// expectations are what this term wrote to each Service (ownWrites.expect):
 // pkg/expect, as endpoints and eipd expect their own writes.
 type expectations = expect.Set[string, expectation]
 

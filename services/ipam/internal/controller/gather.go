@@ -22,6 +22,10 @@ import (
 // stream: each returns what plan's pure functions take, and decides
 // nothing.
 
+// confirmGoneWorkers bounds the concurrent GETs that confirm a Service is
+// gone.
+const confirmGoneWorkers = 8
+
 // askGone reads each Service of keys from the API server (quorum reads,
 // confirmGoneWorkers at a time).
 func askGone(ctx context.Context, client kubernetes.Interface, keys []string) []plan.Absence {

@@ -116,6 +116,26 @@ type ingressJSON struct {
 	IPMode string `json:"ipMode"`
 }
 
+// write is one Service's write of a pass: status and allocated-from-pool
+// annotation in one status-subresource patch.
+type write struct {
+	// ref names the Service (and the version decided on, for its Event).
+	// A write outlives its pass, and two passes' writes may be under way:
+	// keeping the decoded Service instead kept two batches of them alive.
+	ref  *corev1.ObjectReference
+	key  string
+	cur  svcStatus
+	want svcStatus
+	// decideAgain: once written, the Service is decided again (its
+	// addresses are released once the status no longer shows them;
+	// plan.Write.DecideAgain).
+	decideAgain bool
+	event       *plan.Event
+	// gateway names the Gateway the Service serves, which is told event too
+	// (its controller owns its status; ipam writes only Events on it).
+	gateway *corev1.ObjectReference
+}
+
 // writeService writes what differs of a Service's status and its
 // allocated-from-pool annotation (and kube-vip.io/loadbalancerIPs, under
 // --write-kube-vip-annotation) in one merge patch on the status

@@ -161,7 +161,7 @@ func TestCurrentUsesTheNewestVersion(t *testing.T) {
 		return &watcherv1.Object{Kind: watcherv1.Kind_KIND_SERVICE, Meta: &watcherv1.ObjectMeta{Namespace: "ns", Name: "web", ResourceVersion: rv},
 			Body: &watcherv1.Object_Service{Service: &watcherv1.Service{Type: "LoadBalancer"}}}
 	}
-	w := &worker{expect: newExpectations()}
+	w := &worker{ownWrites: ownWrites{expect: newExpectations()}}
 	mine := svcStatus{Status: plan.Status{Ingress: []string{"10.0.0.1"}}, base: version{rv: "105", conditions: []condition{{Type: "x"}}}}
 	w.expect.Wrote("ns/web", expectation{rv: "105", status: mine})
 	if got := w.current(at("100")); got.base.rv != "105" || len(got.base.conditions) != 1 {

@@ -10,45 +10,6 @@ import (
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 )
 
-// phase is where a term is in its life. One function, enter, moves between
-// phases, and one table, afterLedger, says which phase a ledger error leads
-// to; the loop only does what the current phase calls for.
-type phase int
-
-const (
-	// opening: the ledger is read and fenced, and the allocator rebuilt,
-	// before anything is decided (the term's start).
-	opening phase = iota
-	// serving: dirty Services are decided in passes.
-	serving
-	// reopening: a ledger write failed, so the ledger as stored is read and
-	// fenced again (under this same term) before anything more is decided.
-	reopening
-	// corrupt: the ledger cannot be read; nothing is allocated, every pool
-	// says so, and it is read again now and then until it is repaired.
-	corrupt
-	// fenced: a newer term owns the ledger. Nothing more is written; the
-	// term waits for its end.
-	fenced
-)
-
-func (p phase) String() string {
-	return [...]string{"opening", "serving", "reopening", "corrupt", "fenced"}[p]
-}
-
-// lifecycle is a term's phase and what its phases need.
-type lifecycle struct {
-	phase phase
-	// retryAt is when the ledger is read again (opening, reopening, corrupt).
-	retryAt time.Time
-	// corrupt is the error of the corrupt ledger, while the phase is corrupt.
-	corrupt *ledger.CorruptError
-	// statusesOwed: a phase transition changed what every pool's status
-	// says (the ledger turned unreadable); the loop's next step writes them.
-	// A transition itself does no I/O.
-	statusesOwed bool
-}
-
 // afterLedger is the phase that an attempt to open the ledger or a commit
 // leads to, and how long until the next attempt to open it (the loop's
 // retry policy for ledgerKey, retry.go). failures counts the consecutive failed opens,

@@ -2,7 +2,67 @@ package controller
 
 import (
 	"sync"
+	"time"
 )
+
+// queue is what a term's loop has to do, as client-go's rate-limited
+// workqueue is a controller's: the Services marked dirty (and the rebuild's
+// holders, verified once nothing else is), the failures by key that space
+// their retries (retry.go), the timers that mark it later, the mutations
+// asked over gRPC, and the Services waiting for an address. Handlers,
+// retries and timers only mark the dirty set; everything else is the
+// loop's alone.
+type queue struct {
+	dirty *dirtySet
+	// verify are the Services the last rebuild found holding addresses,
+	// in allocation order: decided again (a pool or spec may have changed
+	// while no term ran) once nothing else is dirty, a batch at a time, so
+	// that a restart over many Services serves new ones first.
+	verify []string
+	// retries are the consecutive failures by key (retry.go).
+	retries retries
+	// expiry fires when the next kept address's grace period ends.
+	expiry *time.Timer
+	// stopping is closed when the term stops: no timer marks after it.
+	stopping  <-chan struct{}
+	mutations chan mutation
+	// pending are the Services waiting for an address, marked again when
+	// one may have freed (plan.AfterCommit, a released reservation).
+	pending map[string]pendingService
+}
+
+func newQueue(stopping <-chan struct{}) queue {
+	return queue{
+		dirty: newDirtySet(), retries: retries{}, stopping: stopping,
+		mutations: make(chan mutation), pending: map[string]pendingService{},
+	}
+}
+
+// mark marks keys dirty.
+func (q *queue) mark(keys ...string) { q.dirty.mark(keys...) }
+
+// requeue marks key dirty again: after its backoff when its work failed,
+// else after recheckAfter (retry.go).
+func (q *queue) requeue(key string, failed bool) {
+	d := recheckAfter
+	if failed {
+		d = q.retries.failed(key)
+	}
+	q.markAfter(d, func() { q.mark(key) })
+}
+
+// markAfter calls mark (a mark of the dirty set) after d, unless the term
+// has stopped by then: the one way a term's retries and timers come back to
+// its loop.
+func (q *queue) markAfter(d time.Duration, mark func()) *time.Timer {
+	return time.AfterFunc(d, func() {
+		select {
+		case <-q.stopping:
+		default:
+			mark()
+		}
+	})
+}
 
 // dirtySet is the work handed to a term's loop: the Services to decide
 // again, whether the IPPools changed (the allocator's pools are set again
