@@ -66,7 +66,8 @@ var withoutHistoryEdit = [2]string{
 // commit (HEAD of the repository the benchmark runs in: commit the
 // working tree first) without its history writer: a git worktree of HEAD
 // in a temporary directory, withoutHistoryEdit applied to
-// controller/controller.go, built as env.Binary builds.
+// controller/controller.go, built as env.Binary builds (the worktree
+// removed once built).
 func withoutHistoryBinary(b *testing.B, env *testenv.Env) string {
 	withoutHistory.once.Do(func() {
 		ctx := context.Background()
@@ -86,7 +87,10 @@ func withoutHistoryBinary(b *testing.B, env *testenv.Env) string {
 		if git("worktree", "add", "--detach", tree, "HEAD") != nil {
 			return
 		}
-		defer func() { _ = git("worktree", "remove", "--force", tree) }()
+		defer func() {
+			_ = git("worktree", "remove", "--force", tree)
+			_ = os.RemoveAll(dir)
+		}()
 		path := filepath.Join(tree, "services/ipam/internal/controller/controller.go")
 		src, err := os.ReadFile(path)
 		if err != nil {
@@ -110,7 +114,9 @@ func withoutHistoryBinary(b *testing.B, env *testenv.Env) string {
 			return
 		}
 		prov.Revision += "-without-history"
-		out := filepath.Join(dir, "bin")
+		// Beside env.Binary's, which the test environment removes when it
+		// stops.
+		out := filepath.Join(filepath.Dir(env.Binary(b, "ipam")), "without-history")
 		if err := containerimage.GoBuild(ctx, tree, out, runtime.GOARCH, prov, containerimage.Binaries[i:i+1]); err != nil {
 			withoutHistory.err = err.Error()
 			return
