@@ -46,6 +46,7 @@ import (
 	"github.com/ipledger/ipledger/lab/testenv"
 	"github.com/ipledger/ipledger/services/ipam/internal/allocator"
 	"github.com/ipledger/ipledger/services/ipam/internal/controller"
+	"github.com/ipledger/ipledger/services/ipam/internal/history"
 	"github.com/ipledger/ipledger/services/ipam/internal/ledger"
 )
 
@@ -100,6 +101,7 @@ type round struct {
 	floor1, floor32, patch32, ipam time.Duration
 	rssMB                          float64
 	load                           string
+	variant                        int
 }
 
 func BenchmarkColdStart(b *testing.B) {
@@ -144,12 +146,12 @@ func BenchmarkColdStart(b *testing.B) {
 	cpu.add("bench", os.Getpid())
 
 	tokenFile := env.TokenFile(b, testenv.SystemNamespace, "ipledger-ipam")
-	bin := env.Binary(b, "ipam")
+	vars := variants(b, env)
 	args := strings.Fields(os.Getenv("IPLEDGER_BENCH_ARGS"))
 	// Environment for ipam alone, e.g. IPLEDGER_BENCH_IPAM_ENV="GOMEMLIMIT=64MiB".
 	ipamEnv := strings.Fields(os.Getenv("IPLEDGER_BENCH_IPAM_ENV"))
-	startIPAM := func(name, opsAddr string, extra ...string) *testenv.Process {
-		return testenv.StartProcess(b, name, bin, ipamEnv, slices.Concat(args, []string{
+	startIPAM := func(v int, name, opsAddr string, extra ...string) *testenv.Process {
+		return testenv.StartProcess(b, name, vars[v].bin, ipamEnv, slices.Concat(args, []string{
 			"--kubeconfig", env.CP.KubeconfigPath, "--namespace", ns, "--lb-class", class, "--log-format", "text", "--log-level", "warn",
 			"--watcher-addr", watcherAddr, "--watcher-token-file", tokenFile, "--watcher-plaintext",
 			"--grpc-addr", testenv.FreeAddr(b), "--grpc-plaintext", "--ops-addr", opsAddr, "--enable-pprof"}, extra)...)
@@ -168,6 +170,16 @@ func BenchmarkColdStart(b *testing.B) {
 			if err := client.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, metav1.DeleteOptions{},
 				metav1.ListOptions{LabelSelector: ledger.LabelKey + "=true"}); err != nil {
 				b.Fatal(err)
+			}
+			// Alternating ipam with and without the history, every cold
+			// start is a first install's: the history goes with the
+			// ledger, so that each round with it writes the same 10,000
+			// grants to an empty history.
+			if len(vars) > 1 {
+				if err := client.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, metav1.DeleteOptions{},
+					metav1.ListOptions{LabelSelector: history.LabelKey + "=true"}); err != nil {
+					b.Fatal(err)
+				}
 			}
 			svcs.reread(b)
 		}
@@ -204,7 +216,8 @@ func BenchmarkColdStart(b *testing.B) {
 		writesBefore := apiWrites(b, client)
 		b.StartTimer()
 		start := time.Now()
-		ipam = startIPAM(fmt.Sprintf("ipam-%d", r+1), opsAddr)
+		v := variantOf(r, len(vars))
+		ipam = startIPAM(v, fmt.Sprintf("ipam-%d", r+1), opsAddr)
 		cpu.add("ipam", ipam.PID())
 		cpu.begin()
 		if path := os.Getenv("IPLEDGER_BENCH_PPROF"); path != "" && r == 0 {
@@ -239,7 +252,7 @@ func BenchmarkColdStart(b *testing.B) {
 		b.Logf("round %d API writes during ipam's cold start: %s", r+1, writesSince(writesBefore, apiWrites(b, client)))
 		rss := processPeakRSS(b, ipam.PID()) / 1e6
 		b.Logf("round %d resident memory of ipam at the end: %s", r+1, residentSplit(ipam.PID()))
-		results = append(results, round{floor1: floor1, floor32: floor32, patch32: patch32, ipam: took, rssMB: rss, load: load + " → " + loadavg()})
+		results = append(results, round{floor1: floor1, floor32: floor32, patch32: patch32, ipam: took, rssMB: rss, load: load + " → " + loadavg(), variant: v})
 		if path := os.Getenv("IPLEDGER_BENCH_HEAP"); path != "" && r == 0 {
 			saveProfile(opsAddr, "heap", path)
 		}
@@ -250,9 +263,9 @@ func BenchmarkColdStart(b *testing.B) {
 		}
 		passes := scrape(ctx, opsAddr, "ipledger_ipam_reconcile_duration_seconds_count")
 		shards := scrape(ctx, opsAddr, "ipledger_ipam_ledger_shards")
-		b.Logf("round %d: N=%d ipam %s = %.2f× the 32-worker floor, %.2f× the 1-worker floor, %.2f× the patch floor (first write after %s); RSS peak %.0f MB; "+
+		b.Logf("round %d (%s): N=%d ipam %s = %.2f× the 32-worker floor, %.2f× the 1-worker floor, %.2f× the patch floor (first write after %s); RSS peak %.0f MB; "+
 			"%v ledger writes, %v passes of %.0f ms on average (decide, commit, launch the writes); ledger %v shards, %.0f KB each on average; load %s",
-			r+1, n, took.Round(time.Millisecond), took.Seconds()/floor32.Seconds(), took.Seconds()/floor1.Seconds(), took.Seconds()/patch32.Seconds(),
+			r+1, vars[v].name, n, took.Round(time.Millisecond), took.Seconds()/floor32.Seconds(), took.Seconds()/floor1.Seconds(), took.Seconds()/patch32.Seconds(),
 			firstWrite.Round(time.Millisecond), rss,
 			scrape(ctx, opsAddr, `ipledger_ipam_ledger_writes_total{result="ok"}`), passes,
 			1000*scrape(ctx, opsAddr, "ipledger_ipam_reconcile_duration_seconds_sum")/passes,
@@ -260,8 +273,8 @@ func BenchmarkColdStart(b *testing.B) {
 		// CPU is what contention on a shared machine cannot blur: the
 		// work all the processes did for ipam's cold start, against the
 		// work they did for each floor.
-		b.Logf("round %d CPU s during ipam's cold start: %s (API server %.2f ms per status write, floors %.2f and %.2f with the patch; "+
-			"all processes %.1f s = %.2f× the 32-worker floor's, %.2f× the patch floor's)", r+1, cpu.format(ipamCPU),
+		b.Logf("round %d (%s) CPU s during ipam's cold start: %s (API server %.2f ms per status write, floors %.2f and %.2f with the patch; "+
+			"all processes %.1f s = %.2f× the 32-worker floor's, %.2f× the patch floor's)", r+1, vars[v].name, cpu.format(ipamCPU),
 			1000*ipamCPU["apiserver"]/float64(n), 1000*floorCPU["apiserver"]/float64(n), 1000*patchCPU["apiserver"]/float64(n),
 			sum(ipamCPU), sum(ipamCPU)/sum(floorCPU), sum(ipamCPU)/sum(patchCPU))
 	}
@@ -273,7 +286,7 @@ func BenchmarkColdStart(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	measureRestarts(b, ctx, client, ns, class, n, envInt("IPLEDGER_BENCH_RESTARTS", 5), ipam, startIPAM, func(i int) time.Duration {
+	measureRestarts(b, ctx, client, ns, class, n, envInt("IPLEDGER_BENCH_RESTARTS", 5), ipam, vars, startIPAM, func(i int) time.Duration {
 		return restartFloor(b, ctx, client, watcherAddr, tokenFile, ns, floorSvc, i)
 	})
 
@@ -300,6 +313,55 @@ func BenchmarkColdStart(b *testing.B) {
 	b.ReportMetric(rss, "rss-MB")
 	b.Logf("N=%d, %d rounds: × the 32-worker floor %s (median %.2f), RSS peak at most %.0f MB",
 		n, len(results), strings.Join(ratios, " "), med.ipam.Seconds()/med.floor32.Seconds(), rss)
+	if len(vars) > 1 {
+		coldStartByVariant(b, vars, results)
+	}
+}
+
+// coldStartByVariant logs each variant's cold starts, in round order: the
+// ratios to each floor and the RSS peaks, with their medians, and the
+// ratio of the medians (the first variant's over the second's).
+func coldStartByVariant(b *testing.B, vars []variant, results []round) {
+	slices.SortStableFunc(results, func(a, b round) int { return cmpFloat(float64(a.variant), float64(b.variant)) })
+	meds := make([][3]float64, len(vars))
+	for v := range vars {
+		var p32, f32, rss []float64
+		for _, r := range results {
+			if r.variant == v {
+				p32 = append(p32, r.ipam.Seconds()/r.patch32.Seconds())
+				f32 = append(f32, r.ipam.Seconds()/r.floor32.Seconds())
+				rss = append(rss, r.rssMB)
+			}
+		}
+		meds[v] = [3]float64{median(p32), median(f32), median(rss)}
+		b.Logf("cold start, %s: × the patch floor %s (median %.2f); × the 32-worker floor %s (median %.2f); RSS peak %s MB (median %.0f)",
+			vars[v].name, floats(p32, "%.2f"), meds[v][0], floats(f32, "%.2f"), meds[v][1], floats(rss, "%.0f"), meds[v][2])
+	}
+	b.Logf("cold start, %s / %s (medians): × the patch floor %.2f, × the 32-worker floor %.2f, RSS peak %.2f",
+		vars[0].name, vars[1].name, meds[0][0]/meds[1][0], meds[0][1]/meds[1][1], meds[0][2]/meds[1][2])
+}
+
+// median is the middle of xs (the mean of the two middle ones for an even
+// count); xs is not changed.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// floats formats xs with format, space-separated.
+func floats(xs []float64, format string) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf(format, x)
+	}
+	return strings.Join(parts, " ")
 }
 
 func sum(m map[string]float64) float64 {

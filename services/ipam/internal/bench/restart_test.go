@@ -33,6 +33,7 @@ type restartSample struct {
 	redundantWrites                          float64
 	rssMB                                    float64
 	load                                     string
+	variant, index                           int
 }
 
 // restartMilestones are the log lines (their msg) that mark a term's start,
@@ -49,7 +50,7 @@ var restartMilestones = []string{
 // the restart floor (floor) measured while ipam is stopped. start must start
 // ipam with extra flags appended and its ops address.
 func measureRestarts(b *testing.B, ctx context.Context, client kubernetes.Interface, ns, class string, n, restarts int,
-	running *testenv.Process, start func(name, opsAddr string, extra ...string) *testenv.Process, floor func(i int) time.Duration) {
+	running *testenv.Process, vars []variant, start func(v int, name, opsAddr string, extra ...string) *testenv.Process, floor func(i int) time.Duration) {
 	var samples []restartSample
 	for i := range restarts {
 		if err := running.Stop(30 * time.Second); err != nil {
@@ -71,12 +72,13 @@ func measureRestarts(b *testing.B, ctx context.Context, client kubernetes.Interf
 		ops := testenv.FreeAddr(b)
 		load := loadavg()
 		begin := time.Now()
-		running = start(fmt.Sprintf("ipam-restarted-%d", i), ops, "--log-level", "info")
+		v := variantOf(i, len(vars))
+		running = start(v, fmt.Sprintf("ipam-restarted-%d", i), ops, "--log-level", "info")
 		if path := os.Getenv("IPLEDGER_BENCH_RESTART_PPROF"); path != "" {
 			go profileFromStart(ops, fmt.Sprintf("%s.%d", path, i))
 		}
 		waitForAddress(b, w, name)
-		sample := restartSample{firstAlloc: time.Since(begin), floor: floorTook}
+		sample := restartSample{firstAlloc: time.Since(begin), floor: floorTook, variant: v, index: i}
 		// Let the restarted process finish its first passes, then count:
 		// exactly one status write (the new Service's) when nothing held
 		// is re-decided.
@@ -105,9 +107,9 @@ func measureRestarts(b *testing.B, ctx context.Context, client kubernetes.Interf
 		sample.rssMB = processPeakRSS(b, running.PID()) / 1e6
 		sample.load = load + " → " + loadavg()
 		samples = append(samples, sample)
-		b.Logf("restart %d with %d ledger entries: first new allocation after %s = %.2f× the restart floor (%s; stream synced %s, leading %s, term started %s; "+
+		b.Logf("restart %d (%s) with %d ledger entries: first new allocation after %s = %.2f× the restart floor (%s; stream synced %s, leading %s, term started %s; "+
 			"ledger read %.3f s, parse %.3f s, fence %.3f s); %v status writes besides the new Service's; RSS peak %.0f MB; load %s",
-			i+1, n, ms(sample.firstAlloc), sample.ratio(), ms(sample.floor), ms(sample.synced), ms(sample.leading), ms(sample.termStarted),
+			i+1, vars[v].name, n, ms(sample.firstAlloc), sample.ratio(), ms(sample.floor), ms(sample.synced), ms(sample.leading), ms(sample.termStarted),
 			sample.read, sample.parse, sample.fence, sample.redundantWrites, sample.rssMB, sample.load)
 	}
 	slices.SortFunc(samples, func(a, b restartSample) int { return int(a.firstAlloc - b.firstAlloc) })
@@ -131,6 +133,31 @@ func measureRestarts(b *testing.B, ctx context.Context, client kubernetes.Interf
 		"leading %s, term started %s) = %s× the restart floor; at most %v redundant status writes; restart RSS peak at most %.0f MB",
 		n, len(samples), strings.Join(all, " "), ms(med.firstAlloc), ms(med.synced), ms(med.leading), ms(med.termStarted),
 		strings.Join(ratios, " "), redundant, rss)
+	if len(vars) > 1 {
+		restartsByVariant(b, vars, samples)
+	}
+}
+
+// restartsByVariant logs each variant's restarts, in the order they ran
+// (the time to the first new allocation over its floor, the RSS peak),
+// their medians, and the ratio of the medians (the first variant's over
+// the second's).
+func restartsByVariant(b *testing.B, vars []variant, samples []restartSample) {
+	slices.SortFunc(samples, func(a, b restartSample) int { return a.index - b.index })
+	meds := make([][2]float64, len(vars))
+	for v := range vars {
+		var ratios, rss []float64
+		for _, s := range samples {
+			if s.variant == v {
+				ratios, rss = append(ratios, s.ratio()), append(rss, s.rssMB)
+			}
+		}
+		meds[v] = [2]float64{median(ratios), median(rss)}
+		b.Logf("restart, %s: first new allocation × the restart floor %s (median %.2f); RSS peak %s MB (median %.0f)",
+			vars[v].name, floats(ratios, "%.2f"), meds[v][0], floats(rss, "%.0f"), meds[v][1])
+	}
+	b.Logf("restart, %s / %s (medians): first new allocation × the floor %.2f, RSS peak %.2f",
+		vars[0].name, vars[1].name, meds[0][0]/meds[1][0], meds[0][1]/meds[1][1])
 }
 
 // ratio is the restart's time to its first allocation over its floor's.

@@ -63,10 +63,16 @@ func BenchmarkSteadyState(b *testing.B) {
 	testenv.StartProcess(b, "watcher", env.Binary(b, "watcher"), nil,
 		"--kubeconfig", env.CP.KubeconfigPath, "--grpc-addr", watcherAddr, "--grpc-plaintext", "--namespace", ns,
 		"--ops-addr", watcherOps, "--log-format", "text")
-	ipam := testenv.StartProcess(b, "ipam", env.Binary(b, "ipam"), nil,
-		"--kubeconfig", env.CP.KubeconfigPath, "--namespace", ns, "--lb-class", class, "--require-lb-class", "--log-format", "text", "--log-level", "warn",
-		"--watcher-addr", watcherAddr, "--watcher-token-file", env.TokenFile(b, testenv.SystemNamespace, "ipledger-ipam"), "--watcher-plaintext",
-		"--grpc-addr", testenv.FreeAddr(b), "--grpc-plaintext", "--ops-addr", opsAddr, "--enable-pprof")
+	vars := variants(b, env)
+	tokenFile := env.TokenFile(b, testenv.SystemNamespace, "ipledger-ipam")
+	startIPAM := func(v int, name string) *testenv.Process {
+		return testenv.StartProcess(b, name, vars[v].bin, nil,
+			"--kubeconfig", env.CP.KubeconfigPath, "--namespace", ns, "--lb-class", class, "--require-lb-class", "--log-format", "text", "--log-level", "warn",
+			"--watcher-addr", watcherAddr, "--watcher-token-file", tokenFile, "--watcher-plaintext",
+			"--grpc-addr", testenv.FreeAddr(b), "--grpc-plaintext", "--ops-addr", opsAddr, "--enable-pprof")
+	}
+	running := 0
+	ipam := startIPAM(running, "ipam")
 	testenv.Eventually(b, 30*time.Minute, func() error {
 		if ipam.Exited() {
 			return fmt.Errorf("ipam exited: %v", ipam.Err())
@@ -81,9 +87,21 @@ func BenchmarkSteadyState(b *testing.B) {
 	floor := startFloor(b, client, ns, floorClass, shardBytes)
 
 	var ipamRuns, floorRuns []latencies
+	var runVariant []int
 	deleted := 0
 	b.ResetTimer()
-	for r := range rounds {
+	// A batch is one variant's creates for ipam, then the floor's beside
+	// it; a round is one batch of each variant, in the order A B, B A, …
+	batches := rounds * len(vars)
+	for i := range batches {
+		r, v := i/len(vars), variantOf(i, len(vars))
+		if v != running {
+			ipam = switchIPAM(b, ctx, ipam, func(ops string) *testenv.Process {
+				opsAddr = ops
+				return startIPAM(v, fmt.Sprintf("ipam-%d", i))
+			})
+			running = v
+		}
 		load := loadavg()
 		if path := os.Getenv("IPLEDGER_BENCH_PPROF"); path != "" && r == 0 {
 			// The first round's creates for ipam: m at rate per second.
@@ -91,21 +109,21 @@ func BenchmarkSteadyState(b *testing.B) {
 		}
 		passes := passHistogram(ctx, opsAddr)
 		decided := scrape(ctx, opsAddr, "ipledger_ipam_services_decided_total")
-		gotIPAM, _ := createAtRate(b, client, ns, class, fmt.Sprintf("r%d-ipam-", r), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
+		gotIPAM, _ := createAtRate(b, client, ns, class, fmt.Sprintf("r%d-%d-ipam-", r, v), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
 		b.Logf("round %d: ipam's passes meanwhile: %s; %.0f Services decided", r+1, passHistogram(ctx, opsAddr).since(passes),
 			scrape(ctx, opsAddr, "ipledger_ipam_services_decided_total")-decided)
-		gotFloor, _ := createAtRate(b, client, ns, floorClass, fmt.Sprintf("r%d-floor-", r), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
-		ipamRuns, floorRuns = append(ipamRuns, gotIPAM), append(floorRuns, gotFloor)
-		b.Logf("round %d: N=%d, %d creates at %d/s, %d deletes beside them; ipam p50 %s p99 %s max %s; floor (CAS of a %d-byte ConfigMap, then the patch) p50 %s p99 %s max %s; "+
+		gotFloor, _ := createAtRate(b, client, ns, floorClass, fmt.Sprintf("r%d-%d-floor-", r, v), m, rate, func() { deleteOne(b, client, ns, svcs, &deleted) })
+		ipamRuns, floorRuns, runVariant = append(ipamRuns, gotIPAM), append(floorRuns, gotFloor), append(runVariant, v)
+		b.Logf("round %d (%s): N=%d, %d creates at %d/s, %d deletes beside them; ipam p50 %s p99 %s max %s; floor (CAS of a %d-byte ConfigMap, then the patch) p50 %s p99 %s max %s; "+
 			"ratios p50 %.2f× p99 %.2f×; load %s → %s",
-			r+1, n, m, rate, m/4, gotIPAM.p(50), gotIPAM.p(99), gotIPAM.p(100), shardBytes, gotFloor.p(50), gotFloor.p(99), gotFloor.p(100),
+			r+1, vars[v].name, n, m, rate, m/4, gotIPAM.p(50), gotIPAM.p(99), gotIPAM.p(100), shardBytes, gotFloor.p(50), gotFloor.p(99), gotFloor.p(100),
 			ratio(gotIPAM.p(50), gotFloor.p(50)), ratio(gotIPAM.p(99), gotFloor.p(99)), load, loadavg())
 	}
 	b.StopTimer()
 	floor.stop()
 	poolEditUnderLoad(b, client, env, ns, class, m, rate)
 	// The median round by p99 ratio.
-	idx := make([]int, rounds)
+	idx := make([]int, len(ipamRuns))
 	for i := range idx {
 		idx[i] = i
 	}
@@ -114,7 +132,7 @@ func BenchmarkSteadyState(b *testing.B) {
 	})
 	med := idx[len(idx)/2]
 	var p50s, p99s []string
-	for i := range rounds {
+	for i := range ipamRuns {
 		p50s = append(p50s, fmt.Sprintf("%.2f", ratio(ipamRuns[i].p(50), floorRuns[i].p(50))))
 		p99s = append(p99s, fmt.Sprintf("%.2f", ratio(ipamRuns[i].p(99), floorRuns[i].p(99))))
 	}
@@ -126,6 +144,52 @@ func BenchmarkSteadyState(b *testing.B) {
 	b.ReportMetric(ratio(ipamRuns[med].p(50), floorRuns[med].p(50)), "x-floor-p50")
 	b.ReportMetric(ratio(ipamRuns[med].p(99), floorRuns[med].p(99)), "x-floor-p99")
 	b.Logf("N=%d, %d rounds: × the floor at p50 %s, at p99 %s", n, rounds, strings.Join(p50s, " "), strings.Join(p99s, " "))
+	if len(vars) > 1 {
+		meds := make([][2]float64, len(vars))
+		for v := range vars {
+			var p50, p99 []float64
+			for i := range ipamRuns {
+				if runVariant[i] == v {
+					p50 = append(p50, ratio(ipamRuns[i].p(50), floorRuns[i].p(50)))
+					p99 = append(p99, ratio(ipamRuns[i].p(99), floorRuns[i].p(99)))
+				}
+			}
+			meds[v] = [2]float64{median(p50), median(p99)}
+			b.Logf("steady state, %s: × the floor at p50 %s (median %.2f), at p99 %s (median %.2f)",
+				vars[v].name, floats(p50, "%.2f"), meds[v][0], floats(p99, "%.2f"), meds[v][1])
+		}
+		b.Logf("steady state, %s / %s (medians): × the floor at p50 %.2f, at p99 %.2f",
+			vars[0].name, vars[1].name, meds[0][0]/meds[1][0], meds[0][1]/meds[1][1])
+	}
+}
+
+// switchIPAM stops running and starts another ipam (start, given its new
+// ops address), and waits until the new one leads, has decided every
+// Service, and — with the history — has written the history it owes: the
+// state the first ipam was in when the rounds began.
+func switchIPAM(b *testing.B, ctx context.Context, running *testenv.Process, start func(ops string) *testenv.Process) *testenv.Process {
+	b.Helper()
+	if err := running.Stop(30 * time.Second); err != nil {
+		b.Logf("ipam exited: %v", err)
+	}
+	ops := testenv.FreeAddr(b)
+	next := start(ops)
+	testenv.Eventually(b, 5*time.Minute, func() error {
+		if next.Exited() {
+			return fmt.Errorf("ipam exited: %v", next.Err())
+		}
+		if scrape(ctx, ops, "ipledger_ipam_ledger_shards") == 0 {
+			return fmt.Errorf("ipam's term has not opened the ledger")
+		}
+		if p := scrape(ctx, ops, "ipledger_ipam_pending_services"); p != 0 {
+			return fmt.Errorf("%v Services pending", p)
+		}
+		if u := scrape(ctx, ops, "ipledger_ipam_history_unwritten_changes"); u != 0 {
+			return fmt.Errorf("%v history changes unwritten", u)
+		}
+		return nil
+	})
+	return next
 }
 
 // latencies are the create-to-address times of one run, sorted.

@@ -14,6 +14,8 @@ import (
 type Metrics struct {
 	failures  prometheus.Counter
 	unwritten leader.Gauge
+	// The stored history's size, as the owner last read or wrote it.
+	entries, bytes, segments leader.Gauge
 
 	mu sync.Mutex
 	// owner is the Writer whose term exports unwritten: a term's writer
@@ -32,8 +34,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ipledger_ipam_history_unwritten_changes",
 			Help: "Ledger changes (and term openings) the leader's history writer was told of and has not written yet; leader only.",
 		}),
+		entries: leader.NewGauge(prometheus.GaugeOpts{
+			Name: "ipledger_ipam_history_entries",
+			Help: "Entries the address history holds, as the leader's history writer last read or wrote it (set at its first read of the term, after each write and each trim; no read of its own); leader only.",
+		}),
+		bytes: leader.NewGauge(prometheus.GaugeOpts{
+			Name: "ipledger_ipam_history_stored_bytes",
+			Help: "Bytes of the address history's entries (their JSON lines in every history ConfigMap, without the index annotations), as the leader's history writer last read or wrote them; leader only. Retention bounds it (docs/history.md).",
+		}),
+		segments: leader.NewGauge(prometheus.GaugeOpts{
+			Name: "ipledger_ipam_history_segments",
+			Help: "History ConfigMaps (the head and the sealed segments it lists), as the leader's history writer last read or wrote them; leader only.",
+		}),
 	}
-	if err := promreg.Register(reg, m.failures, m.unwritten); err != nil {
+	if err := promreg.Register(reg, m.failures, m.unwritten, m.entries, m.bytes, m.segments); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -47,6 +61,30 @@ func (m *Metrics) own(w *Writer) {
 	defer m.mu.Unlock()
 	m.owner = w
 	m.unwritten.Set(0)
+	// Unknown until the new term's writer has read the history: not the
+	// last term's figures.
+	m.forgetSize()
+}
+
+// setSize exports st's size while w owns the metrics.
+func (m *Metrics) setSize(w *Writer, st stored) {
+	if m == nil {
+		return
+	}
+	entries, bytes, segments := st.size()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.owner == w {
+		m.entries.Set(float64(entries))
+		m.bytes.Set(float64(bytes))
+		m.segments.Set(float64(segments))
+	}
+}
+
+func (m *Metrics) forgetSize() {
+	m.entries.Forget()
+	m.bytes.Forget()
+	m.segments.Forget()
 }
 
 func (m *Metrics) setUnwritten(w *Writer, n int) {
@@ -69,6 +107,7 @@ func (m *Metrics) forget(w *Writer) {
 	if m.owner == w {
 		m.owner = nil
 		m.unwritten.Forget()
+		m.forgetSize()
 	}
 }
 

@@ -79,7 +79,9 @@ type segment struct {
 	name    string
 	rv      string
 	entries []Entry
-	size    int
+	// size and count are the bytes and the number of the entries as
+	// stored, kept when entries are dropped: the size gauges (Metrics).
+	size, count int
 }
 
 // encodeEntries is entries as JSON lines.
@@ -129,6 +131,19 @@ func (s stored) entries() []Entry {
 		out = append(out, seg.entries...)
 	}
 	return out
+}
+
+// size is what the stored history holds: entries, bytes of entries, and
+// ConfigMaps (a head not written yet is none), from what was read and
+// written, without reading anything.
+func (s stored) size() (entries, bytes, configMaps int) {
+	for _, seg := range s.segments {
+		if seg.rv == "" {
+			continue
+		}
+		entries, bytes, configMaps = entries+seg.count, bytes+seg.size, configMaps+1
+	}
+	return entries, bytes, configMaps
 }
 
 // read lists the history ConfigMaps (a quorum read) and parses them.
@@ -191,7 +206,7 @@ func segmentOf(cm *corev1.ConfigMap) (*segment, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &segment{name: cm.Name, rv: cm.ResourceVersion, entries: entries, size: len(cm.Data[keyEntries])}, nil
+	return &segment{name: cm.Name, rv: cm.ResourceVersion, entries: entries, size: len(cm.Data[keyEntries]), count: len(entries)}, nil
 }
 
 // Read returns every stored entry, in the order written (a reader's

@@ -347,6 +347,7 @@ func (w *Writer) load(ctx context.Context) (Holders, error) {
 		w.opts.Log.Info("The address history carries a newer term's epoch; this term writes none", "epoch", st.epoch, "ours", w.epoch)
 	}
 	w.st, w.fence = &st, true
+	w.opts.Metrics.setSize(w, st)
 	w.nextNumber = 1
 	for _, s := range st.segments {
 		w.bumpNumber(s.name)
@@ -430,6 +431,7 @@ func (w *Writer) write(ctx context.Context) error {
 		}
 	}
 	w.st.orphans = nil
+	w.opts.Metrics.setSize(w, *w.st)
 	return nil
 }
 
@@ -533,7 +535,7 @@ func (w *Writer) configMap(s *segment, extra map[string]string) *corev1.ConfigMa
 	for k, v := range extra {
 		data[k] = v
 	}
-	s.size = len(data[keyEntries])
+	s.size, s.count = len(data[keyEntries]), len(s.entries)
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: w.opts.Namespace, ResourceVersion: s.rv,
 			Labels:      map[string]string{LabelKey: "true", "app.kubernetes.io/managed-by": "ipledger-ipam"},

@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ipledger/ipledger/lab/containerimage"
+	"github.com/ipledger/ipledger/lab/testenv"
+)
+
+// variant is one ipam binary a benchmark runs: with
+// IPLEDGER_BENCH_WITHOUT_HISTORY set, the benchmarks alternate, round by
+// round and restart by restart, ipam as built (with the address history)
+// and the same commit built without its history writer, so that what the
+// history costs is measured in the same run, on the same API server, under
+// the same load (BENCHMARKS.md, Address history).
+type variant struct {
+	name string
+	bin  string
+}
+
+// variants are the ipam binaries to alternate: ipam alone, or ipam and
+// ipam without the history.
+func variants(b *testing.B, env *testenv.Env) []variant {
+	with := variant{name: "with history", bin: env.Binary(b, "ipam")}
+	if os.Getenv("IPLEDGER_BENCH_WITHOUT_HISTORY") == "" {
+		return []variant{with}
+	}
+	return []variant{with, {name: "without history", bin: withoutHistoryBinary(b, env)}}
+}
+
+// variantOf is the variant of the i-th round (or restart) of k: in the
+// order A B B A A B B A …, so that a load that rises or falls through
+// the run weighs on both alike (A B A B would give B every later slot).
+func variantOf(i, k int) int {
+	if k < 2 {
+		return 0
+	}
+	return (i + i/2) % 2
+}
+
+var withoutHistory struct {
+	once sync.Once
+	bin  string
+	err  string
+}
+
+// withoutHistoryEdit is what makes ipam's term run with no history writer:
+// the worker's writer stays nil, and a nil *history.Writer takes every
+// change and writes nothing (the methods the term calls are nil-safe for
+// the workers of unit tests). Everything else — the ledger, its changes,
+// the allocation loop — is the commit's own.
+var withoutHistoryEdit = [2]string{
+	"w.hist = history.Start(",
+	"w.hist = func(context.Context, kubernetes.Interface, history.Options) *history.Writer { return nil }(",
+}
+
+// withoutHistoryBinary builds, once per test binary, ipam at the checked-out
+// commit (HEAD of the repository the benchmark runs in: commit the
+// working tree first) without its history writer: a git worktree of HEAD
+// in a temporary directory, withoutHistoryEdit applied to
+// controller/controller.go, built as env.Binary builds (the worktree
+// removed once built).
+func withoutHistoryBinary(b *testing.B, env *testenv.Env) string {
+	withoutHistory.once.Do(func() {
+		ctx := context.Background()
+		dir, err := os.MkdirTemp("", "ipam-without-history-")
+		if err != nil {
+			withoutHistory.err = err.Error()
+			return
+		}
+		tree := filepath.Join(dir, "src")
+		git := func(args ...string) error {
+			out, err := exec.CommandContext(ctx, "git", append([]string{"-C", env.Root}, args...)...).CombinedOutput()
+			if err != nil {
+				withoutHistory.err = "git " + strings.Join(args, " ") + ": " + err.Error() + "\n" + string(out)
+			}
+			return err
+		}
+		if git("worktree", "add", "--detach", tree, "HEAD") != nil {
+			return
+		}
+		defer func() {
+			_ = git("worktree", "remove", "--force", tree)
+			_ = os.RemoveAll(dir)
+		}()
+		path := filepath.Join(tree, "services/ipam/internal/controller/controller.go")
+		src, err := os.ReadFile(path)
+		if err != nil {
+			withoutHistory.err = err.Error()
+			return
+		}
+		if strings.Count(string(src), withoutHistoryEdit[0]) != 1 {
+			withoutHistory.err = path + " no longer starts the history writer with " + withoutHistoryEdit[0] +
+				" once: change withoutHistoryEdit to what starts it now"
+			return
+		}
+		edited := strings.Replace(string(src), withoutHistoryEdit[0], withoutHistoryEdit[1], 1)
+		if err := os.WriteFile(path, []byte(edited), 0o644); err != nil {
+			withoutHistory.err = err.Error()
+			return
+		}
+		i := slices.IndexFunc(containerimage.Binaries, func(b containerimage.Binary) bool { return b.Name == "ipledger-ipam" })
+		prov, err := containerimage.ReadProvenance(ctx, tree)
+		if err != nil {
+			withoutHistory.err = err.Error()
+			return
+		}
+		prov.Revision += "-without-history"
+		// Beside env.Binary's, which the test environment removes when it
+		// stops.
+		out := filepath.Join(filepath.Dir(env.Binary(b, "ipam")), "without-history")
+		if err := containerimage.GoBuild(ctx, tree, out, runtime.GOARCH, prov, containerimage.Binaries[i:i+1]); err != nil {
+			withoutHistory.err = err.Error()
+			return
+		}
+		withoutHistory.bin = filepath.Join(out, "ipledger-ipam")
+	})
+	if withoutHistory.err != "" {
+		b.Fatalf("ipam without the history: %s", withoutHistory.err)
+	}
+	return withoutHistory.bin
+}
