@@ -14,6 +14,14 @@ import (
 	"github.com/ipledger/ipledger/lab/containerimage"
 )
 
+// agnhostWgetrc is the agnhost image's /etc/wgetrc: GNU wget, which the
+// image has in place of busybox's (hack/build-node.sh), tries once, as
+// busybox's wget of upstream's image does. Its default is 20 tries with
+// up to 10 s between them, so a probe the specs expect to fail — `wget -T
+// 5` to a LoadBalancer address kube-proxy drops for a source outside
+// loadBalancerSourceRanges — took about 4 minutes instead of 5 s.
+const agnhostWgetrc = "tries = 1\n"
+
 // importNodeImages builds the images of the pause program and CoreDNS from
 // hack/build-node.sh's binaries, the way `make images` builds ipledger's,
 // and AgnhostImage from its root filesystem, and imports them.
@@ -37,6 +45,7 @@ func (c *Cluster) importNodeImages(ctx context.Context) error {
 		Root:       filepath.Join(filepath.Dir(c.NodeBin), "rootfs", "agnhost"),
 		Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"},
 		Env:          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Files:        map[string]string{"etc/wgetrc": agnhostWgetrc},
 		Architecture: runtime.GOARCH, Title: "agnhost",
 	})
 	if err != nil {

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -26,6 +28,11 @@ type Tree struct {
 	User            string
 	// Env is the image's environment (PATH, typically).
 	Env []string
+	// Files are regular files (mode 0644) added to Root's, by their path in
+	// the image relative to / (etc/wgetrc) and their content: settings of
+	// the image, kept apart from a Root shared with other users. Each must
+	// be new to Root and in one of its directories.
+	Files map[string]string
 	// Architecture is the GOARCH its binaries are built for.
 	Architecture string
 	// Title becomes the org.opencontainers.image.title label.
@@ -36,7 +43,7 @@ type Tree struct {
 // uncompressed layer, OCI media types, every file stamped with the Unix
 // epoch, so that the same tree always gives the same digest.
 func BuildTree(t Tree) (v1.Image, error) {
-	layerTar, err := treeLayer(t.Root)
+	layerTar, err := treeLayer(t.Root, t.Files)
 	if err != nil {
 		return nil, fmt.Errorf("image %s from %s: %w", t.Title, t.Root, err)
 	}
@@ -50,8 +57,9 @@ func BuildTree(t Tree) (v1.Image, error) {
 	})
 }
 
-// treeLayer is root as an uncompressed tar, in lexical order.
-func treeLayer(root string) ([]byte, error) {
+// treeLayer is root as an uncompressed tar, in lexical order, then files
+// in the order of their names.
+func treeLayer(root string, files map[string]string) ([]byte, error) {
 	root, err := filepath.EvalSymlinks(root)
 	if err != nil {
 		return nil, err
@@ -102,8 +110,36 @@ func treeLayer(root string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if err := addedFile(root, name); err != nil {
+			return nil, err
+		}
+		data := []byte(files[name])
+		hdr := &tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data)), ModTime: epoch, Format: tar.FormatPAX}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return nil, err
+		}
+	}
 	if err := tw.Close(); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// addedFile checks that name, a file Tree.Files adds, is a clean path
+// relative to the image's /, new to root, and in a directory of root.
+func addedFile(root, name string) error {
+	if !fs.ValidPath(name) || name == "." {
+		return fmt.Errorf("added file %q: want a clean path relative to the image's / (etc/wgetrc)", name)
+	}
+	if _, err := os.Lstat(filepath.Join(root, name)); err == nil {
+		return fmt.Errorf("added file %q: %s has it already; add a file the tree does not have", name, root)
+	}
+	if fi, err := os.Stat(filepath.Join(root, filepath.Dir(name))); err != nil || !fi.IsDir() {
+		return fmt.Errorf("added file %q: %s has no directory %s to hold it", name, root, filepath.Dir(name))
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -64,6 +65,60 @@ func TestBuildTreeKeepsFilesLinksAndModes(t *testing.T) {
 		h := got[name]
 		if h == nil || h.Typeflag != w.typ || h.Mode != w.mode || h.Linkname != w.link || h.Uid != 0 || !h.ModTime.Equal(epoch) {
 			t.Errorf("%s: got %+v, want type %c mode %o link %q owned by root at the epoch", name, h, w.typ, w.mode, w.link)
+		}
+	}
+}
+
+func TestBuildTreeAddsFiles(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte("root:x:0:0::/:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	img, err := BuildTree(Tree{Root: root, Files: map[string]string{"etc/wgetrc": "tries = 1\n"}, Architecture: "amd64", Title: "agnhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var names []string
+	var wgetrc string
+	for tr := tar.NewReader(rc); ; {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, hdr.Name)
+		if hdr.Name == "etc/wgetrc" {
+			data, _ := io.ReadAll(tr)
+			wgetrc = string(data)
+			if hdr.Typeflag != tar.TypeReg || hdr.Mode != 0o644 || hdr.Uid != 0 || !hdr.ModTime.Equal(epoch) {
+				t.Errorf("etc/wgetrc: got %+v, want a file of mode 644 owned by root at the epoch", hdr)
+			}
+		}
+	}
+	if want := []string{"etc/", "etc/passwd", "etc/wgetrc"}; !slices.Equal(names, want) {
+		t.Errorf("layer entries %v, want %v", names, want)
+	}
+	if wgetrc != "tries = 1\n" {
+		t.Errorf("etc/wgetrc holds %q, want %q", wgetrc, "tries = 1\n")
+	}
+
+	for name, why := range map[string]string{"etc/passwd": "Root has it", "usr/etc/x": "no directory usr/etc in Root", "/etc/x": "not relative"} {
+		if _, err := BuildTree(Tree{Root: root, Files: map[string]string{name: "x"}, Architecture: "amd64", Title: "agnhost"}); err == nil {
+			t.Errorf("BuildTree with Files[%q] succeeded, want an error (%s)", name, why)
 		}
 	}
 }

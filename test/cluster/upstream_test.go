@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/xml"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/rand"
 
+	"github.com/ipledger/ipledger/lab/cluster"
 	"github.com/ipledger/ipledger/lab/testenv"
 )
 
@@ -57,6 +59,17 @@ const upstreamPool = "10.180.0.0/26"
 // while the specs run (routeOnTheMachine).
 const upstreamLink = "ipl-upstream"
 
+// upstreamClient is the address the specs' own connections to a
+// LoadBalancer address come from: "outside the cluster", as the specs
+// assume their runner is. This process runs on the first node, and without
+// it the kernel would pick the node's InternalIP — which the source-ranges
+// spec puts in loadBalancerSourceRanges itself (its accept pod's HostIP),
+// so its "not reachable from outside the cluster" check could never pass.
+// It is held on upstreamLink, inside cluster.TestRanges, beside
+// upstreamPool and apart from every node's and pod's address
+// (TestUpstreamClientIsOutsideTheCluster).
+const upstreamClient = "10.180.0.64"
+
 // TestUpstreamLoadBalancerSpecs runs Kubernetes' own LoadBalancer e2e specs
 // (upstreamSpecs) against ipledger as overlays/e2e installs it on the node:
 // ipam allocates each LoadBalancer Service an address of an IPPool that
@@ -72,7 +85,7 @@ func TestUpstreamLoadBalancerSpecs(t *testing.T) {
 	bin := e2eBinary(t)
 	ctx := context.Background()
 	runID := "ipledger-" + rand.String(8)
-	routeOnTheMachine(t, upstreamLink, upstreamPool)
+	routeOnTheMachine(t, upstreamLink, upstreamPool, upstreamClient)
 
 	pool := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "ipledger.io/v1alpha1", "kind": "IPPool",
@@ -221,14 +234,17 @@ func TestUpstreamLoadBalancerSpecs(t *testing.T) {
 }
 
 // routeOnTheMachine routes prefix to a bridge of its own without ports
-// until the test ends. The specs connect to LoadBalancer addresses from
-// this process, and kube-proxy rewrites such a packet in nat OUTPUT — after
-// the kernel has looked up a route for it: the unreachable route
-// cluster.TestRanges gives the address would refuse the connect before
-// kube-proxy sees it. A packet kube-proxy leaves alone (a Service without
-// endpoints, or no longer a LoadBalancer) ends on the bridge, which has no
-// port to send it through, so it still never leaves the machine.
-func routeOnTheMachine(t *testing.T, link, prefix string) {
+// until the test ends, from the address src the bridge holds. The specs
+// connect to LoadBalancer addresses from this process, and kube-proxy
+// rewrites such a packet in nat OUTPUT — after the kernel has looked up a
+// route for it: the unreachable route cluster.TestRanges gives the address
+// would refuse the connect before kube-proxy sees it. A packet kube-proxy
+// leaves alone (a Service without endpoints, or no longer a LoadBalancer,
+// or a source outside its loadBalancerSourceRanges) ends on the bridge,
+// which has no port to send it through, so it still never leaves the
+// machine. src is what kube-proxy's KUBE-FW chains compare with a
+// Service's loadBalancerSourceRanges (upstreamClient).
+func routeOnTheMachine(t *testing.T, link, prefix, src string) {
 	t.Helper()
 	ip := func(args ...string) error {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
@@ -241,14 +257,45 @@ func routeOnTheMachine(t *testing.T, link, prefix string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := ip("link", "del", link); err != nil { // and its route
+		if err := ip("link", "del", link); err != nil { // and its address and route
 			t.Error(err)
 		}
 	})
-	for _, args := range [][]string{{"link", "set", link, "up"}, {"route", "add", prefix, "dev", link}} {
+	for _, args := range [][]string{
+		{"addr", "add", src + "/32", "dev", link},
+		{"link", "set", link, "up"},
+		{"route", "add", prefix, "dev", link, "src", src},
+	} {
 		if err := ip(args...); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// What the specs' connections will come from: the kernel's choice.
+	out, err := exec.Command("ip", "-o", "route", "get", netip.MustParsePrefix(prefix).Addr().String()).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), " src "+src+" ") {
+		t.Fatalf("ip route get %s: want a route from %s on %s, got %v: %s", prefix, src, link, err, out)
+	}
+}
+
+// TestUpstreamClientIsOutsideTheCluster holds upstreamClient apart from
+// upstreamPool and from every address a node or pod of lab/cluster has (or
+// the /16 of a node's InternalIP, which the ExternalTrafficPolicy: Local
+// specs take for "the nodes' subnet"), and inside cluster.TestRanges, so
+// that it stands for a client outside the cluster and a reply to it never
+// leaves the machine.
+func TestUpstreamClientIsOutsideTheCluster(t *testing.T) {
+	client := netip.MustParseAddr(upstreamClient)
+	for _, p := range []string{upstreamPool, cluster.ClusterCIDR, cluster.NodeLinkCIDR, cluster.ServiceCIDR, "10.244.0.0/16"} {
+		if netip.MustParsePrefix(p).Contains(client) {
+			t.Errorf("upstreamClient %s is inside %s: it must stand for a client outside the cluster", client, p)
+		}
+	}
+	inside := false
+	for _, r := range cluster.TestRanges {
+		inside = inside || netip.MustParsePrefix(r).Contains(client)
+	}
+	if !inside {
+		t.Errorf("upstreamClient %s is outside cluster.TestRanges %v: a reply to it could leave the machine", client, cluster.TestRanges)
 	}
 }
 
