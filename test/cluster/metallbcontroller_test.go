@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipledger/ipledger/lab/containerimage"
@@ -94,11 +95,21 @@ func TestMetalLBControllerAcrossNodeFailure(t *testing.T) {
 		second, old.Name, after.Name, time.Since(start).Round(time.Millisecond))
 
 	pods := e.client.CoreV1().Pods(metallbControllerNS)
+	evicted := func(ctx context.Context) (bool, error) {
+		// Its terminationGracePeriodSeconds of 0 lets the eviction delete
+		// it outright: gone is evicted too.
+		p, err := pods.Get(ctx, old.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return err == nil && p.DeletionTimestamp != nil, err
+	}
 	ms := []*milestone{
 		{what: "Service " + after.Name + " has its address", cond: func(ctx context.Context) (bool, error) {
 			s, err := e.client.CoreV1().Services(ns).Get(ctx, after.Name, metav1.GetOptions{})
 			return err == nil && len(s.Status.LoadBalancer.Ingress) > 0, err
 		}},
+		{what: "its new pod Ready on " + first, cond: e.metallbControllerOn(first, true)},
 		{what: "Node " + second + " NotReady", cond: func(ctx context.Context) (bool, error) {
 			n, err := e.client.CoreV1().Nodes().Get(ctx, second, metav1.GetOptions{})
 			return err == nil && !nodeReady(*n), err
@@ -109,16 +120,13 @@ func TestMetalLBControllerAcrossNodeFailure(t *testing.T) {
 				return tt.Key == corev1.TaintNodeUnreachable && tt.Effect == corev1.TaintEffectNoExecute
 			}), err
 		}},
-		{what: "the controller's pod evicted", cond: func(ctx context.Context) (bool, error) {
-			p, err := pods.Get(ctx, old.Name, metav1.GetOptions{})
-			return err == nil && p.DeletionTimestamp != nil, err
-		}},
+		{what: "the controller's pod evicted", cond: evicted},
 		{what: "its new pod scheduled on " + first, cond: e.metallbControllerOn(first, false)},
-		{what: "its new pod Ready on " + first, cond: e.metallbControllerOn(first, true)},
 	}
-	// Only the address is waited for; the other milestones say what
-	// Kubernetes did by then.
-	await(start, 9*time.Minute, ms, 1)
+	// The address and the new pod's readiness are waited for (the
+	// controller allocates before its readiness probe's first success);
+	// the other milestones say what Kubernetes did by then.
+	await(start, 9*time.Minute, ms, 2)
 	var lines []string
 	for _, m := range ms {
 		lines = append(lines, m.String())
@@ -135,9 +143,7 @@ func TestMetalLBControllerAcrossNodeFailure(t *testing.T) {
 	restore()
 	// The cut-off controller, deleted while its node was away, goes once
 	// the node's kubelet is back: nothing of it is left to the next test.
-	if evicted, _ := ms[3].cond(ctx); evicted {
-		e.podGone(t, metallbControllerNS, old.Name)
-	}
+	e.podGone(t, metallbControllerNS, old.Name)
 	addresses.check(t, "addresses of the Services MetalLB's controller allocated before the failure")
 	if now, err := e.pod(ctx, metallbControllerNS, "component=controller"); err == nil {
 		e.noRBACDenials(t, now)
