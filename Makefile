@@ -47,11 +47,11 @@ test-cluster: tools images ## ipledger as pods on a real single-node cluster (ro
 	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) IPLEDGER_E2E_BIN=$(E2E_BIN) go test $(GO_TEST_FLAGS) -timeout 50m -v -skip '$(CLUSTER_TWO_NODE_TESTS)' ./test/cluster/...
 
 # Tests that need a second node: test-cluster (one node) leaves them out, test-cluster-full runs them.
-CLUSTER_TWO_NODE_TESTS ?= TestPodsAcrossNodes|TestControlPlaneAcrossNodeFailure|TestTrafficAcrossNodeFailure
+CLUSTER_TWO_NODE_TESTS ?= TestPodsAcrossNodes|TestControlPlaneAcrossNodeFailure|TestMetalLBControllerAcrossNodeFailure|TestTrafficAcrossNodeFailure
 # The tests of test-cluster-full: those that need a second node, and the node's own checks.
-CLUSTER_FULL_TESTS ?= TestPodsAcrossNodes|TestControlPlaneAcrossNodeFailure|TestTrafficAcrossNodeFailure|TestUpstreamLoadBalancerSpecs|TestUpAgainKeepsTheNode|TestTestAddressesStayOnTheMachine
+CLUSTER_FULL_TESTS ?= TestPodsAcrossNodes|TestControlPlaneAcrossNodeFailure|TestMetalLBControllerAcrossNodeFailure|TestTrafficAcrossNodeFailure|TestUpstreamLoadBalancerSpecs|TestUpAgainKeepsTheNode|TestTestAddressesStayOnTheMachine
 
-test-cluster-full: tools images ## test-cluster's install on two nodes (IPLEDGER_NODES=2; lab/cluster/nodes.go), then the tests that need them: pods across nodes, the control plane across a node failure, the upstream specs that need >1 node. By hand, not in .ci/run (CONTRIBUTING.md).
+test-cluster-full: tools images ## test-cluster's install on two nodes (IPLEDGER_NODES=2; lab/cluster/nodes.go), then the tests that need them: pods across nodes, the control plane (ipledger's and MetalLB's controller) across a node failure, the upstream specs that need >1 node. By hand, not in .ci/run (CONTRIBUTING.md).
 	IPLEDGER_NODES=2 IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) IPLEDGER_E2E_BIN=$(E2E_BIN) go test $(GO_TEST_FLAGS) -v -run '$(CLUSTER_FULL_TESTS)' ./test/cluster/...
 
 cluster-up: tools ## Start the real single-node cluster (root) and import .dev/images if built; kubeconfig in /var/lib/ipledger-node.
