@@ -287,17 +287,7 @@ func (e *env) speakerConfig(t *testing.T, dir string, uplinks []string) {
 	t.Helper()
 	ctx := context.Background()
 	testdata := filepath.Join("testdata", "metallb-speaker")
-	e.kubectl(t, "apply", "--server-side", "-f", filepath.Join(dir, "crd"))
-	kubectl := func(ctx context.Context, args ...string) ([]byte, error) { return e.node.Kubectl(ctx, nil, args...) }
-	if out, err := testenv.WaitEstablished(ctx, kubectl, time.Minute, "-f", filepath.Join(dir, "crd")); err != nil {
-		t.Fatalf("MetalLB's CRDs not Established: %v\n%s", err, out)
-	}
-	e.kubectl(t, "apply", "--server-side", "-f", filepath.Join(testdata, "rbac.yaml"))
-	t.Cleanup(func() {
-		// The namespace first, while the CRDs its objects need are there.
-		e.kubectl(t, "delete", "--ignore-not-found", "--wait", "--timeout=2m", "-f", filepath.Join(testdata, "rbac.yaml"))
-		e.kubectl(t, "delete", "--ignore-not-found", "--wait", "--timeout=2m", "-f", filepath.Join(dir, "crd"))
-	})
+	e.metalLBCRDsAndRBAC(t, dir, testdata)
 	var exclude []string
 	for _, dev := range uplinks {
 		exclude = append(exclude, fmt.Sprintf("%q", "^"+regexp.QuoteMeta(dev)+"$"))
@@ -309,6 +299,24 @@ func (e *env) speakerConfig(t *testing.T, dir string, uplinks []string) {
 		t.Fatal(err)
 	}
 	e.applyTemplate(t, filepath.Join(testdata, "config.yaml"), "POOL", announcePool.String(), "BRIDGE", lanBridge)
+}
+
+// metalLBCRDsAndRBAC installs MetalLB's CRDs (from its build folder dir),
+// waits until they are Established, and applies testdata's rbac.yaml (its
+// namespace with it); both go when the test ends, the namespace first,
+// while the CRDs its objects need are there.
+func (e *env) metalLBCRDsAndRBAC(t *testing.T, dir, testdata string) {
+	t.Helper()
+	e.kubectl(t, "apply", "--server-side", "-f", filepath.Join(dir, "crd"))
+	kubectl := func(ctx context.Context, args ...string) ([]byte, error) { return e.node.Kubectl(ctx, nil, args...) }
+	if out, err := testenv.WaitEstablished(context.Background(), kubectl, time.Minute, "-f", filepath.Join(dir, "crd")); err != nil {
+		t.Fatalf("MetalLB's CRDs not Established: %v\n%s", err, out)
+	}
+	e.kubectl(t, "apply", "--server-side", "-f", filepath.Join(testdata, "rbac.yaml"))
+	t.Cleanup(func() {
+		e.kubectl(t, "delete", "--ignore-not-found", "--wait", "--timeout=2m", "-f", filepath.Join(testdata, "rbac.yaml"))
+		e.kubectl(t, "delete", "--ignore-not-found", "--wait", "--timeout=2m", "-f", filepath.Join(dir, "crd"))
+	})
 }
 
 // logSpeakerOnFailure prints speaker's last log lines when the test fails:

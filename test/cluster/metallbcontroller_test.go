@@ -70,23 +70,7 @@ func TestMetalLBControllerAcrossNodeFailure(t *testing.T) {
 	addresses := e.watchAddresses(ns, kept)
 
 	start := time.Now()
-	if err := e.node.FailNode(second); err != nil {
-		t.Fatal(err)
-	}
-	restored := false
-	restore := func() {
-		if restored {
-			return
-		}
-		restored = true
-		t0 := time.Now()
-		if err := e.node.RestoreNode(ctx, second); err != nil {
-			t.Error(err)
-			return
-		}
-		t.Logf("node %s Ready again %s after its restore", second, time.Since(t0).Round(time.Millisecond))
-	}
-	t.Cleanup(restore)
+	restore := e.failUntilRestored(t, second, "")
 	after := metallbService(ns, "after")
 	if _, err := e.client.CoreV1().Services(ns).Create(ctx, after, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -175,17 +159,7 @@ func (e *env) startMetalLBController(t *testing.T, first, second string) corev1.
 
 	testdata := filepath.Join("testdata", "metallb-controller")
 	e.kubectl(t, "delete", "namespace", metallbControllerNS, "--ignore-not-found", "--wait", "--timeout=2m")
-	e.kubectl(t, "apply", "--server-side", "-f", filepath.Join(dir, "crd"))
-	kubectl := func(ctx context.Context, args ...string) ([]byte, error) { return e.node.Kubectl(ctx, nil, args...) }
-	if out, err := testenv.WaitEstablished(ctx, kubectl, time.Minute, "-f", filepath.Join(dir, "crd")); err != nil {
-		t.Fatalf("MetalLB's CRDs not Established: %v\n%s", err, out)
-	}
-	e.kubectl(t, "apply", "--server-side", "-f", filepath.Join(testdata, "rbac.yaml"))
-	t.Cleanup(func() {
-		// The namespace first, while the CRDs its objects need are there.
-		e.kubectl(t, "delete", "--ignore-not-found", "--wait", "--timeout=2m", "-f", filepath.Join(testdata, "rbac.yaml"))
-		e.kubectl(t, "delete", "--ignore-not-found", "--wait", "--timeout=2m", "-f", filepath.Join(dir, "crd"))
-	})
+	e.metalLBCRDsAndRBAC(t, dir, testdata)
 	e.applyTemplate(t, filepath.Join(testdata, "pool.yaml"), "POOL", metallbPool)
 
 	var pod corev1.Pod

@@ -122,23 +122,7 @@ func (e *env) failureTrial(t *testing.T, ns, label string, octet int, first, sec
 	svc := "after-" + label
 
 	start := time.Now()
-	if err := e.node.FailNode(second); err != nil {
-		t.Fatal(err)
-	}
-	restored := false
-	restore := func() {
-		if restored {
-			return
-		}
-		restored = true
-		t0 := time.Now()
-		if err := e.node.RestoreNode(ctx, second); err != nil {
-			t.Error(err)
-			return
-		}
-		t.Logf("%s: node %s Ready again %s after its restore", label, second, time.Since(t0).Round(time.Millisecond))
-	}
-	t.Cleanup(restore)
+	restore := e.failUntilRestored(t, second, label+": ")
 	t.Logf("%s: node %s failed (link down, kubelet and kube-proxy killed) in %s; leaders on it %v", label, second, time.Since(start).Round(time.Millisecond), leaders)
 	if _, err := e.client.CoreV1().Services(ns).Create(ctx, loadBalancer(ns, svc), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -567,4 +551,29 @@ func (e *env) sliceHolds(t *testing.T, ns, svc string, want []string, timeout ti
 		}
 		return nil
 	})
+}
+
+// failUntilRestored fails node (cluster.FailNode) and returns what restores it and
+// waits until it is Ready again; the restore runs at most once, and when
+// the test ends if the test has not run it. logPrefix starts its log line.
+func (e *env) failUntilRestored(t *testing.T, node, logPrefix string) (restore func()) {
+	t.Helper()
+	if err := e.node.FailNode(node); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore = func() {
+		if restored {
+			return
+		}
+		restored = true
+		t0 := time.Now()
+		if err := e.node.RestoreNode(context.Background(), node); err != nil {
+			t.Error(err)
+			return
+		}
+		t.Logf("%snode %s Ready again %s after its restore", logPrefix, node, time.Since(t0).Round(time.Millisecond))
+	}
+	t.Cleanup(restore)
+	return restore
 }
