@@ -52,7 +52,7 @@ CLUSTER_TWO_NODE_TESTS ?= TestPodsAcrossNodes|TestControlPlaneAcrossNodeFailure|
 CLUSTER_FULL_TESTS ?= TestPodsAcrossNodes|TestControlPlaneAcrossNodeFailure|TestMetalLBControllerAcrossNodeFailure|TestTrafficAcrossNodeFailure|TestUpstreamLoadBalancerSpecs|TestUpAgainKeepsTheNode|TestTestAddressesStayOnTheMachine
 
 test-cluster-full: tools images ## test-cluster's install on two nodes (IPLEDGER_NODES=2; lab/cluster/nodes.go), then the tests that need them: pods across nodes, the control plane (ipledger's and MetalLB's controller) across a node failure, the upstream specs that need >1 node. By hand, not in .ci/run (CONTRIBUTING.md).
-	IPLEDGER_NODES=2 IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) IPLEDGER_E2E_BIN=$(E2E_BIN) go test $(GO_TEST_FLAGS) -v -run '$(CLUSTER_FULL_TESTS)' ./test/cluster/...
+	IPLEDGER_NODES=2 IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) IPLEDGER_E2E_BIN=$(E2E_BIN) go test $(GO_TEST_FLAGS) -timeout 90m -v -run '$(CLUSTER_FULL_TESTS)' ./test/cluster/...
 
 cluster-up: tools ## Start the real single-node cluster (root) and import .dev/images if built; kubeconfig in /var/lib/ipledger-node.
 	IPLEDGER_TOOLS_BIN=$(TOOLS_BIN) IPLEDGER_NODE_BIN=$(NODE_BIN) go run ./lab/cmd/ipledger-cluster up

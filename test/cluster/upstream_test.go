@@ -141,7 +141,12 @@ func TestUpstreamLoadBalancerSpecs(t *testing.T) {
 	sort.Strings(skip)
 	dir := t.TempDir()
 	junit := filepath.Join(dir, "junit.xml")
+	// One node: about 3 minutes. Two: about 25 (the two rolling-update
+	// specs run ten minutes each), so more room.
 	timeout := 30 * time.Minute
+	if len(e.node.Nodes) > 1 {
+		timeout = 45 * time.Minute
+	}
 	args := []string{
 		"--provider=skeleton",
 		"--kubeconfig=" + e.node.KubeconfigPath,
