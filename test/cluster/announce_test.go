@@ -239,18 +239,23 @@ func speakerBuild(t *testing.T) string {
 	return hackBuild(t, "IPLEDGER_SPEAKER_DIR", "build-speaker.sh")
 }
 
-// importSpeaker builds the speaker's image as lab/cluster builds the
-// node's (lab/containerimage) and imports it into the node.
+// importSpeaker builds the speaker's image and imports it into the node.
 func (e *env) importSpeaker(t *testing.T, dir string) {
+	e.importBinaryImage(t, filepath.Join(dir, "metallb-speaker"), speakerImage)
+}
+
+// importBinaryImage builds an image of one binary as lab/cluster builds the
+// node's (lab/containerimage), named ref, and imports it into the node.
+func (e *env) importBinaryImage(t *testing.T, binary, ref string) {
 	t.Helper()
 	img, err := containerimage.Build(containerimage.Contents{
-		Binary: filepath.Join(dir, "metallb-speaker"), Architecture: runtime.GOARCH, Title: "metallb-speaker",
+		Binary: binary, Architecture: runtime.GOARCH, Title: filepath.Base(binary),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	images := t.TempDir()
-	if err := containerimage.WriteArchive(filepath.Join(images, "speaker.tar"), speakerImage, img); err != nil {
+	if err := containerimage.WriteArchive(filepath.Join(images, filepath.Base(binary)+".tar"), ref, img); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.node.ImportImages(context.Background(), images); err != nil {

@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -20,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipledger/ipledger/lab/containerimage"
 	"github.com/ipledger/ipledger/lab/testenv"
 )
 
@@ -143,19 +141,7 @@ func (e *env) startMetalLBController(t *testing.T, first, second string) corev1.
 	t.Helper()
 	ctx := context.Background()
 	dir := hackBuild(t, "IPLEDGER_METALLB_DIR", "build-metallb.sh")
-	img, err := containerimage.Build(containerimage.Contents{
-		Binary: filepath.Join(dir, "metallb-controller"), Architecture: runtime.GOARCH, Title: "metallb-controller",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	images := t.TempDir()
-	if err := containerimage.WriteArchive(filepath.Join(images, "controller.tar"), metallbControllerImage, img); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.node.ImportImages(ctx, images); err != nil {
-		t.Fatal(err)
-	}
+	e.importBinaryImage(t, filepath.Join(dir, "metallb-controller"), metallbControllerImage)
 
 	testdata := filepath.Join("testdata", "metallb-controller")
 	e.kubectl(t, "delete", "namespace", metallbControllerNS, "--ignore-not-found", "--wait", "--timeout=2m")
