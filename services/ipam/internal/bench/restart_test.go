@@ -94,7 +94,7 @@ func measureRestarts(b *testing.B, ctx context.Context, client kubernetes.Interf
 		// includes that, wherever in the term it happens.
 		waitHistoryWritten(b, ctx, ops)
 		if prefix := os.Getenv("IPLEDGER_BENCH_RESTART_HEAP"); prefix != "" {
-			saveProfile(ops, "heap", vars[v].profilePath(fmt.Sprintf("%s.%d", prefix, i)))
+			saveHeap(b, ops, running, vars[v].profilePath(fmt.Sprintf("%s.%d", prefix, i)))
 		}
 		step := func(s string) float64 {
 			return scrape(ctx, ops, `ipledger_ipam_ledger_open_duration_seconds_sum{step="`+s+`"}`)
