@@ -45,7 +45,8 @@ func BenchmarkDayOfChurn(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&m0)
 		ns := env.Namespace(b, nil)
-		w := history.Start(ctx, env.Client, history.Options{Namespace: ns, Term: "bench", Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		wctx, stop := context.WithCancel(ctx) // each iteration's writer ends with it
+		w := history.Start(wctx, env.Client, history.Options{Namespace: ns, Term: "bench", Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 			Retention: history.DefaultRetention})
 		var st ledger.State
 		base := netip.MustParseAddr("10.0.0.0")
@@ -85,6 +86,7 @@ func BenchmarkDayOfChurn(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&m1)
 		runtime.KeepAlive(w)
+		stop()
 		list, err := env.Client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: history.LabelKey + "=true"})
 		if err != nil {
 			b.Fatal(err)
