@@ -338,6 +338,26 @@ func (e *Env) Binary(t testing.TB, service string) string {
 	return path
 }
 
+// Plugin builds (once per test binary) kubectl-ipledger, the plugin an
+// operator runs, and returns its path.
+func (e *Env) Plugin(t testing.TB) string {
+	t.Helper()
+	e.binMu.Lock()
+	defer e.binMu.Unlock()
+	const name = "kubectl-ipledger"
+	if path, ok := e.binaries[name]; ok {
+		return path
+	}
+	path := filepath.Join(e.binDir, name)
+	cmd := exec.Command("go", "build", "-o", path, "./plugin/cmd/kubectl-ipledger")
+	cmd.Dir = e.Root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build kubectl-ipledger: %v\n%s", err, out)
+	}
+	e.binaries[name] = path
+	return path
+}
+
 // Eventually polls check every 50ms until it returns nil or timeout passes,
 // then fails the test with the last error. It is how tests wait: for a
 // condition, never for a duration.

@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -30,15 +28,9 @@ func TestReferencePages(t *testing.T) {
 		checkPage(t, env.Root, reference.AnnotationsPage, reference.Annotations())
 	})
 	t.Run("flags", func(t *testing.T) {
-		plugin := filepath.Join(t.TempDir(), "kubectl-ipledger")
-		build := exec.CommandContext(context.Background(), "go", "build", "-o", plugin, "./plugin/cmd/kubectl-ipledger")
-		build.Dir = env.Root
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build kubectl-ipledger: %v\n%s", err, out)
-		}
 		page, err := reference.Flags(func(name string) string {
 			return env.Binary(t, strings.TrimPrefix(name, "ipledger-"))
-		}, plugin)
+		}, env.Plugin(t))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,10 @@
 // one set-up gives the spread of several runs. IPLEDGER_BENCH_ARGS adds
 // ipam flags, IPLEDGER_BENCH_IPAM_ENV ipam's environment (GOMEMLIMIT=…),
 // IPLEDGER_BENCH_PPROF a CPU profile's path (of the first round), IPLEDGER_BENCH_HEAP
-// the path of a heap profile taken after the first cold start,
+// the path of a heap profile taken after the first cold start (of each
+// variant: variant.profilePath) once its history is written, its log beside
+// it (saveHeap),
+// IPLEDGER_BENCH_RESTART_HEAP a prefix for heap profiles after each restart,
 // IPLEDGER_BENCH_RESTART_PPROF a prefix for CPU profiles of each restart's
 // first IPLEDGER_BENCH_RESTART_PPROF_SECONDS (1), IPLEDGER_BENCH_APISERVER_PPROF a prefix for the API server's CPU profiles
 // of the first round's phases, IPLEDGER_BENCH_SKIP_FLOOR1 (non-empty) leaves the
@@ -253,8 +256,11 @@ func BenchmarkColdStart(b *testing.B) {
 		rss := processPeakRSS(b, ipam.PID()) / 1e6
 		b.Logf("round %d resident memory of ipam at the end: %s", r+1, residentSplit(ipam.PID()))
 		results = append(results, round{floor1: floor1, floor32: floor32, patch32: patch32, ipam: took, rssMB: rss, load: load + " → " + loadavg(), variant: v})
-		if path := os.Getenv("IPLEDGER_BENCH_HEAP"); path != "" && r == 0 {
-			saveProfile(opsAddr, "heap", path)
+		if path := os.Getenv("IPLEDGER_BENCH_HEAP"); path != "" && r < len(vars) {
+			// After the RSS peak is read: waiting for the history's write
+			// would move where that peak is taken.
+			waitHistoryWritten(b, ctx, opsAddr)
+			saveHeap(b, opsAddr, ipam, vars[v].profilePath(path))
 		}
 		verify(ctx, b, client, ns, n)
 		writes := scrape(ctx, opsAddr, `ipledger_ipam_status_writes_total{result="ok"}`)
@@ -472,6 +478,21 @@ func saveProfile(opsAddr, which, path string) {
 	}
 	defer f.Close()
 	_, _ = io.Copy(f, resp.Body)
+}
+
+// saveHeap saves the heap profile of the process p at opsAddr to path, and
+// its log so far beside it (path.log: with IPLEDGER_BENCH_IPAM_ENV=
+// GODEBUG=gctrace=1, every GC's heap before and after, and its goal).
+func saveHeap(b *testing.B, opsAddr string, p *testenv.Process, path string) {
+	b.Helper()
+	saveProfile(opsAddr, "heap", path)
+	log, err := os.ReadFile(p.LogPath)
+	if err == nil {
+		err = os.WriteFile(path+".log", log, 0o644)
+	}
+	if err != nil {
+		b.Logf("keeping %s's log beside its heap profile: %v", p.Name, err)
+	}
 }
 
 // poolFor is the benchmark pool's range: the /16 of every earlier run up to

@@ -92,12 +92,10 @@ func measureRestarts(b *testing.B, ctx context.Context, client kubernetes.Interf
 		// And its history writer has read the history, compared it with
 		// the ledger and written what changed: the peak RSS below then
 		// includes that, wherever in the term it happens.
-		testenv.Eventually(b, time.Minute, func() error {
-			if n := scrape(ctx, ops, "ipledger_ipam_history_unwritten_changes"); n != 0 {
-				return fmt.Errorf("%v history changes unwritten", n)
-			}
-			return nil
-		})
+		waitHistoryWritten(b, ctx, ops)
+		if prefix := os.Getenv("IPLEDGER_BENCH_RESTART_HEAP"); prefix != "" {
+			saveHeap(b, ops, running, vars[v].profilePath(fmt.Sprintf("%s.%d", prefix, i)))
+		}
 		step := func(s string) float64 {
 			return scrape(ctx, ops, `ipledger_ipam_ledger_open_duration_seconds_sum{step="`+s+`"}`)
 		}
@@ -158,6 +156,18 @@ func restartsByVariant(b *testing.B, vars []variant, samples []restartSample) {
 	}
 	b.Logf("restart, %s / %s (medians): first new allocation × the floor %.2f, RSS peak %.2f",
 		vars[0].name, vars[1].name, meds[0][0]/meds[1][0], meds[0][1]/meds[1][1])
+}
+
+// waitHistoryWritten waits until the ipam at ops has written every history
+// change it was told of.
+func waitHistoryWritten(b *testing.B, ctx context.Context, ops string) {
+	b.Helper()
+	testenv.Eventually(b, time.Minute, func() error {
+		if n := scrape(ctx, ops, "ipledger_ipam_history_unwritten_changes"); n != 0 {
+			return fmt.Errorf("%v history changes unwritten", n)
+		}
+		return nil
+	})
 }
 
 // ratio is the restart's time to its first allocation over its floor's.

@@ -224,3 +224,23 @@ func TestSplit(t *testing.T) {
 		})
 	}
 }
+
+func TestNextWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		last, now time.Time
+		urgent    bool
+		want      time.Duration
+	}{
+		{"the first write is not held", time.Time{}, t0, false, 0},
+		{"a write a moment ago holds the next for the rest of the second", t0, t0.Add(300 * time.Millisecond), false, 700 * time.Millisecond},
+		{"a second or more after the last, at once", t0, t0.Add(1500 * time.Millisecond), false, -500 * time.Millisecond},
+		{"urgent, at once", t0, t0.Add(time.Millisecond), true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := nextWrite(tc.last, tc.now, time.Second, tc.urgent); got != tc.want {
+				t.Fatalf("nextWrite = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

@@ -27,6 +27,14 @@ const trimEvery = 10 * time.Minute
 // retryDelay is the wait before a failed history write is tried again.
 const retryDelay = 2 * time.Second
 
+// DefaultWriteEvery is how often, at most, a writer writes ipam's own
+// decisions (Options.WriteEvery): every write rewrites the head (up to
+// HeadLimit), and one a pass, under a steady stream of new Services, added
+// to the API server's load what ipam's status and ledger writes wait
+// behind (BENCHMARKS.md, the steady state with and without the history).
+// A change a person made, a ledger opened and a drain are written at once.
+const DefaultWriteEvery = time.Second
+
 // Options configure a term's Writer.
 type Options struct {
 	// Namespace is ipam's, where the history ConfigMaps are.
@@ -41,6 +49,11 @@ type Options struct {
 	// Now is the clock retention is applied by (nil: time.Now); tests
 	// move it forward instead of waiting.
 	Now func() time.Time
+	// WriteEvery is the least time between two writes of ipam's own
+	// changes (0: DefaultWriteEvery); what comes meanwhile is written
+	// together. A crash in between loses nothing: the next term records
+	// what the history does not say (Reconcile).
+	WriteEvery time.Duration
 	// WaitForBegin holds every read and write until Begin: the term hands
 	// the writer its changes from the start, and lets it read the history
 	// and compare it with the ledger once its first passes are done, off
@@ -84,6 +97,8 @@ type Writer struct {
 	// begun is closed by Begin (at Start without WaitForBegin).
 	begun     chan struct{}
 	beginOnce sync.Once
+	// draining: Drain waits, so the writer no longer paces its writes.
+	draining int
 
 	// The loop's own.
 	epoch      uint64
@@ -93,6 +108,7 @@ type Writer struct {
 	pending    []Entry
 	fenced     bool
 	lastTrim   time.Time
+	lastWrite  time.Time
 	nextNumber uint64
 	// failures since the last write that succeeded, and when the writer
 	// last logged one.
@@ -104,6 +120,9 @@ type Writer struct {
 func Start(ctx context.Context, client kubernetes.Interface, opts Options) *Writer {
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.WriteEvery == 0 {
+		opts.WriteEvery = DefaultWriteEvery
 	}
 	w := &Writer{client: client, opts: opts, wake: make(chan struct{}, 1), idle: make(chan struct{}), begun: make(chan struct{})}
 	if !opts.WaitForBegin {
@@ -130,6 +149,11 @@ func (w *Writer) push(it item) {
 	w.queue = append(w.queue, it)
 	w.opts.Metrics.setUnwritten(w, len(w.queue)+w.taken)
 	w.mu.Unlock()
+	w.poke()
+}
+
+// poke wakes the writer's loop.
+func (w *Writer) poke() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -156,7 +180,19 @@ func (w *Writer) Committed(ch ledger.Change, at time.Time, by string) {
 // fenced, or ctx ends. A writer not begun (WaitForBegin) writes nothing:
 // call Begin first.
 func (w *Writer) Drain(ctx context.Context) error {
-	for w != nil {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	w.draining++
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.draining--
+		w.mu.Unlock()
+	}()
+	w.poke()
+	for {
 		w.mu.Lock()
 		done := len(w.queue) == 0 && !w.busy
 		idle := w.idle
@@ -170,7 +206,6 @@ func (w *Writer) Drain(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	return nil
 }
 
 func (w *Writer) run(ctx context.Context) {
@@ -187,6 +222,9 @@ func (w *Writer) run(ctx context.Context) {
 		case <-w.wake:
 		}
 		for {
+			if !w.pace(ctx) {
+				return
+			}
 			w.mu.Lock()
 			items := w.queue
 			w.queue = nil
@@ -203,6 +241,7 @@ func (w *Writer) run(ctx context.Context) {
 			w.opts.Metrics.setUnwritten(w, len(w.queue)+w.taken)
 			w.mu.Unlock()
 			if err == nil {
+				w.lastWrite = time.Now()
 				w.recovered()
 			} else {
 				if ctx.Err() != nil {
@@ -221,6 +260,52 @@ func (w *Writer) run(ctx context.Context) {
 		w.idle = make(chan struct{})
 		w.mu.Unlock()
 	}
+}
+
+// pace waits until the writer may write again (nextWrite), and reports
+// false when ctx ends first. A push may end the wait (urgent), so each
+// wake decides again.
+func (w *Writer) pace(ctx context.Context) bool {
+	for {
+		w.mu.Lock()
+		var wait time.Duration
+		if len(w.queue) > 0 { // nothing queued: nothing to hold back
+			wait = nextWrite(w.lastWrite, time.Now(), w.opts.WriteEvery, w.urgent())
+		}
+		w.mu.Unlock()
+		if wait <= 0 {
+			return true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		case <-w.wake:
+			t.Stop()
+		}
+	}
+}
+
+// nextWrite is how long a writer that last wrote at last waits, at now,
+// before its next write: until every has passed since, unless urgent.
+func nextWrite(last, now time.Time, every time.Duration, urgent bool) time.Duration {
+	if urgent || last.IsZero() {
+		return 0
+	}
+	return last.Add(every).Sub(now)
+}
+
+// urgent reports whether what waits must be written without pacing: a
+// Drain waits, a ledger was opened, a person made a change, or a write
+// failed and is tried again (failures wait retryDelay instead). The
+// caller holds w.mu.
+func (w *Writer) urgent() bool {
+	if w.draining > 0 || w.taken > 0 || len(w.pending) > 0 {
+		return true
+	}
+	return slices.ContainsFunc(w.queue, func(it item) bool { return it.opened != nil || it.by != IPAM })
 }
 
 // handle turns items into entries and writes them. Items it could not use
@@ -415,7 +500,10 @@ func (w *Writer) write(ctx context.Context) error {
 		seg.entries = nil
 		sealed = append(sealed, seg)
 	}
-	newHead.entries = chunks[len(chunks)-1]
+	// A copy: the last chunk is a window on every entry of this write, and
+	// kept as the head it would hold them all until the next write (29 MB
+	// at a first write over 100,000 held addresses: BENCHMARKS.md).
+	newHead.entries = slices.Clone(chunks[len(chunks)-1])
 	names := make([]string, len(sealed))
 	for i, s := range sealed {
 		names[i] = s.name

@@ -94,7 +94,7 @@ func BenchmarkPluginThroughAggregation(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bin := plugin(b, env)
+	bin := env.Plugin(b)
 	run := func() {
 		if out, err := exec.Command(bin, "--kubeconfig", kubeconfig, "allocations", "-A").CombinedOutput(); err != nil {
 			b.Fatalf("%v\n%s", err, out)

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -17,38 +16,6 @@ import (
 	"github.com/ipledger/ipledger/pkg/authz"
 	"github.com/ipledger/ipledger/pkg/ipamapi"
 )
-
-var (
-	pluginOnce sync.Once
-	pluginPath string
-	pluginErr  error
-)
-
-// plugin builds kubectl-ipledger once.
-func plugin(t testing.TB, env *testenv.Env) string {
-	t.Helper()
-	pluginOnce.Do(func() {
-		pluginPath = filepath.Join(env.CP.Dir, "kubectl-ipledger")
-		cmd := exec.CommandContext(context.Background(), "go", "build", "-o", pluginPath, "./plugin/cmd/kubectl-ipledger")
-		cmd.Dir = env.Root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			pluginErr = &buildError{out: string(out), err: err}
-		}
-	})
-	if pluginErr != nil {
-		t.Fatal(pluginErr)
-	}
-	return pluginPath
-}
-
-type buildError struct {
-	out string
-	err error
-}
-
-func (e *buildError) Error() string {
-	return "go build kubectl-ipledger: " + e.err.Error() + "\n" + e.out
-}
 
 // TestPluginAsThemselves: kubectl ipledger with a person's own kubeconfig
 // (a client certificate: no ServiceAccount, no --service-account, no
@@ -62,7 +29,7 @@ func TestPluginAsThemselves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := plugin(t, env)
+	bin := env.Plugin(t)
 	run := func(args ...string) (string, error) {
 		out, err := exec.Command(bin, append([]string{"--kubeconfig", frank}, args...)...).CombinedOutput()
 		return string(out), err
@@ -152,7 +119,7 @@ func TestPluginPreviewsAndReadsHistoryAsThemselves(t *testing.T) {
 	if err := os.WriteFile(pool, []byte("apiVersion: ipledger.io/v1alpha1\nkind: IPPool\nmetadata: {name: green}\nspec: {addresses: [198.51.100.0/24]}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bin := plugin(t, env)
+	bin := env.Plugin(t)
 	run := func(kubeconfig string, args ...string) (string, error) {
 		out, err := exec.Command(bin, append([]string{"--kubeconfig", kubeconfig, "--api", "aggregated"}, args...)...).CombinedOutput()
 		return string(out), err

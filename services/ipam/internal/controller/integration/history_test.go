@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +15,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -194,10 +195,12 @@ func bindHistoryReader(t *testing.T, h *harness, ns, name string, saNamespace ..
 	}
 }
 
-// A ledger restored from a backup while ipam is stopped: the next term
-// finds the restore's write and records, as restored, the changes of
-// holder it made; then what ipam decides from the restored ledger and the
-// statuses, as usual.
+// A ledger restored from a backup while ipam is stopped, as
+// docs/kubectl-ipledger.md says (kubectl ipledger ledger backup, then
+// ledger restore: the plugin an operator runs, writing over the ledger's
+// ConfigMaps): the next term finds the restore's write and records, as
+// restored, the changes of holder it made; then what ipam decides from the
+// restored ledger and the statuses, as usual.
 func TestAddressHistoryAcrossARestore(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
@@ -208,32 +211,21 @@ func TestAddressHistoryAcrossARestore(t *testing.T) {
 	h.expect(wait, map[string]string{"a": "10.83.2.0"})
 	srv := h.api(r)
 	h.expectHistory(srv, "10.83.2.0", "granted "+ns+"/a by ipam")
-	cms := h.env.Client.CoreV1().ConfigMaps(h.ledgerNS)
-	backup, err := cms.List(ctx, metav1.ListOptions{LabelSelector: ledger.LabelKey + "=true"})
-	if err != nil {
-		t.Fatal(err)
+	plugin := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command(h.env.Plugin(t), append([]string{"--kubeconfig", h.env.CP.KubeconfigPath, "--ipam-namespace", h.ledgerNS}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl ipledger %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
+	backup := filepath.Join(t.TempDir(), "ledger.yaml")
+	plugin("ledger", "backup", "-f", backup)
 	h.deleteService("a")
 	h.service("b", nil)
 	h.expect(wait, map[string]string{"b": "10.83.2.0"})
 	h.expectHistory(srv, "10.83.2.0", "granted "+ns+"/a by ipam", "released "+ns+"/a by ipam", "granted "+ns+"/b by ipam")
 	r.stop()
-
-	current, err := cms.List(ctx, metav1.ListOptions{LabelSelector: ledger.LabelKey + "=true"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cm := range current.Items {
-		if err := cms.Delete(ctx, cm.Name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, cm := range backup.Items {
-		restored := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cm.Name, Labels: cm.Labels}, Data: cm.Data}
-		if _, err := cms.Create(ctx, restored, metav1.CreateOptions{FieldManager: "kubectl-ipledger"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	plugin("ledger", "restore", "-f", backup)
 
 	r = h.start("ipam-1")
 	h.expect(wait, map[string]string{"b": "10.83.2.0"})
